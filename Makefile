@@ -1,0 +1,46 @@
+# Quickstart: `make run` (set-up + the default pipeline), `make test` (set-up + the tests).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Offline and quiet: no DVC analytics, one torch thread (small nets are fastest on one thread here).
+export DVC_NO_ANALYTICS := 1
+export DO_NOT_TRACK := 1
+export OMP_NUM_THREADS := 1
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: setup setup-dev run test bench lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch is installed first, pinned to the local CPU wheel, so nothing later pulls a CUDA build.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet "torch==2.13.0"
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+setup-dev: $(VENV)/.installed-dev
+
+run: setup
+	$(BIN)/dvc repro
+	@echo
+	@echo "Exported policy: $(CURDIR)/export/policy.onnx  (torch.export: export/policy.pt2, card: export/model_card.json)"
+	@echo "Report:          $(CURDIR)/reports/report.md  (metrics: reports/metrics.json, plot: reports/learning_curve.png)"
+
+test: setup-dev
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python benchmarks/ppo_cartpole.py
+
+lint: setup-dev
+	$(BIN)/ruff check rlcore flows tests benchmarks
+
+clean:
+	rm -rf runs models export reports/*.json reports/*.md reports/*.png .prefect

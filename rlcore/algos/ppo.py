@@ -1,0 +1,153 @@
+"""Proximal Policy Optimization (Schulman et al., 2017), clipped-surrogate variant.
+
+For each rollout (collected by the on-policy trainer, advantages from GAE):
+    for epoch in 1..K:
+        for each minibatch:
+            r = pi(a|s) / pi_old(a|s)
+            L_clip = -E[min(r * A, clip(r, 1 - eps, 1 + eps) * A)]
+            L_value = E[(V(s) - R)^2]      (optionally clipped around the old value)
+            loss = L_clip + c_v * L_value - c_e * H[pi(.|s)]
+            stop early once the approximate KL to pi_old exceeds 1.5 * target_kl
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from gymnasium import spaces
+from pydantic import Field, model_validator
+from torch import nn
+
+from rlcore.algos import register
+from rlcore.buffers import RolloutBuffer
+from rlcore.config import AlgoConfig, PolicyConfig
+from rlcore.nets import ActorCritic
+from rlcore.schedules import ScheduleName, scheduled
+
+
+class PPOConfig(AlgoConfig):
+    name: Literal["ppo"] = "ppo"
+    lr: float = Field(3e-4, gt=0)
+    """Adam learning rate at the start of training."""
+    lr_schedule: ScheduleName = "linear"
+    """``linear`` anneals the learning rate to 0 at ``train.max_steps``."""
+    n_steps: int = Field(128, ge=1)
+    """Vector steps per rollout; a rollout holds ``n_steps * env.num_envs`` transitions."""
+    batch_size: int = Field(256, ge=1)
+    """Transitions per minibatch."""
+    n_epochs: int = Field(10, ge=1)
+    """Passes over each rollout."""
+    gamma: float = Field(0.99, gt=0, le=1)
+    gae_lambda: float = Field(0.95, ge=0, le=1)
+    clip_range: float = Field(0.2, gt=0)
+    clip_range_schedule: ScheduleName = "constant"
+    clip_range_vf: float | None = Field(None, gt=0)
+    """Clip value predictions to within this of the rollout's values; null for no value clipping."""
+    normalize_advantage: bool = True
+    ent_coef: float = Field(0.0, ge=0)
+    vf_coef: float = Field(0.5, ge=0)
+    max_grad_norm: float | None = Field(0.5, gt=0)
+    target_kl: float | None = Field(None, gt=0)
+    """Stop the update's epochs early once the approximate KL exceeds 1.5 x this; null to never stop."""
+    adam_eps: float = Field(1e-5, gt=0)
+
+    @model_validator(mode="after")
+    def _batch_fits(self) -> PPOConfig:
+        if self.normalize_advantage and self.batch_size < 2:
+            raise ValueError("algo.batch_size: must be >= 2 when algo.normalize_advantage is true")
+        return self
+
+
+@register
+class PPO:
+    name = "ppo"
+    kind = "on_policy"
+    Config = PPOConfig
+
+    def __init__(self, policy: ActorCritic, config: PPOConfig) -> None:
+        self.policy = policy
+        self.config = config
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, eps=config.adam_eps, fused=True)
+
+    @staticmethod
+    def make_policy(observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> nn.Module:
+        return ActorCritic(observation_space, action_space, config)
+
+    def update(self, rollout: RolloutBuffer, progress: float, generator: torch.Generator) -> dict[str, float]:
+        """K epochs of minibatch updates on one rollout. ``progress`` in [0, 1] drives the schedules."""
+        cfg = self.config
+        lr = scheduled(cfg.lr, cfg.lr_schedule, progress)
+        clip = scheduled(cfg.clip_range, cfg.clip_range_schedule, progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+        obs, actions = rollout.flat("obs"), rollout.flat("actions")
+        old_log_probs, old_values = rollout.flat("log_probs"), rollout.flat("values")
+        advantages, returns = rollout.flat("advantages"), rollout.flat("returns")
+
+        totals: dict[str, float] = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "clip_fraction": 0.0}
+        approx_kl, minibatches, epochs_done, stopped_early = 0.0, 0, 0, False
+        for _ in range(cfg.n_epochs):
+            for idx in rollout.minibatches(cfg.batch_size, generator):
+                dist = self.policy.distribution(obs[idx])
+                log_ratio = dist.log_prob(actions[idx]) - old_log_probs[idx]
+                ratio = log_ratio.exp()
+                with torch.no_grad():
+                    approx_kl = ((ratio - 1) - log_ratio).mean().item()  # Schulman's low-variance estimator
+                if cfg.target_kl is not None and approx_kl > 1.5 * cfg.target_kl:
+                    stopped_early = True
+                    break
+
+                adv = advantages[idx]
+                if cfg.normalize_advantage:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
+
+                values = self.policy.value(obs[idx])
+                if cfg.clip_range_vf is not None:
+                    values = old_values[idx] + (values - old_values[idx]).clamp(-cfg.clip_range_vf, cfg.clip_range_vf)
+                value_loss = (returns[idx] - values).square().mean()
+                entropy = dist.entropy().mean()
+
+                loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.max_grad_norm is not None:
+                    nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+
+                minibatches += 1
+                totals["policy_loss"] += policy_loss.item()
+                totals["value_loss"] += value_loss.item()
+                totals["entropy"] += entropy.item()
+                totals["clip_fraction"] += ((ratio - 1).abs() > clip).float().mean().item()
+            if stopped_early:
+                break
+            epochs_done += 1
+
+        metrics = {key: value / max(minibatches, 1) for key, value in totals.items()}
+        valid = rollout.flat_valid_indices()
+        metrics.update(
+            approx_kl=approx_kl,
+            explained_variance=explained_variance(old_values[valid], returns[valid]),
+            learning_rate=lr,
+            clip_range=clip,
+            epochs=float(epochs_done),
+        )
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> float:
+    """1 - Var[targets - predictions] / Var[targets]: 1 is perfect, 0 no better than a constant."""
+    target_var = targets.var()
+    if target_var.item() == 0:
+        return 0.0
+    return float(1 - (targets - predictions).var() / target_var)
+

@@ -1,0 +1,90 @@
+"""Checkpoints: one file per evaluated training step, holding everything a run needs to resume.
+
+A checkpoint is a ``torch.save`` of plain containers and tensors, read back with
+``weights_only=True`` (no pickle of arbitrary objects). Non-tensor metadata (params, spaces,
+counters, the NumPy RNG state) travels as a JSON string inside it.
+
+Layout of ``runs/<name>/checkpoints/``: ``step_<env_steps:010d>.pt``; the highest step is the latest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlcore.errors import CheckpointError
+from rlcore.io import atomic_path
+
+FORMAT = "rlcore-checkpoint"
+VERSION = 1
+_NAME = re.compile(r"^step_(\d{10})\.pt$")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A loaded checkpoint. ``tensors`` holds state dicts (``policy``, ``algorithm``, ``rng``)."""
+
+    path: Path
+    algo: str
+    env_steps: int
+    meta: dict[str, Any]
+    tensors: dict[str, Any]
+
+
+def checkpoint_path(directory: Path, env_steps: int) -> Path:
+    return Path(directory) / f"step_{env_steps:010d}.pt"
+
+
+def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    """``(env_steps, path)`` of every checkpoint in ``directory``, oldest first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        match = _NAME.match(path.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def save_checkpoint(path: Path, algo: str, env_steps: int, meta: dict[str, Any], tensors: dict[str, Any]) -> None:
+    """Write atomically: a crash mid-write leaves the previous checkpoints untouched and loadable."""
+    payload = {
+        "format": FORMAT,
+        "version": VERSION,
+        "algo": algo,
+        "env_steps": env_steps,
+        "meta": json.dumps(meta, allow_nan=False),
+        **tensors,
+    }
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
+
+
+def load_checkpoint(path: Path, expected_algo: str | None = None) -> Checkpoint:
+    """Load and check a checkpoint; every problem is a one-line :class:`CheckpointError` naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint not found")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises several types for truncated or foreign files
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt?): {reason}") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not an rlcore checkpoint")
+    if payload.get("version") != VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format version {payload.get('version')!r}, this rlcore reads version {VERSION}"
+        )
+    algo = payload["algo"]
+    if expected_algo is not None and algo != expected_algo:
+        raise CheckpointError(f"{path}: checkpoint was written by algorithm {algo!r}, params say {expected_algo!r}")
+    tensors = {k: v for k, v in payload.items() if k not in {"format", "version", "algo", "env_steps", "meta"}}
+    return Checkpoint(path, algo, int(payload["env_steps"]), json.loads(payload["meta"]), tensors)

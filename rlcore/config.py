@@ -1,0 +1,259 @@
+"""The params tree: typed sections loaded from ``params.yaml``, with ``--set a.b=c`` overrides.
+
+Each stage reads only its own sections, so ``dvc.yaml`` lists exactly those keys:
+
+| stage    | reads                                                |
+|----------|------------------------------------------------------|
+| train    | ``seed``, ``name``, ``torch_threads``, ``env``, ``policy``, ``algo``, ``train`` |
+| evaluate | ``name``, ``torch_threads``, ``env``, ``eval``        |
+| select   | ``name``, ``select``                                 |
+| export   | ``export``                                           |
+
+Validation happens once, at load; every problem becomes a one-line :class:`ConfigError` that
+names the key, says what was expected and shows what was given.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+
+from rlcore.errors import ConfigError, did_you_mean
+
+
+class StrictModel(BaseModel):
+    """A params section: unknown keys are errors, values are validated on assignment too."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+class EnvConfig(StrictModel):
+    id: str = "CartPole-v1"
+    """A registered gymnasium id, optionally ``module:Env-v0`` to import the module that registers it."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for the env's constructor (``gymnasium.make_vec(id, **kwargs)``)."""
+    num_envs: int = Field(8, ge=1)
+    """Environments stepped together while training."""
+    vectorization: Literal["auto", "vector_entry_point", "sync", "async"] = "auto"
+    """``auto`` uses the env's own batched implementation when it has one (CartPole does), else ``sync``.
+    ``async`` runs each env in a subprocess: worth it only for slow envs on more than two cores."""
+
+    @field_validator("id")
+    @classmethod
+    def _registered(cls, env_id: str) -> str:
+        from rlcore.envs import check_env_id
+
+        check_env_id(env_id)
+        return env_id
+
+
+class PolicyConfig(StrictModel):
+    hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
+    """Widths of the MLP torso, shared shape for actor and critic (the weights are separate)."""
+    activation: Literal["tanh", "relu", "elu"] = "tanh"
+    normalize_obs: bool = False
+    """Running mean/std observation normalization; the statistics live in the policy (and its export)."""
+    obs_clip: float = Field(10.0, gt=0)
+    """Normalized observations are clipped to [-obs_clip, obs_clip]."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of the Gaussian head (Box action spaces only)."""
+
+    @field_validator("hidden_sizes")
+    @classmethod
+    def _positive_widths(cls, sizes: list[int]) -> list[int]:
+        if not sizes or any(size < 1 for size in sizes):
+            raise ValueError(f"must be a non-empty list of positive layer widths, got {sizes}")
+        return sizes
+
+
+class AlgoConfig(StrictModel):
+    """Base of every algorithm's config; each algorithm module defines and registers its subclass."""
+
+    name: str
+
+
+class TrainConfig(StrictModel):
+    max_steps: int = Field(200_000, ge=1)
+    """Budget in environment steps (summed over the vector of envs)."""
+    eval_every: int = Field(10_000, ge=1)
+    """Environment steps between periodic evaluations; each one also writes a candidate checkpoint."""
+    eval_episodes: int = Field(10, ge=1)
+    """Episodes per periodic evaluation (the final `evaluate` stage has its own count)."""
+    target_return: float | None = None
+    """Stop as soon as a periodic evaluation's mean return reaches this; null to always use the budget."""
+    max_wall_seconds: float | None = Field(None, gt=0)
+    """Stop (after a final checkpoint) once training has run this long; null for no limit."""
+    progress_bar: Literal["auto", "on", "off"] = "auto"
+    """``auto`` shows a bar on a terminal and prints one log line per evaluation otherwise."""
+
+
+class EvalConfig(StrictModel):
+    episodes: int = Field(10, ge=1)
+    deterministic: bool = True
+    """Greedy actions (argmax, or the Gaussian's mean) instead of sampling."""
+    seed: int = 1_000_000
+    """Base seed of the evaluation envs, kept apart from the training seeds."""
+    max_parallel_envs: int = Field(32, ge=1)
+    """Episodes run side by side in one vector env; more episodes run in further batches."""
+
+
+class SelectConfig(StrictModel):
+    metric: Literal["mean_return", "median_return", "min_return"] = "mean_return"
+    """Highest wins; ties go to the earlier checkpoint."""
+
+
+class ExportConfig(StrictModel):
+    onnx: bool = True
+    torch_export: bool = True
+    """Also write a ``torch.export`` program (``policy.pt2``)."""
+    parity_observations: int = Field(1000, ge=1)
+    """Observations on which onnxruntime and torch must agree."""
+    parity_tolerance: float = Field(1e-5, gt=0)
+    """Largest accepted absolute difference between onnxruntime and torch outputs."""
+    opset: int = Field(18, ge=17)
+
+
+_SECTIONS: dict[str, Any] = {
+    "env": (EnvConfig, Field(default_factory=EnvConfig)),
+    "policy": (PolicyConfig, Field(default_factory=PolicyConfig)),
+    "train": (TrainConfig, Field(default_factory=TrainConfig)),
+    "eval": (EvalConfig, Field(default_factory=EvalConfig)),
+    "select": (SelectConfig, Field(default_factory=SelectConfig)),
+    "export": (ExportConfig, Field(default_factory=ExportConfig)),
+}
+
+
+class Params(StrictModel):
+    """The whole params tree. ``algo`` is the registered algorithm's own config class."""
+
+    seed: int = 0
+    name: str = Field("default", pattern=r"^[A-Za-z0-9._-]+$")
+    """Run name: training writes to ``runs/<name>/``."""
+    torch_threads: int = Field(1, ge=1)
+    """Small networks are fastest on one thread on a 2-core machine (two are 3-60x slower under load)."""
+    env: EnvConfig
+    policy: PolicyConfig
+    algo: AlgoConfig
+    train: TrainConfig
+    eval: EvalConfig
+    select: SelectConfig
+    export: ExportConfig
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved tree as plain data, with the algorithm's own fields (YAML/JSON-safe)."""
+        return self.model_dump(mode="json", serialize_as_any=True)
+
+
+@functools.cache
+def params_model(algo_name: str) -> type[Params]:
+    """The :class:`Params` model whose ``algo`` section is ``algo_name``'s config class."""
+    from rlcore.algos import algo_config_class
+
+    algo_cls = algo_config_class(algo_name)
+    fields: dict[str, Any] = dict(_SECTIONS)
+    fields["algo"] = (algo_cls, Field(default_factory=lambda: algo_cls(name=algo_name)))
+    return create_model(f"Params[{algo_name}]", __base__=Params, **fields)
+
+
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    """Parse a YAML file that must hold a mapping; one-line errors name the file."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: params file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of params at the top level, got {type(data).__name__}")
+    return data
+
+
+def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` overrides; values are parsed as YAML (``1e-3``, ``true``, ``[64, 64]``)."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set algo.lr=0.001")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = tree
+        parts = key.strip().split(".")
+        for depth, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                prefix = ".".join(parts[: depth + 1])
+                raise ConfigError(f"--set {key}: {prefix} is a value, not a section")
+            node = child
+        node[parts[-1]] = value
+    return tree
+
+
+def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = None) -> Params:
+    """Load, override and validate the params tree. Raises :class:`ConfigError` on any problem."""
+    path = Path(path)
+    tree = apply_overrides(read_yaml_mapping(path), overrides or [])
+    return validate_params(tree, source=str(path))
+
+
+def validate_params(tree: dict[str, Any], source: str = "params") -> Params:
+    algo = tree.get("algo", {})
+    if not isinstance(algo, dict):
+        raise ConfigError(f"{source}: algo: expected a section (mapping), got {algo!r}")
+    algo.setdefault("name", "ppo")
+    from rlcore.algos import registered_algorithms
+
+    name = algo["name"]
+    known = registered_algorithms()
+    if name not in known:
+        hint = did_you_mean(str(name), known)
+        raise ConfigError(f"{source}: algo.name: unknown algorithm {name!r}{hint}; known: {', '.join(known)}")
+    model = params_model(name)
+    try:
+        return model.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_describe(exc, model)}") from None
+
+
+def _describe(exc: ValidationError, model: type[BaseModel]) -> str:
+    """One line for the first problem: the dotted key, what was expected, what was given."""
+    error = exc.errors(include_url=False)[0]
+    loc = [str(part) for part in error["loc"]]
+    key = ".".join(loc) or "<top level>"
+    given = error.get("input")
+    if error["type"] == "extra_forbidden":
+        siblings = _field_names(model, loc[:-1])
+        prefix = ".".join(loc[:-1]) + "." if len(loc) > 1 else ""
+        return f"unknown key {key!r}{did_you_mean(loc[-1], siblings, prefix=prefix)}"
+    if error["type"] == "missing":
+        return f"{key}: required key is missing"
+    message = error["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+        return message if message.startswith(f"{key}.") else f"{key}: {message}"
+    if error["type"] in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
+        ops = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
+        bound = next(iter(error.get("ctx", {}).values()), "?")
+        return f"{key}: must be {ops[error['type']]} {bound}, got {given!r}"
+    return f"{key}: {message[0].lower()}{message[1:]}, got {given!r}"
+
+
+def _field_names(model: type[BaseModel], loc: list[str]) -> list[str]:
+    node: Any = model
+    for part in loc:
+        field = node.model_fields.get(part) if isinstance(node, type) and issubclass(node, BaseModel) else None
+        if field is None:
+            return []
+        node = field.annotation
+    if isinstance(node, type) and issubclass(node, BaseModel):
+        return list(node.model_fields)
+    return []

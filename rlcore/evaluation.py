@@ -1,0 +1,125 @@
+"""Rollout evaluation: N full episodes on seeded envs, run side by side in a vector env."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rlcore.envs import make_vector_env
+from rlcore.nets import ActorCritic
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Returns and lengths of ``episodes`` complete episodes (undiscounted returns, lengths in env steps)."""
+
+    episodes: int
+    mean_return: float
+    std_return: float
+    median_return: float
+    min_return: float
+    max_return: float
+    mean_length: float
+    returns: list[float]
+    lengths: list[int]
+
+    @classmethod
+    def from_episodes(cls, returns: list[float], lengths: list[int]) -> EvalResult:
+        values = np.asarray(returns, dtype=np.float64)
+        return cls(
+            episodes=len(returns),
+            mean_return=float(values.mean()),
+            std_return=float(values.std()),
+            median_return=float(statistics.median(returns)),
+            min_return=float(values.min()),
+            max_return=float(values.max()),
+            mean_length=float(np.mean(lengths)),
+            returns=[float(r) for r in returns],
+            lengths=[int(n) for n in lengths],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def summary(self) -> str:
+        return f"{self.mean_return:.1f} ± {self.std_return:.1f} over {self.episodes} episodes"
+
+
+def to_env_actions(actions: torch.Tensor, action_space: spaces.Space) -> np.ndarray:
+    """Policy outputs (B,) or (B, action_dim) -> what the vector env accepts (offset, clipped, reshaped)."""
+    if isinstance(action_space, spaces.Discrete):
+        return actions.numpy().astype(np.int64) + int(action_space.start)
+    assert isinstance(action_space, spaces.Box)
+    values = actions.numpy().reshape((-1, *action_space.shape))
+    return np.clip(values, action_space.low, action_space.high).astype(action_space.dtype)
+
+
+class Evaluator:
+    """Evaluates policies on the same seeded episodes every call, so scores are comparable.
+
+    Episode ``i`` of a call always starts from the same state: batch ``b`` of at most
+    ``max_parallel_envs`` episodes is reset with seed ``seed + b``.
+    """
+
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any], episodes: int, seed: int,
+                 deterministic: bool = True, max_parallel_envs: int = 32, vectorization: str = "auto") -> None:
+        self.episodes = episodes
+        self.seed = seed
+        self.deterministic = deterministic
+        self.batch = min(episodes, max_parallel_envs)
+        self.env: gym.vector.VectorEnv = make_vector_env(env_id, self.batch, env_kwargs, vectorization)
+
+    def close(self) -> None:
+        self.env.close()
+
+    @torch.no_grad()
+    def evaluate(self, policy: ActorCritic) -> EvalResult:
+        generator = torch.Generator().manual_seed(self.seed)
+        returns: list[float] = []
+        lengths: list[int] = []
+        batch_index = 0
+        while len(returns) < self.episodes:
+            wanted = min(self.batch, self.episodes - len(returns))
+            batch_returns, batch_lengths = self._run_batch(policy, self.seed + batch_index, generator)
+            returns += batch_returns[:wanted]
+            lengths += batch_lengths[:wanted]
+            batch_index += 1
+        return EvalResult.from_episodes(returns, lengths)
+
+    def _run_batch(self, policy: ActorCritic, seed: int, generator: torch.Generator) -> tuple[list[float], list[int]]:
+        env = self.env
+        obs, _ = env.reset(seed=seed)
+        n = env.num_envs
+        totals = np.zeros(n, dtype=np.float64)
+        lengths = np.zeros(n, dtype=np.int64)
+        finished = np.zeros(n, dtype=bool)
+        while not finished.all():
+            obs_tensor = torch.as_tensor(obs, dtype=torch.float32)
+            if self.deterministic:
+                actions = policy.deterministic_action(obs_tensor)
+            else:
+                actions = _sample(policy, obs_tensor, generator)
+            obs, rewards, terminated, truncated, _ = env.step(to_env_actions(actions, env.single_action_space))
+            running = ~finished
+            totals[running] += rewards[running]
+            lengths[running] += 1
+            finished |= np.asarray(terminated) | np.asarray(truncated)
+        return totals.tolist(), lengths.tolist()
+
+
+def _sample(policy: ActorCritic, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Sample from the policy with an explicit generator, so evaluation never touches the global RNG."""
+    dist = policy.distribution(obs)
+    if policy.discrete:
+        probs = dist.probs  # type: ignore[attr-defined]
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    mean = dist.mean
+    std = dist.stddev
+    return mean + std * torch.randn(mean.shape, generator=generator)
