@@ -14,8 +14,14 @@ class RolloutBuffer:
     ignored and the reward is 0): they are kept for the time structure of GAE but never trained on.
     """
 
-    def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple[int, ...], action_shape: tuple[int, ...],
-                 action_dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        num_steps: int,
+        num_envs: int,
+        obs_shape: tuple[int, ...],
+        action_shape: tuple[int, ...],
+        action_dtype: torch.dtype,
+    ) -> None:
         self.num_steps = num_steps
         self.num_envs = num_envs
         shape = (num_steps, num_envs)

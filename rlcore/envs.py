@@ -94,12 +94,14 @@ def space_from_description(description: dict[str, Any]) -> gym.Space:
         return spaces.Discrete(description["n"], start=description.get("start", 0))
     shape = tuple(description["shape"])
 
+    dtype = np.dtype(description["dtype"])
+
     def bounds(values: list[float | None], fill: float) -> np.ndarray:
-        return np.array([fill if v is None else v for v in values], dtype=np.float64).reshape(shape)
+        return np.array([fill if v is None else v for v in values], dtype=dtype).reshape(shape)
 
     return spaces.Box(
         low=bounds(description["low"], -np.inf),
         high=bounds(description["high"], np.inf),
         shape=shape,
-        dtype=np.dtype(description["dtype"]),
+        dtype=dtype,
     )

@@ -68,8 +68,16 @@ class Evaluator:
     ``max_parallel_envs`` episodes is reset with seed ``seed + b``.
     """
 
-    def __init__(self, env_id: str, env_kwargs: dict[str, Any], episodes: int, seed: int,
-                 deterministic: bool = True, max_parallel_envs: int = 32, vectorization: str = "auto") -> None:
+    def __init__(
+        self,
+        env_id: str,
+        env_kwargs: dict[str, Any],
+        episodes: int,
+        seed: int,
+        deterministic: bool = True,
+        max_parallel_envs: int = 32,
+        vectorization: str = "auto",
+    ) -> None:
         self.episodes = episodes
         self.seed = seed
         self.deterministic = deterministic

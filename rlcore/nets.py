@@ -57,7 +57,9 @@ class ObsNormalizer(nn.Module):
         self.count.copy_(total)
 
 
-def mlp(in_features: int, hidden_sizes: list[int], out_features: int, activation: str, out_gain: float) -> nn.Sequential:
+def mlp(
+    in_features: int, hidden_sizes: list[int], out_features: int, activation: str, out_gain: float
+) -> nn.Sequential:
     """An MLP with orthogonal init (gain sqrt(2) inside, ``out_gain`` on the last layer), zero biases."""
     layers: list[nn.Module] = []
     width = in_features

@@ -150,4 +150,3 @@ def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> floa
     if target_var.item() == 0:
         return 0.0
     return float(1 - (targets - predictions).var() / target_var)
-

@@ -10,8 +10,9 @@ from rlcore.config import Params
 from rlcore.trainers.run import EvaluationCallback
 
 
-def train(params: Params, run_dir: Path, on_evaluation: EvaluationCallback | None = None,
-          resume_from: Path | None = None) -> dict[str, Any]:
+def train(
+    params: Params, run_dir: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
+) -> dict[str, Any]:
     """Train ``params`` into ``run_dir`` (resuming an interrupted run there); returns the train summary."""
     kind = algorithm_class(params.algo.name).kind
     if kind == "on_policy":

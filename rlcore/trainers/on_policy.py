@@ -58,13 +58,17 @@ class EpisodeStats:
     def drain(self) -> dict[str, float]:
         if not self.returns:
             return {}
-        metrics = {"train/episode_return": float(np.mean(self.returns)), "train/episode_length": float(np.mean(self.lengths))}
+        metrics = {
+            "train/episode_return": float(np.mean(self.returns)),
+            "train/episode_length": float(np.mean(self.lengths)),
+        }
         self.returns, self.lengths = [], []
         return metrics
 
 
-def train_on_policy(params: Params, run_dir: Path, on_evaluation: EvaluationCallback | None = None,
-                    resume_from: Path | None = None) -> dict[str, Any]:
+def train_on_policy(
+    params: Params, run_dir: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
+) -> dict[str, Any]:
     """Train ``params.algo`` (an on-policy algorithm) into ``run_dir``; returns the train summary."""
     cfg = params.algo
     seed_everything(params.seed, params.torch_threads)
@@ -77,8 +81,13 @@ def train_on_policy(params: Params, run_dir: Path, on_evaluation: EvaluationCall
     algo_cls = algorithm_class(cfg.name)
     policy = algo_cls.make_policy(obs_space, action_space, params.policy)
     algorithm = algo_cls(policy, cfg)
-    evaluator = Evaluator(params.env.id, params.env.kwargs, params.train.eval_episodes,
-                          seed=params.seed + TRAINING_EVAL_SEED_OFFSET, vectorization=params.env.vectorization)
+    evaluator = Evaluator(
+        params.env.id,
+        params.env.kwargs,
+        params.train.eval_episodes,
+        seed=params.seed + TRAINING_EVAL_SEED_OFFSET,
+        vectorization=params.env.vectorization,
+    )
     minibatch_generator = torch.Generator().manual_seed(params.seed)
 
     state = RunState(next_eval=params.train.eval_every)
@@ -87,8 +96,9 @@ def train_on_policy(params: Params, run_dir: Path, on_evaluation: EvaluationCall
         algorithm.load_state_dict(checkpoint.tensors["algorithm"])
         restore_rng(checkpoint.tensors["rng"], minibatch_generator)
         meta = checkpoint.meta
-        state = RunState(checkpoint.env_steps, meta["updates"], meta["wall_seconds"], meta["next_eval"],
-                         meta["evaluations"])
+        state = RunState(
+            checkpoint.env_steps, meta["updates"], meta["wall_seconds"], meta["next_eval"], meta["evaluations"]
+        )
         log.info("resuming %s from %s at env step %d", run.root, checkpoint.path.name, state.env_steps)
 
     # On resume the envs restart their episodes: seeded from the step count, so a resumed run is reproducible.
@@ -96,8 +106,13 @@ def train_on_policy(params: Params, run_dir: Path, on_evaluation: EvaluationCall
     policy.obs_normalizer.update(torch.as_tensor(obs, dtype=torch.float32))
     n_steps, num_envs = cfg.n_steps, params.env.num_envs
     discrete = policy.discrete
-    rollout = RolloutBuffer(n_steps, num_envs, tuple(obs_space.shape),
-                            () if discrete else tuple(action_space.shape), torch.int64 if discrete else torch.float32)
+    rollout = RolloutBuffer(
+        n_steps,
+        num_envs,
+        tuple(obs_space.shape),
+        () if discrete else tuple(action_space.shape),
+        torch.int64 if discrete else torch.float32,
+    )
     prev_ended = np.zeros(num_envs, dtype=bool)
     episodes = EpisodeStats(num_envs)
     stops = StopConditions(params, on_evaluation)
@@ -111,10 +126,19 @@ def train_on_policy(params: Params, run_dir: Path, on_evaluation: EvaluationCall
         nonlocal last_checkpoint_step
         result = evaluator.evaluate(policy)
         state.wall_seconds = time.perf_counter() - started
-        state.evaluations.append({"env_steps": state.env_steps, "wall_seconds": round(state.wall_seconds, 3),
-                                  "mean_return": result.mean_return, "std_return": result.std_return})
-        tensors = {"policy": policy.state_dict(), "algorithm": algorithm.state_dict(),
-                   "rng": rng_state(minibatch_generator)}
+        state.evaluations.append(
+            {
+                "env_steps": state.env_steps,
+                "wall_seconds": round(state.wall_seconds, 3),
+                "mean_return": result.mean_return,
+                "std_return": result.std_return,
+            }
+        )
+        tensors = {
+            "policy": policy.state_dict(),
+            "algorithm": algorithm.state_dict(),
+            "rng": rng_state(minibatch_generator),
+        }
         run.save(params, state, tensors, spaces, result)
         last_checkpoint_step = state.env_steps
         metrics_log.log(state.env_steps, {"eval/mean_return": result.mean_return, "eval/std_return": result.std_return})
@@ -146,8 +170,14 @@ def train_on_policy(params: Params, run_dir: Path, on_evaluation: EvaluationCall
                 rollout.next_values[:-1] = rollout.values[1:]
                 rollout.next_values[-1] = last_value
                 rollout.advantages, rollout.returns = gae(
-                    rollout.rewards, rollout.values, rollout.next_values, rollout.terminated, rollout.episode_end,
-                    cfg.gamma, cfg.gae_lambda)
+                    rollout.rewards,
+                    rollout.values,
+                    rollout.next_values,
+                    rollout.terminated,
+                    rollout.episode_end,
+                    cfg.gamma,
+                    cfg.gae_lambda,
+                )
             obs = next_obs
 
             update_metrics = algorithm.update(rollout, state.env_steps / params.train.max_steps, minibatch_generator)
@@ -162,7 +192,9 @@ def train_on_policy(params: Params, run_dir: Path, on_evaluation: EvaluationCall
             progress.advance(state.env_steps)
 
             if state.env_steps >= state.next_eval:
-                state.next_eval += params.train.eval_every * (1 + (state.env_steps - state.next_eval) // params.train.eval_every)
+                state.next_eval += params.train.eval_every * (
+                    1 + (state.env_steps - state.next_eval) // params.train.eval_every
+                )
                 stop_reason = evaluate_and_checkpoint()
             else:
                 stop_reason = stops.budget(state)

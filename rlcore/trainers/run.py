@@ -99,7 +99,9 @@ class RunDirectory:
     def _check_compatible(self, checkpoint: Checkpoint, params: Params) -> None:
         saved_env = checkpoint.meta["params"]["env"]["id"]
         if saved_env != params.env.id:
-            raise CheckpointError(f"{checkpoint.path}: checkpoint is for env {saved_env!r}, params say {params.env.id!r}")
+            raise CheckpointError(
+                f"{checkpoint.path}: checkpoint is for env {saved_env!r}, params say {params.env.id!r}"
+            )
         saved_policy = checkpoint.meta["params"]["policy"]
         if saved_policy != params.policy.model_dump(mode="json"):
             raise CheckpointError(f"{checkpoint.path}: checkpoint's policy section differs from params' policy section")
@@ -112,8 +114,9 @@ class RunDirectory:
         self.summary.unlink(missing_ok=True)
         self.checkpoints.mkdir(parents=True, exist_ok=True)
 
-    def save(self, params: Params, state: RunState, tensors: dict[str, Any], spaces: dict[str, Any],
-             evaluation: EvalResult) -> Path:
+    def save(
+        self, params: Params, state: RunState, tensors: dict[str, Any], spaces: dict[str, Any], evaluation: EvalResult
+    ) -> Path:
         meta = {
             "fingerprint": train_fingerprint(params),
             "params": params.to_dict(),

@@ -1,0 +1,93 @@
+"""The training pipeline as one Prefect flow: a task run per stage, passing paths and content hashes.
+
+Tasks reload params from the file (plus overrides) themselves, so what crosses task boundaries is
+small, hashable and JSON-safe; models and tensors never do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from rlcore.config import load_params
+from rlcore.io import read_json, sha256_file
+from rlcore.layout import Layout
+from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage
+
+
+def _params(params_path: str, overrides: list[str]) -> Any:
+    return load_params(params_path, overrides)
+
+
+@task(name="train", task_run_name="train {params_path}")
+def train_task(params_path: str, overrides: list[str], root: str) -> dict[str, str]:
+    params = _params(params_path, overrides)
+    run_dir = train_stage(params, Path(root))
+    summary = Layout(Path(root), params.name).train_summary
+    return {"run_dir": str(run_dir), "train_summary_sha256": sha256_file(summary)}
+
+
+@task(name="evaluate")
+def evaluate_task(params_path: str, overrides: list[str], root: str, upstream: dict[str, str]) -> dict[str, str]:
+    path = evaluate_stage(_params(params_path, overrides), Path(root))
+    return {"evaluations": str(path), "sha256": sha256_file(path)}
+
+
+@task(name="select-best")
+def select_task(params_path: str, overrides: list[str], root: str, upstream: dict[str, str]) -> dict[str, str]:
+    params = _params(params_path, overrides)
+    best = select_stage(params, Path(root))
+    layout = Layout(Path(root), params.name)
+    return {"best": str(best), "policy_sha256": sha256_file(layout.best_policy), "metrics": str(layout.metrics)}
+
+
+@task(name="export")
+def export_task(params_path: str, overrides: list[str], root: str, upstream: dict[str, str]) -> dict[str, str]:
+    card = export_stage(_params(params_path, overrides), Path(root))
+    return {"model_card": str(card), "sha256": sha256_file(card)}
+
+
+@flow(name="training_pipeline", log_prints=True)
+def training_pipeline(
+    params_path: str = "params.yaml", overrides: list[str] | None = None, root: str = "."
+) -> dict[str, Any]:
+    """train -> evaluate -> select-best -> export, on the project in ``root``."""
+    overrides = list(overrides or [])
+    root = str(Path(root).resolve())
+    trained = train_task(params_path, overrides, root)
+    evaluated = evaluate_task(params_path, overrides, root, trained)
+    selected = select_task(params_path, overrides, root, evaluated)
+    exported = export_task(params_path, overrides, root, selected)
+    publish_artifacts(Path(root), load_params(params_path, overrides).name)
+    get_run_logger().info("exported model card: %s", exported["model_card"])
+    return {"train": trained, "evaluate": evaluated, "select": selected, "export": exported}
+
+
+def publish_artifacts(root: Path, name: str) -> None:
+    """A markdown summary and a table of evaluation results, visible in the Prefect UI."""
+    layout = Layout(root, name)
+    selection = read_json(layout.selection)
+    card = read_json(layout.export / "model_card.json")
+    score = selection["evaluation"]
+    create_markdown_artifact(
+        key=f"training-summary-{name}".lower().replace("_", "-").replace(".", "-"),
+        markdown=(
+            f"# {card['algorithm']} on {card['env']['id']} (`{name}`)\n\n"
+            f"Selected `{selection['checkpoint']}`: mean return **{score['mean_return']:.1f}** "
+            f"± {score['std_return']:.1f} over {score['episodes']} episodes.\n\n"
+            f"Reason: {selection['reason']}.\n\nExported: {', '.join(card['files'])} in `{layout.export}`."
+        ),
+        description="What was trained, the selected model and its score",
+    )
+    candidates = read_json(layout.evaluations)["candidates"]
+    create_table_artifact(
+        key=f"evaluations-{name}".lower().replace("_", "-").replace(".", "-"),
+        table=[
+            {k: c[k] for k in ("checkpoint", "env_steps", "mean_return", "std_return", "min_return", "max_return")}
+            for c in candidates
+        ],
+        description="Evaluation of every checkpoint of the run",
+    )

@@ -1,0 +1,5 @@
+import sys
+
+from rlcore.cli import main
+
+sys.exit(main())

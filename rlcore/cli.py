@@ -1,0 +1,107 @@
+"""``rlcore <stage>``: one subcommand per pipeline stage, as dvc.yaml calls them.
+
+Every subcommand takes ``--params FILE`` (default ``params.yaml``) and repeated ``--set KEY=VALUE``.
+Errors meant for users print one line, ``error: ...``, and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rlcore.errors import RLCoreError
+
+StageRunner = Callable[[argparse.Namespace], Any]
+
+
+def add_params_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--params", default="params.yaml", metavar="FILE", help="params file (default: params.yaml)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a params key, e.g. --set algo.lr=0.001 (repeatable)",
+    )
+
+
+def load(args: argparse.Namespace) -> Any:
+    from rlcore.config import load_params
+
+    return load_params(args.params, args.overrides)
+
+
+def _train(args: argparse.Namespace) -> Any:
+    from rlcore.stages import train_stage
+
+    return train_stage(load(args), Path.cwd(), resume_from=args.resume_from)
+
+
+def _evaluate(args: argparse.Namespace) -> Any:
+    from rlcore.stages import evaluate_stage
+
+    return evaluate_stage(load(args), Path.cwd())
+
+
+def _select(args: argparse.Namespace) -> Any:
+    from rlcore.stages import select_stage
+
+    return select_stage(load(args), Path.cwd())
+
+
+def _export(args: argparse.Namespace) -> Any:
+    from rlcore.stages import export_stage
+
+    return export_stage(load(args), Path.cwd())
+
+
+def build_parser(extend: Callable[[Any], None] | None = None) -> argparse.ArgumentParser:
+    """The stage subcommands; ``extend(subparsers)`` may add more (``flows.cli`` adds ``pipeline``)."""
+    parser = argparse.ArgumentParser(prog="rlcore", description="Declarative, reproducible reinforcement learning.")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    stages: list[tuple[str, str, StageRunner]] = [
+        ("train", "train into runs/<name>/ (resumes an interrupted run)", _train),
+        ("evaluate", "evaluate every checkpoint of the run -> reports/evaluations.json", _evaluate),
+        ("select", "select the best checkpoint -> models/best/, reports/metrics.json, reports/report.md", _select),
+        ("export", "export models/best/ -> export/policy.onnx, policy.pt2, model_card.json", _export),
+    ]
+    for name, help_text, runner in stages:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        add_params_arguments(sub)
+        sub.set_defaults(run=runner)
+        if name == "train":
+            sub.add_argument(
+                "--resume-from",
+                type=Path,
+                default=None,
+                metavar="CHECKPOINT",
+                help="resume from this checkpoint instead of the run's latest",
+            )
+    if extend is not None:
+        extend(commands)
+    return parser
+
+
+def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Parse, run the chosen subcommand, and turn user errors into one line and exit status 2."""
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        args.run(args)
+    except RLCoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: the latest checkpoint is kept; re-run the same command to resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser(), argv)

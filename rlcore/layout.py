@@ -1,0 +1,64 @@
+"""Where each stage reads and writes, relative to the project root (see the README's Outputs table)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+    name: str = "default"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "runs" / self.name
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    @property
+    def learning_curve_tsv(self) -> Path:
+        return self.run_dir / "dvclive" / "plots" / "metrics" / "eval" / "mean_return.tsv"
+
+    @property
+    def train_summary(self) -> Path:
+        return self.run_dir / "train_summary.json"
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
+    @property
+    def evaluations(self) -> Path:
+        return self.reports / "evaluations.json"
+
+    @property
+    def metrics(self) -> Path:
+        return self.reports / "metrics.json"
+
+    @property
+    def report(self) -> Path:
+        return self.reports / "report.md"
+
+    @property
+    def learning_curve_png(self) -> Path:
+        return self.reports / "learning_curve.png"
+
+    @property
+    def best(self) -> Path:
+        return self.root / "models" / "best"
+
+    @property
+    def best_policy(self) -> Path:
+        return self.best / "policy.pt"
+
+    @property
+    def selection(self) -> Path:
+        return self.best / "selection.json"
+
+    @property
+    def export(self) -> Path:
+        return self.root / "export"

@@ -1,0 +1,30 @@
+"""Best-model selection over evaluated checkpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlcore.errors import RLCoreError
+
+
+def select_best(candidates: list[dict[str, Any]], metric: str) -> tuple[dict[str, Any], str]:
+    """The candidate with the highest ``metric``; ties go to the earlier one (fewer env steps).
+
+    Each candidate is a dict with at least ``checkpoint``, ``env_steps``, ``episodes`` and ``metric``.
+    Returns the winner and a one-sentence reason to write next to the selected model.
+    """
+    if not candidates:
+        raise RLCoreError("no evaluated checkpoints to select from: run `rlcore evaluate` first")
+    ordered = sorted(candidates, key=lambda c: c["env_steps"])
+    best = ordered[0]
+    for candidate in ordered[1:]:
+        if candidate[metric] > best[metric]:
+            best = candidate
+    ties = [c for c in ordered if c[metric] == best[metric] and c is not best]
+    reason = (
+        f"{best['checkpoint']} has the highest {metric} ({best[metric]:.2f} over {best['episodes']} episodes, "
+        f"trained for {best['env_steps']} env steps) of {len(candidates)} evaluated checkpoints"
+    )
+    if ties:
+        reason += f"; {len(ties)} later checkpoint(s) tied and the earliest was kept"
+    return best, reason

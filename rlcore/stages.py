@@ -1,0 +1,172 @@
+"""The pipeline's stages as plain functions: params and a project root in, paths out.
+
+No Prefect, no DVC: ``rlcore <stage>`` (used by dvc.yaml) and the Prefect tasks in ``flows/`` both
+call these. Each stage reads only its own params sections (see ``rlcore.config``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlcore.algos import policy_from_checkpoint
+from rlcore.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
+from rlcore.config import Params
+from rlcore.errors import RLCoreError
+from rlcore.evaluation import Evaluator
+from rlcore.export import export_policy, model_card, write_model_card
+from rlcore.io import read_json, sha256_file, write_json
+from rlcore.layout import Layout
+from rlcore.report import plot_learning_curve, write_report
+from rlcore.selection import select_best
+from rlcore.trainers import train
+from rlcore.trainers.run import EvaluationCallback, command_line
+
+log = logging.getLogger("rlcore")
+
+
+def train_stage(
+    params: Params, root: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
+) -> Path:
+    """Train into ``runs/<name>/``; resumes an interrupted run. Returns the run directory."""
+    layout = Layout(root, params.name)
+    train(params, layout.run_dir, on_evaluation=on_evaluation, resume_from=resume_from)
+    return layout.run_dir
+
+
+def evaluate_stage(params: Params, root: Path) -> Path:
+    """Evaluate every checkpoint of ``runs/<name>/`` on ``eval.episodes`` seeded episodes.
+
+    Writes ``reports/evaluations.json``; returns its path.
+    """
+    torch.set_num_threads(params.torch_threads)
+    layout = Layout(root, params.name)
+    checkpoints = list_checkpoints(layout.checkpoints)
+    if not checkpoints:
+        raise RLCoreError(f"{layout.checkpoints}: no checkpoints to evaluate; run `rlcore train` first")
+    cfg = params.eval
+    evaluator = Evaluator(
+        params.env.id,
+        params.env.kwargs,
+        cfg.episodes,
+        cfg.seed,
+        cfg.deterministic,
+        cfg.max_parallel_envs,
+        params.env.vectorization,
+    )
+    candidates = []
+    try:
+        for env_steps, path in checkpoints:
+            checkpoint = load_checkpoint(path)
+            if checkpoint.meta["params"]["env"]["id"] != params.env.id:
+                raise RLCoreError(
+                    f"{path}: trained on {checkpoint.meta['params']['env']['id']}, params say env.id {params.env.id}"
+                )
+            result = evaluator.evaluate(policy_from_checkpoint(checkpoint))
+            candidates.append(
+                {
+                    "checkpoint": path.relative_to(root).as_posix(),
+                    "sha256": sha256_file(path),
+                    "env_steps": env_steps,
+                    "algo": checkpoint.algo,
+                    **result.to_dict(),
+                }
+            )
+            log.info("evaluated %s: %s", path.name, result.summary())
+    finally:
+        evaluator.close()
+    write_json(
+        layout.evaluations,
+        {
+            "run": layout.run_dir.relative_to(root).as_posix(),
+            "env_id": params.env.id,
+            "episodes": cfg.episodes,
+            "deterministic": cfg.deterministic,
+            "seed": cfg.seed,
+            "candidates": candidates,
+        },
+    )
+    return layout.evaluations
+
+
+def select_stage(params: Params, root: Path) -> Path:
+    """Pick the best evaluated checkpoint into ``models/best/`` and write the metrics and report.
+
+    Writes ``models/best/{policy.pt,selection.json}``, ``reports/{metrics.json,report.md,learning_curve.png}``.
+    """
+    layout = Layout(root, params.name)
+    if not layout.evaluations.is_file():
+        raise RLCoreError(f"{layout.evaluations}: not found; run `rlcore evaluate` first")
+    evaluations = read_json(layout.evaluations)
+    candidates = evaluations["candidates"]
+    best, reason = select_best(candidates, params.select.metric)
+    source = root / best["checkpoint"]
+    if sha256_file(source) != best["sha256"]:
+        raise RLCoreError(f"{source}: changed since it was evaluated; run `rlcore evaluate` again")
+    checkpoint = load_checkpoint(source)
+    # The selected policy alone: weights and metadata, no optimizer or RNG state.
+    save_checkpoint(
+        layout.best_policy,
+        checkpoint.algo,
+        checkpoint.env_steps,
+        checkpoint.meta,
+        {"policy": checkpoint.tensors["policy"]},
+    )
+    evaluation = {
+        k: best[k]
+        for k in ("episodes", "mean_return", "std_return", "median_return", "min_return", "max_return", "mean_length")
+    }
+    selection = {
+        "checkpoint": best["checkpoint"],
+        "sha256": best["sha256"],
+        "env_steps": best["env_steps"],
+        "metric": params.select.metric,
+        "reason": reason,
+        "evaluation": evaluation,
+        "eval_settings": {k: evaluations[k] for k in ("episodes", "deterministic", "seed")},
+    }
+    write_json(layout.selection, selection)
+    write_json(layout.metrics, {**evaluation, "env_steps": best["env_steps"], "checkpoint": best["checkpoint"]})
+    summary: dict[str, Any] | None = read_json(layout.train_summary) if layout.train_summary.is_file() else None
+    env_id, algo = evaluations["env_id"], checkpoint.algo
+    plot_learning_curve(
+        layout.learning_curve_tsv, candidates, best, f"{algo} on {env_id} ({params.name})", layout.learning_curve_png
+    )
+    write_report(
+        layout.report, params.name, env_id, algo, best, reason, candidates, summary, layout.learning_curve_png.name
+    )
+    log.info("selected %s", reason)
+    return layout.best
+
+
+def export_stage(params: Params, root: Path) -> Path:
+    """Export ``models/best/policy.pt`` to ``export/`` (ONNX, torch.export, model card); returns the card's path."""
+    torch.set_num_threads(params.torch_threads)
+    layout = Layout(root)
+    checkpoint = load_checkpoint(layout.best_policy)
+    if not layout.selection.is_file():
+        raise RLCoreError(f"{layout.selection}: not found; run `rlcore select` first")
+    selection = read_json(layout.selection)
+    policy = policy_from_checkpoint(checkpoint)
+    cfg = params.export
+    if not (cfg.onnx or cfg.torch_export):
+        raise RLCoreError("export.onnx and export.torch_export are both false: nothing to export")
+    result = export_policy(
+        policy,
+        checkpoint.meta,
+        layout.export,
+        cfg.onnx,
+        cfg.torch_export,
+        cfg.parity_observations,
+        cfg.parity_tolerance,
+        cfg.opset,
+    )
+    card = model_card(checkpoint.meta, selection, result, command_line(), root)
+    for stale in {"policy.onnx", "policy.pt2"} - set(result.files):
+        (layout.export / stale).unlink(missing_ok=True)
+    path = write_model_card(layout.export, card)
+    log.info("exported %s (parity %s)", ", ".join(result.files), result.parity)
+    return path
