@@ -25,7 +25,7 @@ def _add_flow_commands(commands: Any) -> None:
     help_text = "run train -> evaluate -> select-best -> export as one Prefect flow run"
     pipeline = commands.add_parser("pipeline", help=help_text, description=help_text)
     add_params_arguments(pipeline)
-    pipeline.set_defaults(run=_pipeline)
+    pipeline.set_defaults(run=_pipeline, own_logging=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -91,7 +91,13 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> argparse.Argume
 def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
     """Parse, run the chosen subcommand, and turn user errors into one line and exit status 2."""
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s", stream=sys.stderr)
+    if getattr(args, "own_logging", True):
+        # Only rlcore's own lines; Prefect commands show them through Prefect's handlers instead.
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger = logging.getLogger("rlcore")
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING if args.quiet else logging.INFO)
     try:
         args.run(args)
     except RLCoreError as exc:

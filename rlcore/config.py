@@ -90,6 +90,12 @@ class TrainConfig(StrictModel):
     progress_bar: Literal["auto", "on", "off"] = "auto"
     """``auto`` shows a bar on a terminal and prints one log line per evaluation otherwise."""
 
+    @field_validator("progress_bar", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, value: Any) -> Any:
+        # YAML 1.1 reads a bare on/off as a boolean.
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
 
 class EvalConfig(StrictModel):
     episodes: int = Field(10, ge=1)

@@ -1,0 +1,54 @@
+"""Shared test set-up: quiet offline tools, one torch thread, and helpers to run the real CLI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ["DVC_NO_ANALYTICS"] = "1"
+os.environ["DO_NOT_TRACK"] = "1"
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ["DASK_LOGGING__DISTRIBUTED"] = "warning"
+
+RLCORE = str(Path(sys.executable).parent / "rlcore")
+
+# Small, fast runs: CartPole, a few thousand steps, frequent checkpoints.
+QUICK = [
+    "name=quick",
+    "train.max_steps=4096",
+    "train.eval_every=1024",
+    "train.eval_episodes=3",
+    "train.target_return=null",
+    "eval.episodes=3",
+    "export.parity_observations=200",
+]
+
+
+def sets(overrides: list[str]) -> list[str]:
+    """``["a=1", "b=2"]`` -> ``["--set", "a=1", "--set", "b=2"]``."""
+    return [arg for item in overrides for arg in ("--set", item)]
+
+
+def rlcore(*args: str, cwd: Path, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``rlcore`` command in ``cwd``, as a user would."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run([RLCORE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    if check and result.returncode != 0:
+        raise AssertionError(f"rlcore {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A copy of the project's declarative files (params.yaml, dvc.yaml, prefect.toml) in an empty folder."""
+    for name in ("params.yaml", "dvc.yaml", ".dvcignore", "prefect.toml"):
+        shutil.copy(PROJECT / name, tmp_path / name)
+    return tmp_path

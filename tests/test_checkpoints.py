@@ -1,0 +1,94 @@
+"""Atomic checkpoints and resume: what a crash leaves behind is always loadable, and training continues."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlcore.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
+from rlcore.errors import CheckpointError
+from rlcore.io import read_json, sha256_file
+
+from conftest import RLCORE, sets
+
+WRITER = textwrap.dedent(
+    """
+    import sys, torch
+    from rlcore.checkpoints import checkpoint_path, save_checkpoint
+    directory = sys.argv[1]
+    big = {"w": torch.randn(4_000_000)}  # ~16 MB: each write takes long enough to be interrupted
+    step = 1
+    while True:
+        save_checkpoint(checkpoint_path(directory, step), "ppo", step, {"step": step}, {"policy": big})
+        print(step, flush=True)
+        step += 1
+    """
+)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.013, 0.031])
+def test_kill_during_checkpoint_write_leaves_every_listed_checkpoint_loadable(tmp_path: Path, delay: float):
+    child = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "1"  # the first checkpoint is complete
+    time.sleep(delay)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+
+    listed = list_checkpoints(tmp_path)
+    assert listed, "the completed checkpoint must survive"
+    for step, path in listed:
+        assert load_checkpoint(path).env_steps == step
+    # An interrupted write leaves at most a hidden temporary file, which is never listed.
+    leftovers = [p.name for p in tmp_path.iterdir() if p not in {path for _, path in listed}]
+    assert all(name.startswith(".") and name.endswith(".tmp") for name in leftovers), leftovers
+
+
+def test_truncated_checkpoint_is_refused_with_its_file_name(tmp_path: Path):
+    path = tmp_path / "step_0000000001.pt"
+    save_checkpoint(path, "ppo", 1, {}, {"policy": {"w": torch.ones(1000)}})
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match=r"step_0000000001\.pt: not a readable checkpoint"):
+        load_checkpoint(path)
+
+
+def test_resume_after_kill_continues_from_checkpoint_step(project: Path):
+    overrides = sets(
+        ["name=resume", "train.max_steps=40960", "train.eval_every=2048", "train.eval_episodes=2",
+         "train.target_return=null", "train.progress_bar=off"]
+    )
+    checkpoints = project / "runs" / "resume" / "checkpoints"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    child = subprocess.Popen([RLCORE, "train", *overrides], cwd=project, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(list_checkpoints(checkpoints)) < 3 and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    before = list_checkpoints(checkpoints)
+    assert len(before) >= 3, "training should have been killed after its third checkpoint"
+    assert not (project / "runs" / "resume" / "train_summary.json").exists()
+    last_step = before[-1][0]
+    assert last_step < 40960
+    hashes = {path.name: sha256_file(path) for _, path in before}
+
+    result = subprocess.run([RLCORE, "train", *overrides], cwd=project, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert f"at env step {last_step}" in result.stderr
+    summary = read_json(project / "runs" / "resume" / "train_summary.json")
+    assert summary["env_steps"] == 40960
+    after = list_checkpoints(checkpoints)
+    assert [s for s, _ in after if s <= last_step] == [s for s, _ in before]
+    assert all(sha256_file(path) == hashes[path.name] for s, path in after if s <= last_step)
+    assert after[-1][0] == 40960
+    # The counters carried over: the summary's evaluations span both processes, in order.
+    steps = [e["env_steps"] for e in summary["evaluations"]]
+    assert steps == sorted(steps) and steps[0] == before[0][0] and steps[-1] == 40960
