@@ -22,7 +22,7 @@ def _params(params_path: str, overrides: list[str]) -> Any:
     return load_params(params_path, overrides)
 
 
-@task(name="train", task_run_name="train {params_path}")
+@task(name="train")
 def train_task(params_path: str, overrides: list[str], root: str) -> dict[str, str]:
     params = _params(params_path, overrides)
     run_dir = train_stage(params, Path(root))

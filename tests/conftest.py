@@ -37,9 +37,15 @@ def sets(overrides: list[str]) -> list[str]:
     return [arg for item in overrides for arg in ("--set", item)]
 
 
-def rlcore(*args: str, cwd: Path, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run the installed ``rlcore`` command in ``cwd``, as a user would."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+def rlcore(
+    *args: str, cwd: Path, check: bool = True, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``rlcore`` command in ``cwd``, as a user would (``env`` adds variables)."""
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        **(env or {}),
+    }
     result = subprocess.run([RLCORE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     if check and result.returncode != 0:
         raise AssertionError(f"rlcore {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")

@@ -60,13 +60,20 @@ def test_truncated_checkpoint_is_refused_with_its_file_name(tmp_path: Path):
 
 def test_resume_after_kill_continues_from_checkpoint_step(project: Path):
     overrides = sets(
-        ["name=resume", "train.max_steps=40960", "train.eval_every=2048", "train.eval_episodes=2",
-         "train.target_return=null", "train.progress_bar=off"]
+        [
+            "name=resume",
+            "train.max_steps=40960",
+            "train.eval_every=2048",
+            "train.eval_episodes=2",
+            "train.target_return=null",
+            "train.progress_bar=off",
+        ]
     )
     checkpoints = project / "runs" / "resume" / "checkpoints"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    child = subprocess.Popen([RLCORE, "train", *overrides], cwd=project, env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        [RLCORE, "train", *overrides], cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 120
     while len(list_checkpoints(checkpoints)) < 3 and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -79,8 +86,9 @@ def test_resume_after_kill_continues_from_checkpoint_step(project: Path):
     assert last_step < 40960
     hashes = {path.name: sha256_file(path) for _, path in before}
 
-    result = subprocess.run([RLCORE, "train", *overrides], cwd=project, env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [RLCORE, "train", *overrides], cwd=project, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     assert f"at env step {last_step}" in result.stderr
     summary = read_json(project / "runs" / "resume" / "train_summary.json")

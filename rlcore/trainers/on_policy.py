@@ -73,9 +73,14 @@ def train_on_policy(
     cfg = params.algo
     seed_everything(params.seed, params.torch_threads)
     run = RunDirectory(run_dir)
-    checkpoint = run.prepare(params, resume_from)
-
+    # The env first: env.kwargs it refuses must fail before prepare() wipes the previous run's checkpoints.
     env = make_vector_env(params.env.id, params.env.num_envs, params.env.kwargs, params.env.vectorization)
+    try:
+        checkpoint = run.prepare(params, resume_from)
+    except BaseException:
+        env.close()
+        raise
+
     obs_space, action_space = env.single_observation_space, env.single_action_space
     spaces = {"observation": describe_space(obs_space), "action": describe_space(action_space)}
     algo_cls = algorithm_class(cfg.name)

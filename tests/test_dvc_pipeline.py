@@ -1,0 +1,190 @@
+"""The real DVC pipeline (dvc.yaml) on a small budget, in a temporary git + DVC repository.
+
+One module-scoped project runs the first ``dvc repro``; the tests then run in file order against it
+(no-op re-run, an eval-only change, metrics, plots, and an experiment with a param override).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+BIN = Path(sys.executable).parent
+DVC = str(BIN / "dvc")
+STAGES = ("train", "evaluate", "select", "export")
+
+# Mirrors the output entries of the project's .gitignore (the tmp project commits only sources and dvc.lock).
+GITIGNORE = "/runs/\n/models/\n/export/\n/data/\n/dvclive/\n/reports/*\n!/reports/.gitkeep\n"
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "DVC_NO_ANALYTICS": "1",
+        "GIT_AUTHOR_NAME": "rlcore tests",
+        "GIT_AUTHOR_EMAIL": "tests@rlcore.invalid",
+        "GIT_COMMITTER_NAME": "rlcore tests",
+        "GIT_COMMITTER_EMAIL": "tests@rlcore.invalid",
+    }
+
+
+def run(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=_env())
+    if result.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def dvc(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return run(DVC, *args, cwd=cwd)
+
+
+def git(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return run("git", *args, cwd=cwd)
+
+
+def edit_params(root: Path, **sections: Any) -> None:
+    path = root / "params.yaml"
+    params = yaml.safe_load(path.read_text())
+    for key, value in sections.items():
+        if isinstance(value, dict):
+            params[key].update(value)
+        else:
+            params[key] = value
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A git + DVC copy of the project with the quick budget, after one ``dvc repro``."""
+    root = tmp_path_factory.mktemp("dvc-project")
+    for name in ("params.yaml", "dvc.yaml", ".dvcignore", "prefect.toml"):
+        shutil.copy(PROJECT / name, root / name)
+    # The stages depend on the `rlcore` directory; the code that runs is the editable install's.
+    shutil.copytree(PROJECT / "rlcore", root / "rlcore", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (root / ".gitignore").write_text(GITIGNORE)
+    edit_params(
+        root,
+        name="quick",
+        train={"max_steps": 4096, "eval_every": 1024, "eval_episodes": 3, "target_return": None},
+        eval={"episodes": 3},
+        export={"parity_observations": 200},
+    )
+    git("init", "-q", cwd=root)
+    git("config", "user.email", "tests@rlcore.invalid", cwd=root)
+    git("config", "user.name", "rlcore tests", cwd=root)
+    dvc("init", "-q", cwd=root)
+    dvc("config", "core.analytics", "false", cwd=root)
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "quick project", cwd=root)
+    first = dvc("repro", cwd=root)
+    return {"root": root, "first": first}
+
+
+def test_dvc_repro_runs_every_stage_and_writes_the_outputs(repo: dict) -> None:
+    root: Path = repo["root"]
+    for stage in STAGES:
+        assert f"Running stage '{stage}'" in repo["first"].stdout
+    assert sorted((root / "runs/quick/checkpoints").glob("*.pt"))
+    assert (root / "reports/evaluations.json").is_file()
+    metrics = read_json(root / "reports/metrics.json")
+    assert {"mean_return", "std_return", "episodes", "env_steps"} <= metrics.keys()
+    assert (root / "reports/report.md").is_file()
+    assert (root / "reports/learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (root / "models/best/policy.pt").is_file()
+    assert (root / "models/best/selection.json").is_file()
+    assert (root / "export/policy.onnx").is_file()
+    assert (root / "export/policy.pt2").is_file()
+    card = read_json(root / "export/model_card.json")
+    assert {"env", "algorithm", "params", "evaluation", "git", "command", "created"} <= card.keys()
+    assert (root / "dvc.lock").is_file()
+
+
+def test_second_repro_is_a_noop_within_5_seconds(repo: dict) -> None:
+    root: Path = repo["root"]
+    lock = (root / "dvc.lock").read_bytes()
+    started = time.perf_counter()
+    result = dvc("repro", cwd=root)
+    elapsed = time.perf_counter() - started
+    for stage in STAGES:
+        assert f"Stage '{stage}' didn't change, skipping" in result.stdout
+    assert "Running stage" not in result.stdout
+    assert elapsed <= 5.0, f"no-op dvc repro took {elapsed:.1f} s"
+    assert (root / "dvc.lock").read_bytes() == lock
+
+
+def test_python_bytecode_next_to_the_sources_does_not_invalidate_stages(repo: dict) -> None:
+    root: Path = repo["root"]
+    cache = root / "rlcore" / "__pycache__"
+    cache.mkdir()
+    (cache / "stages.cpython-312.pyc").write_bytes(b"bytecode")
+    try:
+        result = dvc("status", cwd=root)
+    finally:
+        shutil.rmtree(cache)
+    assert "up to date" in result.stdout
+
+
+def test_changing_an_eval_param_reruns_evaluate_but_not_train(repo: dict) -> None:
+    root: Path = repo["root"]
+    checkpoints = sorted((root / "runs/quick/checkpoints").glob("*.pt"))
+    before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in checkpoints}
+    edit_params(root, eval={"episodes": 4})
+    result = dvc("repro", cwd=root)
+    assert "Running stage 'evaluate'" in result.stdout
+    assert "Running stage 'train'" not in result.stdout
+    assert "Stage 'train' didn't change, skipping" in result.stdout
+    after = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in (root / "runs/quick/checkpoints").glob("*.pt")}
+    assert after == before
+    assert read_json(root / "reports/metrics.json")["episodes"] == 4
+    assert read_json(root / "reports/evaluations.json")["episodes"] == 4
+
+
+def test_dvc_metrics_show_reads_reports_metrics(repo: dict) -> None:
+    root: Path = repo["root"]
+    shown = json.loads(dvc("metrics", "show", "--json", cwd=root).stdout)
+    metrics = shown[""]["data"]["reports/metrics.json"]["data"]
+    assert metrics["mean_return"] == read_json(root / "reports/metrics.json")["mean_return"]
+
+
+def test_dvc_plots_show_json_includes_the_learning_curve(repo: dict) -> None:
+    root: Path = repo["root"]
+    result = dvc("plots", "show", "--json", cwd=root)
+    plots = json.loads(result.stdout)["data"]
+    curve = "runs/quick/dvclive/plots/metrics/eval/mean_return.tsv"
+    assert curve in plots
+    assert "mean_return" in json.dumps(plots[curve])
+    assert "reports/learning_curve.png" in plots
+
+
+def test_dvc_exp_run_with_a_param_override_records_an_experiment(repo: dict) -> None:
+    root: Path = repo["root"]
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "repro", cwd=root)
+    assert git("status", "--porcelain", cwd=root).stdout == ""
+    dvc("exp", "run", "--temp", "-S", "algo.lr=0.002", cwd=root)
+    # --temp runs in a temporary copy: the workspace keeps its params and lock file.
+    assert git("status", "--porcelain", cwd=root).stdout == ""
+    assert yaml.safe_load((root / "params.yaml").read_text())["algo"]["lr"] == 0.001
+    shown = json.loads(dvc("exp", "show", "--json", cwd=root).stdout)
+    experiments = [exp for commit in shown for group in commit.get("experiments") or [] for exp in group["revs"]]
+    lrs = [exp["data"]["params"]["params.yaml"]["data"]["algo"]["lr"] for exp in experiments]
+    assert 0.002 in lrs
+    recorded = next(exp for exp in experiments if exp["data"]["params"]["params.yaml"]["data"]["algo"]["lr"] == 0.002)
+    assert "reports/metrics.json" in recorded["data"]["metrics"]

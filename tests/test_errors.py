@@ -1,0 +1,241 @@
+"""Bad input, as a user meets it through the real ``rlcore`` command.
+
+The contract for every user error: exit status 2, no traceback, and exactly one line on stderr,
+``error: ...``, that names the key or file and says what was expected. And a failed command
+never overwrites good output: the checkpoints, the selected model, the reports and the export
+stay byte for byte what they were.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import PROJECT, QUICK, rlcore, sets
+
+CHECKPOINTS = Path("runs/quick/checkpoints")
+OUTPUT_DIRS = ("runs", "models", "reports", "export")
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    """Assert the error contract and that the line contains every fragment; return the line."""
+    assert result.returncode == 2, f"exit status {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{result.stderr}"
+    line = lines[0]
+    assert line.startswith("error: "), line
+    for fragment in fragments:
+        assert fragment in line, f"{fragment!r} not in {line!r}"
+    return line
+
+
+def outputs(root: Path) -> dict[str, str]:
+    """sha256 of every file (hidden ones included) under the pipeline's output folders."""
+    return {
+        path.relative_to(root).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for folder in OUTPUT_DIRS
+        for path in sorted((root / folder).rglob("*"))
+        if path.is_file()
+    }
+
+
+def truncate_to_half(path: Path) -> None:
+    size = path.stat().st_size
+    with open(path, "r+b") as handle:
+        handle.truncate(size // 2)
+
+
+@pytest.fixture(scope="module")
+def pipeline_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One project through train -> evaluate -> select -> export (QUICK); tests copy it, never change it."""
+    root = tmp_path_factory.mktemp("pipeline")
+    for name in ("params.yaml", "dvc.yaml", ".dvcignore", "prefect.toml"):
+        shutil.copy(PROJECT / name, root / name)
+    for stage in ("train", "evaluate", "select", "export"):
+        rlcore(stage, *sets(QUICK), cwd=root)
+    assert len(list((root / CHECKPOINTS).glob("step_*.pt"))) == 4
+    return root
+
+
+@pytest.fixture
+def finished(pipeline_project: Path, tmp_path: Path) -> Path:
+    """A private copy of the finished pipeline project."""
+    return shutil.copytree(pipeline_project, tmp_path / "project")
+
+
+def latest_checkpoint(root: Path) -> Path:
+    return sorted((root / CHECKPOINTS).glob("step_*.pt"))[-1]
+
+
+# --- params: keys, types, values -------------------------------------------------------------
+
+
+def test_unknown_params_key_suggests_the_closest_key(project: Path) -> None:
+    params = project / "params.yaml"
+    text = params.read_text()
+    assert text.count("\n  lr: ") == 1
+    params.write_text(text.replace("\n  lr: ", "\n  lrr: "))
+    result = rlcore("train", cwd=project, check=False)
+    one_line_error(result, "params.yaml", "unknown key 'algo.lrr'", "did you mean 'algo.lr'")
+
+
+def test_misspelt_section_suggests_the_section(project: Path) -> None:
+    params = project / "params.yaml"
+    text = params.read_text()
+    assert text.count("\ntrain:") == 1
+    params.write_text(text.replace("\ntrain:", "\ntrian:"))
+    result = rlcore("train", cwd=project, check=False)
+    one_line_error(result, "params.yaml", "unknown key 'trian'", "did you mean 'train'")
+
+
+def test_wrong_type_names_the_key_and_the_value(project: Path) -> None:
+    result = rlcore("train", "--set", "train.max_steps=abc", cwd=project, check=False)
+    one_line_error(result, "train.max_steps", "integer", "'abc'")
+
+
+def test_negative_learning_rate_says_it_must_be_positive(project: Path) -> None:
+    result = rlcore("train", "--set", "algo.lr=-0.1", cwd=project, check=False)
+    one_line_error(result, "algo.lr:", "must be > 0", "-0.1")
+
+
+def test_unknown_env_id_suggests_a_registered_one(project: Path) -> None:
+    result = rlcore("train", "--set", "env.id=CartPol-v1", cwd=project, check=False)
+    one_line_error(result, "env.id", "'CartPol-v1'", "did you mean 'CartPole-v1'")
+
+
+def test_unknown_algorithm_lists_the_known_ones(project: Path) -> None:
+    from rlcore.algos import registered_algorithms
+
+    result = rlcore("train", "--set", "algo.name=ppx", cwd=project, check=False)
+    one_line_error(result, "algo.name", "unknown algorithm 'ppx'", f"known: {', '.join(registered_algorithms())}")
+
+
+def test_missing_params_file_is_named(project: Path) -> None:
+    result = rlcore("train", "--params", "nope.yaml", cwd=project, check=False)
+    one_line_error(result, "nope.yaml", "params file not found")
+
+
+def test_params_file_that_is_not_yaml_is_named_with_the_line(project: Path) -> None:
+    (project / "broken.yaml").write_text("seed: 0\nalgo: [1, 2\n")
+    result = rlcore("train", "--params", "broken.yaml", cwd=project, check=False)
+    one_line_error(result, "broken.yaml", "not valid YAML", "(line ")
+
+
+def test_params_file_that_is_not_a_mapping_is_named(project: Path) -> None:
+    (project / "list.yaml").write_text("- seed\n- algo\n")
+    result = rlcore("train", "--params", "list.yaml", cwd=project, check=False)
+    one_line_error(result, "list.yaml", "expected a mapping", "got list")
+
+
+@pytest.mark.parametrize("item", ["algo.lr", "=0.1"])
+def test_set_without_key_and_equals_sign_shows_the_expected_form(project: Path, item: str) -> None:
+    result = rlcore("train", "--set", item, cwd=project, check=False)
+    one_line_error(result, f"--set {item!r}", "expected KEY=VALUE")
+
+
+def test_set_below_a_value_says_it_is_not_a_section(project: Path) -> None:
+    result = rlcore("train", "--set", "env.id.version=2", cwd=project, check=False)
+    one_line_error(result, "--set env.id.version", "env.id is a value, not a section")
+
+
+# --- checkpoints ----------------------------------------------------------------------------
+
+
+def test_evaluate_names_a_truncated_checkpoint_and_keeps_the_evaluations(finished: Path) -> None:
+    truncated = latest_checkpoint(finished)
+    truncate_to_half(truncated)
+    before = outputs(finished)
+    # -q: evaluate logs one line per checkpoint it evaluated before reaching the broken one.
+    result = rlcore("-q", "evaluate", *sets(QUICK), cwd=finished, check=False)
+    one_line_error(result, f"{CHECKPOINTS / truncated.name}:", "truncated or corrupt")
+    assert outputs(finished) == before
+
+
+def test_resume_from_a_truncated_checkpoint_names_it_and_keeps_the_others(finished: Path) -> None:
+    truncated = latest_checkpoint(finished)
+    truncate_to_half(truncated)
+    before = outputs(finished)
+    assert len([key for key in before if key.startswith(f"{CHECKPOINTS.as_posix()}/step_")]) == 4
+    resume_from = (CHECKPOINTS / truncated.name).as_posix()
+    result = rlcore("train", *sets(QUICK), "--resume-from", resume_from, cwd=finished, check=False)
+    one_line_error(result, f"{resume_from}:", "truncated or corrupt")
+    assert outputs(finished) == before
+
+
+def test_resuming_an_interrupted_run_names_its_truncated_latest_checkpoint(finished: Path) -> None:
+    (finished / "runs/quick/train_summary.json").unlink()  # as if training had been killed
+    truncated = latest_checkpoint(finished)
+    truncate_to_half(truncated)
+    before = outputs(finished)
+    result = rlcore("train", *sets(QUICK), cwd=finished, check=False)
+    one_line_error(result, f"{CHECKPOINTS / truncated.name}:", "truncated or corrupt")
+    assert outputs(finished) == before
+
+
+def test_resume_from_a_missing_checkpoint_is_named(finished: Path) -> None:
+    before = outputs(finished)
+    result = rlcore("train", *sets(QUICK), "--resume-from", "elsewhere/step.pt", cwd=finished, check=False)
+    one_line_error(result, "elsewhere/step.pt:", "checkpoint not found")
+    assert outputs(finished) == before
+
+
+def test_resume_from_another_algorithms_checkpoint_is_refused(finished: Path) -> None:
+    payload = torch.load(latest_checkpoint(finished), map_location="cpu", weights_only=True)
+    assert payload["algo"] == "ppo"
+    payload["algo"] = "dqn"
+    torch.save(payload, finished / "from_dqn.pt")
+    before = outputs(finished)
+    result = rlcore("train", *sets(QUICK), "--resume-from", "from_dqn.pt", cwd=finished, check=False)
+    one_line_error(result, "from_dqn.pt:", "written by algorithm 'dqn'", "params say 'ppo'")
+    # Resuming from outside the run's folder replaces the run: a refused checkpoint must not.
+    assert outputs(finished) == before
+
+
+def test_env_kwargs_the_env_refuses_keep_the_finished_run(finished: Path) -> None:
+    before = outputs(finished)
+    result = rlcore("train", *sets([*QUICK, "env.kwargs.no_such_arg=1"]), cwd=finished, check=False)
+    one_line_error(result, "env.kwargs", "CartPole-v1", "no_such_arg")
+    assert outputs(finished) == before
+
+
+# --- no good output overwritten -------------------------------------------------------------
+
+
+def test_bad_export_param_keeps_the_export(finished: Path) -> None:
+    before = outputs(finished)
+    assert {"export/policy.onnx", "export/model_card.json", "reports/metrics.json"} <= before.keys()
+    result = rlcore("export", *sets([*QUICK, "export.parity_tolerance=-1"]), cwd=finished, check=False)
+    one_line_error(result, "export.parity_tolerance", "must be > 0", "-1")
+    assert outputs(finished) == before
+
+
+def test_bad_select_metric_keeps_the_selected_model_and_metrics(finished: Path) -> None:
+    before = outputs(finished)
+    assert {"models/best/policy.pt", "reports/metrics.json", "export/policy.onnx"} <= before.keys()
+    result = rlcore("select", *sets([*QUICK, "select.metric=bogus"]), cwd=finished, check=False)
+    one_line_error(result, "select.metric", "'bogus'", "'mean_return'")
+    assert outputs(finished) == before
+
+
+def test_export_names_a_truncated_best_policy_and_keeps_the_export(finished: Path) -> None:
+    truncate_to_half(finished / "models/best/policy.pt")
+    before = outputs(finished)
+    assert {"export/policy.onnx", "export/policy.pt2", "export/model_card.json"} <= before.keys()
+    result = rlcore("export", *sets(QUICK), cwd=finished, check=False)
+    one_line_error(result, "models/best/policy.pt:", "truncated or corrupt")
+    assert outputs(finished) == before
+
+
+def test_failed_parity_check_keeps_the_previous_export(finished: Path) -> None:
+    before = outputs(finished)
+    # ONNX Runtime and torch differ by ~1e-7 in float32: no real export meets this tolerance.
+    result = rlcore("export", *sets([*QUICK, "export.parity_tolerance=1e-30"]), cwd=finished, check=False)
+    one_line_error(result, "policy.onnx", "exceeds export.parity_tolerance")
+    # Byte-identical, and no staging folder left behind in export/.
+    assert outputs(finished) == before
+    assert sorted(p.name for p in (finished / "export").iterdir()) == ["model_card.json", "policy.onnx", "policy.pt2"]

@@ -1,0 +1,71 @@
+"""The Prefect flow: one flow run with a task run per stage, on a real (temporary) Prefect server."""
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+from prefect.testing.utilities import prefect_test_harness
+
+from flows.pipeline import training_pipeline
+from rlcore.io import read_json
+
+from conftest import QUICK, rlcore, sets
+
+
+@pytest.fixture(scope="module")
+def prefect_server():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+async def _task_runs_and_artifacts(flow_run_id):
+    async with get_client() as client:
+        flow_run = await client.read_flow_run(flow_run_id)
+        task_runs = await client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        artifacts = await client.read_artifacts(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    return flow_run, task_runs, artifacts
+
+
+def test_training_pipeline_runs_each_stage_as_a_task_run_and_publishes_artifacts(project: Path, prefect_server):
+    state = training_pipeline(
+        params_path=str(project / "params.yaml"), overrides=QUICK, root=str(project), return_state=True
+    )
+    assert state.is_completed(), state
+    flow_run, task_runs, artifacts = asyncio.run(_task_runs_and_artifacts(state.state_details.flow_run_id))
+
+    assert flow_run.name and flow_run.state.is_completed()
+    assert {run.state.type.value for run in task_runs} == {"COMPLETED"}
+    names = sorted(run.name for run in task_runs)
+    for stage in ("train", "evaluate", "select-best", "export"):
+        assert sum(name.startswith(stage) for name in names) == 1, names
+    assert len(task_runs) == 4, names
+
+    assert {a.type for a in artifacts} == {"markdown", "table"}
+    markdown = next(a for a in artifacts if a.type == "markdown")
+    metrics = read_json(project / "reports" / "metrics.json")
+    assert f"{metrics['mean_return']:.1f}" in markdown.data
+    assert (project / "export" / "policy.onnx").is_file()
+
+
+async def _latest_flow_run_task_names():
+    async with get_client() as client:
+        flow_runs = await client.read_flow_runs(sort="START_TIME_DESC", limit=1)
+        task_runs = await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_runs[0].id]))
+        )
+    return flow_runs[0], sorted(run.name for run in task_runs)
+
+
+def test_rlcore_pipeline_command_is_one_flow_run_on_the_configured_server(project: Path, prefect_server):
+    from prefect.settings import PREFECT_API_URL
+
+    env = {"PREFECT_API_URL": PREFECT_API_URL.value()}
+    result = rlcore("pipeline", *sets([*QUICK, "name=cli"]), cwd=project, env=env)
+    assert "Finished in state Completed()" in result.stdout + result.stderr
+    flow_run, names = asyncio.run(_latest_flow_run_task_names())
+    assert flow_run.state.is_completed()
+    assert flow_run.parameters["overrides"][-1] == "name=cli"
+    assert [n.split("-")[0] for n in names] == ["evaluate", "export", "select", "train"]
+    assert (project / "runs" / "cli" / "train_summary.json").is_file()
