@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import RLCORE, sets
 
 from rlcore.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
 from rlcore.errors import CheckpointError
 from rlcore.io import read_json, sha256_file
-
-from conftest import RLCORE, sets
 
 WRITER = textwrap.dedent(
     """

@@ -6,6 +6,7 @@ import numpy as np
 import onnxruntime
 import pytest
 import torch
+from conftest import PROJECT, QUICK
 
 from rlcore.algos import policy_from_checkpoint
 from rlcore.checkpoints import load_checkpoint
@@ -13,8 +14,6 @@ from rlcore.config import load_params
 from rlcore.export import parity_observations
 from rlcore.io import read_json
 from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage
-
-from conftest import PROJECT, QUICK
 
 
 def _pipeline(root: Path, overrides: list[str]) -> None:

@@ -4,14 +4,13 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from conftest import QUICK, rlcore, sets
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.testing.utilities import prefect_test_harness
 
 from flows.pipeline import training_pipeline
 from rlcore.io import read_json
-
-from conftest import QUICK, rlcore, sets
 
 
 @pytest.fixture(scope="module")

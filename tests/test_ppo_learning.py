@@ -3,13 +3,12 @@
 from pathlib import Path
 
 import torch
+from conftest import PROJECT
 
 from rlcore.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.config import load_params
 from rlcore.io import read_json
 from rlcore.stages import evaluate_stage, select_stage, train_stage
-
-from conftest import PROJECT
 
 
 def test_ppo_reaches_475_on_cartpole_within_100k_steps_seed_0(tmp_path: Path):
