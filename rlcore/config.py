@@ -83,6 +83,8 @@ class TrainConfig(StrictModel):
     """Environment steps between periodic evaluations; each one also writes a candidate checkpoint."""
     eval_episodes: int = Field(10, ge=1)
     """Episodes per periodic evaluation (the final `evaluate` stage has its own count)."""
+    log_every: int = Field(4096, ge=1)
+    """Environment steps between rows of training metrics (losses, episode returns) in dvclive."""
     target_return: float | None = None
     """Stop as soon as a periodic evaluation's mean return reaches this; null to always use the budget."""
     max_wall_seconds: float | None = Field(None, gt=0)

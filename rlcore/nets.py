@@ -107,8 +107,9 @@ class ActorCritic(nn.Module):
         """The action distribution for ``obs``: (B, *obs_shape) raw observations."""
         scores = self.actor(self._features(obs))
         if self.discrete:
-            return Categorical(logits=scores)
-        return Independent(Normal(scores, self.log_std.exp().expand_as(scores)), 1)
+            return Categorical(logits=scores, validate_args=False)
+        normal = Normal(scores, self.log_std.exp().expand_as(scores), validate_args=False)
+        return Independent(normal, 1, validate_args=False)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State values, (B,)."""

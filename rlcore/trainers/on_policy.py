@@ -122,7 +122,7 @@ def train_on_policy(
     episodes = EpisodeStats(num_envs)
     stops = StopConditions(params, on_evaluation)
     progress = Progress(params.train.progress_bar, params.train.max_steps, state.env_steps)
-    metrics_log = MetricsLog(run.live, resume=checkpoint is not None)
+    metrics_log = MetricsLog(run.live, checkpoint is not None, params.train.log_every, state.env_steps)
     stop_reason = stops.budget(state)
     started = time.perf_counter() - state.wall_seconds
     last_checkpoint_step = state.env_steps if checkpoint is not None else -1
@@ -190,10 +190,10 @@ def train_on_policy(
             state.env_steps += n_steps * num_envs
             state.updates += 1
             state.wall_seconds = time.perf_counter() - started
-            row = {f"train/{key}": value for key, value in update_metrics.items()}
-            row.update(episodes.drain())
-            row["train/env_steps_per_second"] = state.env_steps / max(state.wall_seconds, 1e-9)
-            metrics_log.log(state.env_steps, row)
+            metrics_log.add({f"train/{key}": value for key, value in update_metrics.items()})
+            if metrics_log.due(state.env_steps):
+                speed = {"train/env_steps_per_second": state.env_steps / max(state.wall_seconds, 1e-9)}
+                metrics_log.flush(state.env_steps, {**episodes.drain(), **speed})
             progress.advance(state.env_steps)
 
             if state.env_steps >= state.next_eval:

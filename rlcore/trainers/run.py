@@ -208,12 +208,37 @@ class Progress:
 
 
 class MetricsLog:
-    """dvclive learning curves with env steps on the x axis; never touches dvc.yaml or DVC experiments."""
+    """dvclive learning curves with env steps on the x axis; never touches dvc.yaml or DVC experiments.
 
-    def __init__(self, directory: Path, resume: bool) -> None:
+    Training metrics are averaged over updates and written every ``every`` env steps: one dvclive row
+    costs milliseconds, as much as a whole small PPO update.
+    """
+
+    def __init__(self, directory: Path, resume: bool, every: int, env_steps: int) -> None:
         from dvclive import Live
 
         self.live = Live(str(directory), resume=resume, dvcyaml=None, save_dvc_exp=False, report=None)
+        self.every = every
+        self.next_row = env_steps + every
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            if np.isfinite(value):
+                self.sums[key] = self.sums.get(key, 0.0) + float(value)
+                self.counts[key] = self.counts.get(key, 0) + 1
+
+    def due(self, env_steps: int) -> bool:
+        return env_steps >= self.next_row
+
+    def flush(self, env_steps: int, extra: dict[str, float]) -> None:
+        """Write the averages since the last row, plus ``extra``, as one row at ``env_steps``."""
+        row = {key: total / self.counts[key] for key, total in self.sums.items()}
+        row.update(extra)
+        self.sums, self.counts = {}, {}
+        self.next_row = env_steps + self.every
+        self.log(env_steps, row)
 
     def log(self, env_steps: int, metrics: dict[str, float]) -> None:
         """Log ``{"train/loss": ..., "eval/mean_return": ...}`` as one row at ``env_steps``."""
