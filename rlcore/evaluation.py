@@ -13,7 +13,7 @@ import torch
 from gymnasium import spaces
 
 from rlcore.envs import make_vector_env
-from rlcore.nets import ActorCritic
+from rlcore.policies import Policy
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class Evaluator:
         self.env.close()
 
     @torch.no_grad()
-    def evaluate(self, policy: ActorCritic) -> EvalResult:
+    def evaluate(self, policy: Policy) -> EvalResult:
         generator = torch.Generator().manual_seed(self.seed)
         returns: list[float] = []
         lengths: list[int] = []
@@ -101,7 +101,7 @@ class Evaluator:
             batch_index += 1
         return EvalResult.from_episodes(returns, lengths)
 
-    def _run_batch(self, policy: ActorCritic, seed: int, generator: torch.Generator) -> tuple[list[float], list[int]]:
+    def _run_batch(self, policy: Policy, seed: int, generator: torch.Generator) -> tuple[list[float], list[int]]:
         env = self.env
         obs, _ = env.reset(seed=seed)
         n = env.num_envs
@@ -113,21 +113,10 @@ class Evaluator:
             if self.deterministic:
                 actions = policy.deterministic_action(obs_tensor)
             else:
-                actions = _sample(policy, obs_tensor, generator)
+                actions = policy.sample_action(obs_tensor, generator)
             obs, rewards, terminated, truncated, _ = env.step(to_env_actions(actions, env.single_action_space))
             running = ~finished
             totals[running] += rewards[running]
             lengths[running] += 1
             finished |= np.asarray(terminated) | np.asarray(truncated)
         return totals.tolist(), lengths.tolist()
-
-
-def _sample(policy: ActorCritic, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Sample from the policy with an explicit generator, so evaluation never touches the global RNG."""
-    dist = policy.distribution(obs)
-    if policy.discrete:
-        probs = dist.probs  # type: ignore[attr-defined]
-        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-    mean = dist.mean
-    std = dist.stddev
-    return mean + std * torch.randn(mean.shape, generator=generator)

@@ -30,7 +30,7 @@ from rlcore.envs import make_vector_env, space_from_description
 from rlcore.errors import RLCoreError
 from rlcore.evaluation import to_env_actions
 from rlcore.io import sha256_file, write_json
-from rlcore.nets import ActorCritic
+from rlcore.policies import Policy
 
 log = logging.getLogger("rlcore")
 
@@ -42,7 +42,7 @@ class ExportError(RLCoreError):
 class GreedyPolicy(nn.Module):
     """raw obs -> (greedy action, scores); what gets exported."""
 
-    def __init__(self, policy: ActorCritic, action_low: np.ndarray | None, action_high: np.ndarray | None) -> None:
+    def __init__(self, policy: Policy, action_low: np.ndarray | None, action_high: np.ndarray | None) -> None:
         super().__init__()
         self.policy = policy
         self.discrete = policy.discrete
@@ -53,9 +53,10 @@ class GreedyPolicy(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         scores = self.policy.act_scores(obs)
+        action = self.policy.deterministic_action(obs)
         if self.discrete:
-            return scores.argmax(dim=-1), scores
-        return torch.maximum(torch.minimum(scores, self.high), self.low), scores
+            return action, scores
+        return torch.maximum(torch.minimum(action, self.high), self.low), scores
 
 
 @dataclass(frozen=True)
@@ -65,9 +66,7 @@ class ExportResult:
     parity: dict[str, Any]
 
 
-def parity_observations(
-    env_id: str, env_kwargs: dict[str, Any], policy: ActorCritic, count: int, seed: int
-) -> np.ndarray:
+def parity_observations(env_id: str, env_kwargs: dict[str, Any], policy: Policy, count: int, seed: int) -> np.ndarray:
     """``count`` real observations, (count, *obs_shape) float32, from sampling the policy in its env."""
     num_envs = min(count, 16)
     env = make_vector_env(env_id, num_envs, env_kwargs)
@@ -77,19 +76,14 @@ def parity_observations(
     with torch.no_grad():
         while sum(len(batch) for batch in collected) < count:
             collected.append(np.asarray(obs, dtype=np.float32))
-            probs_or_mean = policy.distribution(torch.as_tensor(obs, dtype=torch.float32))
-            if policy.discrete:
-                action = torch.multinomial(probs_or_mean.probs, 1, generator=generator).squeeze(-1)  # type: ignore[attr-defined]
-            else:
-                mean, std = probs_or_mean.mean, probs_or_mean.stddev
-                action = mean + std * torch.randn(mean.shape, generator=generator)
+            action = policy.sample_action(torch.as_tensor(obs, dtype=torch.float32), generator)
             obs, *_ = env.step(to_env_actions(action, env.single_action_space))
     env.close()
     return np.concatenate(collected)[:count]
 
 
 def export_policy(
-    policy: ActorCritic,
+    policy: Policy,
     meta: dict[str, Any],
     out_dir: Path,
     onnx: bool,

@@ -1,20 +1,11 @@
-"""Policy networks: observation normalizer, MLP torsos, and an actor-critic for Discrete and Box actions.
-
-Every network takes *raw* observations: normalization is a module inside the policy, so a saved
-or exported policy carries its statistics and nobody ships them beside it.
-"""
+"""Network building blocks: the observation normalizer, MLPs, and ensembles of MLPs evaluated in one call."""
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
-from gymnasium import spaces
 from torch import nn
-from torch.distributions import Categorical, Distribution, Independent, Normal
-
-from rlcore.config import PolicyConfig
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 
@@ -76,50 +67,40 @@ def _orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
     return layer
 
 
-class ActorCritic(nn.Module):
-    """Separate actor and critic MLPs over normalized observations.
+class EnsembleLinear(nn.Module):
+    """``members`` independent linear layers applied in one batched matmul: (E, B, in) -> (E, B, out)."""
 
-    Discrete actions: a categorical over logits. Box actions: a diagonal Gaussian with a learned,
-    state-independent log standard deviation; sampled actions are clipped to the bounds only
-    when sent to the env, so log-probabilities stay those of the sampled values.
+    def __init__(self, members: int, in_features: int, out_features: int, gain: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(members, in_features, out_features))
+        self.bias = nn.Parameter(torch.zeros(members, 1, out_features))
+        for member in range(members):
+            nn.init.orthogonal_(self.weight.data[member].T, gain)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class EnsembleMLP(nn.Module):
+    """``members`` MLPs of the same shape (e.g. SAC's twin critics) evaluated together.
+
+    Input (B, in) is shared by every member, or (E, B, in) gives each its own; output is (E, B, out).
     """
 
-    def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
+    def __init__(
+        self, members: int, in_features: int, hidden_sizes: list[int], out_features: int, activation: str
+    ) -> None:
         super().__init__()
-        obs_shape = tuple(observation_space.shape)
-        obs_dim = int(np.prod(obs_shape))
-        self.discrete = isinstance(action_space, spaces.Discrete)
-        if self.discrete:
-            action_dim = int(action_space.n)
-        else:
-            assert isinstance(action_space, spaces.Box)
-            action_dim = int(np.prod(action_space.shape))
-        self.obs_normalizer = ObsNormalizer(obs_shape, config.obs_clip, config.normalize_obs)
-        self.actor = mlp(obs_dim, config.hidden_sizes, action_dim, config.activation, out_gain=0.01)
-        self.critic = mlp(obs_dim, config.hidden_sizes, 1, config.activation, out_gain=1.0)
-        if not self.discrete:
-            self.log_std = nn.Parameter(torch.full((action_dim,), float(config.log_std_init)))
+        self.members = members
+        layers: list[nn.Module] = []
+        width = in_features
+        for size in hidden_sizes:
+            layers += [EnsembleLinear(members, width, size, math.sqrt(2)), ACTIVATIONS[activation]()]
+            width = size
+        layers.append(EnsembleLinear(members, width, out_features, 1.0))
+        self.layers = nn.Sequential(*layers)
 
-    def _features(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.obs_normalizer(obs).flatten(start_dim=1)
-
-    def distribution(self, obs: torch.Tensor) -> Distribution:
-        """The action distribution for ``obs``: (B, *obs_shape) raw observations."""
-        scores = self.actor(self._features(obs))
-        if self.discrete:
-            return Categorical(logits=scores, validate_args=False)
-        normal = Normal(scores, self.log_std.exp().expand_as(scores), validate_args=False)
-        return Independent(normal, 1, validate_args=False)
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """State values, (B,)."""
-        return self.critic(self._features(obs)).squeeze(-1)
-
-    def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
-        """Logits (discrete) or Gaussian means (Box): (B, action_dim). Deterministic action = argmax or mean."""
-        return self.actor(self._features(obs))
-
-    def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
-        """Greedy action: (B,) int64 for Discrete, (B, action_dim) for Box (not yet clipped)."""
-        scores = self.act_scores(obs)
-        return scores.argmax(dim=-1) if self.discrete else scores
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:
+            x = x.unsqueeze(0).expand(self.members, *x.shape)
+        return self.layers(x)

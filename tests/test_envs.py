@@ -9,7 +9,7 @@ from rlcore.config import load_params
 from rlcore.envs import make_vector_env
 from rlcore.evaluation import Evaluator
 from rlcore.io import read_json
-from rlcore.nets import ActorCritic
+from rlcore.policies import ActorCritic
 from rlcore.stages import train_stage
 
 

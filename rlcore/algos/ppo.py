@@ -22,7 +22,7 @@ from torch import nn
 from rlcore.algos import register
 from rlcore.buffers import RolloutBuffer
 from rlcore.config import AlgoConfig, PolicyConfig
-from rlcore.nets import ActorCritic
+from rlcore.policies import ActorCritic
 from rlcore.schedules import ScheduleName, scheduled
 
 

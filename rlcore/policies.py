@@ -1,0 +1,206 @@
+"""Acting networks: what evaluation and export need from every algorithm, over raw observations.
+
+Every policy takes *raw* observations: normalization is a module inside it, so a saved or exported
+policy carries its statistics and nobody ships them beside it. The interface (:class:`Policy`):
+
+- ``act_scores(obs)``: (B, action_dim) logits, Q-values, or the Gaussian mean (before any squashing);
+- ``deterministic_action(obs)``: the greedy action in env units, (B,) int64 or (B, action_dim) float;
+- ``sample_action(obs, generator)``: a stochastic action for evaluation and exploration.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+from torch.distributions import (
+    AffineTransform,
+    Categorical,
+    Distribution,
+    Independent,
+    Normal,
+    TanhTransform,
+    TransformedDistribution,
+)
+
+from rlcore.config import PolicyConfig
+from rlcore.nets import ObsNormalizer, mlp
+
+
+def action_dim(action_space: spaces.Space) -> int:
+    if isinstance(action_space, spaces.Discrete):
+        return int(action_space.n)
+    return int(np.prod(action_space.shape))
+
+
+class Policy(nn.Module):
+    """Base of every acting network (see the module docstring)."""
+
+    discrete: bool
+    obs_normalizer: ObsNormalizer
+
+    def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
+        super().__init__()
+        self.discrete = isinstance(action_space, spaces.Discrete)
+        self.obs_dim = int(np.prod(observation_space.shape))
+        self.action_dim = action_dim(action_space)
+        self.obs_normalizer = ObsNormalizer(tuple(observation_space.shape), config.obs_clip, config.normalize_obs)
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """Normalized, flattened observations: (B, obs_dim)."""
+        return self.obs_normalizer(obs).flatten(start_dim=1)
+
+    def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def sample_action(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def _sample_categorical(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+
+
+class ActorCritic(Policy):
+    """Separate actor and critic MLPs (PPO, A2C).
+
+    Discrete actions: a categorical over logits. Box actions: a diagonal Gaussian with a learned,
+    state-independent log standard deviation; sampled actions are clipped to the bounds only
+    when sent to the env, so log-probabilities stay those of the sampled values.
+    """
+
+    def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
+        super().__init__(observation_space, action_space, config)
+        self.actor = mlp(self.obs_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
+        self.critic = mlp(self.obs_dim, config.hidden_sizes, 1, config.activation, out_gain=1.0)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((self.action_dim,), float(config.log_std_init)))
+
+    def distribution(self, obs: torch.Tensor) -> Distribution:
+        """The action distribution for ``obs``: (B, *obs_shape) raw observations."""
+        scores = self.actor(self.features(obs))
+        if self.discrete:
+            return Categorical(logits=scores, validate_args=False)
+        normal = Normal(scores, self.log_std.exp().expand_as(scores), validate_args=False)
+        return Independent(normal, 1, validate_args=False)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """State values, (B,)."""
+        return self.critic(self.features(obs)).squeeze(-1)
+
+    def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.actor(self.features(obs))
+
+    def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
+        scores = self.act_scores(obs)
+        return scores.argmax(dim=-1) if self.discrete else scores
+
+    def sample_action(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        scores = self.act_scores(obs)
+        if self.discrete:
+            return _sample_categorical(scores, generator)
+        return scores + self.log_std.exp() * torch.randn(scores.shape, generator=generator)
+
+
+class QPolicy(Policy):
+    """Action values Q(s, .) for Discrete actions (DQN), optionally with a dueling head.
+
+    Dueling (Wang et al., 2016): Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a').
+    ``sample_action`` is epsilon-greedy with ``eval_epsilon``.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Box,
+        action_space: spaces.Space,
+        config: PolicyConfig,
+        dueling: bool = False,
+        eval_epsilon: float = 0.05,
+    ) -> None:
+        super().__init__(observation_space, action_space, config)
+        self.dueling = dueling
+        self.eval_epsilon = eval_epsilon
+        out = self.action_dim + 1 if dueling else self.action_dim
+        self.q = mlp(self.obs_dim, config.hidden_sizes, out, config.activation, out_gain=1.0)
+
+    def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
+        """Q-values, (B, n_actions)."""
+        out = self.q(self.features(obs))
+        if not self.dueling:
+            return out
+        value, advantage = out[:, :1], out[:, 1:]
+        return value + advantage - advantage.mean(dim=-1, keepdim=True)
+
+    def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.act_scores(obs).argmax(dim=-1)
+
+    def sample_action(
+        self, obs: torch.Tensor, generator: torch.Generator | None = None, epsilon: float | None = None
+    ) -> torch.Tensor:
+        """Epsilon-greedy: a uniformly random action with probability ``epsilon``."""
+        epsilon = self.eval_epsilon if epsilon is None else epsilon
+        greedy = self.deterministic_action(obs)
+        explore = torch.rand(greedy.shape, generator=generator) < epsilon
+        random = torch.randint(self.action_dim, greedy.shape, generator=generator)
+        return torch.where(explore, random, greedy)
+
+
+class SquashedGaussianActor(Policy):
+    """SAC's actor for Box actions: a = low + (tanh(u) + 1) / 2 * (high - low), u ~ N(mu(s), sigma(s)).
+
+    The distribution is a ``TransformedDistribution`` (tanh, then the affine map to the bounds), so
+    log-probabilities include the change-of-variables correction.
+    """
+
+    LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+    def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
+        super().__init__(observation_space, action_space, config)
+        assert isinstance(action_space, spaces.Box)
+        low = torch.as_tensor(action_space.low.reshape(-1), dtype=torch.float32)
+        high = torch.as_tensor(action_space.high.reshape(-1), dtype=torch.float32)
+        self.register_buffer("action_loc", (high + low) / 2)
+        self.register_buffer("action_scale", (high - low) / 2)
+        self.trunk = mlp(self.obs_dim, config.hidden_sizes, 2 * self.action_dim, config.activation, out_gain=0.01)
+
+    def _mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = self.trunk(self.features(obs)).chunk(2, dim=-1)
+        return mean, log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
+
+    def distribution(self, obs: torch.Tensor) -> Distribution:
+        mean, log_std = self._mean_log_std(obs)
+        squash = [TanhTransform(cache_size=1), AffineTransform(self.action_loc, self.action_scale, cache_size=1)]
+        base = Normal(mean, log_std.exp(), validate_args=False)
+        return Independent(TransformedDistribution(base, squash, validate_args=False), 1, validate_args=False)
+
+    def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
+        return self._mean_log_std(obs)[0]
+
+    def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.action_loc + self.action_scale * torch.tanh(self.act_scores(obs))
+
+    def sample_action(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        mean, log_std = self._mean_log_std(obs)
+        u = mean + log_std.exp() * torch.randn(mean.shape, generator=generator)
+        return self.action_loc + self.action_scale * torch.tanh(u)
+
+
+class CategoricalActor(Policy):
+    """SAC's actor for Discrete actions: a categorical over logits."""
+
+    def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
+        super().__init__(observation_space, action_space, config)
+        self.logits = mlp(self.obs_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
+
+    def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.logits(self.features(obs))
+
+    def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.act_scores(obs).argmax(dim=-1)
+
+    def sample_action(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        return _sample_categorical(self.act_scores(obs), generator)
