@@ -65,13 +65,19 @@ class PPO:
     kind = "on_policy"
     Config = PPOConfig
 
-    def __init__(self, policy: ActorCritic, config: PPOConfig) -> None:
+    action_spaces = (spaces.Discrete, spaces.Box)
+
+    def __init__(
+        self, policy: ActorCritic, config: PPOConfig, observation_space: spaces.Box, action_space: spaces.Space
+    ) -> None:
         self.policy = policy
         self.config = config
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, eps=config.adam_eps, fused=True)
 
     @staticmethod
-    def make_policy(observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> nn.Module:
+    def make_policy(
+        observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig, algo: PPOConfig
+    ) -> ActorCritic:
         return ActorCritic(observation_space, action_space, config)
 
     def update(self, rollout: RolloutBuffer, progress: float, generator: torch.Generator) -> dict[str, float]:

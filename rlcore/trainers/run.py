@@ -115,9 +115,16 @@ class RunDirectory:
         self.checkpoints.mkdir(parents=True, exist_ok=True)
 
     def save(
-        self, params: Params, state: RunState, tensors: dict[str, Any], spaces: dict[str, Any], evaluation: EvalResult
+        self,
+        params: Params,
+        state: RunState,
+        tensors: dict[str, Any],
+        spaces: dict[str, Any],
+        evaluation: EvalResult,
+        extra: dict[str, Any],
     ) -> Path:
         meta = {
+            **extra,
             "fingerprint": train_fingerprint(params),
             "params": params.to_dict(),
             "spaces": spaces,
@@ -144,15 +151,6 @@ class RunDirectory:
         }
         write_json(self.summary, summary)
         return summary
-
-
-def rng_state(minibatch_generator: torch.Generator) -> dict[str, torch.Tensor]:
-    return {"torch": torch.get_rng_state(), "minibatch": minibatch_generator.get_state()}
-
-
-def restore_rng(state: dict[str, torch.Tensor], minibatch_generator: torch.Generator) -> None:
-    torch.set_rng_state(state["torch"])
-    minibatch_generator.set_state(state["minibatch"])
 
 
 class StopConditions:
