@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from rlcore.errors import ConfigError, did_you_mean
 
@@ -74,6 +74,38 @@ class AlgoConfig(StrictModel):
     """Base of every algorithm's config; each algorithm module defines and registers its subclass."""
 
     name: str
+
+
+class OffPolicyConfig(AlgoConfig):
+    """Keys shared by replay-based algorithms (DQN, SAC): the buffer, the update cadence, target networks."""
+
+    gamma: float = Field(0.99, gt=0, le=1)
+    n_step: int = Field(1, ge=1)
+    """Steps folded into each TD target (n-step returns)."""
+    buffer_size: int = Field(100_000, ge=1)
+    """Transitions kept in the replay ring."""
+    batch_size: int = Field(256, ge=1)
+    """Transitions per gradient step."""
+    learning_starts: int = Field(1_000, ge=0)
+    """Env steps of uniformly random actions before the first update (warm-up)."""
+    train_freq: int = Field(1, ge=1)
+    """Env steps (summed over envs) collected between two update phases."""
+    gradient_steps_per_sample: float = Field(1.0, gt=0)
+    """Gradient steps per collected env step (update-to-data ratio); fractions carry over between phases."""
+    tau: float = Field(1.0, gt=0, le=1)
+    """Target-network update: Polyak averaging with this weight; 1.0 copies the weights (a hard update)."""
+    target_update_interval: int = Field(1, ge=1)
+    """Gradient steps between target-network updates."""
+    max_grad_norm: float | None = Field(10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _buffer_holds_a_batch(self) -> OffPolicyConfig:
+        if self.buffer_size < self.batch_size:
+            raise ValueError(
+                f"algo.buffer_size: must be >= algo.batch_size ({self.batch_size}) so a batch can be sampled, "
+                f"got {self.buffer_size}"
+            )
+        return self
 
 
 class TrainConfig(StrictModel):

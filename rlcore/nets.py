@@ -104,3 +104,16 @@ class EnsembleMLP(nn.Module):
         if x.dim() == 2:
             x = x.unsqueeze(0).expand(self.members, *x.shape)
         return self.layers(x)
+
+
+@torch.no_grad()
+def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """target <- (1 - tau) * target + tau * source for parameters; buffers (e.g. normalizer statistics) are copied."""
+    target_params = list(target.parameters())
+    source_params = list(source.parameters())
+    if tau >= 1.0:
+        torch._foreach_copy_(target_params, source_params)
+    else:
+        torch._foreach_lerp_(target_params, source_params, tau)
+    for target_buffer, source_buffer in zip(target.buffers(), source.buffers(), strict=True):
+        target_buffer.copy_(source_buffer)

@@ -42,6 +42,7 @@ class Policy(nn.Module):
 
     def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
         super().__init__()
+        self.config = config
         self.discrete = isinstance(action_space, spaces.Discrete)
         self.obs_dim = int(np.prod(observation_space.shape))
         self.action_dim = action_dim(action_space)

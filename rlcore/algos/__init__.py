@@ -90,4 +90,4 @@ def policy_from_checkpoint(checkpoint: Checkpoint) -> Policy:
     return policy
 
 
-from rlcore.algos import ppo  # noqa: E402,F401  (registers itself)
+from rlcore.algos import dqn, ppo, sac  # noqa: E402,F401  (each registers itself)

@@ -19,4 +19,8 @@ def train(
         from rlcore.trainers.on_policy import train_on_policy
 
         return train_on_policy(params, run_dir, on_evaluation, resume_from)
+    if kind == "off_policy":
+        from rlcore.trainers.off_policy import train_off_policy
+
+        return train_off_policy(params, run_dir, on_evaluation, resume_from)
     raise NotImplementedError(f"no trainer for algorithm kind {kind!r}")

@@ -3,6 +3,7 @@
 Run directory ``runs/<name>/``:
     checkpoints/step_<env_steps>.pt   one per periodic evaluation (the candidates for select-best)
     dvclive/                          learning curves (TSV per metric, step = env steps) and metrics.json
+    replay/step_<env_steps>.npz       off-policy runs: the replay buffer at the latest checkpoint
     train_summary.json                written last: its presence means the run finished
 
 A run without ``train_summary.json`` was interrupted: re-running with the same train params resumes
@@ -109,7 +110,7 @@ class RunDirectory:
     def _wipe(self, reason: str) -> None:
         if reason and self.root.exists():
             log.info("%s", reason)
-        for path in (self.checkpoints, self.live):
+        for path in (self.checkpoints, self.live, self.root / "replay"):
             shutil.rmtree(path, ignore_errors=True)
         self.summary.unlink(missing_ok=True)
         self.checkpoints.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,107 @@
+"""Deep Q-Networks (Mnih et al., 2015) with double-Q targets (van Hasselt et al., 2016) and an optional
+dueling head (Wang et al., 2016).
+
+For each gradient step on a replay batch (s, a, R, s', discount):
+    a* = argmax_a' Q(s', a')                    (double DQN: the online net picks the action ...)
+    y  = R + discount * Q_target(s', a*)        (... the target net values it; plain DQN: max_a' Q_target)
+    L  = Huber(Q(s, a) - y)
+    every target_update_interval steps: Q_target <- tau * Q + (1 - tau) * Q_target
+Acting: epsilon-greedy, epsilon annealed linearly over the first exploration_fraction of the budget.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from gymnasium import spaces
+from pydantic import Field
+from torch import nn
+
+from rlcore.algos import register
+from rlcore.config import OffPolicyConfig, PolicyConfig
+from rlcore.nets import polyak_update
+from rlcore.policies import QPolicy
+from rlcore.schedules import scheduled
+
+
+class DQNConfig(OffPolicyConfig):
+    name: Literal["dqn"] = "dqn"
+    lr: float = Field(1e-3, gt=0)
+    double_dqn: bool = True
+    dueling: bool = False
+    exploration_fraction: float = Field(0.1, gt=0, le=1)
+    """Share of ``train.max_steps`` over which epsilon falls from its initial to its final value."""
+    exploration_initial_eps: float = Field(1.0, ge=0, le=1)
+    exploration_final_eps: float = Field(0.05, ge=0, le=1)
+    target_update_interval: int = Field(250, ge=1)
+
+
+@register
+class DQN:
+    name = "dqn"
+    kind = "off_policy"
+    Config = DQNConfig
+    action_spaces = (spaces.Discrete,)
+
+    def __init__(
+        self, policy: QPolicy, config: DQNConfig, observation_space: spaces.Box, action_space: spaces.Space
+    ) -> None:
+        self.policy = policy
+        self.config = config
+        self.target = copy.deepcopy(policy).requires_grad_(False)
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, fused=True)
+        self.gradient_steps = 0
+
+    @staticmethod
+    def make_policy(
+        observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig, algo: DQNConfig
+    ) -> QPolicy:
+        return QPolicy(observation_space, action_space, config, dueling=algo.dueling)
+
+    def epsilon(self, progress: float) -> float:
+        cfg = self.config
+        return scheduled(
+            cfg.exploration_initial_eps, "linear", progress / cfg.exploration_fraction, final=cfg.exploration_final_eps
+        )
+
+    @torch.no_grad()
+    def explore(self, obs: torch.Tensor, progress: float, generator: torch.Generator) -> torch.Tensor:
+        return self.policy.sample_action(obs, generator, epsilon=self.epsilon(progress))
+
+    def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
+        cfg = self.config
+        q = self.policy.act_scores(batch["obs"]).gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
+        with torch.no_grad():
+            next_q_target = self.target.act_scores(batch["next_obs"])
+            if cfg.double_dqn:
+                next_actions = self.policy.act_scores(batch["next_obs"]).argmax(dim=1, keepdim=True)
+                next_q = next_q_target.gather(1, next_actions).squeeze(1)
+            else:
+                next_q = next_q_target.max(dim=1).values
+            td_target = batch["rewards"] + batch["discounts"] * next_q
+        loss = F.smooth_l1_loss(q, td_target)
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        self.gradient_steps += 1
+        if self.gradient_steps % cfg.target_update_interval == 0:
+            polyak_update(self.target, self.policy, cfg.tau)
+        return {"loss": loss.item(), "q_mean": q.mean().item(), "epsilon": self.epsilon(progress)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "gradient_steps": self.gradient_steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.gradient_steps = int(state["gradient_steps"])

@@ -1,0 +1,195 @@
+"""Soft Actor-Critic (Haarnoja et al., 2018), with automatic entropy tuning, and its discrete-action
+variant (Christodoulou, 2019): the action space picks which.
+
+For each gradient step on a replay batch (s, a, R, s', discount), with twin critics Q1, Q2:
+    y = scale * R + discount * E_{a'~pi(s')}[min_i Q_target_i(s', a') - alpha * log pi(a'|s')]
+    L_Q  = sum_i (Q_i(s, a) - y)^2
+    L_pi = E_{a~pi(s)}[alpha * log pi(a|s) - min_i Q_i(s, a)]
+    L_alpha = -log(alpha) * (target_entropy - H[pi(.|s)])      (when ent_coef is "auto")
+    Q_target <- tau * Q + (1 - tau) * Q_target
+Box actions: a tanh-squashed Gaussian, expectations by one reparameterized sample. Discrete actions:
+a categorical, expectations computed exactly over the actions.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from pydantic import Field
+from torch import nn
+
+from rlcore.algos import register
+from rlcore.config import OffPolicyConfig, PolicyConfig
+from rlcore.errors import ConfigError
+from rlcore.nets import EnsembleMLP, polyak_update
+from rlcore.policies import CategoricalActor, Policy, SquashedGaussianActor
+
+
+class SACConfig(OffPolicyConfig):
+    name: Literal["sac"] = "sac"
+    lr: float = Field(3e-4, gt=0)
+    """Adam learning rate of the critics and the entropy coefficient (and of the actor unless ``actor_lr``)."""
+    actor_lr: float | None = Field(None, gt=0)
+    """The actor's learning rate; null: ``lr``. A slower actor steadies discrete SAC."""
+    ent_coef: float | Literal["auto"] = "auto"
+    """The entropy coefficient alpha, or ``auto`` to tune it toward ``target_entropy``."""
+    init_ent_coef: float = Field(1.0, gt=0)
+    target_entropy: float | Literal["auto"] = "auto"
+    """``auto``: -action_dim for Box actions, ``target_entropy_scale * log(n)`` for n discrete actions."""
+    target_entropy_scale: float = Field(0.5, gt=0, le=1)
+    reward_scale: float = Field(1.0, gt=0)
+    tau: float = Field(0.005, gt=0, le=1)
+    max_grad_norm: float | None = Field(None, gt=0)
+
+    @property
+    def auto_alpha(self) -> bool:
+        return self.ent_coef == "auto"
+
+
+@register
+class SAC:
+    name = "sac"
+    kind = "off_policy"
+    Config = SACConfig
+    action_spaces = (spaces.Box, spaces.Discrete)
+
+    def __init__(
+        self, policy: Policy, config: SACConfig, observation_space: spaces.Box, action_space: spaces.Space
+    ) -> None:
+        self.policy = policy
+        self.config = config
+        self.discrete = policy.discrete
+        n = policy.action_dim
+        # Critics have the actor's torso shape and read the actor's normalized observations.
+        net = policy.config
+        in_features = policy.obs_dim if self.discrete else policy.obs_dim + n
+        self.critic = EnsembleMLP(2, in_features, net.hidden_sizes, n if self.discrete else 1, net.activation)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        if config.target_entropy == "auto":
+            self.target_entropy = config.target_entropy_scale * math.log(n) if self.discrete else -float(n)
+        else:
+            self.target_entropy = float(config.target_entropy)
+        initial = config.init_ent_coef if config.auto_alpha else float(config.ent_coef)
+        self.log_alpha = torch.tensor(math.log(initial), requires_grad=config.auto_alpha)
+        self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=config.actor_lr or config.lr, fused=True)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.lr, fused=True)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.lr) if config.auto_alpha else None
+        self.gradient_steps = 0
+
+    @staticmethod
+    def make_policy(
+        observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig, algo: SACConfig
+    ) -> Policy:
+        if isinstance(action_space, spaces.Discrete):
+            return CategoricalActor(observation_space, action_space, config)
+        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+            raise ConfigError(f"algo.name: sac squashes actions into their bounds, but {action_space} is unbounded")
+        return SquashedGaussianActor(observation_space, action_space, config)
+
+    @torch.no_grad()
+    def explore(self, obs: torch.Tensor, progress: float, generator: torch.Generator) -> torch.Tensor:
+        return self.policy.sample_action(obs, generator)
+
+    def _q(self, critic: EnsembleMLP, features: torch.Tensor, actions: torch.Tensor | None) -> torch.Tensor:
+        """Twin Q-values: (2, B, n_actions) for discrete actions, (2, B) for Box actions in env units."""
+        if self.discrete:
+            return critic(features)
+        assert isinstance(self.policy, SquashedGaussianActor) and actions is not None
+        unit_actions = (actions - self.policy.action_loc) / self.policy.action_scale
+        return critic(torch.cat([features, unit_actions], dim=-1)).squeeze(-1)
+
+    def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
+        cfg = self.config
+        alpha = self.log_alpha.exp().detach()
+        obs, next_obs = batch["obs"], batch["next_obs"]
+        with torch.no_grad():
+            features, next_features = self.policy.features(obs), self.policy.features(next_obs)
+            if self.discrete:
+                next_logits = self.policy.act_scores(next_obs)
+                next_probs, next_log_probs = next_logits.softmax(-1), next_logits.log_softmax(-1)
+                next_q = self._q(self.critic_target, next_features, None).min(dim=0).values
+                next_value = (next_probs * (next_q - alpha * next_log_probs)).sum(-1)
+            else:
+                next_dist = self.policy.distribution(next_obs)
+                next_actions = next_dist.rsample()
+                next_q = self._q(self.critic_target, next_features, next_actions).min(dim=0).values
+                next_value = next_q - alpha * next_dist.log_prob(next_actions)
+            target = cfg.reward_scale * batch["rewards"] + batch["discounts"] * next_value
+
+        if self.discrete:
+            taken = batch["actions"].view(1, -1, 1).expand(2, -1, 1)
+            q = self._q(self.critic, features, None).gather(2, taken).squeeze(-1)
+        else:
+            q = self._q(self.critic, features, batch["actions"])
+        critic_loss = (q - target).square().mean(dim=1).sum()
+        self._step(self.critic_optimizer, critic_loss, self.critic)
+
+        self.critic.requires_grad_(False)  # the actor's loss needs dQ/da, not gradients of the critics' weights
+        if self.discrete:
+            logits = self.policy.act_scores(obs)
+            probs, log_probs = logits.softmax(-1), logits.log_softmax(-1)
+            q_pi = self._q(self.critic, features, None).min(dim=0).values.detach()
+            actor_loss = (probs * (alpha * log_probs - q_pi)).sum(-1).mean()
+            entropy = -(probs * log_probs).sum(-1).mean()
+        else:
+            dist = self.policy.distribution(obs)
+            actions = dist.rsample()
+            log_prob = dist.log_prob(actions)
+            q_pi = self._q(self.critic, features, actions).min(dim=0).values
+            actor_loss = (alpha * log_prob - q_pi).mean()
+            entropy = -log_prob.mean()
+        self._step(self.actor_optimizer, actor_loss, self.policy)
+        self.critic.requires_grad_(True)
+
+        if self.alpha_optimizer is not None:
+            alpha_loss = -(self.log_alpha * (self.target_entropy - entropy.detach()))
+            self.alpha_optimizer.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_optimizer.step()
+
+        self.gradient_steps += 1
+        if self.gradient_steps % cfg.target_update_interval == 0:
+            polyak_update(self.critic_target, self.critic, cfg.tau)
+        return {
+            "critic_loss": critic_loss.item(),
+            "actor_loss": actor_loss.item(),
+            "alpha": alpha.item(),
+            "entropy": entropy.item(),
+            "q_mean": q.mean().item(),
+        }
+
+    def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, module: nn.Module) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(module.parameters(), self.config.max_grad_norm)
+        optimizer.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "critic": self.critic.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "gradient_steps": self.gradient_steps,
+        }
+        if self.alpha_optimizer is not None:
+            state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        if self.alpha_optimizer is not None:
+            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        self.gradient_steps = int(state["gradient_steps"])
