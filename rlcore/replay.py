@@ -12,6 +12,7 @@ its episodes anyway.
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,7 @@ class ReplayBuffer:
             with np.load(path, allow_pickle=False) as data:
                 capacity, pos, size, env_steps, n_step = (int(v) for v in data["meta"])
                 arrays = {name: data[name] for name in FIELDS}
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as exc:
             raise CheckpointError(f"{path}: not a readable replay buffer (truncated or corrupt?): {exc}") from None
         if capacity != self.capacity or n_step != self.n_step:
             raise CheckpointError(

@@ -8,6 +8,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import RLCORE, sets
@@ -99,3 +100,42 @@ def test_resume_after_kill_continues_from_checkpoint_step(project: Path):
     # The counters carried over: the summary's evaluations span both processes, in order.
     steps = [e["env_steps"] for e in summary["evaluations"]]
     assert steps == sorted(steps) and steps[0] == before[0][0] and steps[-1] == 40960
+
+
+def test_off_policy_resume_after_kill_keeps_replay_and_step_counter(project: Path):
+    preset = str(Path(__file__).resolve().parents[1] / "configs" / "dqn-cartpole.yaml")
+    overrides = [
+        "name=offresume",
+        "train.max_steps=16384",
+        "train.eval_every=2048",
+        "train.eval_episodes=2",
+        "train.target_return=null",
+        "train.progress_bar=off",
+    ]
+    run_dir = project / "runs" / "offresume"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    command = [RLCORE, "train", "--params", preset, *sets(overrides)]
+    child = subprocess.Popen(command, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(list_checkpoints(run_dir / "checkpoints")) < 3 and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    checkpoints = list_checkpoints(run_dir / "checkpoints")
+    assert len(checkpoints) >= 3
+    last_step = checkpoints[-1][0]
+    replay_file = run_dir / "replay" / f"step_{last_step:010d}.npz"
+    assert replay_file.is_file(), "the replay buffer is saved with each checkpoint"
+    with np.load(replay_file) as saved:
+        saved_size = int(saved["meta"][2])
+    # Every env step so far is in it, but for the autoreset steps that follow each episode's end.
+    assert 0.8 * last_step < saved_size <= last_step
+    assert not list((run_dir / "replay").glob("step_*.npz"))[1:], "only the latest buffer is kept"
+
+    result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert f"at env step {last_step}" in result.stderr
+    assert f"restored {saved_size} replay transitions" in result.stderr
+    summary = read_json(run_dir / "train_summary.json")
+    assert summary["env_steps"] == 16384
+    assert load_checkpoint(list_checkpoints(run_dir / "checkpoints")[-1][1]).meta["updates"] > 0

@@ -239,3 +239,64 @@ def test_failed_parity_check_keeps_the_previous_export(finished: Path) -> None:
     # Byte-identical, and no staging folder left behind in export/.
     assert outputs(finished) == before
     assert sorted(p.name for p in (finished / "export").iterdir()) == ["model_card.json", "policy.onnx", "policy.pt2"]
+
+
+# --- off-policy params and algorithm/env fit ----------------------------------------------------
+
+
+def test_replay_buffer_smaller_than_the_batch_is_refused(project: Path) -> None:
+    result = rlcore(
+        "train",
+        "--params",
+        str(PROJECT / "configs" / "dqn-cartpole.yaml"),
+        *sets(["algo.buffer_size=32", "algo.batch_size=64"]),
+        cwd=project,
+        check=False,
+    )
+    one_line_error(result, "algo.buffer_size", ">= algo.batch_size (64)", "got 32")
+
+
+def test_batch_size_of_zero_is_refused(project: Path) -> None:
+    result = rlcore(
+        "train",
+        "--params",
+        str(PROJECT / "configs" / "sac-pendulum.yaml"),
+        *sets(["algo.batch_size=0"]),
+        cwd=project,
+        check=False,
+    )
+    one_line_error(result, "algo.batch_size", "must be >= 1", "got 0")
+
+
+@pytest.mark.parametrize(("tau", "expected"), [("0", "must be > 0"), ("1.5", "must be <= 1"), ("-0.1", "must be > 0")])
+def test_tau_outside_zero_one_is_refused(project: Path, tau: str, expected: str) -> None:
+    result = rlcore(
+        "train",
+        "--params",
+        str(PROJECT / "configs" / "sac-pendulum.yaml"),
+        *sets([f"algo.tau={tau}"]),
+        cwd=project,
+        check=False,
+    )
+    one_line_error(result, "algo.tau", expected, f"got {tau}")
+
+
+def test_dqn_on_a_box_action_space_is_refused_before_any_output(project: Path) -> None:
+    result = rlcore(
+        "train",
+        "--params",
+        str(PROJECT / "configs" / "dqn-cartpole.yaml"),
+        *sets(["env.id=Pendulum-v1", "env.num_envs=1"]),
+        cwd=project,
+        check=False,
+    )
+    one_line_error(result, "algo.name", "dqn needs a Discrete action space", "Pendulum-v1", "Box")
+    assert not (project / "runs").exists()
+
+
+def test_algorithm_mismatch_keeps_a_finished_run(finished: Path) -> None:
+    before = outputs(finished)
+    dqn = str(PROJECT / "configs" / "dqn-cartpole.yaml")
+    result = rlcore("train", "--params", dqn, *sets([*QUICK, "env.id=Pendulum-v1"]), cwd=finished, check=False)
+    one_line_error(result, "dqn needs a Discrete action space")
+    assert outputs(finished) == before

@@ -64,3 +64,34 @@ def test_onnx_matches_torch_on_1000_raw_observations_with_normalization_inside(t
     assert card["evaluation"]["mean_return"] == read_json(tmp_path / "reports" / "metrics.json")["mean_return"]
     for key in ("observation_space", "action_space", "algorithm", "params", "git", "command", "created", "files"):
         assert key in card
+
+
+@pytest.mark.parametrize("preset", ["dqn-cartpole.yaml", "sac-pendulum.yaml", "sac-discrete-cartpole.yaml"])
+def test_off_policy_exports_match_torch_greedy_actions(tmp_path: Path, preset: str):
+    params = load_params(
+        PROJECT / "configs" / preset,
+        [
+            "train.max_steps=1200",
+            "train.eval_every=600",
+            "train.eval_episodes=2",
+            "algo.learning_starts=400",
+            "eval.episodes=2",
+            "train.target_return=null",
+            "train.progress_bar=off",
+        ],
+    )
+    for stage in (train_stage, evaluate_stage, select_stage, export_stage):
+        stage(params, tmp_path)
+    policy = policy_from_checkpoint(load_checkpoint(tmp_path / "models" / "best" / "policy.pt"))
+    obs = parity_observations(params.env.id, {}, policy, 500, seed=7)
+    session = onnxruntime.InferenceSession(str(tmp_path / "export" / "policy.onnx"), providers=["CPUExecutionProvider"])
+    action, scores = session.run(["action", "scores"], {"obs": obs})
+    with torch.no_grad():
+        expected_action = policy.deterministic_action(torch.as_tensor(obs)).numpy()
+        expected_scores = policy.act_scores(torch.as_tensor(obs)).numpy()
+    assert np.max(np.abs(scores - expected_scores)) <= 1e-5
+    if policy.discrete:
+        assert np.array_equal(action, expected_action)
+    else:  # SAC squashes into the bounds: the exported action is the tanh-squashed mean, within [-2, 2]
+        assert np.max(np.abs(action - expected_action)) <= 1e-5 and np.all(np.abs(action) <= 2.0)
+    assert read_json(tmp_path / "export" / "model_card.json")["algorithm"] == params.algo.name

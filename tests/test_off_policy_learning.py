@@ -1,0 +1,57 @@
+"""DQN and SAC (continuous and discrete) learn with the shipped presets, within the stated budgets."""
+
+from pathlib import Path
+
+import pytest
+from conftest import PROJECT
+
+from rlcore.config import load_params
+from rlcore.io import read_json
+from rlcore.stages import evaluate_stage, select_stage, train_stage
+
+
+def _selected_score(root: Path, preset: str, overrides: list[str]) -> dict:
+    params = load_params(PROJECT / "configs" / preset, [*overrides, "train.progress_bar=off"])
+    train_stage(params, root)
+    evaluate_stage(params, root)
+    select_stage(params, root)
+    return read_json(root / "reports" / "metrics.json")
+
+
+def test_dqn_reaches_475_on_cartpole_within_50k_steps_seed_0(tmp_path: Path):
+    # configs/dqn-cartpole.yaml, seed 0, budget 50k env steps; the evaluate stage's 10 held-out episodes count.
+    metrics = _selected_score(tmp_path, "dqn-cartpole.yaml", ["seed=0", "train.max_steps=50000"])
+    assert metrics["env_steps"] <= 50_000
+    assert metrics["mean_return"] >= 475, metrics
+
+
+def test_sac_reaches_minus_200_on_pendulum_within_20k_steps_seed_0(tmp_path: Path):
+    metrics = _selected_score(tmp_path, "sac-pendulum.yaml", ["seed=0", "train.max_steps=20000"])
+    assert metrics["env_steps"] <= 20_000
+    assert metrics["mean_return"] >= -200, metrics
+
+
+def test_discrete_sac_reaches_400_on_cartpole_within_50k_steps_seed_1(tmp_path: Path):
+    metrics = _selected_score(
+        tmp_path, "sac-discrete-cartpole.yaml", ["seed=1", "train.max_steps=50000", "train.target_return=450"]
+    )
+    assert metrics["env_steps"] <= 50_000
+    assert metrics["mean_return"] >= 400, metrics
+
+
+@pytest.mark.parametrize("preset", ["dqn-cartpole.yaml", "sac-pendulum.yaml", "sac-discrete-cartpole.yaml"])
+def test_off_policy_runs_are_deterministic(tmp_path: Path, preset: str):
+    overrides = [
+        "train.max_steps=1600",
+        "train.eval_every=800",
+        "train.eval_episodes=2",
+        "algo.learning_starts=400",
+        "train.progress_bar=off",
+    ]
+    params = load_params(PROJECT / "configs" / preset, overrides)
+    curves = []
+    for run in ("a", "b"):
+        train_stage(params, tmp_path / run)
+        summary = read_json(tmp_path / run / "runs" / params.name / "train_summary.json")
+        curves.append([(e["env_steps"], e["mean_return"]) for e in summary["evaluations"]])
+    assert curves[0] == curves[1]

@@ -1,0 +1,394 @@
+"""ReplayBuffer: ring storage, termination vs truncation, n-step returns, and its .npz checkpoint."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlcore.errors import CheckpointError
+from rlcore.replay import FIELDS, ReplayBuffer
+
+GAMMA = 0.9
+
+
+def make_buffer(
+    capacity: int = 16,
+    num_envs: int = 1,
+    n_step: int = 1,
+    obs_shape: tuple[int, ...] = (3,),
+    action_shape: tuple[int, ...] = (),
+    action_dtype: type = np.int64,
+    gamma: float = GAMMA,
+) -> ReplayBuffer:
+    return ReplayBuffer(capacity, obs_shape, action_shape, action_dtype, num_envs, gamma, n_step)
+
+
+def no_flags(num_envs: int) -> np.ndarray:
+    return np.zeros(num_envs, dtype=bool)
+
+
+def fill(buffer: ReplayBuffer, vector_steps: int, num_envs: int, seed: int = 0) -> None:
+    """Add ``vector_steps`` random vector steps (some episode ends, some invalid rows)."""
+    rng = np.random.default_rng(seed)
+    obs_shape = buffer.obs.shape[1:]
+    action_shape = buffer.actions.shape[1:]
+    for _ in range(vector_steps):
+        if np.issubdtype(buffer.actions.dtype, np.integer):
+            actions = rng.integers(0, 5, size=(num_envs, *action_shape)).astype(buffer.actions.dtype)
+        else:
+            actions = rng.uniform(-1, 1, size=(num_envs, *action_shape)).astype(buffer.actions.dtype)
+        buffer.add(
+            rng.standard_normal((num_envs, *obs_shape)).astype(np.float32),
+            actions,
+            rng.standard_normal(num_envs).astype(np.float32),
+            rng.standard_normal((num_envs, *obs_shape)).astype(np.float32),
+            rng.random(num_envs) < 0.1,
+            rng.random(num_envs) < 0.1,
+            rng.random(num_envs) < 0.9,
+        )
+
+
+def stored_rows(buffer: ReplayBuffer) -> list[tuple]:
+    """The filled rows as hashable tuples (obs, action, reward, next_obs, discount)."""
+    return [
+        (
+            tuple(buffer.obs[i].tolist()),
+            buffer.actions[i].tolist(),
+            float(buffer.rewards[i]),
+            tuple(buffer.next_obs[i].tolist()),
+            float(buffer.discounts[i]),
+        )
+        for i in range(len(buffer))
+    ]
+
+
+# --- 1. ring storage -------------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    capacity=st.integers(1, 50),
+    num_envs=st.integers(1, 4),
+    vector_steps=st.integers(1, 120),
+    data=st.data(),
+)
+def test_sampled_transitions_are_exactly_ones_added_across_wrap_around(
+    capacity: int, num_envs: int, vector_steps: int, data: st.DataObject
+) -> None:
+    flags = st.lists(st.booleans(), min_size=num_envs, max_size=num_envs).map(lambda xs: np.array(xs, dtype=bool))
+    buffer = make_buffer(capacity=capacity, num_envs=num_envs, n_step=1)
+    gamma32 = float(np.float32(GAMMA))
+    added: list[tuple] = []  # valid transitions, in insertion order
+    invalid: set[float] = set()  # counters of rows that were marked invalid
+    counter = 0
+    for step in range(vector_steps):
+        valid, terminated, truncated = data.draw(flags), data.draw(flags), data.draw(flags)
+        counters = counter + np.arange(num_envs)
+        counter += num_envs
+        envs = np.arange(num_envs)
+        obs = np.stack([counters, envs, np.full(num_envs, step)], axis=1).astype(np.float32)
+        next_obs = obs + np.float32(0.25)
+        actions = (counters + 1000).astype(np.int64)
+        rewards = (counters * 0.5).astype(np.float32)
+        buffer.add(obs, actions, rewards, next_obs, terminated, truncated, valid)
+        for env in range(num_envs):
+            if valid[env]:
+                discount = 0.0 if terminated[env] else gamma32
+                added.append(
+                    (
+                        tuple(obs[env].tolist()),
+                        int(actions[env]),
+                        float(rewards[env]),
+                        tuple(next_obs[env].tolist()),
+                        discount,
+                    )
+                )
+            else:
+                invalid.add(float(counters[env]))
+
+    assert len(buffer) == min(len(added), capacity)
+    recent = set(added[-capacity:])
+    stored = stored_rows(buffer)
+    assert set(stored) == recent
+    assert all(row[0][0] not in invalid for row in stored)
+    if not added:
+        return
+    batch = buffer.sample(256, np.random.default_rng(0))
+    for i in range(256):
+        row = (
+            tuple(batch["obs"][i].tolist()),
+            int(batch["actions"][i]),
+            float(batch["rewards"][i]),
+            tuple(batch["next_obs"][i].tolist()),
+            float(batch["discounts"][i]),
+        )
+        assert row in recent, f"sampled {row} is not among the {capacity} most recent transitions added"
+        assert row[0][0] not in invalid
+
+
+# --- 2. termination vs truncation ------------------------------------------------------------------------------------
+
+
+def test_terminated_stores_zero_discount_and_truncated_or_normal_store_gamma() -> None:
+    buffer = make_buffer(num_envs=3, n_step=1, obs_shape=(1,))
+    obs = np.array([[0.0], [1.0], [2.0]], dtype=np.float32)
+    buffer.add(
+        obs,
+        np.array([0, 1, 2]),
+        np.ones(3, dtype=np.float32),
+        obs + 10,
+        terminated=np.array([True, False, False]),
+        truncated=np.array([False, True, False]),
+        valid=np.ones(3, dtype=bool),
+    )
+    assert len(buffer) == 3
+    by_env = {int(buffer.obs[i, 0]): float(buffer.discounts[i]) for i in range(3)}
+    assert by_env == {0: 0.0, 1: float(np.float32(GAMMA)), 2: float(np.float32(GAMMA))}
+    assert buffer.discounts.dtype == np.float32
+
+
+# --- 3. n-step returns -----------------------------------------------------------------------------------------------
+
+
+def run_two_env_episode(end: str) -> ReplayBuffer:
+    """n_step=3: env 0 plays 5 steps (rewards 1..5) ending by ``end``; env 1 interleaves another episode.
+
+    Observations are ``[env, t]``. Env 1: t=0,1 (rewards 10, 20) then terminates; t=2 is an autoreset row
+    (invalid, reward 999); t=3,4 (rewards 30, 40) start an episode still in progress at the end.
+    """
+    buffer = make_buffer(capacity=32, num_envs=2, n_step=3, obs_shape=(2,))
+    env1_rewards = [10.0, 20.0, 999.0, 30.0, 40.0]
+    for t in range(5):
+        obs = np.array([[0, t], [1, t]], dtype=np.float32)
+        next_obs = np.array([[0, t + 1], [1, t + 1]], dtype=np.float32)
+        buffer.add(
+            obs,
+            np.array([t, 100 + t]),
+            np.array([t + 1.0, env1_rewards[t]], dtype=np.float32),
+            next_obs,
+            terminated=np.array([end == "terminated" and t == 4, t == 1]),
+            truncated=np.array([end == "truncated" and t == 4, False]),
+            valid=np.array([True, t != 2]),
+        )
+    return buffer
+
+
+def transitions_of(buffer: ReplayBuffer, env: int) -> dict[int, tuple]:
+    """env's stored transitions keyed by start time t: (action, reward, next_obs, discount)."""
+    out = {}
+    for i in range(len(buffer)):
+        if buffer.obs[i, 0] == env:
+            t = int(buffer.obs[i, 1])
+            assert t not in out, f"start t={t} of env {env} stored twice"
+            out[t] = (
+                int(buffer.actions[i]),
+                float(buffer.rewards[i]),
+                tuple(buffer.next_obs[i].tolist()),
+                float(buffer.discounts[i]),
+            )
+    return out
+
+
+def n_step_return(rewards: list[float]) -> float:
+    return float(np.float32(sum(GAMMA**k * r for k, r in enumerate(rewards))))
+
+
+def f32(x: float) -> float:
+    return float(np.float32(x))
+
+
+def test_n_step_returns_match_hand_computed_episode_ending_by_termination() -> None:
+    buffer = run_two_env_episode("terminated")
+    env0 = transitions_of(buffer, 0)
+    assert env0 == {
+        0: (0, n_step_return([1, 2, 3]), (0.0, 3.0), f32(0.729)),
+        1: (1, n_step_return([2, 3, 4]), (0.0, 4.0), f32(0.729)),
+        2: (2, n_step_return([3, 4, 5]), (0.0, 5.0), 0.0),
+        3: (3, n_step_return([4, 5]), (0.0, 5.0), 0.0),
+        4: (4, n_step_return([5]), (0.0, 5.0), 0.0),
+    }
+    # the hand-computed numbers themselves
+    assert env0[0][1] == pytest.approx(1 + 0.9 * 2 + 0.81 * 3)
+    assert env0[2][1] == pytest.approx(3 + 0.9 * 4 + 0.81 * 5)
+    assert env0[3][1] == pytest.approx(4 + 0.9 * 5)
+    assert env0[4][1] == pytest.approx(5.0)
+
+
+def test_n_step_returns_match_hand_computed_episode_ending_by_truncation() -> None:
+    buffer = run_two_env_episode("truncated")
+    assert transitions_of(buffer, 0) == {
+        0: (0, n_step_return([1, 2, 3]), (0.0, 3.0), f32(0.9**3)),
+        1: (1, n_step_return([2, 3, 4]), (0.0, 4.0), f32(0.9**3)),
+        2: (2, n_step_return([3, 4, 5]), (0.0, 5.0), f32(0.9**3)),
+        3: (3, n_step_return([4, 5]), (0.0, 5.0), f32(0.9**2)),
+        4: (4, n_step_return([5]), (0.0, 5.0), f32(0.9)),
+    }
+
+
+@pytest.mark.parametrize("end", ["terminated", "truncated"])
+def test_n_step_windows_of_interleaved_env_stay_separate(end: str) -> None:
+    buffer = run_two_env_episode(end)
+    # env 1: its first episode ends (terminated) after 2 steps, the autoreset row is dropped, and its
+    # second episode (2 steps, window not yet full) is still pending, so nothing of it is stored.
+    assert transitions_of(buffer, 1) == {
+        0: (100, n_step_return([10, 20]), (1.0, 2.0), 0.0),
+        1: (101, n_step_return([20]), (1.0, 2.0), 0.0),
+    }
+    assert len(buffer) == 5 + 2
+    assert 999.0 not in buffer.rewards[: len(buffer)]
+
+
+# --- 4. save / load round trip ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("n_step", "action_shape", "action_dtype", "vector_steps"),
+    [
+        (1, (), np.int64, 40),  # discrete, wrapped around several times
+        (3, (2,), np.float32, 40),  # continuous, n-step, wrapped
+        (1, (), np.int64, 3),  # not yet full
+    ],
+)
+def test_save_load_round_trip_is_bit_identical(
+    tmp_path: Path, n_step: int, action_shape: tuple[int, ...], action_dtype: type, vector_steps: int
+) -> None:
+    config = dict(capacity=17, num_envs=2, n_step=n_step, action_shape=action_shape, action_dtype=action_dtype)
+    original = make_buffer(**config)
+    fill(original, vector_steps, num_envs=2)
+    if vector_steps == 40:
+        assert len(original) == original.capacity and original.pos != 0  # wrapped, ring not aligned
+    path = tmp_path / "replay" / "step_123.npz"
+    original.save(path, env_steps=123)
+
+    loaded = make_buffer(**config)
+    assert loaded.load(path) == 123
+    assert (loaded.pos, loaded.size) == (original.pos, original.size)
+    for name in FIELDS:
+        a, b = getattr(original, name), getattr(loaded, name)
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert a.tobytes() == b.tobytes(), name
+        assert np.array_equal(a, b), name
+
+    batch_a = original.sample(64, np.random.default_rng(7))
+    batch_b = loaded.sample(64, np.random.default_rng(7))
+    for name in FIELDS:
+        assert batch_a[name].dtype == batch_b[name].dtype
+        assert torch.equal(batch_a[name], batch_b[name]), name
+
+
+# --- 5. load errors --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keep", [0.0, 0.1, 0.5, 0.99])
+def test_load_of_truncated_file_raises_checkpoint_error_naming_file(tmp_path: Path, keep: float) -> None:
+    source = make_buffer()
+    fill(source, 20, num_envs=1)
+    path = tmp_path / "step_20.npz"
+    source.save(path, env_steps=20)
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(CheckpointError, match=re.escape(str(path))):
+        make_buffer().load(path)
+
+
+@pytest.mark.parametrize(
+    ("saved", "loading", "names"),
+    [
+        (dict(capacity=16), dict(capacity=32), "algo.buffer_size"),
+        (dict(n_step=1), dict(n_step=3), "algo.n_step"),
+        (dict(n_step=3), dict(n_step=1), "algo.n_step"),
+    ],
+)
+def test_load_from_different_capacity_or_n_step_raises_checkpoint_error_naming_param(
+    tmp_path: Path, saved: dict, loading: dict, names: str
+) -> None:
+    source = make_buffer(**saved)
+    fill(source, 30, num_envs=1)
+    path = tmp_path / "step_30.npz"
+    source.save(path, env_steps=30)
+    target = make_buffer(**loading)
+    with pytest.raises(CheckpointError, match=re.escape(names)) as info:
+        target.load(path)
+    assert str(path) in str(info.value)
+    assert (target.pos, target.size) == (0, 0)
+
+
+def test_load_with_wrong_observation_shape_raises_checkpoint_error(tmp_path: Path) -> None:
+    source = make_buffer(obs_shape=(3,))
+    fill(source, 10, num_envs=1)
+    path = tmp_path / "step_10.npz"
+    source.save(path, env_steps=10)
+    with pytest.raises(CheckpointError, match="obs") as info:
+        make_buffer(obs_shape=(4,)).load(path)
+    assert str(path) in str(info.value)
+
+
+# --- 6. atomic save --------------------------------------------------------------------------------------------------
+
+
+def test_save_over_existing_file_leaves_no_temporary_files(tmp_path: Path) -> None:
+    buffer = make_buffer()
+    path = tmp_path / "step.npz"
+    fill(buffer, 5, num_envs=1, seed=1)
+    buffer.save(path, env_steps=5)
+    fill(buffer, 30, num_envs=1, seed=2)
+    buffer.save(path, env_steps=35)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step.npz"]
+    assert make_buffer().load(path) == 35
+
+
+def test_failed_save_keeps_previous_file_and_leaves_no_temporary_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    buffer = make_buffer()
+    path = tmp_path / "step.npz"
+    fill(buffer, 5, num_envs=1)
+    buffer.save(path, env_steps=5)
+    before = path.read_bytes()
+
+    def half_written(handle, **arrays):  # type: ignore[no-untyped-def]
+        handle.write(b"PK\x03\x04 partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", half_written)
+    fill(buffer, 30, num_envs=1, seed=3)
+    with pytest.raises(OSError, match="disk full"):
+        buffer.save(path, env_steps=35)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step.npz"]
+
+
+# --- 7. sample dtypes and shapes -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("action_shape", "action_dtype", "expected_actions"),
+    [
+        ((), np.int64, (torch.int64, (8,))),  # discrete
+        ((2,), np.float32, (torch.float32, (8, 2))),  # continuous, act_dim 2
+    ],
+)
+def test_sample_returns_torch_tensors_with_expected_dtypes_and_shapes(
+    action_shape: tuple[int, ...], action_dtype: type, expected_actions: tuple[torch.dtype, tuple[int, ...]]
+) -> None:
+    buffer = make_buffer(
+        capacity=10, num_envs=3, obs_shape=(4, 3), action_shape=action_shape, action_dtype=action_dtype
+    )
+    fill(buffer, 6, num_envs=3)
+    batch = buffer.sample(8, np.random.default_rng(0))
+    assert set(batch) == set(FIELDS)
+    assert all(isinstance(value, torch.Tensor) for value in batch.values())
+    shapes = {name: (value.dtype, tuple(value.shape)) for name, value in batch.items()}
+    assert shapes == {
+        "obs": (torch.float32, (8, 4, 3)),
+        "next_obs": (torch.float32, (8, 4, 3)),
+        "actions": expected_actions,
+        "rewards": (torch.float32, (8,)),
+        "discounts": (torch.float32, (8,)),
+    }
