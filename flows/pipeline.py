@@ -26,7 +26,7 @@ def _params(params_path: str, overrides: list[str]) -> Any:
 def train_task(params_path: str, overrides: list[str], root: str) -> dict[str, str]:
     params = _params(params_path, overrides)
     run_dir = train_stage(params, Path(root))
-    summary = Layout(Path(root), params.name).train_summary
+    summary = Layout(Path(root), params.name, params.branch).train_summary
     return {"run_dir": str(run_dir), "train_summary_sha256": sha256_file(summary)}
 
 
@@ -40,7 +40,7 @@ def evaluate_task(params_path: str, overrides: list[str], root: str, upstream: d
 def select_task(params_path: str, overrides: list[str], root: str, upstream: dict[str, str]) -> dict[str, str]:
     params = _params(params_path, overrides)
     best = select_stage(params, Path(root))
-    layout = Layout(Path(root), params.name)
+    layout = Layout(Path(root), params.name, params.branch)
     return {"best": str(best), "policy_sha256": sha256_file(layout.best_policy), "metrics": str(layout.metrics)}
 
 
@@ -61,14 +61,15 @@ def training_pipeline(
     evaluated = evaluate_task(params_path, overrides, root, trained)
     selected = select_task(params_path, overrides, root, evaluated)
     exported = export_task(params_path, overrides, root, selected)
-    publish_artifacts(Path(root), load_params(params_path, overrides).name)
+    params = load_params(params_path, overrides)
+    publish_artifacts(Path(root), params.name, params.branch)
     get_run_logger().info("exported model card: %s", exported["model_card"])
     return {"train": trained, "evaluate": evaluated, "select": selected, "export": exported}
 
 
-def publish_artifacts(root: Path, name: str) -> None:
+def publish_artifacts(root: Path, name: str, branch: str = "") -> None:
     """A markdown summary and a table of evaluation results, visible in the Prefect UI."""
-    layout = Layout(root, name)
+    layout = Layout(root, name, branch)
     selection = read_json(layout.selection)
     card = read_json(layout.export / "model_card.json")
     score = selection["evaluation"]

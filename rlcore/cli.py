@@ -19,6 +19,9 @@ StageRunner = Callable[[argparse.Namespace], Any]
 
 
 def add_params_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only warnings and errors"
+    )
     parser.add_argument("--params", default="params.yaml", metavar="FILE", help="params file (default: params.yaml)")
     parser.add_argument(
         "--set",
@@ -54,6 +57,12 @@ def _select(args: argparse.Namespace) -> Any:
     return select_stage(load(args), Path.cwd())
 
 
+def _collect(args: argparse.Namespace) -> Any:
+    from rlcore.stages import collect_stage
+
+    return collect_stage(load(args), Path.cwd())
+
+
 def _export(args: argparse.Namespace) -> Any:
     from rlcore.stages import export_stage
 
@@ -70,6 +79,7 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> argparse.Argume
         ("evaluate", "evaluate every checkpoint of the run -> reports/evaluations.json", _evaluate),
         ("select", "select the best checkpoint -> models/best/, reports/metrics.json, reports/report.md", _select),
         ("export", "export models/best/ -> export/policy.onnx, policy.pt2, model_card.json", _export),
+        ("collect", "roll out collect.policy -> a Parquet dataset at collect.output", _collect),
     ]
     for name, help_text, runner in stages:
         sub = commands.add_parser(name, help=help_text, description=help_text)

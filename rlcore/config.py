@@ -142,8 +142,11 @@ class EvalConfig(StrictModel):
 
 
 class SelectConfig(StrictModel):
-    metric: Literal["mean_return", "median_return", "min_return"] = "mean_return"
-    """Highest wins; ties go to the earlier checkpoint."""
+    metric: Literal["mean_return", "median_return", "min_return", "validation_loss", "validation_accuracy"] = (
+        "mean_return"
+    )
+    """Returns and accuracy: highest wins; ``validation_loss`` (offline runs): lowest wins. Ties go to the
+    earlier checkpoint."""
 
 
 class ExportConfig(StrictModel):
@@ -157,6 +160,40 @@ class ExportConfig(StrictModel):
     opset: int = Field(18, ge=17)
 
 
+class CollectConfig(StrictModel):
+    """The ``collect`` stage: roll out a policy and write a dataset (see ``rlcore.datasets`` for the schema)."""
+
+    policy: str = "models/best/policy.pt"
+    """A checkpoint or selected model (``.pt``) to roll out, or ``random`` for uniformly random actions."""
+    steps: int | None = Field(20_000, ge=1)
+    """Transitions to collect (episodes still running at the end are kept, marked truncated)."""
+    episodes: int | None = Field(None, ge=1)
+    """Complete episodes to collect instead of ``steps`` (set ``steps: null``)."""
+    deterministic: bool = False
+    """Greedy actions instead of samples from the policy."""
+    epsilon: float = Field(0.0, ge=0, le=1)
+    """Probability of a uniformly random action instead of the policy's (epsilon-noise)."""
+    num_envs: int = Field(8, ge=1)
+    seed: int = 2_000_000
+    output: str = "data/dataset.parquet"
+    row_group_size: int = Field(65_536, ge=1)
+    """Transitions per Parquet row group: bounds the writer's memory."""
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> CollectConfig:
+        if (self.steps is None) == (self.episodes is None):
+            raise ValueError("collect.steps: set exactly one of collect.steps and collect.episodes (the other null)")
+        return self
+
+
+class DatasetConfig(StrictModel):
+    """The dataset an offline algorithm trains on."""
+
+    path: str = "data/dataset.parquet"
+    validation_fraction: float = Field(0.1, ge=0, lt=1)
+    """Share of episodes held out for validation (whole episodes, never split)."""
+
+
 _SECTIONS: dict[str, Any] = {
     "env": (EnvConfig, Field(default_factory=EnvConfig)),
     "policy": (PolicyConfig, Field(default_factory=PolicyConfig)),
@@ -164,6 +201,8 @@ _SECTIONS: dict[str, Any] = {
     "eval": (EvalConfig, Field(default_factory=EvalConfig)),
     "select": (SelectConfig, Field(default_factory=SelectConfig)),
     "export": (ExportConfig, Field(default_factory=ExportConfig)),
+    "collect": (CollectConfig, Field(default_factory=CollectConfig)),
+    "dataset": (DatasetConfig, Field(default_factory=DatasetConfig)),
 }
 
 
@@ -173,6 +212,9 @@ class Params(StrictModel):
     seed: int = 0
     name: str = Field("default", pattern=r"^[A-Za-z0-9._-]+$")
     """Run name: training writes to ``runs/<name>/``."""
+    branch: str = Field("", pattern=r"^[A-Za-z0-9._-]*$")
+    """Output branch: ``""`` writes reports/, models/best/, export/; ``offline`` writes reports/offline/,
+    models/offline/best/, export/offline/ (so a second pipeline can run beside the first)."""
     torch_threads: int = Field(1, ge=1)
     """Small networks are fastest on one thread on a 2-core machine (two are 3-60x slower under load)."""
     env: EnvConfig
@@ -182,6 +224,8 @@ class Params(StrictModel):
     eval: EvalConfig
     select: SelectConfig
     export: ExportConfig
+    collect: CollectConfig
+    dataset: DatasetConfig
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved tree as plain data, with the algorithm's own fields (YAML/JSON-safe)."""

@@ -248,7 +248,11 @@ def model_card(
         "evaluation": selection["evaluation"],
         "selected_checkpoint": selection["checkpoint"],
         "selection_reason": selection["reason"],
-        "training": {"env_steps": selection["env_steps"], "command": meta.get("command")},
+        "training": {
+            "env_steps": selection["env_steps"],
+            "command": meta.get("command"),
+            "dataset": meta.get("dataset"),  # offline runs: path, sha256 and md5 (DVC's hash) of the data
+        },
         "params": params,
         "files": result.files,
         "parity": result.parity,

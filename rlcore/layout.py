@@ -10,6 +10,8 @@ from pathlib import Path
 class Layout:
     root: Path
     name: str = "default"
+    branch: str = ""
+    """``""`` for the main pipeline; e.g. ``offline`` puts reports, models and export in their own subfolders."""
 
     @property
     def run_dir(self) -> Path:
@@ -29,7 +31,7 @@ class Layout:
 
     @property
     def reports(self) -> Path:
-        return self.root / "reports"
+        return self.root / "reports" / self.branch if self.branch else self.root / "reports"
 
     @property
     def evaluations(self) -> Path:
@@ -49,7 +51,7 @@ class Layout:
 
     @property
     def best(self) -> Path:
-        return self.root / "models" / "best"
+        return self.root / "models" / self.branch / "best" if self.branch else self.root / "models" / "best"
 
     @property
     def best_policy(self) -> Path:
@@ -61,4 +63,4 @@ class Layout:
 
     @property
     def export(self) -> Path:
-        return self.root / "export"
+        return self.root / "export" / self.branch if self.branch else self.root / "export"

@@ -205,3 +205,62 @@ class CategoricalActor(Policy):
 
     def sample_action(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         return _sample_categorical(self.act_scores(obs), generator)
+
+
+class GaussianActor(Policy):
+    """A diagonal Gaussian over Box actions with a state-independent log std (behavioural cloning).
+
+    The deterministic action is the mean (clipped to the bounds only when sent to the env or exported).
+    """
+
+    def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
+        super().__init__(observation_space, action_space, config)
+        self.mean = mlp(self.obs_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
+        self.log_std = nn.Parameter(torch.full((self.action_dim,), float(config.log_std_init)))
+
+    def distribution(self, obs: torch.Tensor) -> Distribution:
+        mean = self.act_scores(obs)
+        normal = Normal(mean, self.log_std.exp().expand_as(mean), validate_args=False)
+        return Independent(normal, 1, validate_args=False)
+
+    def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.mean(self.features(obs))
+
+    def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.act_scores(obs)
+
+    def sample_action(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        mean = self.act_scores(obs)
+        return mean + self.log_std.exp() * torch.randn(mean.shape, generator=generator)
+
+
+class DeterministicActor(Policy):
+    """a = low + (tanh(mu(s)) + 1) / 2 * (high - low): TD3's actor. ``sample_action`` adds Gaussian noise
+    of ``noise_std`` (a share of the half-range) and clips to the bounds."""
+
+    def __init__(
+        self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig, noise_std: float = 0.1
+    ) -> None:
+        super().__init__(observation_space, action_space, config)
+        assert isinstance(action_space, spaces.Box)
+        low = torch.as_tensor(action_space.low.reshape(-1), dtype=torch.float32)
+        high = torch.as_tensor(action_space.high.reshape(-1), dtype=torch.float32)
+        self.register_buffer("action_loc", (high + low) / 2)
+        self.register_buffer("action_scale", (high - low) / 2)
+        self.noise_std = noise_std
+        self.mu = mlp(self.obs_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
+
+    def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.mu(self.features(obs))
+
+    def unit_action(self, obs: torch.Tensor) -> torch.Tensor:
+        """The action rescaled to [-1, 1]: (B, action_dim)."""
+        return torch.tanh(self.act_scores(obs))
+
+    def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.action_loc + self.action_scale * self.unit_action(obs)
+
+    def sample_action(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        unit = self.unit_action(obs)
+        noisy = (unit + self.noise_std * torch.randn(unit.shape, generator=generator)).clamp(-1.0, 1.0)
+        return self.action_loc + self.action_scale * noisy

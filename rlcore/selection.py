@@ -13,16 +13,23 @@ def select_best(candidates: list[dict[str, Any]], metric: str) -> tuple[dict[str
     Each candidate is a dict with at least ``checkpoint``, ``env_steps``, ``episodes`` and ``metric``.
     Returns the winner and a one-sentence reason to write next to the selected model.
     """
+    lower_is_better = metric.endswith("_loss")
     if not candidates:
         raise RLCoreError("no evaluated checkpoints to select from: run `rlcore evaluate` first")
+    if any(metric not in candidate for candidate in candidates):
+        raise RLCoreError(
+            f"select.metric: {metric!r} is not in the evaluations (offline runs with a "
+            "validation set have validation_loss and validation_accuracy)"
+        )
     ordered = sorted(candidates, key=lambda c: c["env_steps"])
     best = ordered[0]
     for candidate in ordered[1:]:
-        if candidate[metric] > best[metric]:
+        if (candidate[metric] < best[metric]) if lower_is_better else (candidate[metric] > best[metric]):
             best = candidate
     ties = [c for c in ordered if c[metric] == best[metric] and c is not best]
     reason = (
-        f"{best['checkpoint']} has the highest {metric} ({best[metric]:.2f} over {best['episodes']} episodes, "
+        f"{best['checkpoint']} has the {'lowest' if lower_is_better else 'highest'} {metric} "
+        f"({best[metric]:.2f}; {best['episodes']} evaluation episodes, "
         f"trained for {best['env_steps']} env steps) of {len(candidates)} evaluated checkpoints"
     )
     if ties:

@@ -14,6 +14,7 @@ import torch
 
 from rlcore.algos import policy_from_checkpoint
 from rlcore.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
+from rlcore.collection import collect_dataset
 from rlcore.config import Params
 from rlcore.errors import RLCoreError
 from rlcore.evaluation import Evaluator
@@ -32,7 +33,7 @@ def train_stage(
     params: Params, root: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
 ) -> Path:
     """Train into ``runs/<name>/``; resumes an interrupted run. Returns the run directory."""
-    layout = Layout(root, params.name)
+    layout = Layout(root, params.name, params.branch)
     train(params, layout.run_dir, on_evaluation=on_evaluation, resume_from=resume_from)
     return layout.run_dir
 
@@ -43,7 +44,7 @@ def evaluate_stage(params: Params, root: Path) -> Path:
     Writes ``reports/evaluations.json``; returns its path.
     """
     torch.set_num_threads(params.torch_threads)
-    layout = Layout(root, params.name)
+    layout = Layout(root, params.name, params.branch)
     checkpoints = list_checkpoints(layout.checkpoints)
     if not checkpoints:
         raise RLCoreError(f"{layout.checkpoints}: no checkpoints to evaluate; run `rlcore train` first")
@@ -73,6 +74,8 @@ def evaluate_stage(params: Params, root: Path) -> Path:
                     "env_steps": env_steps,
                     "algo": checkpoint.algo,
                     **result.to_dict(),
+                    # Offline runs: validation on held-out episodes, measured when the checkpoint was written.
+                    **{f"validation_{k}": v for k, v in checkpoint.meta.get("validation", {}).items()},
                 }
             )
             log.info("evaluated %s: %s", path.name, result.summary())
@@ -97,7 +100,7 @@ def select_stage(params: Params, root: Path) -> Path:
 
     Writes ``models/best/{policy.pt,selection.json}``, ``reports/{metrics.json,report.md,learning_curve.png}``.
     """
-    layout = Layout(root, params.name)
+    layout = Layout(root, params.name, params.branch)
     if not layout.evaluations.is_file():
         raise RLCoreError(f"{layout.evaluations}: not found; run `rlcore evaluate` first")
     evaluations = read_json(layout.evaluations)
@@ -145,7 +148,7 @@ def select_stage(params: Params, root: Path) -> Path:
 def export_stage(params: Params, root: Path) -> Path:
     """Export ``models/best/policy.pt`` to ``export/`` (ONNX, torch.export, model card); returns the card's path."""
     torch.set_num_threads(params.torch_threads)
-    layout = Layout(root)
+    layout = Layout(root, params.name, params.branch)
     checkpoint = load_checkpoint(layout.best_policy)
     if not layout.selection.is_file():
         raise RLCoreError(f"{layout.selection}: not found; run `rlcore select` first")
@@ -170,3 +173,43 @@ def export_stage(params: Params, root: Path) -> Path:
     path = write_model_card(layout.export, card)
     log.info("exported %s (parity %s)", ", ".join(result.files), result.parity)
     return path
+
+
+def collect_stage(params: Params, root: Path) -> Path:
+    """Roll out ``collect.policy`` (a ``.pt`` model or ``random``) and write the dataset ``collect.output``."""
+    torch.set_num_threads(params.torch_threads)
+    cfg = params.collect
+    if cfg.policy == "random":
+        policy, provenance = None, {"kind": "random"}
+    else:
+        source = root / cfg.policy
+        checkpoint = load_checkpoint(source)
+        if checkpoint.meta["params"]["env"]["id"] != params.env.id:
+            raise RLCoreError(
+                f"{source}: trained on {checkpoint.meta['params']['env']['id']}, params say env.id {params.env.id}"
+            )
+        policy = policy_from_checkpoint(checkpoint)
+        provenance = {
+            "kind": "checkpoint",
+            "path": cfg.policy,
+            "sha256": sha256_file(source),
+            "algo": checkpoint.algo,
+            "env_steps": checkpoint.env_steps,
+            "evaluation": checkpoint.meta.get("evaluation", {}).get("mean_return"),
+        }
+    output = root / cfg.output
+    collect_dataset(
+        output,
+        params.env.id,
+        params.env.kwargs,
+        policy,
+        provenance,
+        cfg.num_envs,
+        cfg.steps,
+        cfg.episodes,
+        cfg.epsilon,
+        cfg.deterministic,
+        cfg.seed,
+        cfg.row_group_size,
+    )
+    return output

@@ -17,7 +17,7 @@ from rlcore.envs import space_from_description
 from rlcore.errors import CheckpointError, ConfigError
 from rlcore.policies import Policy
 
-TrainerKind = Literal["on_policy", "off_policy"]
+TrainerKind = Literal["on_policy", "off_policy", "offline"]
 
 
 class Algorithm(Protocol):
@@ -90,4 +90,4 @@ def policy_from_checkpoint(checkpoint: Checkpoint) -> Policy:
     return policy
 
 
-from rlcore.algos import dqn, ppo, sac  # noqa: E402,F401  (each registers itself)
+from rlcore.algos import bc, dqn, ppo, sac, td3bc  # noqa: E402,F401  (each registers itself)

@@ -23,4 +23,8 @@ def train(
         from rlcore.trainers.off_policy import train_off_policy
 
         return train_off_policy(params, run_dir, on_evaluation, resume_from)
+    if kind == "offline":
+        from rlcore.trainers.offline import train_offline
+
+        return train_offline(params, run_dir, on_evaluation, resume_from)
     raise NotImplementedError(f"no trainer for algorithm kind {kind!r}")

@@ -75,28 +75,37 @@ class TrainingSession:
     """
 
     def __init__(
-        self, params: Params, run_dir: Path, on_evaluation: EvaluationCallback | None, resume_from: Path | None
+        self,
+        params: Params,
+        run_dir: Path,
+        on_evaluation: EvaluationCallback | None,
+        resume_from: Path | None,
+        before_prepare: Callable[[TrainingSession], None] | None = None,
     ) -> None:
         self.params = params
         seed_everything(params.seed, params.torch_threads)
         self.run = RunDirectory(run_dir)
         algo_cls = algorithm_class(params.algo.name)
-        # Env and space checks come first: a bad env.kwargs or an algorithm that does not fit the env
-        # must fail before prepare() replaces the previous run.
+        # Everything that can refuse the run comes first (env kwargs, algorithm/space fit, the policy,
+        # ``before_prepare``: e.g. the dataset), so a refused run never replaces the previous one.
         self.env = make_vector_env(params.env.id, params.env.num_envs, params.env.kwargs, params.env.vectorization)
+        self.observation_space = self.env.single_observation_space
+        self.action_space = self.env.single_action_space
+        self.dataset: Any = None
+        """What ``before_prepare`` loaded (an offline run's train and validation data)."""
         try:
-            check_action_space(params.algo.name, params.env.id, self.env.single_action_space)
+            check_action_space(params.algo.name, params.env.id, self.action_space)
+            self.policy = algo_cls.make_policy(self.observation_space, self.action_space, params.policy, params.algo)
+            if before_prepare is not None:
+                before_prepare(self)
             self.checkpoint = self.run.prepare(params, resume_from)
         except BaseException:
             self.env.close()
             raise
-        self.observation_space = self.env.single_observation_space
-        self.action_space = self.env.single_action_space
         self.spaces = {
             "observation": describe_space(self.observation_space),
             "action": describe_space(self.action_space),
         }
-        self.policy = algo_cls.make_policy(self.observation_space, self.action_space, params.policy, params.algo)
         self.algorithm = algo_cls(self.policy, params.algo, self.observation_space, self.action_space)
         self.evaluator = Evaluator(
             params.env.id,
@@ -116,6 +125,10 @@ class TrainingSession:
         self.metrics = MetricsLog(
             self.run.live, self.checkpoint is not None, params.train.log_every, self.state.env_steps
         )
+        self.validate: Callable[[], dict[str, float]] | None = None
+        """Validation metrics (offline runs) computed at each checkpoint, stored in its metadata and logged."""
+        self.extra_meta: dict[str, Any] = {}
+        """More metadata for every checkpoint (an offline run records its dataset here)."""
         self.before_checkpoint: Callable[[int], None] | None = None
         """Called with the env step count before each checkpoint (an off-policy run saves its replay here)."""
         self._started = time.perf_counter() - self.state.wall_seconds
@@ -169,6 +182,7 @@ class TrainingSession:
     def evaluate_and_checkpoint(self) -> str | None:
         state = self.state
         result = self.evaluator.evaluate(self.policy)
+        validation = self.validate() if self.validate is not None else {}
         state.wall_seconds = time.perf_counter() - self._started
         state.evaluations.append(
             {
@@ -176,6 +190,7 @@ class TrainingSession:
                 "wall_seconds": round(state.wall_seconds, 3),
                 "mean_return": result.mean_return,
                 "std_return": result.std_return,
+                **{f"validation_{k}": v for k, v in validation.items()},
             }
         )
         if self.before_checkpoint is not None:
@@ -185,12 +200,11 @@ class TrainingSession:
             "algorithm": self.algorithm.state_dict(),
             "rng": {"torch": torch.get_rng_state(), "generator": self.generator.get_state()},
         }
-        extra = {"numpy_rng": json.dumps(self.rng.bit_generator.state)}
+        extra = {"numpy_rng": json.dumps(self.rng.bit_generator.state), "validation": validation, **self.extra_meta}
         self.run.save(self.params, state, tensors, self.spaces, result, extra)
         self._last_checkpoint = state.env_steps
-        self.metrics.log(
-            state.env_steps, {"eval/mean_return": result.mean_return, "eval/std_return": result.std_return}
-        )
+        curves = {"eval/mean_return": result.mean_return, "eval/std_return": result.std_return}
+        self.metrics.log(state.env_steps, {**curves, **{f"validation/{k}": v for k, v in validation.items()}})
         self.progress.evaluation(state.env_steps, result, state.env_steps / max(state.wall_seconds, 1e-9))
         return self.stops.after_evaluation(state, result)
 

@@ -1,0 +1,179 @@
+"""Roll out a policy (or uniformly random actions) over a vector env and stream the episodes to a dataset."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rlcore.datasets import DatasetWriter
+from rlcore.envs import describe_space, make_vector_env
+from rlcore.evaluation import to_env_actions
+from rlcore.policies import Policy
+
+log = logging.getLogger("rlcore")
+
+
+class _Episode:
+    """The transitions of one env's episode in progress."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[np.ndarray, Any, float, np.ndarray, bool, bool, float]] = []
+
+    def arrays(self, force_truncated: bool) -> tuple[np.ndarray, ...]:
+        obs, actions, rewards, next_obs, terminated, truncated, log_probs = (
+            np.asarray(c) for c in zip(*self.rows, strict=True)
+        )
+        truncated = truncated.copy()
+        if force_truncated:
+            truncated[-1] = True
+        return obs, actions, rewards, next_obs, terminated, truncated, log_probs
+
+
+def random_log_prob(action_space: spaces.Space) -> float:
+    """log-probability of any action under the uniform policy."""
+    if isinstance(action_space, spaces.Discrete):
+        return -math.log(int(action_space.n))
+    assert isinstance(action_space, spaces.Box)
+    return -float(np.sum(np.log(action_space.high - action_space.low)))
+
+
+def collect_dataset(
+    path: Path,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    policy: Policy | None,
+    provenance: dict[str, Any],
+    num_envs: int,
+    steps: int | None,
+    episodes: int | None,
+    epsilon: float,
+    deterministic: bool,
+    seed: int,
+    row_group_size: int,
+) -> dict[str, Any]:
+    """Collect ``steps`` transitions or ``episodes`` episodes into the Parquet file ``path``; returns its metadata.
+
+    ``policy`` None means uniformly random actions. With ``epsilon`` > 0, each action is replaced by a random
+    one with that probability (log-probabilities are then unknown and left null).
+    """
+    env = make_vector_env(env_id, num_envs, env_kwargs)
+    action_space = env.single_action_space
+    rng = np.random.default_rng(seed)
+    generator = torch.Generator().manual_seed(seed)
+    metadata = {
+        "env": {"id": env_id, "kwargs": env_kwargs},
+        "observation_space": describe_space(env.single_observation_space),
+        "action_space": describe_space(action_space),
+        "policy": {**provenance, "epsilon": epsilon, "deterministic": deterministic},
+        "seed": seed,
+        "num_envs": num_envs,
+    }
+    writer = DatasetWriter(path, env.single_observation_space, action_space, metadata, row_group_size)
+    try:
+        _roll_out(
+            env, writer, policy, action_space, num_envs, steps, episodes, epsilon, deterministic, rng, generator, seed
+        )
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        env.close()
+    result = writer.close()
+    log.info(
+        "collected %d transitions in %d episodes (mean return %.1f) -> %s",
+        result["transitions"],
+        result["episodes"],
+        result["episode_return"]["mean"],
+        path,
+    )
+    return result
+
+
+def _roll_out(
+    env: Any,
+    writer: DatasetWriter,
+    policy: Policy | None,
+    action_space: spaces.Space,
+    num_envs: int,
+    steps: int | None,
+    episodes: int | None,
+    epsilon: float,
+    deterministic: bool,
+    rng: np.random.Generator,
+    generator: torch.Generator,
+    seed: int,
+) -> None:
+    discrete = isinstance(action_space, spaces.Discrete)
+    uniform_log_prob = random_log_prob(action_space)
+    in_progress = [_Episode() for _ in range(num_envs)]
+    obs, _ = env.reset(seed=seed)
+    prev_ended = np.zeros(num_envs, dtype=bool)
+
+    def done() -> bool:
+        if episodes is not None:
+            return writer.episodes >= episodes
+        assert steps is not None
+        return writer.transitions + sum(len(e.rows) for e in in_progress) >= steps
+
+    while not done():
+        log_probs = np.full(num_envs, np.nan, dtype=np.float32)
+        if policy is None:
+            actions = (
+                rng.integers(0, int(action_space.n), num_envs)
+                if discrete
+                else rng.uniform(action_space.low, action_space.high, (num_envs, *action_space.shape))
+            )
+            log_probs[:] = uniform_log_prob
+        else:
+            obs_t = torch.as_tensor(obs, dtype=torch.float32)
+            with torch.no_grad():
+                if deterministic:
+                    action_t = policy.deterministic_action(obs_t)
+                elif hasattr(policy, "distribution"):
+                    dist = policy.distribution(obs_t)
+                    action_t = dist.sample()
+                    log_probs = dist.log_prob(action_t).numpy().astype(np.float32)
+                else:
+                    action_t = policy.sample_action(obs_t, generator)
+            actions = action_t.numpy()
+        if epsilon > 0:
+            explore = rng.random(num_envs) < epsilon
+            random = (
+                rng.integers(0, int(action_space.n), num_envs)
+                if discrete
+                else rng.uniform(action_space.low, action_space.high, (num_envs, *action_space.shape))
+            )
+            actions = np.where(explore.reshape(-1, *([1] * (np.ndim(actions) - 1))), random, actions)
+            log_probs[:] = np.nan
+        if not discrete:  # store what the env executes
+            actions = np.clip(actions, action_space.low, action_space.high).astype(np.float32)
+        next_obs, reward, terminated, truncated, _ = env.step(to_env_actions(torch.as_tensor(actions), action_space))
+        for i in np.flatnonzero(~prev_ended):  # a step right after an episode end only resets that env
+            in_progress[i].rows.append(
+                (
+                    obs[i],
+                    actions[i],
+                    float(reward[i]),
+                    next_obs[i],
+                    bool(terminated[i]),
+                    bool(truncated[i]),
+                    float(log_probs[i]),
+                )
+            )
+            if terminated[i] or truncated[i]:
+                writer.add_episode(*in_progress[i].arrays(force_truncated=False))
+                in_progress[i] = _Episode()
+                if episodes is not None and writer.episodes >= episodes:
+                    break
+        prev_ended = np.logical_or(terminated, truncated)
+        obs = next_obs
+    if episodes is None:
+        for episode in in_progress:  # collection ended mid-episode: keep it, marked truncated
+            if episode.rows:
+                writer.add_episode(*episode.arrays(force_truncated=True))

@@ -1,0 +1,376 @@
+"""Datasets of transitions as Parquet: the schema, a streaming writer, and a validating reader.
+
+Schema version 1, one row per transition, rows grouped by episode (contiguous, in step order),
+close to Minari's Arrow layout (a converter only has to regroup rows into episodes):
+
+| column | Arrow type | meaning |
+|---|---|---|
+| ``episode_id`` | int64 | episode number, unique in the file |
+| ``step`` | int32 | index of the transition in its episode, from 0 |
+| ``observation`` | fixed_size_list<float32>[obs_dim] | observation before the action, flattened |
+| ``action`` | int64 (Discrete) or fixed_size_list<float32>[action_dim] (Box) | the action taken |
+| ``reward`` | float32 | reward received |
+| ``next_observation`` | fixed_size_list<float32>[obs_dim] | observation after the action (an episode's last) |
+| ``terminated`` | bool | the episode reached a terminal state (no value after it) |
+| ``truncated`` | bool | the episode was cut (time limit, or the end of collection): bootstrap |
+| ``log_prob`` | float32, nullable | log-probability of the action under the behaviour policy, where known |
+
+File metadata key ``rlcore`` holds JSON: ``schema_version``, ``env`` (id, kwargs), ``observation_space``,
+``action_space``, ``policy`` (provenance: kind, path, sha256, epsilon), ``seed``, ``episodes``,
+``transitions`` and ``episode_return`` statistics. A file without it (your own data) is read against the
+env named in params.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from gymnasium import spaces
+
+from rlcore.errors import RLCoreError
+from rlcore.io import atomic_path
+
+SCHEMA_VERSION = 1
+METADATA_KEY = b"rlcore"
+COLUMNS = (
+    "episode_id",
+    "step",
+    "observation",
+    "action",
+    "reward",
+    "next_observation",
+    "terminated",
+    "truncated",
+    "log_prob",
+)
+
+
+class DatasetError(RLCoreError):
+    """A dataset file is missing, unreadable, or does not fit the env; nothing is trained on it."""
+
+
+def arrow_schema(obs_dim: int, action_space: spaces.Space) -> pa.Schema:
+    vector = pa.list_(pa.float32(), obs_dim)
+    if isinstance(action_space, spaces.Discrete):
+        action = pa.int64()
+    else:
+        action = pa.list_(pa.float32(), int(np.prod(action_space.shape)))
+    return pa.schema(
+        [
+            pa.field("episode_id", pa.int64(), nullable=False),
+            pa.field("step", pa.int32(), nullable=False),
+            pa.field("observation", vector, nullable=False),
+            pa.field("action", action, nullable=False),
+            pa.field("reward", pa.float32(), nullable=False),
+            pa.field("next_observation", vector, nullable=False),
+            pa.field("terminated", pa.bool_(), nullable=False),
+            pa.field("truncated", pa.bool_(), nullable=False),
+            pa.field("log_prob", pa.float32(), nullable=True),
+        ]
+    )
+
+
+class DatasetWriter:
+    """Streams complete episodes into a Parquet file, one row group per ``row_group_size`` transitions.
+
+    Memory holds at most one row group plus the episodes in progress. The file is written under a
+    temporary name and renamed into place by :meth:`close`, with the metadata (statistics included).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        observation_space: spaces.Box,
+        action_space: spaces.Space,
+        metadata: dict[str, Any],
+        row_group_size: int = 65_536,
+    ) -> None:
+        self.path = Path(path)
+        self.obs_dim = int(np.prod(observation_space.shape))
+        self.discrete = isinstance(action_space, spaces.Discrete)
+        self.schema = arrow_schema(self.obs_dim, action_space)
+        self.metadata = dict(metadata)
+        self.row_group_size = row_group_size
+        self._atomic = atomic_path(self.path)
+        self._tmp = self._atomic.__enter__()
+        self._writer = pq.ParquetWriter(self._tmp, self.schema, compression="zstd")
+        self._pending: list[dict[str, np.ndarray]] = []
+        self._pending_rows = 0
+        self.episodes = 0
+        self.transitions = 0
+        self.returns: list[float] = []
+
+    def add_episode(
+        self,
+        obs: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        log_probs: np.ndarray | None,
+    ) -> None:
+        """One complete episode, T transitions: obs/next_obs (T, *obs_shape), actions (T,) or (T, action_dim)."""
+        length = len(rewards)
+        self._pending.append(
+            {
+                "episode_id": np.full(length, self.episodes, dtype=np.int64),
+                "step": np.arange(length, dtype=np.int32),
+                "observation": np.asarray(obs, dtype=np.float32).reshape(length, self.obs_dim),
+                "action": np.asarray(actions, dtype=np.int64 if self.discrete else np.float32).reshape(length, -1),
+                "reward": np.asarray(rewards, dtype=np.float32),
+                "next_observation": np.asarray(next_obs, dtype=np.float32).reshape(length, self.obs_dim),
+                "terminated": np.asarray(terminated, dtype=bool),
+                "truncated": np.asarray(truncated, dtype=bool),
+                "log_prob": None if log_probs is None else np.asarray(log_probs, dtype=np.float32),
+            }
+        )
+        self.episodes += 1
+        self.transitions += length
+        self.returns.append(float(np.sum(rewards)))
+        self._pending_rows += length
+        if self._pending_rows >= self.row_group_size:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        columns: dict[str, pa.Array] = {}
+        for name in COLUMNS:
+            parts = [episode[name] for episode in self._pending]
+            field = self.schema.field(name)
+            if name == "log_prob":  # unknown log-probabilities (None or NaN) are stored as nulls
+                values = np.concatenate(
+                    [
+                        np.full(len(e["reward"]), np.nan, np.float32) if p is None else p
+                        for e, p in zip(self._pending, parts, strict=True)
+                    ]
+                )
+                columns[name] = pa.array(values, type=pa.float32(), mask=np.isnan(values))
+            elif pa.types.is_fixed_size_list(field.type):
+                flat = np.concatenate(parts).reshape(-1)
+                columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), field.type.list_size)
+            else:
+                columns[name] = pa.array(np.concatenate(parts).reshape(-1), type=field.type)
+        self._writer.write_table(pa.table(columns, schema=self.schema), row_group_size=self.row_group_size)
+        self._pending, self._pending_rows = [], 0
+
+    def close(self) -> dict[str, Any]:
+        """Finish the file, rename it into place and return its metadata."""
+        self._flush()
+        returns = np.asarray(self.returns or [0.0])
+        self.metadata.update(
+            schema_version=SCHEMA_VERSION,
+            episodes=self.episodes,
+            transitions=self.transitions,
+            episode_return={
+                "mean": float(returns.mean()),
+                "std": float(returns.std()),
+                "min": float(returns.min()),
+                "max": float(returns.max()),
+            },
+        )
+        self._writer.add_key_value_metadata({METADATA_KEY: json.dumps(self.metadata).encode()})
+        self._writer.close()
+        self._atomic.__exit__(None, None, None)
+        return self.metadata
+
+    def abort(self) -> None:
+        """Drop the partial file (the previous dataset at ``path``, if any, is untouched)."""
+        self._writer.close()
+        self._atomic.__exit__(RuntimeError, RuntimeError("aborted"), None)
+
+
+@dataclass
+class OfflineData:
+    """Transitions as NumPy arrays, rows in file order: obs/next_obs (N, *obs_shape) float32,
+    actions (N,) int64 or (N, action_dim) float32, rewards (N,) float32, terminated/truncated (N,) bool,
+    episode_id (N,) int64."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_obs: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    episode_id: np.ndarray
+    metadata: dict[str, Any]
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    def subset(self, rows: np.ndarray) -> OfflineData:
+        return OfflineData(
+            self.obs[rows],
+            self.actions[rows],
+            self.rewards[rows],
+            self.next_obs[rows],
+            self.terminated[rows],
+            self.truncated[rows],
+            self.episode_id[rows],
+            self.metadata,
+        )
+
+    def split_by_episode(self, validation_fraction: float, seed: int) -> tuple[OfflineData, OfflineData | None]:
+        """(train, validation): whole episodes go to one side, never split inside an episode."""
+        episodes = np.unique(self.episode_id)
+        count = int(round(len(episodes) * validation_fraction))
+        if validation_fraction <= 0 or len(episodes) < 2:
+            return self, None
+        count = min(max(count, 1), len(episodes) - 1)
+        held_out = np.random.default_rng(seed).permutation(episodes)[:count]
+        is_validation = np.isin(self.episode_id, held_out)
+        return self.subset(np.flatnonzero(~is_validation)), self.subset(np.flatnonzero(is_validation))
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Torch views of the arrays (no copy), keyed like replay batches."""
+        return {
+            "obs": torch.from_numpy(self.obs),
+            "actions": torch.from_numpy(self.actions),
+            "rewards": torch.from_numpy(self.rewards),
+            "next_obs": torch.from_numpy(self.next_obs),
+            "terminated": torch.from_numpy(self.terminated),
+        }
+
+
+def read_metadata(path: Path) -> dict[str, Any]:
+    """The file's ``rlcore`` metadata ({} for a file written elsewhere); checks the schema version."""
+    parquet = _open(path)
+    raw = (parquet.metadata.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        return {}
+    metadata: dict[str, Any] = json.loads(raw)
+    version = metadata.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise DatasetError(f"{path}: dataset schema version {version!r}; this rlcore reads version {SCHEMA_VERSION}")
+    return metadata
+
+
+def _open(path: Path) -> pq.ParquetFile:
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"{path}: dataset not found")
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise DatasetError(f"{path}: not a readable Parquet file (truncated or corrupt?): {exc}") from None
+
+
+def load_dataset(path: Path, observation_space: spaces.Box, action_space: spaces.Space, env_id: str) -> OfflineData:
+    """Read and validate a whole dataset against the env it will be trained for.
+
+    Every problem is one :class:`DatasetError` line naming the file: a missing or mistyped column, shapes
+    that do not fit ``env_id``, non-finite values, an episode without a final terminated/truncated row, an
+    unknown schema version, or a truncated file.
+    """
+    path = Path(path)
+    metadata = read_metadata(path)
+    table = _read_table(path)
+    obs_dim = int(np.prod(observation_space.shape))
+    _check_columns(path, table, obs_dim, action_space, env_id)
+    order = np.lexsort((table.column("step").to_numpy(), table.column("episode_id").to_numpy()))
+    data = OfflineData(
+        obs=_vectors(table, "observation").reshape(-1, *observation_space.shape)[order],
+        actions=_actions(table, action_space)[order],
+        rewards=table.column("reward").to_numpy().astype(np.float32, copy=False)[order],
+        next_obs=_vectors(table, "next_observation").reshape(-1, *observation_space.shape)[order],
+        terminated=table.column("terminated").to_numpy(zero_copy_only=False)[order],
+        truncated=table.column("truncated").to_numpy(zero_copy_only=False)[order],
+        episode_id=table.column("episode_id").to_numpy()[order],
+        metadata=metadata,
+    )
+    _check_values(path, data, action_space, env_id)
+    return data
+
+
+def _read_table(path: Path) -> pa.Table:
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise DatasetError(f"{path}: not a readable Parquet file (truncated or corrupt?): {exc}") from None
+
+
+def _check_columns(path: Path, table: pa.Table, obs_dim: int, action_space: spaces.Space, env_id: str) -> None:
+    required = [name for name in COLUMNS if name != "log_prob"]
+    for name in required:
+        if name not in table.column_names:
+            raise DatasetError(f"{path}: missing column {name!r} (a dataset needs: {', '.join(required)})")
+    expected = {
+        "episode_id": pa.types.is_integer,
+        "step": pa.types.is_integer,
+        "reward": pa.types.is_floating,
+        "terminated": pa.types.is_boolean,
+        "truncated": pa.types.is_boolean,
+    }
+    for name, check in expected.items():
+        kind = table.schema.field(name).type
+        if not check(kind):
+            raise DatasetError(f"{path}: column {name!r} has type {kind}, expected {check.__name__[3:]}")
+    for name in ("observation", "next_observation"):
+        kind = table.schema.field(name).type
+        if not pa.types.is_fixed_size_list(kind) or not pa.types.is_floating(kind.value_type):
+            raise DatasetError(f"{path}: column {name!r} has type {kind}, expected fixed_size_list<float32>")
+        if kind.list_size != obs_dim:
+            raise DatasetError(
+                f"{path}: column {name!r} holds {kind.list_size} values per row, but {env_id} "
+                f"observations have {obs_dim}"
+            )
+    kind = table.schema.field("action").type
+    if isinstance(action_space, spaces.Discrete):
+        if not pa.types.is_integer(kind):
+            raise DatasetError(f"{path}: column 'action' has type {kind}, but {env_id} has discrete actions (int64)")
+    else:
+        size = int(np.prod(action_space.shape))
+        if not pa.types.is_fixed_size_list(kind) or kind.list_size != size:
+            raise DatasetError(
+                f"{path}: column 'action' has type {kind}, but {env_id} actions are fixed_size_list<float32>[{size}]"
+            )
+
+
+def _vectors(table: pa.Table, name: str) -> np.ndarray:
+    """A fixed-size-list column as a (rows, size) float32 array, without a copy when the file allows it."""
+    column = table.column(name).combine_chunks()
+    values = column.flatten().to_numpy(zero_copy_only=False)
+    return values.astype(np.float32, copy=False).reshape(len(column), column.type.list_size)
+
+
+def _actions(table: pa.Table, action_space: spaces.Space) -> np.ndarray:
+    if isinstance(action_space, spaces.Discrete):
+        return table.column("action").to_numpy().astype(np.int64, copy=False)
+    return _vectors(table, "action").reshape(-1, *action_space.shape)
+
+
+def _check_values(path: Path, data: OfflineData, action_space: spaces.Space, env_id: str) -> None:
+    if len(data) == 0:
+        raise DatasetError(f"{path}: the dataset has no transitions")
+    for name, values in (
+        ("reward", data.rewards),
+        ("observation", data.obs),
+        ("next_observation", data.next_obs),
+        ("action", data.actions),
+    ):
+        finite = np.isfinite(values).reshape(len(values), -1).all(axis=1)
+        if not finite.all():
+            first = int(np.flatnonzero(~finite)[0])
+            raise DatasetError(
+                f"{path}: {int((~finite).sum())} rows with a NaN or infinite {name} (first at row {first})"
+            )
+    if isinstance(action_space, spaces.Discrete):
+        bad = (data.actions < 0) | (data.actions >= action_space.n)
+        if bad.any():
+            raise DatasetError(
+                f"{path}: action {int(data.actions[bad][0])} is outside {env_id}'s "
+                f"{int(action_space.n)} discrete actions"
+            )
+    last_rows = np.flatnonzero(np.r_[data.episode_id[1:] != data.episode_id[:-1], True])
+    ends = data.terminated[last_rows] | data.truncated[last_rows]
+    if not ends.all():
+        episode = int(data.episode_id[last_rows[np.flatnonzero(~ends)[0]]])
+        raise DatasetError(f"{path}: episode {episode} does not end with a terminated or truncated row")
