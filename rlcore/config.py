@@ -8,6 +8,7 @@ Each stage reads only its own sections, so ``dvc.yaml`` lists exactly those keys
 | evaluate | ``name``, ``torch_threads``, ``env``, ``eval``        |
 | select   | ``name``, ``select``                                 |
 | export   | ``export``                                           |
+| sweep    | ``sweep`` and everything a trial trains and evaluates with |
 
 Validation happens once, at load; every problem becomes a one-line :class:`ConfigError` that
 names the key, says what was expected and shows what was given.
@@ -23,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from rlcore.errors import ConfigError, did_you_mean
+from rlcore.sweep_config import SweepConfig
 
 
 class StrictModel(BaseModel):
@@ -203,6 +205,8 @@ _SECTIONS: dict[str, Any] = {
     "export": (ExportConfig, Field(default_factory=ExportConfig)),
     "collect": (CollectConfig, Field(default_factory=CollectConfig)),
     "dataset": (DatasetConfig, Field(default_factory=DatasetConfig)),
+    # Read only by `rlcore sweep`; left out of to_dict() (checkpoints, model cards, fingerprints).
+    "sweep": (SweepConfig, Field(default_factory=SweepConfig, exclude=True)),
 }
 
 
@@ -226,6 +230,7 @@ class Params(StrictModel):
     export: ExportConfig
     collect: CollectConfig
     dataset: DatasetConfig
+    sweep: SweepConfig
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved tree as plain data, with the algorithm's own fields (YAML/JSON-safe)."""

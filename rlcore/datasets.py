@@ -246,7 +246,12 @@ def read_metadata(path: Path) -> dict[str, Any]:
     raw = (parquet.metadata.metadata or {}).get(METADATA_KEY)
     if raw is None:
         return {}
-    metadata: dict[str, Any] = json.loads(raw)
+    try:
+        metadata: dict[str, Any] = json.loads(raw)
+    except ValueError as exc:
+        raise DatasetError(f"{path}: unreadable rlcore metadata (not JSON: {exc})") from None
+    if not isinstance(metadata, dict):
+        raise DatasetError(f"{path}: unreadable rlcore metadata (a JSON object expected)")
     version = metadata.get("schema_version")
     if version != SCHEMA_VERSION:
         raise DatasetError(f"{path}: dataset schema version {version!r}; this rlcore reads version {SCHEMA_VERSION}")
@@ -332,6 +337,10 @@ def _check_columns(path: Path, table: pa.Table, obs_dim: int, action_space: spac
             raise DatasetError(
                 f"{path}: column 'action' has type {kind}, but {env_id} actions are fixed_size_list<float32>[{size}]"
             )
+    for name in required:  # nulls would crash or corrupt the conversion to arrays (only log_prob may be unknown)
+        nulls = table.column(name).null_count
+        if nulls:
+            raise DatasetError(f"{path}: column {name!r} has {nulls} null values (only 'log_prob' may be null)")
 
 
 def _vectors(table: pa.Table, name: str) -> np.ndarray:

@@ -34,6 +34,9 @@ def train_stage(
 ) -> Path:
     """Train into ``runs/<name>/``; resumes an interrupted run. Returns the run directory."""
     layout = Layout(root, params.name, params.branch)
+    if not Path(params.dataset.path).is_absolute():  # an offline run's dataset, relative to the project
+        params = params.model_copy(deep=True)
+        params.dataset.path = str(root / params.dataset.path)
     train(params, layout.run_dir, on_evaluation=on_evaluation, resume_from=resume_from)
     return layout.run_dir
 

@@ -6,6 +6,7 @@ One module-scoped project runs the first ``dvc repro``; the tests then run in fi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ PROJECT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DVC = str(BIN / "dvc")
 STAGES = ("train", "evaluate", "select", "export")
+OFFLINE_STAGES = ("collect", "train_offline", "evaluate_offline", "select_offline", "export_offline")
 
 # Mirrors the output entries of the project's .gitignore (the tmp project commits only sources and dvc.lock).
 GITIGNORE = "/runs/\n/models/\n/export/\n/data/\n/dvclive/\n/reports/*\n!/reports/.gitkeep\n"
@@ -55,8 +57,8 @@ def git(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return run("git", *args, cwd=cwd)
 
 
-def edit_params(root: Path, **sections: Any) -> None:
-    path = root / "params.yaml"
+def edit_params(root: Path, file: str = "params.yaml", **sections: Any) -> None:
+    path = root / file
     params = yaml.safe_load(path.read_text())
     for key, value in sections.items():
         if isinstance(value, dict):
@@ -74,7 +76,7 @@ def read_json(path: Path) -> dict:
 def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A git + DVC copy of the project with the quick budget, after one ``dvc repro``."""
     root = tmp_path_factory.mktemp("dvc-project")
-    for name in ("params.yaml", "dvc.yaml", ".dvcignore", "prefect.toml"):
+    for name in ("params.yaml", "offline.yaml", "dvc.yaml", ".dvcignore", "prefect.toml"):
         shutil.copy(PROJECT / name, root / name)
     # The stages depend on the `rlcore` directory; the code that runs is the editable install's.
     shutil.copytree(PROJECT / "rlcore", root / "rlcore", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -83,6 +85,14 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
         root,
         name="quick",
         train={"max_steps": 4096, "eval_every": 1024, "eval_episodes": 3, "target_return": None},
+        eval={"episodes": 3},
+        export={"parity_observations": 200},
+    )
+    edit_params(
+        root,
+        "offline.yaml",
+        collect={"steps": 2000},
+        train={"max_steps": 400, "eval_every": 200, "eval_episodes": 3},
         eval={"episodes": 3},
         export={"parity_observations": 200},
     )
@@ -99,7 +109,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_dvc_repro_runs_every_stage_and_writes_the_outputs(repo: dict) -> None:
     root: Path = repo["root"]
-    for stage in STAGES:
+    for stage in STAGES + OFFLINE_STAGES:
         assert f"Running stage '{stage}'" in repo["first"].stdout
     assert sorted((root / "runs/quick/checkpoints").glob("*.pt"))
     assert (root / "reports/evaluations.json").is_file()
@@ -122,7 +132,7 @@ def test_second_repro_is_a_noop_within_5_seconds(repo: dict) -> None:
     started = time.perf_counter()
     result = dvc("repro", cwd=root)
     elapsed = time.perf_counter() - started
-    for stage in STAGES:
+    for stage in STAGES + OFFLINE_STAGES:
         assert f"Stage '{stage}' didn't change, skipping" in result.stdout
     assert "Running stage" not in result.stdout
     assert elapsed <= 5.0, f"no-op dvc repro took {elapsed:.1f} s"
@@ -188,3 +198,20 @@ def test_dvc_exp_run_with_a_param_override_records_an_experiment(repo: dict) -> 
     assert 0.002 in lrs
     recorded = next(exp for exp in experiments if exp["data"]["params"]["params.yaml"]["data"]["algo"]["lr"] == 0.002)
     assert "reports/metrics.json" in recorded["data"]["metrics"]
+
+
+def test_dataset_round_trips_through_a_dvc_remote_byte_for_byte(repo: dict, tmp_path: Path) -> None:
+    root: Path = repo["root"]
+    dataset = root / "data" / "dataset.parquet"
+    original = hashlib.sha256(dataset.read_bytes()).hexdigest()
+    dvc("remote", "add", "-f", "-d", "local", str(tmp_path / "remote"), cwd=root)
+    dvc("push", cwd=root)
+    dataset.unlink()
+    shutil.rmtree(root / ".dvc" / "cache")
+    dvc("pull", cwd=root)
+    assert hashlib.sha256(dataset.read_bytes()).hexdigest() == original
+    # The pulled file is what training reads: the offline branch is up to date and the data loads.
+    status = dvc("status", cwd=root)
+    assert "changed" not in status.stdout, status.stdout
+    result = run(str(BIN / "rlcore"), "train", "--params", "offline.yaml", "--set", "name=pulled", cwd=root)
+    assert "training bc on" in result.stderr

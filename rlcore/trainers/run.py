@@ -42,7 +42,7 @@ EvaluationCallback = Callable[[int, EvalResult], bool]
 def train_fingerprint(params: Params) -> str:
     """Hash of every params key that changes what training computes."""
     tree = params.to_dict()
-    relevant = {key: tree[key] for key in ("seed", "env", "policy", "algo")}
+    relevant = {key: tree[key] for key in ("seed", "env", "policy", "algo", "dataset")}
     relevant["train"] = {k: v for k, v in tree["train"].items() if k != "progress_bar"}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -1,0 +1,99 @@
+"""Offline learning from collected datasets: BC imitates an expert; TD3+BC improves on medium data."""
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from conftest import PROJECT
+
+from rlcore.checkpoints import list_checkpoints, load_checkpoint
+from rlcore.config import Params, load_params, validate_params
+from rlcore.datasets import read_metadata
+from rlcore.io import read_json
+from rlcore.stages import collect_stage, evaluate_stage, select_stage, train_stage
+
+
+def offline_params(**changes: Any) -> Params:
+    """offline.yaml with some keys changed: a dict merges into its section, except ``algo`` which replaces it."""
+    tree = yaml.safe_load((PROJECT / "offline.yaml").read_text())
+    for key, value in changes.items():
+        tree[key] = {**tree[key], **value} if isinstance(value, dict) and key != "algo" else value
+    tree["train"]["progress_bar"] = "off"
+    return validate_params(tree)
+
+
+def train_and_score(params: Params, root: Path) -> float:
+    for stage in (train_stage, evaluate_stage, select_stage):
+        stage(params, root)
+    return read_json(root / "reports" / "offline" / "metrics.json")["mean_return"]
+
+
+def test_bc_on_20k_transitions_from_a_475_policy_reaches_475_on_cartpole(tmp_path: Path):
+    # The expert: PPO with the default params (seed 0), scored by the evaluate stage.
+    online = load_params(PROJECT / "params.yaml", ["seed=0", "train.progress_bar=off"])
+    for stage in (train_stage, evaluate_stage, select_stage):
+        stage(online, tmp_path)
+    assert read_json(tmp_path / "reports" / "metrics.json")["mean_return"] >= 475
+
+    # 20k transitions sampled from it (seed 2000000), then BC: seed 0, at most 5000 gradient steps of batch 256.
+    params = offline_params(
+        collect={"policy": "models/best/policy.pt", "steps": 20_000},
+        train={"max_steps": 5000, "eval_every": 500, "target_return": 500},
+    )
+    dataset = collect_stage(params, tmp_path)
+    assert read_metadata(dataset)["transitions"] >= 20_000
+    assert train_and_score(params, tmp_path) >= 475
+
+
+def test_td3bc_beats_bc_by_100_on_a_medium_pendulum_dataset(tmp_path: Path):
+    # The behaviour policy: SAC (configs/sac-pendulum.yaml, seed 0) stopped part-way; its checkpoint whose
+    # periodic evaluation lies in [-900, -400] is "medium".
+    sac = load_params(
+        PROJECT / "configs" / "sac-pendulum.yaml",
+        [
+            "seed=0",
+            "train.max_steps=3000",
+            "train.eval_every=250",
+            "train.target_return=null",
+            "train.progress_bar=off",
+        ],
+    )
+    train_stage(sac, tmp_path)
+    medium = [
+        path
+        for _, path in list_checkpoints(tmp_path / "runs" / sac.name / "checkpoints")
+        if -900 <= load_checkpoint(path).meta["evaluation"]["mean_return"] <= -400
+    ]
+    assert medium, "no checkpoint of the partly trained SAC scores between -900 and -400"
+    behaviour = medium[-1].relative_to(tmp_path).as_posix()
+
+    env = {"id": "Pendulum-v1", "num_envs": 1}
+    train = {"max_steps": 6000, "eval_every": 1000, "target_return": None}
+    bc = offline_params(
+        name="bc-pendulum",
+        env=env,
+        train=train,
+        collect={"policy": behaviour, "steps": 50_000, "num_envs": 8},
+        algo={"name": "bc", "lr": 1e-3, "batch_size": 256, "loss": "mse"},
+    )
+    dataset = collect_stage(bc, tmp_path)
+    behaviour_return = read_metadata(dataset)["episode_return"]["mean"]
+    bc = offline_params(
+        name="bc-pendulum",
+        env=env,
+        train=train,
+        dataset={"path": str(dataset)},
+        algo={"name": "bc", "lr": 1e-3, "batch_size": 256, "loss": "mse"},
+    )
+    td3bc = offline_params(
+        name="td3bc-pendulum",
+        env=env,
+        train=train,
+        dataset={"path": str(dataset)},
+        policy={"normalize_obs": True, "hidden_sizes": [128, 128], "activation": "relu"},
+        algo={"name": "td3bc", "alpha": 10.0},
+    )
+
+    bc_score = train_and_score(bc, tmp_path / "bc")
+    td3bc_score = train_and_score(td3bc, tmp_path / "td3bc")
+    assert td3bc_score >= bc_score + 100, (behaviour_return, bc_score, td3bc_score)
