@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from torch.distributions import Normal
 from gymnasium import spaces
 from pydantic import Field
 
@@ -60,10 +61,12 @@ class BC:
             return F.cross_entropy(logits, actions), (logits.argmax(-1) == actions).float().mean()
         assert isinstance(self.policy, GaussianActor)
         mean = self.policy.act_scores(obs)
-        error = (mean - actions.reshape(mean.shape)).abs().mean()
+        target = actions.reshape(mean.shape)
+        error = (mean.detach() - target).abs().mean()
         if self.config.loss == "mse":
-            return F.mse_loss(mean, actions.reshape(mean.shape)), error
-        return -self.policy.distribution(obs).log_prob(actions.reshape(mean.shape)).mean(), error
+            return F.mse_loss(mean, target), error
+        log_prob = Normal(mean, self.policy.log_std.exp(), validate_args=False).log_prob(target).sum(-1)
+        return -log_prob.mean(), error
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         loss, quality = self.loss(batch["obs"], batch["actions"])
