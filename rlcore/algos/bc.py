@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from torch.distributions import Normal
 from gymnasium import spaces
 from pydantic import Field
+from torch.distributions import Normal
 
 from rlcore.algos import register
 from rlcore.config import AlgoConfig, PolicyConfig
