@@ -44,8 +44,18 @@ def test_bc_on_20k_transitions_from_a_475_policy_reaches_475_on_cartpole(tmp_pat
     assert read_metadata(dataset)["transitions"] >= 20_000
     assert train_and_score(params, tmp_path) >= 475
 
+    # Discrete IQL on the same data, same budget.
+    iql = offline_params(
+        name="iql-cartpole",
+        collect={"policy": "models/best/policy.pt", "steps": 20_000},
+        dataset={"path": str(dataset)},
+        algo={"name": "iql"},
+        train={"max_steps": 5000, "eval_every": 500, "target_return": 500},
+    )
+    assert train_and_score(iql, tmp_path / "iql") >= 475
 
-def test_td3bc_beats_bc_by_100_on_a_medium_pendulum_dataset(tmp_path: Path):
+
+def test_td3bc_and_iql_beat_bc_by_100_on_a_medium_pendulum_dataset(tmp_path: Path):
     # The behaviour policy: SAC (configs/sac-pendulum.yaml, seed 0) stopped part-way; its checkpoint whose
     # periodic evaluation lies in [-900, -400] is "medium".
     sac = load_params(
@@ -94,6 +104,19 @@ def test_td3bc_beats_bc_by_100_on_a_medium_pendulum_dataset(tmp_path: Path):
         algo={"name": "td3bc", "alpha": 10.0},
     )
 
+    iql = offline_params(
+        name="iql-pendulum",
+        env=env,
+        train=train,
+        dataset={"path": str(dataset)},
+        policy={"normalize_obs": True, "hidden_sizes": [128, 128], "activation": "relu"},
+        algo={"name": "iql", "beta": 3.0},
+    )
+
+    # Seed 0, 6000 gradient steps of batch 256 each; scores are the evaluate stage's (10 held-out episodes).
     bc_score = train_and_score(bc, tmp_path / "bc")
     td3bc_score = train_and_score(td3bc, tmp_path / "td3bc")
-    assert td3bc_score >= bc_score + 100, (behaviour_return, bc_score, td3bc_score)
+    iql_score = train_and_score(iql, tmp_path / "iql")
+    scores = {"behaviour": behaviour_return, "bc": bc_score, "td3bc": td3bc_score, "iql": iql_score}
+    assert td3bc_score >= bc_score + 100, scores
+    assert iql_score >= bc_score + 100, scores

@@ -90,4 +90,4 @@ def policy_from_checkpoint(checkpoint: Checkpoint) -> Policy:
     return policy
 
 
-from rlcore.algos import bc, dqn, ppo, sac, td3bc  # noqa: E402,F401  (each registers itself)
+from rlcore.algos import bc, dqn, iql, ppo, sac, td3bc  # noqa: E402,F401  (each registers itself)
