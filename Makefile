@@ -32,6 +32,7 @@ run: setup
 	@echo
 	@echo "Exported policy: $(CURDIR)/export/policy.onnx  (torch.export: export/policy.pt2, card: export/model_card.json)"
 	@echo "Report:          $(CURDIR)/reports/report.md  (metrics: reports/metrics.json, plot: reports/learning_curve.png)"
+	@echo "Offline branch:  $(CURDIR)/export/offline/policy.onnx, report: reports/offline/report.md (dataset: data/dataset.parquet)"
 
 test: setup-dev
 	$(BIN)/python -m pytest
@@ -43,4 +44,4 @@ lint: setup-dev
 	$(BIN)/ruff check rlcore flows tests benchmarks
 
 clean:
-	rm -rf runs models export reports/*.json reports/*.md reports/*.png .prefect
+	rm -rf runs models export data reports/*.json reports/*.md reports/*.png reports/offline .prefect
