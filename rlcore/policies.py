@@ -48,6 +48,14 @@ class Policy(nn.Module):
         self.action_dim = action_dim(action_space)
         self.obs_normalizer = ObsNormalizer(tuple(observation_space.shape), config.obs_clip, config.normalize_obs)
 
+    def _register_action_bounds(self, action_space: spaces.Space) -> None:
+        """Buffers ``action_loc`` and ``action_scale``: a = loc + scale * u maps u in [-1, 1] onto the Box bounds."""
+        assert isinstance(action_space, spaces.Box)
+        low = torch.as_tensor(action_space.low.reshape(-1), dtype=torch.float32)
+        high = torch.as_tensor(action_space.high.reshape(-1), dtype=torch.float32)
+        self.register_buffer("action_loc", (high + low) / 2)
+        self.register_buffer("action_scale", (high - low) / 2)
+
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """Normalized, flattened observations: (B, obs_dim)."""
         return self.obs_normalizer(obs).flatten(start_dim=1)
@@ -161,11 +169,7 @@ class SquashedGaussianActor(Policy):
 
     def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
         super().__init__(observation_space, action_space, config)
-        assert isinstance(action_space, spaces.Box)
-        low = torch.as_tensor(action_space.low.reshape(-1), dtype=torch.float32)
-        high = torch.as_tensor(action_space.high.reshape(-1), dtype=torch.float32)
-        self.register_buffer("action_loc", (high + low) / 2)
-        self.register_buffer("action_scale", (high - low) / 2)
+        self._register_action_bounds(action_space)
         self.trunk = mlp(self.obs_dim, config.hidden_sizes, 2 * self.action_dim, config.activation, out_gain=0.01)
 
     def _mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -242,11 +246,7 @@ class DeterministicActor(Policy):
         self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig, noise_std: float = 0.1
     ) -> None:
         super().__init__(observation_space, action_space, config)
-        assert isinstance(action_space, spaces.Box)
-        low = torch.as_tensor(action_space.low.reshape(-1), dtype=torch.float32)
-        high = torch.as_tensor(action_space.high.reshape(-1), dtype=torch.float32)
-        self.register_buffer("action_loc", (high + low) / 2)
-        self.register_buffer("action_scale", (high - low) / 2)
+        self._register_action_bounds(action_space)
         self.noise_std = noise_std
         self.mu = mlp(self.obs_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
 

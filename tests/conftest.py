@@ -58,3 +58,16 @@ def project(tmp_path: Path) -> Path:
     for name in ("params.yaml", "dvc.yaml", ".dvcignore", "prefect.toml"):
         shutil.copy(PROJECT / name, tmp_path / name)
     return tmp_path
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    """The user-error contract: exit 2, no traceback, exactly one ``error: `` line holding every fragment."""
+    assert result.returncode == 2, f"exit status {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{result.stderr}"
+    line = lines[0]
+    assert line.startswith("error: "), line
+    for fragment in fragments:
+        assert fragment in line, f"{fragment!r} not in {line!r}"
+    return line

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import PROJECT, rlcore, sets
+from conftest import PROJECT, one_line_error, rlcore, sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -350,19 +350,6 @@ def offline_project(project: Path) -> Path:
 
 def train(root: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return rlcore("train", "--params", "offline.yaml", *sets([*TRAIN_SMALL, *extra]), cwd=root, check=False)
-
-
-def one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
-    """The error contract (as in test_errors.py): exit 2, no traceback, one ``error: `` line with every fragment."""
-    assert result.returncode == 2, f"exit status {result.returncode}\n{result.stdout}\n{result.stderr}"
-    assert "Traceback" not in result.stderr, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{result.stderr}"
-    line = lines[0]
-    assert line.startswith("error: "), line
-    for fragment in fragments:
-        assert fragment in line, f"{fragment!r} not in {line!r}"
-    return line
 
 
 def hashes(folder: Path) -> dict[str, str]:

@@ -10,28 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import PROJECT, QUICK, rlcore, sets
+from conftest import PROJECT, QUICK, one_line_error, rlcore, sets
 
 CHECKPOINTS = Path("runs/quick/checkpoints")
 OUTPUT_DIRS = ("runs", "models", "reports", "export")
-
-
-def one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
-    """Assert the error contract and that the line contains every fragment; return the line."""
-    assert result.returncode == 2, f"exit status {result.returncode}\n{result.stdout}\n{result.stderr}"
-    assert "Traceback" not in result.stderr, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{result.stderr}"
-    line = lines[0]
-    assert line.startswith("error: "), line
-    for fragment in fragments:
-        assert fragment in line, f"{fragment!r} not in {line!r}"
-    return line
 
 
 def outputs(root: Path) -> dict[str, str]:
