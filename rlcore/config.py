@@ -4,10 +4,11 @@ Each stage reads only its own sections, so ``dvc.yaml`` lists exactly those keys
 
 | stage    | reads                                                |
 |----------|------------------------------------------------------|
-| train    | ``seed``, ``name``, ``torch_threads``, ``env``, ``policy``, ``algo``, ``train`` |
-| evaluate | ``name``, ``torch_threads``, ``env``, ``eval``        |
-| select   | ``name``, ``select``                                 |
-| export   | ``export``                                           |
+| train    | ``seed``, ``name``, ``branch``, ``torch_threads``, ``env``, ``policy``, ``algo``, ``train`` (+ ``dataset`` offline) |
+| evaluate | ``name``, ``branch``, ``torch_threads``, ``env``, ``eval`` |
+| select   | ``name``, ``branch``, ``select``                     |
+| export   | ``name``, ``branch``, ``torch_threads``, ``export``  |
+| collect  | ``torch_threads``, ``env``, ``collect``              |
 | sweep    | ``sweep`` and everything a trial trains and evaluates with |
 
 Validation happens once, at load; every problem becomes a one-line :class:`ConfigError` that
@@ -196,6 +197,47 @@ class DatasetConfig(StrictModel):
     """Share of episodes held out for validation (whole episodes, never split)."""
 
 
+class ScheduleConfig(StrictModel):
+    """One Prefect deployment: when it runs (a cron line or an interval, or neither: on demand only)."""
+
+    cron: str | None = None
+    """A cron line, e.g. ``"0 3 * * *"`` (03:00 every day, in ``timezone``)."""
+    interval_seconds: float | None = Field(None, gt=0)
+    """Run every this many seconds instead of on a cron line."""
+    timezone: str = "UTC"
+    overrides: list[str] = Field(default_factory=list)
+    """``--set`` overrides the scheduled runs use on top of the params file, e.g. ``["train.max_steps=50000"]``."""
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> ScheduleConfig:
+        if self.cron is not None and self.interval_seconds is not None:
+            raise ValueError("set at most one of cron and interval_seconds (the other null)")
+        if self.cron is not None and len(self.cron.split()) not in (5, 6):
+            raise ValueError(f"cron: a cron line of 5 fields expected (e.g. '0 3 * * *'), got {self.cron!r}")
+        return self
+
+
+class DeployConfig(StrictModel):
+    """Prefect deployments (``rlcore deploy serve``), task retries and the evaluation task runner."""
+
+    pipeline: ScheduleConfig = Field(default_factory=lambda: ScheduleConfig(cron="0 3 * * *"))
+    """The ``training_pipeline`` deployment."""
+    collect: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    """The ``collect`` deployment (on demand by default)."""
+    limit: int | None = Field(1, ge=1)
+    """Flow runs the serving process runs at once (null: no limit)."""
+    retries: int = Field(0, ge=0)
+    """Retries of each failed task run (stages, checkpoint evaluations, collection)."""
+    retry_delay_seconds: float = Field(0.0, ge=0)
+    task_runner: Literal["sequential", "dask"] = "sequential"
+    """How the flows evaluate checkpoints: ``sequential`` (one process) or ``dask`` (a task per checkpoint on
+    prefect-dask's DaskTaskRunner; needs a Prefect server: PREFECT_API_URL)."""
+    dask_address: str | None = None
+    """An existing Dask scheduler, e.g. ``tcp://10.0.0.5:8786``; null starts a LocalCluster of processes."""
+    dask_workers: int = Field(2, ge=1)
+    """Worker processes of that LocalCluster (one thread each)."""
+
+
 _SECTIONS: dict[str, Any] = {
     "env": (EnvConfig, Field(default_factory=EnvConfig)),
     "policy": (PolicyConfig, Field(default_factory=PolicyConfig)),
@@ -207,6 +249,8 @@ _SECTIONS: dict[str, Any] = {
     "dataset": (DatasetConfig, Field(default_factory=DatasetConfig)),
     # Read only by `rlcore sweep`; left out of to_dict() (checkpoints, model cards, fingerprints).
     "sweep": (SweepConfig, Field(default_factory=SweepConfig, exclude=True)),
+    # Read only by flows/ (deployments, retries, task runner); left out of to_dict() like `sweep`.
+    "deploy": (DeployConfig, Field(default_factory=DeployConfig, exclude=True)),
 }
 
 
@@ -231,6 +275,7 @@ class Params(StrictModel):
     collect: CollectConfig
     dataset: DatasetConfig
     sweep: SweepConfig
+    deploy: DeployConfig
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved tree as plain data, with the algorithm's own fields (YAML/JSON-safe)."""
