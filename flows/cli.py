@@ -7,6 +7,7 @@ starts in a second, not after Prefect's server start-up.
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,71 @@ def _pipeline(args: argparse.Namespace) -> Any:
     return training_pipeline(params_path=args.params, overrides=args.overrides, root=str(Path.cwd()))
 
 
+class _NoFlow(argparse.Action):
+    """``--no-flow``: no Prefect, so the sweep prints its own log lines."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option: str | None = None) -> None:
+        namespace.no_flow = namespace.own_logging = True
+
+
+def _sweep(args: argparse.Namespace) -> Any:
+    root = Path.cwd()
+    if args.apply:
+        from rlcore.params_file import apply_fragment
+
+        params_file = Path(args.params)
+        values = apply_fragment(params_file, root / "reports" / "sweep" / "best_params.yaml")
+        print(f"{params_file}: applied the sweep's best params: {', '.join(f'{k}={v}' for k, v in values.items())}")
+        return values
+    from flows.sweep_run import plan_sweep
+
+    plan = plan_sweep(args.params, args.overrides, root)  # refuse a bad space before Prefect or any trial starts
+    if args.no_flow:
+        from flows.sweep_run import run_sweep
+
+        return run_sweep(plan)
+    from flows.sweep import sweep_flow
+
+    # Prefect attaches its handlers to the `rlcore` logger (prefect.toml) but leaves its level at WARNING.
+    logging.getLogger("rlcore.sweep").setLevel(logging.WARNING if args.quiet else logging.INFO)
+    return sweep_flow(params_path=args.params, overrides=args.overrides, root=str(root))
+
+
 def _add_flow_commands(commands: Any) -> None:
     help_text = "run train -> evaluate -> select-best -> export as one Prefect flow run"
     pipeline = commands.add_parser("pipeline", help=help_text, description=help_text)
     add_params_arguments(pipeline)
     pipeline.set_defaults(run=_pipeline, own_logging=False)
+
+    help_text = "run the hyperparameter study of params.yaml's `sweep` section (Optuna) as a Prefect flow run"
+    sweep = commands.add_parser("sweep", help=help_text, description=help_text)
+    add_params_arguments(sweep)
+    sweep.add_argument(
+        "--no-flow",
+        dest="no_flow",
+        action=_NoFlow,
+        nargs=0,
+        help="run the same study without Prefect (no server start-up; trials, storage and reports are the same)",
+    )
+    sweep.add_argument(
+        "--apply",
+        action="store_true",
+        help="merge reports/sweep/best_params.yaml into the params file (runs no trial)",
+    )
+    sweep.set_defaults(run=_sweep, own_logging=False, no_flow=False)
+
+    help_text = "serve the Prefect deployments of params.yaml's `deploy` section (schedules) from this process"
+    deploy = commands.add_parser("deploy", help=help_text, description=help_text)
+    deploy.add_argument("action", choices=["serve"], help="serve: register the deployments and run their flow runs")
+    add_params_arguments(deploy)
+    deploy.set_defaults(run=_deploy, own_logging=False)
+
+
+def _deploy(args: argparse.Namespace) -> Any:
+    load(args)  # refuse bad params before Prefect starts
+    from flows.deploy import serve_deployments
+
+    return serve_deployments(args.params, args.overrides, str(Path.cwd()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -57,11 +57,17 @@ def training_pipeline(
     """train -> evaluate -> select-best -> export, on the project in ``root``."""
     overrides = list(overrides or [])
     root = str(Path(root).resolve())
-    trained = train_task(params_path, overrides, root)
-    evaluated = evaluate_task(params_path, overrides, root, trained)
-    selected = select_task(params_path, overrides, root, evaluated)
-    exported = export_task(params_path, overrides, root, selected)
     params = load_params(params_path, overrides)
+    retry = {"retries": params.deploy.retries, "retry_delay_seconds": params.deploy.retry_delay_seconds}
+    trained = train_task.with_options(**retry)(params_path, overrides, root)
+    if params.deploy.task_runner == "dask":  # a task run per checkpoint, on Dask worker processes
+        from flows.evaluate import evaluate_on_task_runner
+
+        evaluated = evaluate_on_task_runner(params_path, overrides, root)
+    else:
+        evaluated = evaluate_task.with_options(**retry)(params_path, overrides, root, trained)
+    selected = select_task.with_options(**retry)(params_path, overrides, root, evaluated)
+    exported = export_task.with_options(**retry)(params_path, overrides, root, selected)
     publish_artifacts(Path(root), params.name, params.branch)
     get_run_logger().info("exported model card: %s", exported["model_card"])
     return {"train": trained, "evaluate": evaluated, "select": selected, "export": exported}

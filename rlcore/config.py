@@ -4,7 +4,7 @@ Each stage reads only its own sections, so ``dvc.yaml`` lists exactly those keys
 
 | stage    | reads                                                |
 |----------|------------------------------------------------------|
-| train    | ``seed``, ``name``, ``branch``, ``torch_threads``, ``env``, ``policy``, ``algo``, ``train`` (+ ``dataset`` offline) |
+| train    | ``seed``, ``name``, ``branch``, ``torch_threads``, ``env``, ``policy``, ``algo``, ``train``, ``dataset`` |
 | evaluate | ``name``, ``branch``, ``torch_threads``, ``env``, ``eval`` |
 | select   | ``name``, ``branch``, ``select``                     |
 | export   | ``name``, ``branch``, ``torch_threads``, ``export``  |

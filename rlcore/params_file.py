@@ -19,7 +19,7 @@ import yaml
 from rlcore.config import read_yaml_mapping, validate_params
 from rlcore.errors import ConfigError
 from rlcore.io import write_text
-from rlcore.sweep_config import flatten, nested, yaml_text
+from rlcore.sweep_config import flatten, yaml_text
 
 log = logging.getLogger("rlcore")
 
@@ -78,12 +78,16 @@ def apply_values(params_file: Path, values: dict[str, Any]) -> str:
 
 
 def apply_fragment(params_file: Path, fragment_file: Path) -> dict[str, Any]:
-    """Merge a params fragment (e.g. a sweep's ``best_params.yaml``) into ``params_file``; returns the values set."""
+    """Merge a params fragment (e.g. a sweep's ``best_params.yaml``) into ``params_file``; returns the values set.
+
+    The values come back by dotted key, as YAML text: ``{"algo.lr": "0.0012"}``.
+    """
     if not fragment_file.is_file():
         raise ConfigError(f"{fragment_file}: not found; run `rlcore sweep` first")
     values = flatten(read_yaml_mapping(fragment_file))
     if not values:
         raise ConfigError(f"{fragment_file}: holds no params to apply")
     how = apply_values(params_file, values)
-    log.info("%s: set %s; %s", params_file, ", ".join(f"{k}={yaml_text(v)}" for k, v in values.items()), how)
-    return nested(values)
+    applied = {key: yaml_text(value) for key, value in values.items()}
+    log.info("%s: set %s; %s", params_file, ", ".join(f"{k}={v}" for k, v in applied.items()), how)
+    return applied

@@ -51,39 +51,31 @@ def evaluate_stage(params: Params, root: Path) -> Path:
     checkpoints = list_checkpoints(layout.checkpoints)
     if not checkpoints:
         raise RLCoreError(f"{layout.checkpoints}: no checkpoints to evaluate; run `rlcore train` first")
-    cfg = params.eval
-    evaluator = Evaluator(
-        params.env.id,
-        params.env.kwargs,
-        cfg.episodes,
-        cfg.seed,
-        cfg.deterministic,
-        cfg.max_parallel_envs,
-        params.env.vectorization,
-    )
-    candidates = []
+    evaluator = _evaluator(params)
     try:
-        for env_steps, path in checkpoints:
-            checkpoint = load_checkpoint(path)
-            if checkpoint.meta["params"]["env"]["id"] != params.env.id:
-                raise RLCoreError(
-                    f"{path}: trained on {checkpoint.meta['params']['env']['id']}, params say env.id {params.env.id}"
-                )
-            result = evaluator.evaluate(policy_from_checkpoint(checkpoint))
-            candidates.append(
-                {
-                    "checkpoint": path.relative_to(root).as_posix(),
-                    "sha256": sha256_file(path),
-                    "env_steps": env_steps,
-                    "algo": checkpoint.algo,
-                    **result.to_dict(),
-                    # Offline runs: validation on held-out episodes, measured when the checkpoint was written.
-                    **{f"validation_{k}": v for k, v in checkpoint.meta.get("validation", {}).items()},
-                }
-            )
-            log.info("evaluated %s: %s", path.name, result.summary())
+        candidates = [_evaluate_one(evaluator, params, root, env_steps, path) for env_steps, path in checkpoints]
     finally:
         evaluator.close()
+    return write_evaluations(params, root, candidates)
+
+
+def evaluate_checkpoint(params: Params, root: Path, env_steps: int, path: Path) -> dict[str, Any]:
+    """Evaluate one checkpoint: the same entry ``evaluate_stage`` writes for it (for parallel evaluation).
+
+    The evaluator re-seeds on every call, so the result does not depend on what else it evaluated.
+    """
+    torch.set_num_threads(params.torch_threads)
+    evaluator = _evaluator(params)
+    try:
+        return _evaluate_one(evaluator, params, root, env_steps, Path(path))
+    finally:
+        evaluator.close()
+
+
+def write_evaluations(params: Params, root: Path, candidates: list[dict[str, Any]]) -> Path:
+    """Write ``reports/evaluations.json`` from per-checkpoint entries (oldest first); returns its path."""
+    layout = Layout(root, params.name, params.branch)
+    cfg = params.eval
     write_json(
         layout.evaluations,
         {
@@ -96,6 +88,38 @@ def evaluate_stage(params: Params, root: Path) -> Path:
         },
     )
     return layout.evaluations
+
+
+def _evaluator(params: Params) -> Evaluator:
+    cfg = params.eval
+    return Evaluator(
+        params.env.id,
+        params.env.kwargs,
+        cfg.episodes,
+        cfg.seed,
+        cfg.deterministic,
+        cfg.max_parallel_envs,
+        params.env.vectorization,
+    )
+
+
+def _evaluate_one(evaluator: Evaluator, params: Params, root: Path, env_steps: int, path: Path) -> dict[str, Any]:
+    checkpoint = load_checkpoint(path)
+    if checkpoint.meta["params"]["env"]["id"] != params.env.id:
+        raise RLCoreError(
+            f"{path}: trained on {checkpoint.meta['params']['env']['id']}, params say env.id {params.env.id}"
+        )
+    result = evaluator.evaluate(policy_from_checkpoint(checkpoint))
+    log.info("evaluated %s: %s", path.name, result.summary())
+    return {
+        "checkpoint": path.relative_to(root).as_posix(),
+        "sha256": sha256_file(path),
+        "env_steps": env_steps,
+        "algo": checkpoint.algo,
+        **result.to_dict(),
+        # Offline runs: validation on held-out episodes, measured when the checkpoint was written.
+        **{f"validation_{k}": v for k, v in checkpoint.meta.get("validation", {}).items()},
+    }
 
 
 def select_stage(params: Params, root: Path) -> Path:

@@ -1,0 +1,78 @@
+"""Checkpoint evaluation on a Prefect task runner: a task run per checkpoint, gathered into evaluations.json.
+
+``deploy.task_runner: dask`` runs these tasks on prefect-dask's DaskTaskRunner: a LocalCluster of
+``deploy.dask_workers`` processes, or the existing cluster at ``deploy.dask_address``. Each task calls
+``rlcore.stages.evaluate_checkpoint``, so the file written is the one ``rlcore evaluate`` writes.
+Dask workers talk to the Prefect API themselves: set PREFECT_API_URL to a running server, or every
+worker process starts its own temporary server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+from prefect.task_runners import TaskRunner
+
+from rlcore.checkpoints import list_checkpoints
+from rlcore.config import DeployConfig, load_params
+from rlcore.errors import RLCoreError
+from rlcore.io import sha256_file
+from rlcore.layout import Layout
+from rlcore.stages import evaluate_checkpoint, write_evaluations
+
+
+@task(name="evaluate-checkpoint")
+def evaluate_checkpoint_task(
+    params_path: str, overrides: list[str], root: str, env_steps: int, checkpoint: str
+) -> dict[str, Any]:
+    return evaluate_checkpoint(load_params(params_path, overrides), Path(root), env_steps, Path(checkpoint))
+
+
+@flow(name="evaluate_checkpoints")
+def evaluate_checkpoints(
+    params_path: str = "params.yaml", overrides: list[str] | None = None, root: str = "."
+) -> dict[str, str]:
+    """Evaluate every checkpoint of the run, a task run each, and write ``reports/evaluations.json``."""
+    overrides = list(overrides or [])
+    root = str(Path(root).resolve())
+    params = load_params(params_path, overrides)
+    layout = Layout(Path(root), params.name, params.branch)
+    checkpoints = list_checkpoints(layout.checkpoints)
+    if not checkpoints:
+        raise RLCoreError(f"{layout.checkpoints}: no checkpoints to evaluate; run `rlcore train` first")
+    evaluate = evaluate_checkpoint_task.with_options(
+        retries=params.deploy.retries, retry_delay_seconds=params.deploy.retry_delay_seconds
+    )
+    futures = [
+        evaluate.with_options(task_run_name=f"evaluate-{path.stem}").submit(
+            params_path, overrides, root, env_steps, str(path)
+        )
+        for env_steps, path in checkpoints
+    ]
+    candidates = [future.result() for future in futures]  # in checkpoint order, as evaluate_stage writes them
+    path = write_evaluations(params, Path(root), candidates)
+    return {"evaluations": str(path), "sha256": sha256_file(path)}
+
+
+def dask_task_runner(deploy: DeployConfig) -> TaskRunner:
+    """prefect-dask's runner for ``deploy``: the cluster at ``dask_address``, or a LocalCluster of processes."""
+    from prefect_dask import DaskTaskRunner
+
+    if deploy.dask_address:
+        return DaskTaskRunner(address=deploy.dask_address)
+    return DaskTaskRunner(
+        cluster_kwargs={
+            "n_workers": deploy.dask_workers,
+            "processes": True,
+            "threads_per_worker": 1,
+            "dashboard_address": None,
+        }
+    )
+
+
+def evaluate_on_task_runner(params_path: str, overrides: list[str], root: str) -> dict[str, str]:
+    """Run :func:`evaluate_checkpoints` (as a subflow when called in a flow) on the configured Dask runner."""
+    deploy = load_params(params_path, overrides).deploy
+    return evaluate_checkpoints.with_options(task_runner=dask_task_runner(deploy))(params_path, overrides, root)

@@ -1,0 +1,225 @@
+"""One trial of a sweep, as a worker process (or the sweep's own process) runs it: train, evaluate, select.
+
+A trial trains one run per seed of ``sweep.seeds`` (per env of ``sweep.envs``, if given), each in its own
+stage root under the trial's folder (``<folder>/seed_<s>/`` or ``<folder>/<env>/seed_<s>/``, each with
+``runs/``, ``reports/``, ``models/best/``), through the same stage functions as the pipeline. A run's
+score is ``sweep.metric`` of its selected checkpoint (normalized per env); the trial's value aggregates them.
+
+Pruning. Every periodic evaluation of run ``k`` is reported at step ``k * slot + i`` (``i``: the run's
+i-th evaluation; ``slot`` leaves room for all of them), and after each run but the last the aggregate of
+the scores so far is reported at ``(k + 1) * slot``, so the pruner can stop a weak trial after its first
+seed. A pruned run stops training at once (the trainer's evaluation callback returns True).
+
+No Prefect here: worker processes import this module, Optuna and rlcore only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import math
+import os
+import re
+import shlex
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from flows.sweep_study import load_study
+from rlcore.config import Params, apply_overrides, validate_params
+from rlcore.errors import RLCoreError
+from rlcore.evaluation import EvalResult
+from rlcore.io import read_json, write_json
+from rlcore.layout import Layout
+from rlcore.stages import evaluate_stage, select_stage, train_stage
+from rlcore.sweep_config import SweepConfig, SweepEnv, overrides_for, yaml_text
+
+AGGREGATES = {"mean": statistics.fmean, "median": statistics.median, "min": min}
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """Everything a worker process needs to run one trial (plain, picklable data)."""
+
+    storage: str
+    study_name: str
+    trial_id: int
+    number: int
+    tree: dict[str, Any]
+    """The params tree after the sweep's ``--set`` overrides, before the trial's own values."""
+    values: dict[str, Any]
+    """The trial's sampled params values, by dotted key."""
+    folder: str
+    params_file: str
+    base_overrides: list[str] = field(default_factory=list)
+    """The sweep's own ``--set`` overrides (for the reproduction command)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run of a trial: a seed, on the params' env or on one of ``sweep.envs``."""
+
+    label: str
+    seed: int
+    env: SweepEnv | None
+
+
+def plan_runs(params: Params) -> list[Run]:
+    sweep: SweepConfig = params.sweep
+    seeds = sweep.seeds if sweep.seeds is not None else [params.seed]
+    if not sweep.envs:
+        return [Run(f"seed_{seed}", seed, None) for seed in seeds]
+    return [Run(f"{_safe(env.id)}/seed_{seed}", seed, env) for env in sweep.envs for seed in seeds]
+
+
+def _safe(env_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", env_id)
+
+
+def run_overrides(values: dict[str, Any], run: Run) -> list[str]:
+    """The trial's values plus the run's seed (and env), as ``--set`` overrides."""
+    overrides = [*overrides_for(values), f"seed={run.seed}"]
+    if run.env is not None:
+        overrides.append(f"env.id={yaml_text(run.env.id)}")
+    return overrides
+
+
+def reproduce_command(job: TrialJob, run: Run) -> str:
+    """The ``rlcore pipeline`` command that trains and evaluates this run on its own."""
+    keep = [o for o in job.base_overrides if not o.startswith("sweep.")]
+    sets = [arg for item in [*keep, *run_overrides(job.values, run)] for arg in ("--set", item)]
+    return shlex.join(["rlcore", "pipeline", "--params", job.params_file, *sets])
+
+
+class PruningReporter:
+    """The trainer's evaluation callback: reports each periodic evaluation; True (stop) once the trial is pruned."""
+
+    def __init__(self, trial: optuna.Trial, offset: int, slot: int, sweep: SweepConfig, env: SweepEnv | None):
+        self.trial = trial
+        self.offset = offset
+        self.slot = slot
+        self.metric = sweep.metric
+        self.env = env
+        self.evaluations = 0
+        self.pruned_at: int | None = None
+
+    def __call__(self, env_steps: int, result: EvalResult) -> bool:
+        if self.pruned_at is not None:
+            return True
+        self.evaluations += 1
+        if self.evaluations >= self.slot:
+            return False
+        score = float(getattr(result, self.metric))
+        step = self.offset + self.evaluations
+        self.trial.report(self.env.normalize(score) if self.env else score, step)
+        if self.trial.should_prune():
+            self.pruned_at = step
+            return True
+        return False
+
+
+def evaluation_slot(params: Params) -> int:
+    """Steps reserved per run: at most ceil(max_steps / eval_every) periodic evaluations plus a final one."""
+    return math.ceil(params.train.max_steps / params.train.eval_every) + 2
+
+
+@contextlib.contextmanager
+def quiet_training() -> Iterator[None]:
+    """Keep the trainer's per-evaluation log lines out of the sweep's output (warnings still show)."""
+    logger = logging.getLogger("rlcore")
+    level = logger.level
+    logger.setLevel(max(logging.WARNING, logger.getEffectiveLevel()))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def run_trial(job: TrialJob) -> dict[str, Any]:
+    """Run ``job``'s trial to its end; returns ``{"state": complete|pruned|fail, "value", "error"}``.
+
+    The trial's numbers (env steps, scores, process id, times) go to its user attributes and to
+    ``<folder>/trial.json``; the process that asked for the trial tells Optuna the outcome.
+    """
+    started = time.time()
+    base = validate_params(copy.deepcopy(job.tree), job.params_file)
+    sweep = base.sweep
+    study = load_study(job.storage, job.study_name, sweep)
+    trial = optuna.trial.Trial(study, job.trial_id)
+    runs = plan_runs(base)
+    folder = Path(job.folder)
+    record: dict[str, Any] = {
+        "number": job.number,
+        "study": job.study_name,
+        "values": job.values,
+        "state": "running",
+        "runs": [{"label": run.label, "command": reproduce_command(job, run)} for run in runs],
+    }
+    write_json(folder / "trial.json", record)
+    scores: list[float] = []
+    env_steps = counterfactual = 0
+    outcome: dict[str, Any] = {"state": "complete", "value": None, "error": None}
+    try:
+        with quiet_training():
+            for k, run in enumerate(runs):
+                params = validate_params(apply_overrides(copy.deepcopy(job.tree), run_overrides(job.values, run)))
+                root = folder / run.label
+                slot = evaluation_slot(params)
+                reporter = PruningReporter(trial, k * slot, slot, sweep, run.env)
+                train_stage(params, root, on_evaluation=reporter)
+                summary = read_json(Layout(root, params.name).train_summary)
+                env_steps += int(summary["env_steps"])
+                record["runs"][k].update(env_steps=summary["env_steps"], stop_reason=summary["stop_reason"])
+                if reporter.pruned_at is not None:
+                    # Had it not been pruned, this run and the ones after it would have used their budgets.
+                    run_steps = int(summary["env_steps"])
+                    counterfactual += max(run_steps, params.train.max_steps) + sum(
+                        _budget(job, r) for r in runs[k + 1 :]
+                    )
+                    outcome = {"state": "pruned", "value": None, "error": None, "step": reporter.pruned_at}
+                    break
+                counterfactual += int(summary["env_steps"])
+                evaluate_stage(params, root)
+                select_stage(params, root)
+                metrics = read_json(Layout(root, params.name).metrics)
+                score = float(metrics[sweep.metric])
+                scores.append(run.env.normalize(score) if run.env else score)
+                record["runs"][k].update(score=scores[-1], raw_score=score)
+                if k + 1 < len(runs):
+                    trial.report(AGGREGATES[sweep.aggregate](scores), (k + 1) * slot)
+                    if trial.should_prune():
+                        counterfactual += sum(_budget(job, r) for r in runs[k + 1 :])
+                        outcome = {"state": "pruned", "value": None, "error": None, "step": (k + 1) * slot}
+                        break
+            else:
+                outcome["value"] = AGGREGATES[sweep.aggregate](scores)
+    except RLCoreError as exc:
+        outcome = {"state": "fail", "value": None, "error": str(exc)}
+    finished = time.time()
+    attrs = {
+        "env_steps": env_steps,
+        "counterfactual_env_steps": counterfactual if outcome["state"] != "fail" else env_steps,
+        "scores": scores,
+        "worker_pid": os.getpid(),
+        "started_at": started,
+        "finished_at": finished,
+        "wall_seconds": round(finished - started, 3),
+    }
+    if outcome["error"]:
+        attrs["error"] = outcome["error"]
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    record.update(state=outcome["state"], value=outcome["value"], error=outcome["error"], **attrs)
+    write_json(folder / "trial.json", record)
+    return outcome
+
+
+def _budget(job: TrialJob, run: Run) -> int:
+    params = validate_params(apply_overrides(copy.deepcopy(job.tree), run_overrides(job.values, run)))
+    return params.train.max_steps

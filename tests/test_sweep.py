@@ -1,0 +1,277 @@
+"""Sweeps: Optuna studies over params keys with pruning, parallel processes, crash recovery and reports.
+
+Budget of every trial here: PPO on CartPole-v1 with the default params, a constant learning rate,
+at most 30,000 env steps (about 1-3 s on 2 cores), an evaluation (10 episodes) every 2,048 steps,
+stopping at a mean return of 500.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from conftest import PROJECT, RLCORE, rlcore, sets
+from optuna.distributions import CategoricalDistribution
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from flows.sweep_run import plan_sweep, run_sweep
+from rlcore.params_file import set_values
+
+BUDGET = [
+    "train.max_steps=30000",
+    "train.eval_every=2048",
+    "train.target_return=500",
+    "algo.lr_schedule=constant",
+]
+SPACE = (
+    "sweep.space={algo: {lr: {type: float, low: 1.0e-5, high: 3.0e-3, log: true},"
+    " clip_range: {type: float, low: 0.05, high: 0.4}, ent_coef: {type: float, low: 0.0, high: 0.05}}}"
+)
+PRUNING_SWEEP = [
+    *BUDGET,
+    SPACE,
+    "sweep.n_trials=12",
+    "sweep.pruner=median",
+    "sweep.pruner_options={n_startup_trials: 3}",
+    "sweep.sampler_options={n_startup_trials: 5}",
+]
+# Short trials (~1 s) for the tests about processes rather than learning.
+SHORT = ["train.max_steps=8192", "train.eval_every=2048", "train.target_return=null", "eval.episodes=3", SPACE]
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def copy_project(root: Path) -> Path:
+    for name in ("params.yaml", "dvc.yaml", ".dvcignore", "prefect.toml"):
+        shutil.copy(PROJECT / name, root / name)
+    return root
+
+
+def load_study(root: Path) -> optuna.Study:
+    """The project's one study, read from its journal file."""
+    storage = JournalStorage(JournalFileBackend(str(root / ".optuna" / "journal.log")))
+    (name,) = optuna.get_all_study_names(storage)
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def trials_in(root: Path, *states: TrialState) -> list[optuna.trial.FrozenTrial]:
+    journal = root / ".optuna" / "journal.log"
+    if not journal.is_file() or not journal.stat().st_size:
+        return []
+    return load_study(root).get_trials(deepcopy=False, states=states or None)
+
+
+@pytest.fixture(scope="module")
+def pruning_study(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The 12-trial PPO sweep with the median pruner, run once, in a git repository (for the revision)."""
+    root = copy_project(tmp_path_factory.mktemp("sweep"))
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+    env["GIT_COMMITTER_EMAIL"] = "t@t"
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "project"]):
+        subprocess.run(["git", *args], cwd=root, check=True, env=env, capture_output=True)
+    started = time.perf_counter()
+    summary = run_sweep(plan_sweep("params.yaml", PRUNING_SWEEP, root))
+    return {"root": root, "summary": summary, "seconds": time.perf_counter() - started}
+
+
+def test_twelve_trial_ppo_sweep_prunes_weak_trials_and_finds_a_475_policy(pruning_study: dict[str, Any]) -> None:
+    study = load_study(pruning_study["root"])
+    states = [t.state for t in study.trials]
+    assert len(states) == 12 and set(states) <= set(FINISHED), states
+    assert states.count(TrialState.PRUNED) >= 1, states
+    assert study.best_value >= 475, study.best_value
+    pruned = [t for t in study.trials if t.state == TrialState.PRUNED]
+    assert any(t.user_attrs["env_steps"] < 30000 for t in pruned), "no pruned trial stopped training early"
+    assert pruning_study["summary"]["savings"]["saved_share"] > 0
+
+
+def test_every_trial_records_its_command_params_git_revision_and_own_folder(pruning_study: dict[str, Any]) -> None:
+    root: Path = pruning_study["root"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    study = load_study(root)
+    assert study.user_attrs["git_revision"] == head
+    for trial in study.trials:
+        attrs = trial.user_attrs
+        assert attrs["git_revision"] == head
+        assert attrs["command"].startswith("rlcore pipeline --params params.yaml --set train.max_steps=30000")
+        assert f"--set algo.lr={yaml.safe_dump(trial.params['algo.lr']).splitlines()[0]}" in attrs["command"]
+        assert attrs["params"]["algo"]["lr"] == trial.params["algo.lr"]
+        assert attrs["params"]["train"]["max_steps"] == 30000
+        folder = root / attrs["folder"]
+        assert folder.name == f"trial_{trial.number:04d}"
+        assert (folder / "trial.json").is_file()
+        assert sorted((folder / "seed_0" / "runs" / "ppo-cartpole" / "checkpoints").glob("*.pt"))
+        if trial.state == TrialState.COMPLETE:
+            metrics = yaml.safe_load((folder / "seed_0" / "reports" / "metrics.json").read_text())
+            assert metrics["mean_return"] == trial.value
+            assert (folder / "seed_0" / "models" / "best" / "policy.pt").is_file()
+
+
+def test_reports_hold_best_params_a_trial_table_plots_and_a_summary(pruning_study: dict[str, Any]) -> None:
+    root: Path = pruning_study["root"]
+    reports = root / "reports" / "sweep"
+    study = load_study(root)
+    best = yaml.safe_load((reports / "best_params.yaml").read_text())
+    assert best == {"algo": {key.split(".")[1]: value for key, value in study.best_params.items()}}
+    table = pq.read_table(reports / "trials.parquet").to_pylist()
+    assert [row["number"] for row in table] == list(range(12))
+    assert {"state", "value", "duration_seconds", "algo.lr", "algo.clip_range", "algo.ent_coef"} <= table[0].keys()
+    assert {row["state"] for row in table} == {"COMPLETE", "PRUNED"}
+    csv_lines = (reports / "trials.csv").read_text().splitlines()
+    assert len(csv_lines) == 13 and csv_lines[0].startswith("number,state,value,duration_seconds")
+    for name in ("history.png", "importances.png", "parallel_coordinates.png"):
+        assert (reports / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    summary = (reports / "summary.md").read_text()
+    assert f"## Best: trial {study.best_trial.number}" in summary
+    assert "pruned" in summary and "![history.png](history.png)" in summary
+
+
+def test_sweep_apply_merges_the_best_params_into_params_yaml_keeping_its_comments(
+    pruning_study: dict[str, Any],
+) -> None:
+    root: Path = pruning_study["root"]
+    before = (root / "params.yaml").read_text()
+    result = rlcore("sweep", "--apply", cwd=root)
+    after = (root / "params.yaml").read_text()
+    best = load_study(root).best_params
+    params = yaml.safe_load(after)
+    assert {key: params["algo"][key.split(".")[1]] for key in best} == best
+    assert [line for line in after.splitlines() if "#" in line] == [line for line in before.splitlines() if "#" in line]
+    changed = [a for a, b in zip(after.splitlines(), before.splitlines(), strict=True) if a != b]
+    assert len(changed) == len(best), changed
+    assert "applied the sweep's best params" in result.stdout
+
+
+def test_set_values_edits_only_the_value_and_keeps_the_comment() -> None:
+    text = "algo:\n  lr: 0.001      # Adam\n  gamma: 0.98\ntrain:\n  lr: 5\n"
+    edited, missing = set_values(text, {"algo.lr": 1.5e-05, "algo.n_steps": 64})
+    assert edited == "algo:\n  lr: 1.5e-05      # Adam\n  gamma: 0.98\ntrain:\n  lr: 5\n"
+    assert missing == ["algo.n_steps"]
+
+
+def test_a_weak_trial_is_pruned_after_its_first_seed(project: Path) -> None:
+    """Two seeds per trial, pruning only from the first seed's score on (n_warmup_steps = slot - 1)."""
+    overrides = [
+        "train.max_steps=4096",  # slot: ceil(4096 / 2048) + 2 = 4 steps per run
+        "train.eval_every=2048",
+        "train.target_return=null",
+        "eval.episodes=3",
+        "sweep.space={algo.lr: {type: categorical, choices: [1.0e-5]}}",
+        "sweep.seeds=[0, 1]",
+        "sweep.n_trials=2",
+        "sweep.pruner_options={n_startup_trials: 1, n_warmup_steps: 3}",
+    ]
+    plan = plan_sweep("params.yaml", overrides, project)
+    Path(plan.storage).parent.mkdir()
+    storage = JournalStorage(JournalFileBackend(plan.storage))
+    study = optuna.create_study(study_name=plan.study_name, storage=storage, direction="maximize")
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"algo.lr": 1.0e-5},
+            distributions={"algo.lr": CategoricalDistribution([1.0e-5])},
+            value=1000.0,  # above CartPole's maximum: every later trial is below the median
+            intermediate_values={step: 1000.0 for step in range(1, 9)},
+        )
+    )
+    run_sweep(plan)
+    trial = load_study(project).trials[1]
+    assert trial.state == TrialState.PRUNED
+    assert max(trial.intermediate_values) == 4  # the first seed's score, at the seed boundary
+    folder = project / trial.user_attrs["folder"]
+    assert (folder / "seed_0" / "reports" / "metrics.json").is_file()
+    assert not (folder / "seed_1").exists()
+
+
+def _spawn(root: Path, overrides: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [RLCORE, "sweep", "--no-flow", *sets(overrides)],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PATH": f"{Path(RLCORE).parent}{os.pathsep}{os.environ['PATH']}"},
+    )
+
+
+def test_two_sweep_processes_on_one_study_run_trials_concurrently_without_losing_or_duplicating(
+    project: Path,
+) -> None:
+    overrides = [*SHORT, "sweep.n_trials=6"]
+    first, second = _spawn(project, overrides), _spawn(project, overrides)
+    outputs = [process.communicate(timeout=300)[0] for process in (first, second)]
+    assert first.returncode == 0 and second.returncode == 0, outputs
+    trials = load_study(project).trials
+    assert sorted(t.number for t in trials) == list(range(6))
+    assert all(t.state == TrialState.COMPLETE for t in trials), [t.state for t in trials]
+    assert len({t.user_attrs["folder"] for t in trials}) == 6
+    owners: dict[int, list[optuna.trial.FrozenTrial]] = {}
+    for trial in trials:
+        owners.setdefault(trial.system_attrs["rlcore:owner"]["pid"], []).append(trial)
+    assert set(owners) == {first.pid, second.pid}
+    a, b = owners.values()
+    assert any(
+        x.datetime_start < y.datetime_complete and y.datetime_start < x.datetime_complete for x in a for y in b
+    ), "no two trials of the two processes ran at the same time"
+
+
+def test_sigkill_mid_sweep_then_rerun_completes_the_study_and_keeps_finished_trials(project: Path) -> None:
+    overrides = [*SHORT, "sweep.n_trials=6", "sweep.workers=2"]
+    sweep = _spawn(project, overrides)
+    deadline = time.monotonic() + 240
+    while len(trials_in(project, TrialState.COMPLETE)) < 2 or not trials_in(project, TrialState.RUNNING):
+        assert sweep.poll() is None, sweep.communicate()[0]
+        assert time.monotonic() < deadline, "the sweep did not finish 2 trials in time"
+        time.sleep(0.2)
+    os.killpg(sweep.pid, signal.SIGKILL)
+    sweep.wait()
+    before = {t.number: (t.state, t.value) for t in trials_in(project)}
+    running = [n for n, (state, _) in before.items() if state == TrialState.RUNNING]
+    assert running, before
+
+    result = rlcore("sweep", "--no-flow", *sets(overrides), cwd=project)
+
+    after = load_study(project).trials
+    assert sum(t.state in FINISHED for t in after) == 6
+    for number, (state, value) in before.items():
+        if state in FINISHED:
+            assert (after[number].state, after[number].value) == (state, value)
+    assert not [t for t in after if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    for number in running:
+        assert after[number].state == TrialState.FAIL
+        assert "process stopped" in after[number].user_attrs["error"]
+        assert any(t.system_attrs.get("failed_trial") == number and t.state in FINISHED for t in after)
+    assert "left running by a stopped process" in result.stderr
+
+
+def test_a_trial_over_two_envs_averages_scores_normalized_to_each_target(project: Path) -> None:
+    overrides = [
+        "train.max_steps=4096",
+        "train.eval_every=2048",
+        "train.target_return=null",
+        "eval.episodes=3",
+        "sweep.space={algo.lr: {type: categorical, choices: [0.001]}}",
+        "sweep.envs=[{id: CartPole-v1, target: 500}, {id: Acrobot-v1, baseline: -500, target: -100}]",
+        "sweep.n_trials=1",
+        "sweep.pruner=none",
+    ]
+    run_sweep(plan_sweep("params.yaml", overrides, project))
+    (trial,) = load_study(project).trials
+    folder = project / trial.user_attrs["folder"]
+    raw = {
+        env: yaml.safe_load((folder / env / "seed_0" / "reports" / "metrics.json").read_text())["mean_return"]
+        for env in ("CartPole-v1", "Acrobot-v1")
+    }
+    expected = [raw["CartPole-v1"] / 500, (raw["Acrobot-v1"] + 500) / 400]
+    assert trial.user_attrs["scores"] == pytest.approx(expected)
+    assert trial.value == pytest.approx(sum(expected) / 2)

@@ -1,0 +1,61 @@
+"""A bad search space, through the real ``rlcore sweep``: one line ``error: ...``, exit 2, and no trial started.
+
+No trial started means no study storage (``.optuna/``) and no trial folder (``runs/``) exists afterwards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import rlcore, sets
+from test_errors import one_line_error
+
+CASES = {
+    "low_above_high": (
+        "{algo: {lr: {type: float, low: 0.1, high: 0.01}}}",
+        "sweep.space.algo.lr: low (0.1) > high (0.01)",
+    ),
+    "log_range_from_zero": (
+        "{algo: {lr: {type: float, low: 0.0, high: 0.01, log: true}}}",
+        "sweep.space.algo.lr: log range needs low > 0, got low 0",
+    ),
+    "unknown_params_key": (
+        "{algo: {lrr: {type: float, low: 0.001, high: 0.01}}}",
+        "sweep.space.algo.lrr: unknown params key (did you mean 'algo.lr'?)",
+    ),
+    "empty_categorical": (
+        "{policy.activation: {type: categorical, choices: []}}",
+        "sweep.space.policy.activation: empty categorical",
+    ),
+    "float_range_on_an_int_key": (
+        "{algo: {n_steps: {type: float, low: 16, high: 64}}}",
+        "sweep.space.algo.n_steps: float value 34.336 does not fit: algo.n_steps: input should be a valid integer",
+    ),
+    "string_choice_on_a_float_key": (
+        "{algo: {lr: {type: categorical, choices: [0.001, fast]}}}",
+        "sweep.space.algo.lr: categorical value fast does not fit: algo.lr: input should be a valid number",
+    ),
+    "a_whole_section": (
+        "{algo: {type: float, low: 0.1, high: 0.2}}",
+        "sweep.space.algo: is a section, not a value",
+    ),
+}
+
+
+@pytest.mark.parametrize("space, message", CASES.values(), ids=CASES.keys())
+def test_bad_search_space_is_one_line_error_before_any_trial(project: Path, space: str, message: str) -> None:
+    result = rlcore("sweep", "--no-flow", *sets([f"sweep.space={space}"]), cwd=project, check=False)
+    one_line_error(result, "error: params.yaml: " + message)
+    assert not (project / ".optuna").exists()
+    assert not (project / "runs").exists()
+
+
+def test_unknown_sampler_option_is_one_line_error_with_a_suggestion(project: Path) -> None:
+    result = rlcore(
+        "sweep", "--no-flow", "--set", "sweep.sampler_options={n_startup_trial: 3}", cwd=project, check=False
+    )
+    one_line_error(
+        result, "sweep.sampler_options: TPESampler takes no 'n_startup_trial' (did you mean 'n_startup_trials'?)"
+    )
+    assert not (project / ".optuna").exists()
