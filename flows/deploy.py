@@ -1,7 +1,8 @@
 """Prefect deployments of the project's flows, with schedules and parameters from params.yaml's ``deploy``.
 
 ``rlcore deploy serve`` serves them from one long-running process (Prefect's ``serve``): it registers
-``training_pipeline/<name>`` and ``collect/<name>`` on the server at PREFECT_API_URL, creates their
+``training_pipeline/<name>``, ``collect/<name>`` and ``retrain_offline/<name>`` (collect, then the offline
+branch of ``deploy.offline_params``) on the server at PREFECT_API_URL, creates their
 scheduled runs, and runs each scheduled or triggered run in a subprocess. ``prefect.yaml`` registers the
 same flows on a work pool for process workers instead (``prefect deploy --all``).
 """
@@ -18,6 +19,7 @@ from prefect.schedules import Cron, Interval, Schedule
 
 from flows.collect import collect_flow
 from flows.pipeline import training_pipeline
+from flows.retrain import retrain_offline
 from rlcore.config import ScheduleConfig, load_params
 
 
@@ -31,15 +33,23 @@ def schedules(cfg: ScheduleConfig) -> list[Schedule]:
 
 
 def build_deployments(params_path: str, overrides: list[str], root: str) -> list[RunnerDeployment]:
-    """``training_pipeline/<name>`` and ``collect/<name>``, each run with the params file and overrides given."""
+    """One deployment per flow, each run with its params file and overrides (retrain: the offline params file)."""
     params = load_params(params_path, overrides)
     root = str(Path(root).resolve())
     params_file = str(Path(root, params_path).resolve())
     deployments = []
-    for flow, cfg in ((training_pipeline, params.deploy.pipeline), (collect_flow, params.deploy.collect)):
+    # (flow, schedule, params file, overrides): the command line's overrides are for params_path only.
+    flows: list[tuple[Any, ScheduleConfig, str, list[str]]] = [
+        (training_pipeline, params.deploy.pipeline, params_file, overrides),
+        (collect_flow, params.deploy.collect, params_file, overrides),
+    ]
+    offline_file = Path(root, params.deploy.offline_params)
+    if offline_file.is_file():
+        flows.append((retrain_offline, params.deploy.retrain, str(offline_file), []))
+    for flow, cfg, flow_params, flow_overrides in flows:
         parameters: dict[str, Any] = {
-            "params_path": params_file,
-            "overrides": [*overrides, *cfg.overrides],
+            "params_path": flow_params,
+            "overrides": [*flow_overrides, *cfg.overrides],
             "root": root,
         }
         deployments.append(
@@ -48,7 +58,7 @@ def build_deployments(params_path: str, overrides: list[str], root: str) -> list
                 schedules=schedules(cfg),
                 parameters=parameters,
                 tags=["rlcore"],
-                description=f"{flow.name} of {params_file} (run `{params.name}`)",
+                description=f"{flow.name} of {flow_params} (run `{params.name}`)",
                 # Imported by module name in the run's subprocess: works from any working directory.
                 entrypoint_type=EntrypointType.MODULE_PATH,
             )

@@ -224,6 +224,11 @@ class DeployConfig(StrictModel):
     """The ``training_pipeline`` deployment."""
     collect: ScheduleConfig = Field(default_factory=ScheduleConfig)
     """The ``collect`` deployment (on demand by default)."""
+    retrain: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    """The ``retrain_offline`` deployment: collect a new dataset, then the offline branch on it (on demand by
+    default; deployed when ``offline_params`` exists)."""
+    offline_params: str = "offline.yaml"
+    """The offline branch's params file, relative to the project root."""
     limit: int | None = Field(1, ge=1)
     """Flow runs the serving process runs at once (null: no limit)."""
     retries: int = Field(0, ge=0)

@@ -68,3 +68,36 @@ def test_rlcore_pipeline_command_is_one_flow_run_on_the_configured_server(projec
     assert flow_run.parameters["overrides"][-1] == "name=cli"
     assert [n.split("-")[0] for n in names] == ["evaluate", "export", "select", "train"]
     assert (project / "runs" / "cli" / "train_summary.json").is_file()
+
+
+def test_retrain_offline_records_the_newest_dataset_version_in_each_model_card(project: Path, prefect_server):
+    import hashlib
+    import shutil
+
+    from flows.retrain import retrain_offline
+    from rlcore.config import load_params
+    from rlcore.stages import evaluate_stage, select_stage, train_stage
+
+    online = load_params(project / "params.yaml", [*QUICK, "train.progress_bar=off"])
+    for stage in (train_stage, evaluate_stage, select_stage):
+        stage(online, project)
+    shutil.copy(Path(__file__).resolve().parents[1] / "offline.yaml", project / "offline.yaml")
+    small = [
+        "collect.steps=1000",
+        "train.max_steps=200",
+        "train.eval_every=100",
+        "train.eval_episodes=2",
+        "eval.episodes=2",
+        "export.parity_observations=100",
+    ]
+    cards = []
+    for seed in (1, 2):  # two collections: two dataset versions
+        result = retrain_offline(
+            params_path=str(project / "offline.yaml"), overrides=[*small, f"collect.seed={seed}"], root=str(project)
+        )
+        dataset = project / "data" / "dataset.parquet"
+        md5 = hashlib.md5(dataset.read_bytes(), usedforsecurity=False).hexdigest()
+        card = read_json(project / "export" / "offline" / "model_card.json")
+        assert card["training"]["dataset"]["md5"] == md5 == result["dataset_md5"]
+        cards.append(card)
+    assert cards[0]["training"]["dataset"]["md5"] != cards[1]["training"]["dataset"]["md5"]
