@@ -1,8 +1,8 @@
 """Prefect deployments of the project's flows, with schedules and parameters from params.yaml's ``deploy``.
 
 ``rlcore deploy serve`` serves them from one long-running process (Prefect's ``serve``): it registers
-``training_pipeline/<name>``, ``collect/<name>`` and ``retrain_offline/<name>`` (collect, then the offline
-branch of ``deploy.offline_params``) on the server at PREFECT_API_URL, creates their
+``training_pipeline/<name>``, ``collect/<name>``, ``sweep/<name>`` and ``retrain_offline/<name>``
+(collect, then the offline branch of ``deploy.offline_params``) on the server at PREFECT_API_URL, creates their
 scheduled runs, and runs each scheduled or triggered run in a subprocess. ``prefect.yaml`` registers the
 same flows on a work pool for process workers instead (``prefect deploy --all``).
 """
@@ -20,6 +20,7 @@ from prefect.schedules import Cron, Interval, Schedule
 from flows.collect import collect_flow
 from flows.pipeline import training_pipeline
 from flows.retrain import retrain_offline
+from flows.sweep import sweep_flow
 from rlcore.config import ScheduleConfig, load_params
 
 
@@ -42,6 +43,7 @@ def build_deployments(params_path: str, overrides: list[str], root: str) -> list
     flows: list[tuple[Any, ScheduleConfig, str, list[str]]] = [
         (training_pipeline, params.deploy.pipeline, params_file, overrides),
         (collect_flow, params.deploy.collect, params_file, overrides),
+        (sweep_flow, params.deploy.sweep, params_file, overrides),
     ]
     offline_file = Path(root, params.deploy.offline_params)
     if offline_file.is_file():

@@ -227,6 +227,8 @@ class DeployConfig(StrictModel):
     retrain: ScheduleConfig = Field(default_factory=ScheduleConfig)
     """The ``retrain_offline`` deployment: collect a new dataset, then the offline branch on it (on demand by
     default; deployed when ``offline_params`` exists)."""
+    sweep: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    """The ``sweep`` deployment: the study of the ``sweep`` section (on demand by default)."""
     offline_params: str = "offline.yaml"
     """The offline branch's params file, relative to the project root."""
     limit: int | None = Field(1, ge=1)

@@ -65,6 +65,8 @@ def test_served_deployments_run_on_a_real_server_and_publish_artifacts(project: 
             assert [s.schedule.cron for s in deployment.schedules] == ["*/5 * * * *"]
             assert deployment.parameters["overrides"] == overrides
             assert deployment.parameters["root"] == str(project.resolve())
+            sweep = asyncio.run(_wait_for_deployment("sweep/quick", timeout=30))  # registered, on demand
+            assert sweep.schedules == [] and sweep.parameters["overrides"] == overrides
 
             flow_run, artifacts = asyncio.run(_run_and_wait("training_pipeline/quick", timeout=180))
             assert flow_run.state.is_completed(), (flow_run.state, (tmp_path / "serve.log").read_text()[-3000:])
