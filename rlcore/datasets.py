@@ -277,50 +277,73 @@ def _open(path: Path) -> pq.ParquetFile:
 def load_dataset(path: Path, observation_space: spaces.Box, action_space: spaces.Space, env_id: str) -> OfflineData:
     """Read and validate a whole dataset against the env it will be trained for.
 
-    Every problem is one :class:`DatasetError` line naming the file: a missing or mistyped column, shapes
-    that do not fit ``env_id``, non-finite values, an episode without a final terminated/truncated row, an
-    unknown schema version, or a truncated file.
+    Row groups are decoded one at a time straight into preallocated arrays, so memory peaks at the result plus
+    one row group. Every problem is one :class:`DatasetError` line naming the file: a missing, mistyped or null
+    column, shapes that do not fit ``env_id``, non-finite values, an episode without a final terminated/truncated
+    row, an unknown schema version, or a truncated file.
     """
     path = Path(path)
     metadata = read_metadata(path)
-    table = _read_table(path)
+    parquet = _open(path)
     obs_dim = int(np.prod(observation_space.shape))
-    _check_columns(path, table, obs_dim, action_space, env_id)
-    episode_id = table.column("episode_id").to_numpy()
-    step = table.column("step").to_numpy()
+    _check_columns(path, parquet.schema_arrow, obs_dim, action_space, env_id)
+    total = parquet.metadata.num_rows
+    discrete = isinstance(action_space, spaces.Discrete)
+    arrays: dict[str, np.ndarray] = {
+        "episode_id": np.empty(total, np.int64),
+        "step": np.empty(total, np.int64),
+        "observation": np.empty((total, obs_dim), np.float32),
+        "action": np.empty(total, np.int64)
+        if discrete
+        else np.empty((total, int(np.prod(action_space.shape))), np.float32),
+        "reward": np.empty(total, np.float32),
+        "next_observation": np.empty((total, obs_dim), np.float32),
+        "terminated": np.empty(total, bool),
+        "truncated": np.empty(total, bool),
+    }
+    start = 0
+    for group in range(parquet.num_row_groups):
+        try:
+            batch = parquet.read_row_group(group, columns=list(arrays))
+        except (pa.ArrowException, OSError) as exc:
+            raise DatasetError(f"{path}: not a readable Parquet file (truncated or corrupt?): {exc}") from None
+        stop = start + batch.num_rows
+        for name, target in arrays.items():
+            column = batch.column(name)
+            if column.null_count:  # nulls would corrupt the arrays; only log_prob may be unknown
+                raise DatasetError(
+                    f"{path}: column {name!r} has {column.null_count} null values in row group {group} "
+                    "(only 'log_prob' may be null)"
+                )
+            if pa.types.is_fixed_size_list(column.type):
+                flat = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+                target[start:stop] = flat.reshape(batch.num_rows, -1)
+            else:
+                target[start:stop] = column.to_numpy()
+        start = stop
+    episode_id, step = arrays["episode_id"], arrays["step"]
     same = episode_id[1:] == episode_id[:-1]
-    in_order = bool(np.all(np.where(same, step[1:] > step[:-1], episode_id[1:] > episode_id[:-1])))
-    # Files we write are already grouped by episode in step order: then no sort, one writable copy each.
-    order = None if in_order else np.lexsort((step, episode_id))
-
-    def rows(values: np.ndarray) -> np.ndarray:
-        return np.array(values, copy=True) if order is None else values[order]
-
+    if not np.all(np.where(same, step[1:] > step[:-1], episode_id[1:] > episode_id[:-1])):
+        order = np.lexsort((step, episode_id))  # files we write are in order already: no sort, no copy
+        arrays = {name: values[order] for name, values in arrays.items()}
     data = OfflineData(
-        obs=rows(_vectors(table, "observation").reshape(-1, *observation_space.shape)),
-        actions=rows(_actions(table, action_space)),
-        rewards=rows(table.column("reward").to_numpy().astype(np.float32, copy=False)),
-        next_obs=rows(_vectors(table, "next_observation").reshape(-1, *observation_space.shape)),
-        terminated=rows(table.column("terminated").to_numpy(zero_copy_only=False)),
-        truncated=rows(table.column("truncated").to_numpy(zero_copy_only=False)),
-        episode_id=rows(episode_id),
+        obs=arrays["observation"].reshape(-1, *observation_space.shape),
+        actions=arrays["action"] if discrete else arrays["action"].reshape(-1, *action_space.shape),
+        rewards=arrays["reward"],
+        next_obs=arrays["next_observation"].reshape(-1, *observation_space.shape),
+        terminated=arrays["terminated"],
+        truncated=arrays["truncated"],
+        episode_id=arrays["episode_id"],
         metadata=metadata,
     )
     _check_values(path, data, action_space, env_id)
     return data
 
 
-def _read_table(path: Path) -> pa.Table:
-    try:
-        return pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise DatasetError(f"{path}: not a readable Parquet file (truncated or corrupt?): {exc}") from None
-
-
-def _check_columns(path: Path, table: pa.Table, obs_dim: int, action_space: spaces.Space, env_id: str) -> None:
+def _check_columns(path: Path, schema: pa.Schema, obs_dim: int, action_space: spaces.Space, env_id: str) -> None:
     required = [name for name in COLUMNS if name != "log_prob"]
     for name in required:
-        if name not in table.column_names:
+        if name not in schema.names:
             raise DatasetError(f"{path}: missing column {name!r} (a dataset needs: {', '.join(required)})")
     expected = {
         "episode_id": pa.types.is_integer,
@@ -330,11 +353,11 @@ def _check_columns(path: Path, table: pa.Table, obs_dim: int, action_space: spac
         "truncated": pa.types.is_boolean,
     }
     for name, check in expected.items():
-        kind = table.schema.field(name).type
+        kind = schema.field(name).type
         if not check(kind):
             raise DatasetError(f"{path}: column {name!r} has type {kind}, expected {check.__name__[3:]}")
     for name in ("observation", "next_observation"):
-        kind = table.schema.field(name).type
+        kind = schema.field(name).type
         if not pa.types.is_fixed_size_list(kind) or not pa.types.is_floating(kind.value_type):
             raise DatasetError(f"{path}: column {name!r} has type {kind}, expected fixed_size_list<float32>")
         if kind.list_size != obs_dim:
@@ -342,7 +365,7 @@ def _check_columns(path: Path, table: pa.Table, obs_dim: int, action_space: spac
                 f"{path}: column {name!r} holds {kind.list_size} values per row, but {env_id} "
                 f"observations have {obs_dim}"
             )
-    kind = table.schema.field("action").type
+    kind = schema.field("action").type
     if isinstance(action_space, spaces.Discrete):
         if not pa.types.is_integer(kind):
             raise DatasetError(f"{path}: column 'action' has type {kind}, but {env_id} has discrete actions (int64)")
@@ -352,23 +375,6 @@ def _check_columns(path: Path, table: pa.Table, obs_dim: int, action_space: spac
             raise DatasetError(
                 f"{path}: column 'action' has type {kind}, but {env_id} actions are fixed_size_list<float32>[{size}]"
             )
-    for name in required:  # nulls would crash or corrupt the conversion to arrays (only log_prob may be unknown)
-        nulls = table.column(name).null_count
-        if nulls:
-            raise DatasetError(f"{path}: column {name!r} has {nulls} null values (only 'log_prob' may be null)")
-
-
-def _vectors(table: pa.Table, name: str) -> np.ndarray:
-    """A fixed-size-list column as a (rows, size) float32 array, without a copy when the file allows it."""
-    column = table.column(name).combine_chunks()
-    values = column.flatten().to_numpy(zero_copy_only=False)
-    return values.astype(np.float32, copy=False).reshape(len(column), column.type.list_size)
-
-
-def _actions(table: pa.Table, action_space: spaces.Space) -> np.ndarray:
-    if isinstance(action_space, spaces.Discrete):
-        return table.column("action").to_numpy().astype(np.int64, copy=False)
-    return _vectors(table, "action").reshape(-1, *action_space.shape)
 
 
 def _check_values(path: Path, data: OfflineData, action_space: spaces.Space, env_id: str) -> None:
