@@ -24,6 +24,7 @@ env named in params.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -287,22 +288,57 @@ def load_dataset(path: Path, observation_space: spaces.Box, action_space: spaces
     parquet = _open(path)
     obs_dim = int(np.prod(observation_space.shape))
     _check_columns(path, parquet.schema_arrow, obs_dim, action_space, env_id)
-    total = parquet.metadata.num_rows
+    arrays = _decode(path, parquet, range(parquet.num_row_groups), obs_dim, action_space)
+    episode_id, step = arrays["episode_id"], arrays["step"]
+    same = episode_id[1:] == episode_id[:-1]
+    if not np.all(np.where(same, step[1:] > step[:-1], episode_id[1:] > episode_id[:-1])):
+        order = np.lexsort((step, episode_id))  # files we write are in order already: no sort, no copy
+        arrays = {name: values[order] for name, values in arrays.items()}
+    data = _as_data(arrays, observation_space, action_space, metadata)
+    _check_values(path, data, action_space, env_id)
+    return data
+
+
+def iter_dataset(
+    path: Path, observation_space: spaces.Box, action_space: spaces.Space, env_id: str
+) -> Iterator[OfflineData]:
+    """A dataset too large for memory, one validated row group at a time, in file order.
+
+    The same checks as :func:`load_dataset`; an episode may continue into the next chunk, but every episode
+    must have ended by the end of the file. Rows must be in episode and step order (as the writer writes them).
+    """
+    path = Path(path)
+    metadata = read_metadata(path)
+    parquet = _open(path)
+    obs_dim = int(np.prod(observation_space.shape))
+    _check_columns(path, parquet.schema_arrow, obs_dim, action_space, env_id)
+    last = parquet.num_row_groups - 1
+    for group in range(parquet.num_row_groups):
+        arrays = _decode(path, parquet, range(group, group + 1), obs_dim, action_space)
+        data = _as_data(arrays, observation_space, action_space, metadata)
+        _check_values(path, data, action_space, env_id, last_episode_may_continue=group < last)
+        yield data
+
+
+def _decode(
+    path: Path, parquet: pq.ParquetFile, groups: range, obs_dim: int, action_space: spaces.Space
+) -> dict[str, np.ndarray]:
+    """The columns of ``groups`` decoded straight into preallocated arrays (memory: result + one row group)."""
+    total = sum(parquet.metadata.row_group(group).num_rows for group in groups)
     discrete = isinstance(action_space, spaces.Discrete)
+    action_shape = (total,) if discrete else (total, int(np.prod(action_space.shape)))
     arrays: dict[str, np.ndarray] = {
         "episode_id": np.empty(total, np.int64),
         "step": np.empty(total, np.int64),
         "observation": np.empty((total, obs_dim), np.float32),
-        "action": np.empty(total, np.int64)
-        if discrete
-        else np.empty((total, int(np.prod(action_space.shape))), np.float32),
+        "action": np.empty(action_shape, np.int64 if discrete else np.float32),
         "reward": np.empty(total, np.float32),
         "next_observation": np.empty((total, obs_dim), np.float32),
         "terminated": np.empty(total, bool),
         "truncated": np.empty(total, bool),
     }
     start = 0
-    for group in range(parquet.num_row_groups):
+    for group in groups:
         try:
             batch = parquet.read_row_group(group, columns=list(arrays))
         except (pa.ArrowException, OSError) as exc:
@@ -321,12 +357,14 @@ def load_dataset(path: Path, observation_space: spaces.Box, action_space: spaces
             else:
                 target[start:stop] = column.to_numpy()
         start = stop
-    episode_id, step = arrays["episode_id"], arrays["step"]
-    same = episode_id[1:] == episode_id[:-1]
-    if not np.all(np.where(same, step[1:] > step[:-1], episode_id[1:] > episode_id[:-1])):
-        order = np.lexsort((step, episode_id))  # files we write are in order already: no sort, no copy
-        arrays = {name: values[order] for name, values in arrays.items()}
-    data = OfflineData(
+    return arrays
+
+
+def _as_data(
+    arrays: dict[str, np.ndarray], observation_space: spaces.Box, action_space: spaces.Space, metadata: dict[str, Any]
+) -> OfflineData:
+    discrete = isinstance(action_space, spaces.Discrete)
+    return OfflineData(
         obs=arrays["observation"].reshape(-1, *observation_space.shape),
         actions=arrays["action"] if discrete else arrays["action"].reshape(-1, *action_space.shape),
         rewards=arrays["reward"],
@@ -336,8 +374,6 @@ def load_dataset(path: Path, observation_space: spaces.Box, action_space: spaces
         episode_id=arrays["episode_id"],
         metadata=metadata,
     )
-    _check_values(path, data, action_space, env_id)
-    return data
 
 
 def _check_columns(path: Path, schema: pa.Schema, obs_dim: int, action_space: spaces.Space, env_id: str) -> None:
@@ -377,7 +413,9 @@ def _check_columns(path: Path, schema: pa.Schema, obs_dim: int, action_space: sp
             )
 
 
-def _check_values(path: Path, data: OfflineData, action_space: spaces.Space, env_id: str) -> None:
+def _check_values(
+    path: Path, data: OfflineData, action_space: spaces.Space, env_id: str, last_episode_may_continue: bool = False
+) -> None:
     if len(data) == 0:
         raise DatasetError(f"{path}: the dataset has no transitions")
     for name, values in (
@@ -402,6 +440,8 @@ def _check_values(path: Path, data: OfflineData, action_space: spaces.Space, env
                 f"{int(action_space.n)} discrete actions"
             )
     last_rows = np.flatnonzero(np.r_[data.episode_id[1:] != data.episode_id[:-1], True])
+    if last_episode_may_continue:
+        last_rows = last_rows[:-1]
     ends = data.terminated[last_rows] | data.truncated[last_rows]
     if not ends.all():
         episode = int(data.episode_id[last_rows[np.flatnonzero(~ends)[0]]])

@@ -533,3 +533,18 @@ def test_unreadable_rlcore_metadata_is_a_dataset_error(tmp_path: Path, valid_dat
     pq.write_table(table, path)
     with pytest.raises(DatasetError, match=rf"^{re.escape(str(path))}: unreadable rlcore metadata"):
         load(path)
+
+
+def test_chunked_reading_yields_one_validated_row_group_at_a_time_matching_the_whole_file(
+    cartpole_dataset: tuple[Path, dict],
+) -> None:
+    from rlcore.datasets import iter_dataset
+
+    path, _ = cartpole_dataset
+    whole = load(path)
+    observation_space, action_space = spaces_of("CartPole-v1")
+    chunks = list(iter_dataset(path, observation_space, action_space, "CartPole-v1"))
+    assert len(chunks) == pq.ParquetFile(path).metadata.num_row_groups > 1
+    assert max(len(chunk) for chunk in chunks) <= 500  # bounded by the row group size, not the file
+    for name in ("obs", "actions", "rewards", "next_obs", "terminated", "truncated", "episode_id"):
+        assert np.array_equal(np.concatenate([getattr(c, name) for c in chunks]), getattr(whole, name)), name
