@@ -153,7 +153,7 @@ def _roll_out(
             log_probs[:] = np.nan
         if not discrete:  # store what the env executes
             actions = np.clip(actions, action_space.low, action_space.high).astype(np.float32)
-        next_obs, reward, terminated, truncated, _ = env.step(to_env_actions(torch.as_tensor(actions), action_space))
+        next_obs, reward, terminated, truncated, _ = env.step(to_env_actions(actions, action_space))
         for i in np.flatnonzero(~prev_ended):  # a step right after an episode end only resets that env
             in_progress[i].rows.append(
                 (

@@ -52,12 +52,14 @@ class EvalResult:
         return f"{self.mean_return:.1f} ± {self.std_return:.1f} over {self.episodes} episodes"
 
 
-def to_env_actions(actions: torch.Tensor, action_space: spaces.Space) -> np.ndarray:
-    """Policy outputs (B,) or (B, action_dim) -> what the vector env accepts (offset, clipped, reshaped)."""
+def to_env_actions(actions: torch.Tensor | np.ndarray, action_space: spaces.Space) -> np.ndarray:
+    """Policy outputs (B,) or (B, action_dim), CPU tensor or array -> what the vector env accepts
+    (offset, clipped, reshaped)."""
+    values = np.asarray(actions)
     if isinstance(action_space, spaces.Discrete):
-        return actions.numpy().astype(np.int64) + int(action_space.start)
+        return values.astype(np.int64) + int(action_space.start)
     assert isinstance(action_space, spaces.Box)
-    values = actions.numpy().reshape((-1, *action_space.shape))
+    values = values.reshape((-1, *action_space.shape))
     return np.clip(values, action_space.low, action_space.high).astype(action_space.dtype)
 
 

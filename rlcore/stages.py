@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import policy_from_checkpoint
+from rlcore.algos import algorithm_class, policy_from_checkpoint
 from rlcore.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
 from rlcore.collection import collect_dataset
 from rlcore.config import Params
@@ -34,7 +34,8 @@ def train_stage(
 ) -> Path:
     """Train into ``runs/<name>/``; resumes an interrupted run. Returns the run directory."""
     layout = Layout(root, params.name, params.branch)
-    if not Path(params.dataset.path).is_absolute():  # an offline run's dataset, relative to the project
+    offline = algorithm_class(params.algo.name).kind == "offline"
+    if offline and not Path(params.dataset.path).is_absolute():  # the dataset, relative to the project
         params = params.model_copy(deep=True)
         params.dataset.path = str(root / params.dataset.path)
     train(params, layout.run_dir, on_evaluation=on_evaluation, resume_from=resume_from)

@@ -77,9 +77,7 @@ def train_off_policy(
                 actions = algorithm.explore(
                     torch.as_tensor(obs, dtype=torch.float32), session.progress_fraction, session.generator
                 ).numpy()
-            next_obs, reward, terminated, truncated, _ = env.step(
-                to_env_actions(torch.as_tensor(actions), session.action_space)
-            )
+            next_obs, reward, terminated, truncated, _ = env.step(to_env_actions(actions, session.action_space))
             ended = np.logical_or(terminated, truncated)
             valid = ~prev_ended  # a step right after an episode end only resets that env
             replay.add(obs, actions, np.asarray(reward, dtype=np.float32), next_obs, terminated, truncated, valid)

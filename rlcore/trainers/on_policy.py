@@ -73,7 +73,8 @@ def train_on_policy(
                 )
             session.after_update(algorithm.update(rollout, session.progress_fraction, session.generator))
             # Statistics change only between updates, so each rollout's log-probabilities stay consistent.
-            policy.obs_normalizer.update(rollout.flat("obs")[rollout.flat_valid_indices()])
+            if policy.obs_normalizer.enabled:
+                policy.obs_normalizer.update(rollout.flat("obs")[rollout.flat_valid_indices()])
             session.after_env_steps(n_steps * num_envs)
             stop_reason = session.checkpoint_due_or_stop()
         return session.finish(stop_reason)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlcore.algos import algorithm_class
 from rlcore.checkpoints import Checkpoint, checkpoint_path, list_checkpoints, load_checkpoint, save_checkpoint
 from rlcore.config import Params
 from rlcore.errors import CheckpointError
@@ -42,7 +43,9 @@ EvaluationCallback = Callable[[int, EvalResult], bool]
 def train_fingerprint(params: Params) -> str:
     """Hash of every params key that changes what training computes."""
     tree = params.to_dict()
-    relevant = {key: tree[key] for key in ("seed", "env", "policy", "algo", "dataset")}
+    relevant = {key: tree[key] for key in ("seed", "env", "policy", "algo")}
+    if algorithm_class(params.algo.name).kind == "offline":  # only an offline run reads the dataset
+        relevant["dataset"] = tree["dataset"]
     relevant["train"] = {k: v for k, v in tree["train"].items() if k != "progress_bar"}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
