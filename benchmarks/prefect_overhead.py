@@ -51,7 +51,8 @@ def sets(overrides: list[str]) -> list[str]:
 
 def main() -> None:
     os.environ.update(DO_NOT_TRACK="1", PREFECT_SERVER_ANALYTICS_ENABLED="false", DASK_LOGGING__DISTRIBUTED="warning")
-    from flows.evaluate import dask_task_runner, evaluate_checkpoints
+    from flows.evaluate import evaluate_checkpoints
+    from flows.task_runners import dask_task_runner
     from rlcore.config import DeployConfig, load_params
     from rlcore.io import read_json
     from rlcore.stages import evaluate_stage, train_stage

@@ -11,7 +11,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from rlcore.config import load_params
 from rlcore.datasets import read_metadata
 from rlcore.io import sha256_file
-from rlcore.stages import collect_stage
+from rlcore.stages import collect_shard, collect_stage, merge_collected_shards
 
 
 @task(name="collect")
@@ -20,21 +20,66 @@ def collect_task(params_path: str, overrides: list[str], root: str) -> dict[str,
     return {"dataset": str(path), "sha256": sha256_file(path)}
 
 
+@task(name="collect-shard", task_run_name="collect-shard-{index}")
+def collect_shard_task(params_path: str, overrides: list[str], root: str, index: int) -> dict[str, str]:
+    path = collect_shard(load_params(params_path, overrides), Path(root), index)
+    return {"shard": str(path), "sha256": sha256_file(path)}
+
+
+@task(name="merge-shards")
+def merge_shards_task(
+    params_path: str, overrides: list[str], root: str, shards: list[dict[str, str]]
+) -> dict[str, str]:
+    path = merge_collected_shards(load_params(params_path, overrides), Path(root))
+    return {"dataset": str(path), "sha256": sha256_file(path)}
+
+
 @flow(name="collect", log_prints=True)
 def collect_flow(
     params_path: str = "params.yaml", overrides: list[str] | None = None, root: str = "."
 ) -> dict[str, Any]:
-    """Roll out ``collect.policy`` into the dataset ``collect.output`` of the project in ``root``."""
+    """Roll out ``collect.policy`` into the dataset ``collect.output`` of the project in ``root``.
+
+    One task run, or with ``collect.shards`` > 1 a task run per shard and one that merges them; the shards
+    run one after another, or at once on Dask workers with ``deploy.task_runner: dask``.
+    """
     overrides = list(overrides or [])
     root = str(Path(root).resolve())
     params = load_params(params_path, overrides)
-    collect = collect_task.with_options(
-        retries=params.deploy.retries, retry_delay_seconds=params.deploy.retry_delay_seconds
-    )
-    collected = collect(params_path, overrides, root)
+    retry = {"retries": params.deploy.retries, "retry_delay_seconds": params.deploy.retry_delay_seconds}
+    if params.collect.shards == 1:
+        collected = collect_task.with_options(**retry)(params_path, overrides, root)
+    elif params.deploy.task_runner == "dask":
+        from flows.task_runners import dask_task_runner
+
+        on_dask = collect_shards.with_options(task_runner=dask_task_runner(params.deploy))
+        collected = on_dask(params_path, overrides, root)
+    else:
+        shards = [
+            collect_shard_task.with_options(**retry)(params_path, overrides, root, index)
+            for index in range(params.collect.shards)
+        ]
+        collected = merge_shards_task.with_options(**retry)(params_path, overrides, root, shards)
     publish_collect_artifacts(Path(collected["dataset"]), params.name)
     get_run_logger().info("dataset: %s", collected["dataset"])
     return collected
+
+
+@flow(name="collect_shards")
+def collect_shards(
+    params_path: str = "params.yaml", overrides: list[str] | None = None, root: str = "."
+) -> dict[str, str]:
+    """Every shard of ``collect.shards`` as a task run at once on this flow's task runner, then the merge."""
+    overrides = list(overrides or [])
+    params = load_params(params_path, overrides)
+    retry = {"retries": params.deploy.retries, "retry_delay_seconds": params.deploy.retry_delay_seconds}
+    count = params.collect.shards
+    futures = [
+        collect_shard_task.with_options(**retry).submit(params_path, overrides, root, index) for index in range(count)
+    ]
+    shards = [future.result() for future in futures]
+    # The merge reads every shard file: it runs here, where the shards' shared folder is known to be visible.
+    return merge_shards_task.with_options(**retry)(params_path, overrides, root, shards)
 
 
 def publish_collect_artifacts(dataset: Path, name: str) -> None:

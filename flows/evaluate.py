@@ -1,10 +1,7 @@
 """Checkpoint evaluation on a Prefect task runner: a task run per checkpoint, gathered into evaluations.json.
 
-``deploy.task_runner: dask`` runs these tasks on prefect-dask's DaskTaskRunner: a LocalCluster of
-``deploy.dask_workers`` processes, or the existing cluster at ``deploy.dask_address``. Each task calls
-``rlcore.stages.evaluate_checkpoint``, so the file written is the one ``rlcore evaluate`` writes.
-Dask workers talk to the Prefect API themselves: set PREFECT_API_URL to a running server, or every
-worker process starts its own temporary server.
+``deploy.task_runner: dask`` runs these tasks on prefect-dask's DaskTaskRunner (``flows/task_runners.py``).
+Each task calls ``rlcore.stages.evaluate_checkpoint``, so the file written is the one ``rlcore evaluate`` writes.
 """
 
 from __future__ import annotations
@@ -13,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
-from prefect.task_runners import TaskRunner
 
+from flows.task_runners import dask_task_runner
 from rlcore.checkpoints import list_checkpoints
-from rlcore.config import DeployConfig, load_params
+from rlcore.config import load_params
 from rlcore.errors import RLCoreError
 from rlcore.io import sha256_file
 from rlcore.layout import Layout
@@ -54,22 +51,6 @@ def evaluate_checkpoints(
     candidates = [future.result() for future in futures]  # in checkpoint order, as evaluate_stage writes them
     path = write_evaluations(params, Path(root), candidates)
     return {"evaluations": str(path), "sha256": sha256_file(path)}
-
-
-def dask_task_runner(deploy: DeployConfig) -> TaskRunner:
-    """prefect-dask's runner for ``deploy``: the cluster at ``dask_address``, or a LocalCluster of processes."""
-    from prefect_dask import DaskTaskRunner
-
-    if deploy.dask_address:
-        return DaskTaskRunner(address=deploy.dask_address)
-    return DaskTaskRunner(
-        cluster_kwargs={
-            "n_workers": deploy.dask_workers,
-            "processes": True,
-            "threads_per_worker": 1,
-            "dashboard_address": None,
-        }
-    )
 
 
 def evaluate_on_task_runner(params_path: str, overrides: list[str], root: str) -> dict[str, str]:

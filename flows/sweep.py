@@ -3,12 +3,15 @@
 The flow runs the plain driver of ``flows/sweep_run.py`` and submits each trial as a task run named
 ``trial-<number>`` (Optuna's trial number). With ``sweep.workers`` > 1 the task runs wait in the flow's
 threads while their trials compute in spawned worker processes that never import Prefect, so no worker
-starts a Prefect server of its own. At the end the summary and the trials table become artifacts.
+starts a Prefect server of its own. With ``deploy.task_runner: dask`` each trial's task run computes on a
+Dask worker instead (those need PREFECT_API_URL). At the end the summary and the trials table become artifacts.
 """
 
 from __future__ import annotations
 
+import copy
 import re
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -18,8 +21,10 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture
 
-from flows.sweep_run import Execute, plan_sweep, run_sweep
-from flows.sweep_trial import TrialJob
+from flows.sweep_run import Execute, SweepPlan, plan_sweep, run_sweep
+from flows.sweep_trial import TrialJob, run_trial
+from flows.task_runners import dask_task_runner
+from rlcore.config import validate_params
 
 
 @task(name="trial", task_run_name="trial-{number}", cache_policy=NO_CACHE)
@@ -41,15 +46,48 @@ def _submit(job: TrialJob, execute: Execute) -> Future[dict[str, Any]]:
     return future
 
 
+@task(name="trial", task_run_name="trial-{number}", cache_policy=NO_CACHE)
+def compute_trial_task(number: int, job: TrialJob) -> dict[str, Any]:
+    """Compute trial ``number`` where the task runner puts it (a Dask worker); the flow tells Optuna."""
+    return run_trial(job)
+
+
+def _dispatch_as_task_run(job: TrialJob) -> Callable[[], dict[str, Any]]:
+    return compute_trial_task.submit(job.number, job).result
+
+
 @flow(name="sweep", log_prints=True)
 def sweep_flow(params_path: str = "params.yaml", overrides: list[str] | None = None, root: str = ".") -> dict[str, Any]:
-    """Run the study declared in ``sweep`` of ``params_path`` (plus ``overrides``) on the project in ``root``."""
+    """Run the study declared in ``sweep`` of ``params_path`` (plus ``overrides``) on the project in ``root``.
+
+    With ``deploy.task_runner: dask`` the trials run as task runs on Dask workers (``sweep.workers`` at once),
+    in a subflow on the DaskTaskRunner; else as in ``flows/sweep_run.py``.
+    """
+    overrides = list(overrides or [])
+    plan = plan_sweep(params_path, overrides, Path(root))
+    deploy = validate_params(copy.deepcopy(plan.tree), params_path).deploy
+    if deploy.task_runner == "dask":
+        on_dask = sweep_trials.with_options(task_runner=dask_task_runner(deploy))
+        summary = on_dask(params_path, overrides, str(plan.root))
+    else:
+        summary = run_sweep(plan, _submit)
+    _publish(plan, summary)
+    return {k: v for k, v in summary.items() if k != "rows"}
+
+
+@flow(name="sweep_trials")
+def sweep_trials(
+    params_path: str = "params.yaml", overrides: list[str] | None = None, root: str = "."
+) -> dict[str, Any]:
+    """The study's trials as task runs on this flow's task runner; this process asks and tells Optuna."""
     plan = plan_sweep(params_path, list(overrides or []), Path(root))
-    summary = run_sweep(plan, _submit)
+    return run_sweep(plan, dispatch=_dispatch_as_task_run)
+
+
+def _publish(plan: SweepPlan, summary: dict[str, Any]) -> None:
     key = re.sub(r"[^a-z0-9-]", "-", f"sweep-{plan.study_name}".lower())
     create_markdown_artifact(
         key=key, markdown=(plan.reports / "summary.md").read_text(), description="The study and its best trial"
     )
     if summary["rows"]:
         create_table_artifact(key=f"{key}-trials", table=summary["rows"], description="Every trial of the study")
-    return {k: v for k, v in summary.items() if k != "rows"}

@@ -185,12 +185,18 @@ def next_trial(plan: SweepPlan, study: optuna.Study, heartbeat: Heartbeat) -> Tr
     return job
 
 
+Outcome = Callable[[], dict[str, Any]]
+Dispatch = Callable[[TrialJob], Outcome]
+"""``job -> outcome``: starts the trial's computation (here, or elsewhere at once) and returns a function
+that waits for its outcome. ``flows/sweep.py`` dispatches trials to Dask workers as Prefect task runs."""
+
+
 def execute_and_tell(
-    study: optuna.Study, sweep: SweepConfig, job: TrialJob, workers: Workers, heartbeat: Heartbeat
+    study: optuna.Study, sweep: SweepConfig, job: TrialJob, outcome_of: Outcome, heartbeat: Heartbeat
 ) -> dict[str, Any]:
-    """Run ``job`` (in a worker process or here) and tell Optuna its outcome; the body of a trial's task run."""
+    """Wait for ``job``'s outcome (computed here, in a worker process or on Dask) and tell Optuna."""
     try:
-        outcome = workers.run(job)
+        outcome = outcome_of()
     except (KeyboardInterrupt, BrokenProcessPool) as exc:
         why = "interrupted" if isinstance(exc, KeyboardInterrupt) else "its worker process died (killed?)"
         fail_and_retry(study, job.trial_id, why, sweep.max_retries)
@@ -242,8 +248,13 @@ def drive(plan: SweepPlan, study: optuna.Study, start: Start, heartbeat: Heartbe
         raise
 
 
-def run_sweep(plan: SweepPlan, submit: Submit | None = None) -> dict[str, Any]:
-    """Run the planned study to its end and write ``reports/sweep/``; returns a short summary."""
+def run_sweep(plan: SweepPlan, submit: Submit | None = None, dispatch: Dispatch | None = None) -> dict[str, Any]:
+    """Run the planned study to its end and write ``reports/sweep/``; returns a short summary.
+
+    ``submit`` wraps each trial's wait-and-tell (Prefect: a task run per trial); ``dispatch`` computes trials
+    somewhere other than this process or its worker pool (Prefect: task runs on Dask workers), up to
+    ``sweep.workers`` at once, while this process keeps the heartbeats and tells Optuna.
+    """
     from flows.sweep_report import write_reports
 
     study = create_study(plan.storage, plan.study_name, plan.sweep)
@@ -256,18 +267,20 @@ def run_sweep(plan: SweepPlan, submit: Submit | None = None) -> dict[str, Any]:
     }.items():
         study.set_user_attr(key, value)
     log.info("study %s (%s): %s trials, %d worker(s)", plan.study_name, plan.storage, plan.n_trials, plan.sweep.workers)
-    workers = Workers(plan.sweep.workers)
+    workers = Workers(1 if dispatch is not None else plan.sweep.workers)
     threads = ThreadPoolExecutor(plan.sweep.workers, thread_name_prefix="trial")
     try:
         with Heartbeat(study, plan.sweep.heartbeat_seconds) as heartbeat:
 
             def start(job: TrialJob) -> Future[dict[str, Any]]:
+                outcome_of = dispatch(job) if dispatch is not None else lambda: workers.run(job)
+
                 def execute() -> dict[str, Any]:
-                    return execute_and_tell(study, plan.sweep, job, workers, heartbeat)
+                    return execute_and_tell(study, plan.sweep, job, outcome_of, heartbeat)
 
                 if submit is not None:
                     return submit(job, execute)
-                if workers.pool is None:  # one worker: run the trial right here
+                if workers.pool is None and dispatch is None:  # one worker: run the trial right here
                     future: Future[dict[str, Any]] = Future()
                     future.set_result(execute())
                     return future

@@ -181,11 +181,19 @@ class CollectConfig(StrictModel):
     output: str = "data/dataset.parquet"
     row_group_size: int = Field(65_536, ge=1)
     """Transitions per Parquet row group: bounds the writer's memory."""
+    shards: int = Field(1, ge=1)
+    """Split the budget into this many independent shards (own env seeds), merged into ``output`` in order.
+    ``rlcore collect`` runs them one after another; the Prefect flow runs them in parallel with
+    ``deploy.task_runner: dask``. Either way the file is the same, byte for byte."""
 
     @model_validator(mode="after")
     def _one_budget(self) -> CollectConfig:
         if (self.steps is None) == (self.episodes is None):
             raise ValueError("collect.steps: set exactly one of collect.steps and collect.episodes (the other null)")
+        budget = self.steps if self.steps is not None else self.episodes
+        if self.shards > budget:
+            key = "steps" if self.steps is not None else "episodes"
+            raise ValueError(f"collect.shards: {self.shards} shards need at least as many collect.{key} (got {budget})")
         return self
 
 

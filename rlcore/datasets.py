@@ -101,13 +101,7 @@ class DatasetWriter:
         self.row_group_size = row_group_size
         self._atomic = atomic_path(self.path)
         self._tmp = self._atomic.__enter__()
-        # Dictionary encoding does nothing for float vectors but cost time; byte-stream-split helps zstd on floats.
-        floats = ["observation.list.element", "next_observation.list.element", "reward", "log_prob"]
-        if not self.discrete:
-            floats.append("action.list.element")
-        self._writer = pq.ParquetWriter(
-            self._tmp, self.schema, compression="zstd", use_dictionary=False, use_byte_stream_split=floats
-        )
+        self._writer = _parquet_writer(self._tmp, self.schema)
         self._pending: list[dict[str, np.ndarray]] = []
         self._pending_rows = 0
         self.episodes = 0
@@ -172,17 +166,11 @@ class DatasetWriter:
     def close(self) -> dict[str, Any]:
         """Finish the file, rename it into place and return its metadata."""
         self._flush()
-        returns = np.asarray(self.returns or [0.0])
         self.metadata.update(
             schema_version=SCHEMA_VERSION,
             episodes=self.episodes,
             transitions=self.transitions,
-            episode_return={
-                "mean": float(returns.mean()),
-                "std": float(returns.std()),
-                "min": float(returns.min()),
-                "max": float(returns.max()),
-            },
+            episode_return=return_stats(self.returns),
         )
         self._writer.add_key_value_metadata({METADATA_KEY: json.dumps(self.metadata).encode()})
         self._writer.close()
@@ -193,6 +181,80 @@ class DatasetWriter:
         """Drop the partial file (the previous dataset at ``path``, if any, is untouched)."""
         self._writer.close()
         self._atomic.__exit__(RuntimeError, RuntimeError("aborted"), None)
+
+
+def _parquet_writer(path: Path, schema: pa.Schema) -> pq.ParquetWriter:
+    # Dictionary encoding does nothing for float vectors but cost time; byte-stream-split helps zstd on floats.
+    floats = ["observation.list.element", "next_observation.list.element", "reward", "log_prob"]
+    if pa.types.is_fixed_size_list(schema.field("action").type):
+        floats.append("action.list.element")
+    return pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=False, use_byte_stream_split=floats)
+
+
+def return_stats(returns: list[float] | np.ndarray) -> dict[str, float]:
+    """mean, std, min and max of episode returns (all 0 for no episode)."""
+    values = np.asarray(returns if len(returns) else [0.0], dtype=np.float64)
+    return {
+        "mean": float(values.mean()),
+        "std": float(values.std()),
+        "min": float(values.min()),
+        "max": float(values.max()),
+    }
+
+
+def merge_datasets(
+    sources: list[Path], path: Path, metadata: dict[str, Any], row_group_size: int = 65_536
+) -> dict[str, Any]:
+    """Concatenate datasets written by :class:`DatasetWriter` (the shards of one collection) into ``path``.
+
+    Episodes keep their order, source by source, and are renumbered from 0. Streams one row group at a time
+    (memory: about one output row group); the file appears under ``path`` only once complete. ``metadata``
+    is stored with the merged counts and return statistics, as :meth:`DatasetWriter.close` would.
+    """
+    schema = _open(sources[0]).schema_arrow.remove_metadata()
+    returns: list[np.ndarray] = []
+    episodes = transitions = 0
+    with atomic_path(Path(path)) as tmp:
+        writer = _parquet_writer(tmp, schema)
+        try:
+            pending: list[pa.Table] = []
+            pending_rows = 0
+            for source in sources:
+                parquet = _open(source)
+                if not parquet.schema_arrow.equals(schema, check_metadata=False):
+                    raise DatasetError(f"{source}: its columns differ from {sources[0]}'s; cannot merge them")
+                count = int(read_metadata(source).get("episodes", 0))
+                shard_returns = np.zeros(count, dtype=np.float64)
+                for group in range(parquet.num_row_groups):
+                    table = parquet.read_row_group(group).replace_schema_metadata(None)
+                    local = table.column("episode_id").to_numpy()
+                    shard_returns += np.bincount(
+                        local, weights=table.column("reward").to_numpy().astype(np.float64), minlength=count
+                    )[:count]
+                    table = table.set_column(0, schema.field(0), pa.array(local + episodes, pa.int64()))
+                    pending.append(table)
+                    pending_rows += table.num_rows
+                    if pending_rows >= row_group_size:  # full row groups out, the rest waits for more rows
+                        rows = pa.concat_tables(pending)
+                        full = pending_rows - pending_rows % row_group_size
+                        writer.write_table(rows.slice(0, full), row_group_size=row_group_size)
+                        pending, pending_rows = [rows.slice(full)], pending_rows - full
+                returns.append(shard_returns)
+                episodes += count
+                transitions += parquet.metadata.num_rows
+            if pending_rows:
+                writer.write_table(pa.concat_tables(pending), row_group_size=row_group_size)
+            metadata = {
+                **metadata,
+                "schema_version": SCHEMA_VERSION,
+                "episodes": episodes,
+                "transitions": transitions,
+                "episode_return": return_stats(np.concatenate(returns)),
+            }
+            writer.add_key_value_metadata({METADATA_KEY: json.dumps(metadata).encode()})
+        finally:
+            writer.close()
+    return metadata
 
 
 @dataclass

@@ -7,6 +7,7 @@ call these. Each stage reads only its own params sections (see ``rlcore.config``
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from rlcore.algos import algorithm_class, policy_from_checkpoint
 from rlcore.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
 from rlcore.collection import collect_dataset
 from rlcore.config import Params
+from rlcore.datasets import merge_datasets, read_metadata
 from rlcore.errors import RLCoreError
 from rlcore.evaluation import Evaluator
 from rlcore.export import export_policy, model_card, write_model_card
@@ -204,40 +206,101 @@ def export_stage(params: Params, root: Path) -> Path:
 
 
 def collect_stage(params: Params, root: Path) -> Path:
-    """Roll out ``collect.policy`` (a ``.pt`` model or ``random``) and write the dataset ``collect.output``."""
+    """Roll out ``collect.policy`` (a ``.pt`` model or ``random``) and write the dataset ``collect.output``.
+
+    With ``collect.shards`` > 1 the shards are collected one after another, then merged: the same file the
+    Prefect flow writes when it runs the shards in parallel on Dask.
+    """
+    shards = [collect_shard(params, root, index) for index in range(params.collect.shards)]
+    return shards[0] if len(shards) == 1 else merge_collected_shards(params, root)
+
+
+def shard_path(params: Params, root: Path, index: int) -> Path:
+    """Where shard ``index`` is written: ``collect.output`` itself for one shard, else ``<output>.shards/``."""
+    output = root / params.collect.output
+    count = params.collect.shards
+    if count == 1:
+        return output
+    return output.with_name(f"{output.name}.shards") / f"shard-{index:05d}-of-{count:05d}.parquet"
+
+
+def collect_shard(params: Params, root: Path, index: int) -> Path:
+    """Collect shard ``index`` of ``collect.shards`` on its own: its share of the budget, its own seeds.
+
+    Shard ``i`` seeds its envs from ``collect.seed + i * collect.num_envs`` (no two shards share an env seed)
+    and gets ``steps // shards`` transitions (or episodes), the first ``steps % shards`` shards one more.
+    """
     torch.set_num_threads(params.torch_threads)
     cfg = params.collect
-    if cfg.policy == "random":
-        policy, provenance = None, {"kind": "random"}
-    else:
-        source = root / cfg.policy
-        checkpoint = load_checkpoint(source)
-        if checkpoint.meta["params"]["env"]["id"] != params.env.id:
-            raise RLCoreError(
-                f"{source}: trained on {checkpoint.meta['params']['env']['id']}, params say env.id {params.env.id}"
-            )
-        policy = policy_from_checkpoint(checkpoint)
-        provenance = {
-            "kind": "checkpoint",
-            "path": cfg.policy,
-            "sha256": sha256_file(source),
-            "algo": checkpoint.algo,
-            "env_steps": checkpoint.env_steps,
-            "evaluation": checkpoint.meta.get("evaluation", {}).get("mean_return"),
-        }
-    output = root / cfg.output
+    policy, provenance = _collect_policy(params, root)
+    steps, episodes = (
+        None if budget is None else _share(budget, cfg.shards, index) for budget in (cfg.steps, cfg.episodes)
+    )
+    path = shard_path(params, root, index)
     collect_dataset(
-        output,
+        path,
         params.env.id,
         params.env.kwargs,
         policy,
         provenance,
         cfg.num_envs,
-        cfg.steps,
-        cfg.episodes,
+        steps,
+        episodes,
         cfg.epsilon,
         cfg.deterministic,
-        cfg.seed,
+        cfg.seed + index * cfg.num_envs,
         cfg.row_group_size,
     )
+    return path
+
+
+def merge_collected_shards(params: Params, root: Path) -> Path:
+    """Merge the shards of ``collect.shards`` into ``collect.output`` (in shard order), then delete them."""
+    cfg = params.collect
+    paths = [shard_path(params, root, index) for index in range(cfg.shards)]
+    missing = [str(path) for path in paths if not path.is_file()]
+    if missing:
+        raise RLCoreError(f"{missing[0]}: shard not collected ({len(missing)} of {cfg.shards} missing)")
+    shards = [read_metadata(path) for path in paths]
+    metadata = {key: value for key, value in shards[0].items() if key not in ("episodes", "transitions", "seed")}
+    metadata["seed"] = cfg.seed
+    metadata["shards"] = [
+        {"seed": shard["seed"], "episodes": shard["episodes"], "transitions": shard["transitions"]} for shard in shards
+    ]
+    output = root / cfg.output
+    merged = merge_datasets(paths, output, metadata, cfg.row_group_size)
+    shutil.rmtree(paths[0].parent)
+    log.info(
+        "merged %d shards: %d transitions in %d episodes (mean return %.1f) -> %s",
+        cfg.shards,
+        merged["transitions"],
+        merged["episodes"],
+        merged["episode_return"]["mean"],
+        output,
+    )
     return output
+
+
+def _share(total: int, parts: int, index: int) -> int:
+    return total // parts + (index < total % parts)
+
+
+def _collect_policy(params: Params, root: Path) -> tuple[Any, dict[str, Any]]:
+    """The policy to roll out (None: uniformly random) and its provenance for the dataset's metadata."""
+    cfg = params.collect
+    if cfg.policy == "random":
+        return None, {"kind": "random"}
+    source = root / cfg.policy
+    checkpoint = load_checkpoint(source)
+    if checkpoint.meta["params"]["env"]["id"] != params.env.id:
+        raise RLCoreError(
+            f"{source}: trained on {checkpoint.meta['params']['env']['id']}, params say env.id {params.env.id}"
+        )
+    return policy_from_checkpoint(checkpoint), {
+        "kind": "checkpoint",
+        "path": cfg.policy,
+        "sha256": sha256_file(source),
+        "algo": checkpoint.algo,
+        "env_steps": checkpoint.env_steps,
+        "evaluation": checkpoint.meta.get("evaluation", {}).get("mean_return"),
+    }

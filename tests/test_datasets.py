@@ -548,3 +548,59 @@ def test_chunked_reading_yields_one_validated_row_group_at_a_time_matching_the_w
     assert max(len(chunk) for chunk in chunks) <= 500  # bounded by the row group size, not the file
     for name in ("obs", "actions", "rewards", "next_obs", "terminated", "truncated", "episode_id"):
         assert np.array_equal(np.concatenate([getattr(c, name) for c in chunks]), getattr(whole, name)), name
+
+
+# --- collection shards ------------------------------------------------------------------------------
+
+
+def test_sharded_collection_is_the_shards_back_to_back_with_their_own_seeds(project: Path) -> None:
+    from rlcore.config import load_params
+    from rlcore.stages import collect_shard, merge_collected_shards
+
+    overrides = ["collect.policy=random", "collect.steps=1000", "collect.num_envs=4", "collect.row_group_size=150"]
+    params = load_params(str(project / "params.yaml"), [*overrides, "collect.shards=3"])
+    space = gym.make("CartPole-v1")
+    parts = []
+    for index in range(3):
+        path = collect_shard(params, project, index)
+        assert path.parent.name == "dataset.parquet.shards"
+        parts.append(load_dataset(path, space.observation_space, space.action_space, "CartPole-v1"))
+    merged_path = merge_collected_shards(params, project)
+    merged = load_dataset(merged_path, space.observation_space, space.action_space, "CartPole-v1")
+    for field in ("obs", "actions", "rewards", "next_obs", "terminated", "truncated"):
+        assert np.array_equal(getattr(merged, field), np.concatenate([getattr(p, field) for p in parts]))
+    offsets = np.cumsum([0] + [len(np.unique(p.episode_id)) for p in parts[:-1]])
+    expected_ids = np.concatenate([p.episode_id + offset for p, offset in zip(parts, offsets, strict=True)])
+    assert np.array_equal(merged.episode_id, expected_ids)
+    assert [s["transitions"] for s in merged.metadata["shards"]] == [len(p) for p in parts]
+    assert not np.array_equal(parts[0].obs[:10], parts[1].obs[:10])  # own env seeds: different first episodes
+    returns = [merged.rewards[merged.episode_id == e].sum() for e in np.unique(merged.episode_id)]
+    assert merged.metadata["episode_return"]["mean"] == pytest.approx(np.mean(returns))
+    groups = pq.ParquetFile(merged_path).metadata
+    sizes = [groups.row_group(g).num_rows for g in range(groups.num_row_groups)]
+    assert sizes[:-1] == [150] * (len(sizes) - 1)  # the shards' short last row groups are regrouped
+    assert not merged_path.with_name("dataset.parquet.shards").exists()
+
+
+def test_a_missing_shard_stops_the_merge_and_keeps_the_previous_dataset(project: Path) -> None:
+    from rlcore.config import load_params
+    from rlcore.errors import RLCoreError
+    from rlcore.stages import collect_shard, merge_collected_shards
+
+    overrides = ["collect.policy=random", "collect.steps=300", "collect.num_envs=2"]
+    rlcore("collect", *sets(overrides), cwd=project)
+    before = hashlib.sha256((project / DATASET).read_bytes()).hexdigest()
+    params = load_params(str(project / "params.yaml"), [*overrides, "collect.shards=3"])
+    collect_shard(params, project, 0)
+    collect_shard(params, project, 2)
+    with pytest.raises(RLCoreError, match=r"shard-00001-of-00003\.parquet: shard not collected \(1 of 3 missing\)"):
+        merge_collected_shards(params, project)
+    assert hashlib.sha256((project / DATASET).read_bytes()).hexdigest() == before
+
+
+def test_more_shards_than_the_budget_is_refused_in_one_line(project: Path) -> None:
+    result = rlcore(
+        "collect", *sets(["collect.policy=random", "collect.steps=3", "collect.shards=4"]), cwd=project, check=False
+    )
+    one_line_error(result, "collect.shards", "4 shards need at least as many collect.steps (got 3)")
+    assert not (project / DATASET).exists()

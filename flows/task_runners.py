@@ -1,0 +1,30 @@
+"""Prefect task runners from params.yaml's ``deploy`` section: prefect-dask's DaskTaskRunner.
+
+``deploy.task_runner: dask`` runs the flows' parallel parts (a task run per checkpoint evaluation, per
+collection shard, per sweep trial) on a Dask cluster: a LocalCluster of ``deploy.dask_workers`` processes,
+or the existing cluster at ``deploy.dask_address``. Dask workers report to the Prefect API themselves:
+set PREFECT_API_URL to a running server, or every worker process starts a temporary server of its own.
+On another machine's workers, ``root`` (the project folder) must be the same shared path.
+"""
+
+from __future__ import annotations
+
+from prefect.task_runners import TaskRunner
+
+from rlcore.config import DeployConfig
+
+
+def dask_task_runner(deploy: DeployConfig) -> TaskRunner:
+    """prefect-dask's runner for ``deploy``: the cluster at ``dask_address``, or a LocalCluster of processes."""
+    from prefect_dask import DaskTaskRunner
+
+    if deploy.dask_address:
+        return DaskTaskRunner(address=deploy.dask_address)
+    return DaskTaskRunner(
+        cluster_kwargs={
+            "n_workers": deploy.dask_workers,
+            "processes": True,
+            "threads_per_worker": 1,
+            "dashboard_address": None,
+        }
+    )
