@@ -22,6 +22,13 @@ def _pipeline(args: argparse.Namespace) -> Any:
     return training_pipeline(params_path=args.params, overrides=args.overrides, root=str(Path.cwd()))
 
 
+def _collect_flow(args: argparse.Namespace) -> Any:
+    load(args)
+    from flows.collect import collect_flow
+
+    return collect_flow(params_path=args.params, overrides=args.overrides, root=str(Path.cwd()))
+
+
 class _NoFlow(argparse.Action):
     """``--no-flow``: no Prefect, so the sweep prints its own log lines."""
 
@@ -57,6 +64,13 @@ def _add_flow_commands(commands: Any) -> None:
     pipeline = commands.add_parser("pipeline", help=help_text, description=help_text)
     add_params_arguments(pipeline)
     pipeline.set_defaults(run=_pipeline, own_logging=False)
+
+    help_text = (
+        "run the collect stage as a Prefect flow run (a task run per collect.shards shard; Dask: deploy.task_runner)"
+    )
+    collect = commands.add_parser("collect-flow", help=help_text, description=help_text)
+    add_params_arguments(collect)
+    collect.set_defaults(run=_collect_flow, own_logging=False)
 
     help_text = "run the hyperparameter study of params.yaml's `sweep` section (Optuna) as a Prefect flow run"
     sweep = commands.add_parser("sweep", help=help_text, description=help_text)

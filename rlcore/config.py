@@ -245,8 +245,9 @@ class DeployConfig(StrictModel):
     """Retries of each failed task run (stages, checkpoint evaluations, collection)."""
     retry_delay_seconds: float = Field(0.0, ge=0)
     task_runner: Literal["sequential", "dask"] = "sequential"
-    """How the flows evaluate checkpoints: ``sequential`` (one process) or ``dask`` (a task per checkpoint on
-    prefect-dask's DaskTaskRunner; needs a Prefect server: PREFECT_API_URL)."""
+    """How the flows run their parallel parts (a task run per checkpoint evaluation, per ``collect.shards``
+    shard, per sweep trial): ``sequential`` (this process; sweeps: ``sweep.workers`` processes) or ``dask``
+    (prefect-dask's DaskTaskRunner; needs a Prefect server: PREFECT_API_URL)."""
     dask_address: str | None = None
     """An existing Dask scheduler, e.g. ``tcp://10.0.0.5:8786``; null starts a LocalCluster of processes."""
     dask_workers: int = Field(2, ge=1)

@@ -86,9 +86,18 @@ async def _subflow_task_runs(flow_run_id, name: str):
     return child, task_runs
 
 
-def test_collection_shards_on_dask_workers_make_the_same_file_as_rlcore_collect(project: Path, server):
-    from flows.collect import collect_flow
+async def _latest_flow_run(flow_name: str):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 
+    async with get_client() as client:
+        (flow_run,) = await client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=[flow_name])), sort="START_TIME_DESC", limit=1
+        )
+    return flow_run
+
+
+def test_collection_shards_on_dask_workers_make_the_same_file_as_rlcore_collect(project: Path, server):
     # ~1 s of rollouts per shard, several row groups each, so the merge regroups rows across shards.
     overrides = ["collect.policy=random", "collect.steps=90000", "collect.shards=3", "collect.row_group_size=7000"]
     rlcore("collect", *sets(overrides), cwd=project)
@@ -106,16 +115,12 @@ def test_collection_shards_on_dask_workers_make_the_same_file_as_rlcore_collect(
     assert len(data) == meta["transitions"] and len(set(data.episode_id.tolist())) == meta["episodes"]
     dataset.unlink()
 
-    state = collect_flow(
-        params_path=str(project / "params.yaml"),
-        overrides=[*overrides, "deploy.task_runner=dask"],
-        root=str(project),
-        return_state=True,
-    )
-    assert state.is_completed(), state
+    result = rlcore("collect-flow", *sets([*overrides, "deploy.task_runner=dask"]), cwd=project)
+    assert result.stderr.rstrip().endswith("Finished in state Completed()"), result.stderr[-3000:]
     assert sha256_file(dataset) == sequential
     assert not (project / "data" / "dataset.parquet.shards").exists()
-    _, task_runs = asyncio.run(_subflow_task_runs(state.state_details.flow_run_id, "collect_shards"))
+    collect = asyncio.run(_latest_flow_run("collect"))
+    _, task_runs = asyncio.run(_subflow_task_runs(collect.id, "collect_shards"))
     shards = [run for run in task_runs if run.name.startswith("collect-shard-")]
     assert sorted(run.name for run in shards) == ["collect-shard-0", "collect-shard-1", "collect-shard-2"]
     assert all(run.state.is_completed() for run in task_runs) and len(task_runs) == 4  # + merge-shards
