@@ -3,7 +3,9 @@
 1. Evaluating 8 checkpoints of a PPO CartPole run: ``evaluate_stage`` in this process (sequential, no
    Prefect) versus the ``evaluate_checkpoints`` flow on a DaskTaskRunner LocalCluster of 2 worker processes
    (cluster start included), against a local Prefect server; at 10 and at 100 evaluation episodes.
-2. The fixed overhead of ``rlcore pipeline`` (one flow run) over a process that calls the four stages
+2. Collecting 200k CartPole transitions with the trained policy in 4 shards: ``collect_stage`` in this
+   process (the shards in turn) versus the collect flow with its shards on 2 Dask workers (same file).
+3. The fixed overhead of ``rlcore pipeline`` (one flow run) over a process that calls the four stages
    directly, both as fresh processes on the same tiny run: against a running local server, and in
    Prefect's embedded mode (no PREFECT_API_URL: a temporary server per run, on an already migrated DB).
 """
@@ -51,11 +53,12 @@ def sets(overrides: list[str]) -> list[str]:
 
 def main() -> None:
     os.environ.update(DO_NOT_TRACK="1", PREFECT_SERVER_ANALYTICS_ENABLED="false", DASK_LOGGING__DISTRIBUTED="warning")
+    from flows.collect import collect_flow
     from flows.evaluate import evaluate_checkpoints
     from flows.task_runners import dask_task_runner
     from rlcore.config import DeployConfig, load_params
-    from rlcore.io import read_json
-    from rlcore.stages import evaluate_stage, train_stage
+    from rlcore.io import read_json, sha256_file
+    from rlcore.stages import collect_stage, evaluate_stage, train_stage
 
     result: dict[str, object] = {"benchmark": "prefect_overhead", "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,6 +85,20 @@ def main() -> None:
                 assert state.is_completed() and read_json(project / "reports" / "evaluations.json") == sequential
                 result[f"eval8_ep{episodes}_sequential_s"] = round(seq_s, 2)
                 result[f"eval8_ep{episodes}_dask2_s"] = round(dask_s, 2)
+
+            checkpoint = sorted((project / "runs" / "bench8" / "checkpoints").glob("*.pt"))[-1]
+            collect = [f"collect.policy={checkpoint}", "collect.steps=200000", "collect.shards=4"]
+            start = time.perf_counter()
+            collected = collect_stage(load_params(params_path, collect), project)
+            result["collect200k_4shards_sequential_s"] = round(time.perf_counter() - start, 2)
+            digest = sha256_file(collected)
+            start = time.perf_counter()
+            state = collect_flow(
+                params_path=params_path, overrides=[*collect, "deploy.task_runner=dask"], root=str(project),
+                return_state=True,
+            )  # fmt: skip
+            result["collect200k_4shards_dask2_s"] = round(time.perf_counter() - start, 2)
+            assert state.is_completed() and sha256_file(collected) == digest
 
             direct_s = timed([str(BIN / "python"), "-c", DIRECT, *TINY, "name=direct"], project, {})
             server_s = timed([str(BIN / "rlcore"), "pipeline", *sets([*TINY, "name=server"])], project, env)

@@ -13,17 +13,33 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.cli import add_params_arguments, build_parser, load, run
+from rlcore.errors import RLCoreError
+
+
+def _checked(args: argparse.Namespace) -> Any:
+    """The params, refused before any flow starts if they ask for Dask without a Prefect server."""
+    params = load(args)
+    if params.deploy.task_runner == "dask":
+        from prefect.settings import PREFECT_API_URL
+
+        if not PREFECT_API_URL.value():
+            raise RLCoreError(
+                "deploy.task_runner: dask needs a running Prefect server: set PREFECT_API_URL "
+                "(e.g. http://127.0.0.1:4200/api after `prefect server start`); without one every Dask worker "
+                "would start a temporary server of its own"
+            )
+    return params
 
 
 def _pipeline(args: argparse.Namespace) -> Any:
-    load(args)  # refuse bad params before Prefect starts
+    _checked(args)  # refuse bad params before Prefect starts
     from flows.pipeline import training_pipeline
 
     return training_pipeline(params_path=args.params, overrides=args.overrides, root=str(Path.cwd()))
 
 
 def _collect_flow(args: argparse.Namespace) -> Any:
-    load(args)
+    _checked(args)
     from flows.collect import collect_flow
 
     return collect_flow(params_path=args.params, overrides=args.overrides, root=str(Path.cwd()))
@@ -53,6 +69,8 @@ def _sweep(args: argparse.Namespace) -> Any:
 
         return run_sweep(plan)
     from flows.sweep import sweep_flow
+
+    _checked(args)
 
     # Prefect attaches its handlers to the `rlcore` logger (prefect.toml) but leaves its level at WARNING.
     logging.getLogger("rlcore.sweep").setLevel(logging.WARNING if args.quiet else logging.INFO)

@@ -286,3 +286,14 @@ def test_algorithm_mismatch_keeps_a_finished_run(finished: Path) -> None:
     result = rlcore("train", "--params", dqn, *sets([*QUICK, "env.id=Pendulum-v1"]), cwd=finished, check=False)
     one_line_error(result, "dqn needs a Discrete action space")
     assert outputs(finished) == before
+
+
+# --- Prefect task runners -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["pipeline", "collect-flow", "sweep"])
+def test_dask_without_a_prefect_server_is_refused_before_any_flow_starts(project: Path, command: str) -> None:
+    overrides = ["deploy.task_runner=dask", "collect.policy=random"]
+    result = rlcore(command, *sets(overrides), cwd=project, check=False, env={"PREFECT_API_URL": ""})
+    one_line_error(result, "deploy.task_runner: dask needs a running Prefect server: set PREFECT_API_URL")
+    assert not (project / "runs").exists() and not (project / "data").exists() and not (project / ".optuna").exists()
