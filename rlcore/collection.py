@@ -76,9 +76,24 @@ def collect_dataset(
     }
     writer = DatasetWriter(path, env.single_observation_space, action_space, metadata, row_group_size)
     try:
-        _roll_out(
-            env, writer, policy, action_space, num_envs, steps, episodes, epsilon, deterministic, rng, generator, seed
-        )
+        # Distribution.sample() draws from torch's global generator: seed it for this collection alone, so a
+        # shard's data depend on its seed only, not on what ran before it in the process.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            _roll_out(
+                env,
+                writer,
+                policy,
+                action_space,
+                num_envs,
+                steps,
+                episodes,
+                epsilon,
+                deterministic,
+                rng,
+                generator,
+                seed,
+            )
     except BaseException:
         writer.abort()
         raise

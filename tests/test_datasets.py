@@ -604,3 +604,23 @@ def test_more_shards_than_the_budget_is_refused_in_one_line(project: Path) -> No
     )
     one_line_error(result, "collect.shards", "4 shards need at least as many collect.steps (got 3)")
     assert not (project / DATASET).exists()
+
+
+def test_a_shard_rolled_out_by_a_policy_depends_on_its_seed_only(project: Path) -> None:
+    """The Dask workers run shards in any order, in fresh processes: the data must not depend on that."""
+    import torch
+
+    from rlcore.config import load_params
+    from rlcore.io import sha256_file
+    from rlcore.stages import collect_shard, train_stage
+
+    tiny = ["name=tiny", "train.max_steps=1024", "train.eval_every=1024", "train.target_return=null"]
+    train_stage(load_params(str(project / "params.yaml"), tiny), project)
+    checkpoint = project / "runs" / "tiny" / "checkpoints" / "step_0000001024.pt"
+    overrides = [f"collect.policy={checkpoint}", "collect.steps=2000", "collect.shards=2", "collect.num_envs=4"]
+    params = load_params(str(project / "params.yaml"), overrides)
+    in_order = [sha256_file(collect_shard(params, project, index)) for index in (0, 1)]
+    torch.manual_seed(12345)  # whatever ran before in this process
+    assert sha256_file(collect_shard(params, project, 1)) == in_order[1]
+    assert sha256_file(collect_shard(params, project, 0)) == in_order[0]
+    assert in_order[0] != in_order[1]
