@@ -150,7 +150,7 @@ def _warm_up() -> None:
 
 def next_trial(plan: SweepPlan, study: optuna.Study, heartbeat: Heartbeat) -> TrialJob | None:
     """Ask Optuna for the next trial (a queued retry first), or None when the study has enough trials."""
-    with study_lock(plan.storage):
+    with study_lock(plan.storage, plan.study_name):
         for number in recover_stale_trials(study, plan.sweep):
             log.warning("trial %d was left running by a stopped process: failed, its params are queued again", number)
         trials = study.get_trials(deepcopy=False)

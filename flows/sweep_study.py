@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import inspect
 import os
 import socket
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
@@ -38,6 +39,7 @@ from rlcore.sweep_config import SweepConfig
 DEFAULT_JOURNAL = Path(".optuna") / "journal.log"
 OWNER = "rlcore:owner"
 HEARTBEAT = "rlcore:heartbeat"
+T = TypeVar("T")
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -60,30 +62,81 @@ def open_storage(spec: str, sweep: SweepConfig, heartbeats: bool = False) -> Bas
     if is_journal(spec):
         Path(spec).parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(spec))
-    if not heartbeats:
-        return RDBStorage(spec)
+    options: dict[str, Any] = {}
+    if heartbeats:
+        options = {
+            "heartbeat_interval": max(1, round(sweep.heartbeat_seconds)),
+            "grace_period": max(2, round(sweep.stale_after_seconds)),
+            "heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=sweep.max_retries),
+        }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ExperimentalWarning)
-        return RDBStorage(
-            spec,
-            heartbeat_interval=max(1, round(sweep.heartbeat_seconds)),
-            grace_period=max(2, round(sweep.stale_after_seconds)),
-            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=sweep.max_retries),
-        )
+        return _racing_schema_creation(lambda: RDBStorage(spec, **options))
+
+
+def _racing_schema_creation(create: Callable[[], T]) -> T:
+    """``create()``, again after a moment if another process was creating the same tables or study at once.
+
+    Optuna creates its schema and studies with plain CREATE statements: two processes starting on a fresh
+    database race (SQLite: "table ... already exists"; PostgreSQL: a duplicate key on a type or study name).
+    The loser finds everything in place on its next try.
+    """
+    for attempt in range(4):
+        try:
+            return create()
+        except Exception as exc:
+            if attempt == 3 or not ("already exists" in str(exc) or "duplicate key" in str(exc)):
+                raise
+            time.sleep(0.5 + attempt)
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager
-def study_lock(spec: str) -> Iterator[None]:
-    """Serializes count-then-ask between processes on one host (journal storage; RDB rows lock themselves)."""
-    if not is_journal(spec):
-        yield
+def study_lock(spec: str, study_name: str) -> Iterator[None]:
+    """Serializes count-then-ask between the processes of one study, so it never gets more than n_trials.
+
+    Journal file: a file lock (processes on one host). PostgreSQL and MySQL: a lock held by the database
+    server (an advisory lock; ``GET_LOCK``), which covers processes on every machine. SQLite: a file lock
+    beside the database file.
+    """
+    if is_journal(spec) or spec.startswith("sqlite"):
+        path = spec if is_journal(spec) else spec.split(":///", 1)[-1]
+        with open(f"{path}.rlcore-lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
         return
-    with open(f"{spec}.rlcore-lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    from sqlalchemy import text
+
+    key = int.from_bytes(hashlib.sha256(f"rlcore:{study_name}".encode()).digest()[:8], "big", signed=True)
+    with _lock_engine(spec).connect() as connection:
+        if spec.startswith("postgresql"):
+            lock, unlock = "SELECT pg_advisory_lock(:key)", "SELECT pg_advisory_unlock(:key)"
+        elif spec.startswith("mysql"):
+            lock, unlock = "SELECT GET_LOCK(CAST(:key AS CHAR), -1)", "SELECT RELEASE_LOCK(CAST(:key AS CHAR))"
+        else:  # another database: no server-side lock known; asks may overshoot n_trials by a trial or two
+            yield
+            return
+        connection.execute(text(lock), {"key": key})
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            connection.execute(text(unlock), {"key": key})
+            connection.commit()
+
+
+_LOCK_ENGINES: dict[str, Any] = {}
+
+
+def _lock_engine(spec: str) -> Any:
+    """One small SQLAlchemy engine per database URL, for the study locks of this process."""
+    if spec not in _LOCK_ENGINES:
+        from sqlalchemy import create_engine
+
+        _LOCK_ENGINES[spec] = create_engine(spec, pool_size=1, max_overflow=2, pool_pre_ping=True)
+    return _LOCK_ENGINES[spec]
 
 
 _SAMPLERS: dict[str, Any] = {
@@ -168,21 +221,16 @@ def decode(sweep: SweepConfig, trial_params: dict[str, Any]) -> dict[str, Any]:
 def create_study(spec: str, name: str, sweep: SweepConfig) -> optuna.Study:
     """Create the study, or load it to continue (its finished trials are kept); for the owning process."""
     storage = open_storage(spec, sweep, heartbeats=True)
-    for attempt in range(3):
-        try:
-            return optuna.create_study(
-                study_name=name,
-                storage=storage,
-                direction=sweep.direction,
-                sampler=make_sampler(sweep),
-                pruner=make_pruner(sweep),
-                load_if_exists=True,
-            )
-        except Exception as exc:  # SQLite: "table ... already exists" when two processes create the schema at once
-            if attempt == 2 or "already exists" not in str(exc):
-                raise
-            time.sleep(0.5 + attempt)
-    raise AssertionError("unreachable")
+    return _racing_schema_creation(
+        lambda: optuna.create_study(
+            study_name=name,
+            storage=storage,
+            direction=sweep.direction,
+            sampler=make_sampler(sweep),
+            pruner=make_pruner(sweep),
+            load_if_exists=True,
+        )
+    )
 
 
 def load_study(spec: str, name: str, sweep: SweepConfig) -> optuna.Study:

@@ -1,0 +1,93 @@
+"""Sweeps on a shared RDB storage: a real PostgreSQL server, the way several machines share one study.
+
+Every process here is a real ``rlcore sweep --no-flow``; the study lives only in PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest import rlcore
+from optuna.trial import TrialState
+from postgres_server import postgres_server
+from test_sweep import FINISHED, SHORT, _spawn
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    with postgres_server() as url:
+        yield url
+
+
+def _study(url: str, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=url)
+
+
+def _trials(url: str, name: str, *states: TrialState) -> list[optuna.trial.FrozenTrial]:
+    try:
+        return _study(url, name).get_trials(deepcopy=False, states=states or None)
+    except KeyError:  # not created yet
+        return []
+
+
+def test_two_processes_share_a_postgresql_study_without_losing_or_duplicating_trials(
+    project: Path, postgres_url: str
+) -> None:
+    overrides = [*SHORT, "sweep.n_trials=5", f"sweep.storage={postgres_url}", "sweep.study_name=shared"]
+    first, second = _spawn(project, overrides), _spawn(project, overrides)
+    outputs = [process.communicate(timeout=300)[0] for process in (first, second)]
+    assert first.returncode == 0 and second.returncode == 0, outputs
+    trials = _study(postgres_url, "shared").trials
+    assert sorted(t.number for t in trials) == list(range(5)), [(t.number, t.state) for t in trials]
+    assert all(t.state == TrialState.COMPLETE for t in trials), [t.state for t in trials]
+    assert len({t.user_attrs["folder"] for t in trials}) == 5
+    owners = {t.system_attrs["rlcore:owner"]["pid"] for t in trials}
+    assert owners == {first.pid, second.pid}
+    assert not (project / ".optuna").exists()  # nothing went to the default journal file
+    assert (project / "reports" / "sweep" / "summary.md").is_file()
+
+
+def test_sigkill_mid_sweep_on_postgresql_then_rerun_retries_the_killed_trial(project: Path, postgres_url: str) -> None:
+    name = "killed"
+    overrides = [
+        *SHORT,
+        "sweep.n_trials=4",
+        "sweep.workers=2",
+        f"sweep.storage={postgres_url}",
+        f"sweep.study_name={name}",
+        "sweep.heartbeat_seconds=1",
+        "sweep.stale_after_seconds=3",
+    ]
+    sweep = _spawn(project, overrides)
+    deadline = time.monotonic() + 240
+    while not _trials(postgres_url, name, TrialState.COMPLETE) or not _trials(postgres_url, name, TrialState.RUNNING):
+        assert sweep.poll() is None, sweep.communicate()[0]
+        assert time.monotonic() < deadline, "the sweep did not finish a trial in time"
+        time.sleep(0.2)
+    os.killpg(sweep.pid, signal.SIGKILL)
+    sweep.wait()
+    before = {t.number: (t.state, t.value) for t in _trials(postgres_url, name)}
+    running = [n for n, (state, _) in before.items() if state == TrialState.RUNNING]
+    assert running, before
+    time.sleep(4)  # past stale_after_seconds: Optuna's own heartbeat check fails them too
+
+    result = rlcore("sweep", "--no-flow", *[a for o in overrides for a in ("--set", o)], cwd=project)
+
+    after = _study(postgres_url, name).trials
+    assert sum(t.state in FINISHED for t in after) == 4, [(t.number, t.state) for t in after]
+    for number, (state, value) in before.items():
+        if state in FINISHED:
+            assert (after[number].state, after[number].value) == (state, value)
+    assert not [t for t in after if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    for number in running:
+        assert after[number].state == TrialState.FAIL
+        retried = [t for t in after if t.system_attrs.get("failed_trial") == number]
+        assert len(retried) == 1 and retried[0].state in FINISHED, [(t.number, t.system_attrs) for t in after]
+        assert retried[0].params == after[number].params
+    assert result.returncode == 0
