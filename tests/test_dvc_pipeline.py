@@ -215,3 +215,14 @@ def test_dataset_round_trips_through_a_dvc_remote_byte_for_byte(repo: dict, tmp_
     assert "changed" not in status.stdout, status.stdout
     result = run(str(BIN / "rlcore"), "train", "--params", "offline.yaml", "--set", "name=pulled", cwd=root)
     assert "training bc on" in result.stderr
+
+
+def test_training_in_a_fresh_git_repository_without_commits_logs_its_metrics(project: Path) -> None:
+    """dvclive 3.49 raises on `git init` without a commit; the run must not fail for that."""
+    from conftest import QUICK, rlcore, sets
+
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    result = rlcore("train", *sets(QUICK), cwd=project)
+    assert "no commit yet?" in result.stderr
+    metrics = json.loads((project / "runs" / "quick" / "dvclive" / "metrics.json").read_text())
+    assert metrics["step"] == 4096

@@ -209,6 +209,30 @@ class Progress:
             self.bar.close()
 
 
+def _live(directory: Path, resume: bool) -> Any:
+    """A dvclive logger; in a git repository without commits, one without DVC integration (which we never use).
+
+    dvclive asks git for the HEAD commit before it checks that there is one, and raises in a fresh
+    ``git init`` (dvclive 3.49): the metrics are the same either way.
+    """
+    from dvclive import Live
+    from scmrepo.exceptions import SCMError
+
+    options = {"resume": resume, "dvcyaml": None, "save_dvc_exp": False, "report": None}
+    try:
+        return Live(str(directory), **options)
+    except SCMError as exc:
+        log.warning("dvclive: %s (no commit yet?); logging metrics without DVC's git integration", exc)
+        import dvclive.live
+
+        original = dvclive.live.get_dvc_repo
+        dvclive.live.get_dvc_repo = lambda: None
+        try:
+            return Live(str(directory), **options)
+        finally:
+            dvclive.live.get_dvc_repo = original
+
+
 class MetricsLog:
     """dvclive learning curves with env steps on the x axis; never touches dvc.yaml or DVC experiments.
 
@@ -217,9 +241,7 @@ class MetricsLog:
     """
 
     def __init__(self, directory: Path, resume: bool, every: int, env_steps: int) -> None:
-        from dvclive import Live
-
-        self.live = Live(str(directory), resume=resume, dvcyaml=None, save_dvc_exp=False, report=None)
+        self.live = _live(directory, resume)
         self.every = every
         self.next_row = env_steps + every
         self.sums: dict[str, float] = {}
