@@ -36,7 +36,7 @@ import torch
 from gymnasium import spaces
 
 from rlcore.errors import RLCoreError
-from rlcore.io import atomic_path
+from rlcore.io import AtomicTarget, atomic_path
 
 SCHEMA_VERSION = 1
 METADATA_KEY = b"rlcore"
@@ -99,9 +99,8 @@ class DatasetWriter:
         self.schema = arrow_schema(self.obs_dim, action_space)
         self.metadata = dict(metadata)
         self.row_group_size = row_group_size
-        self._atomic = atomic_path(self.path)
-        self._tmp = self._atomic.__enter__()
-        self._writer = _parquet_writer(self._tmp, self.schema)
+        self._atomic = AtomicTarget(self.path)
+        self._writer = _parquet_writer(self._atomic.tmp, self.schema)
         self._pending: list[dict[str, np.ndarray]] = []
         self._pending_rows = 0
         self.episodes = 0
@@ -174,13 +173,16 @@ class DatasetWriter:
         )
         self._writer.add_key_value_metadata({METADATA_KEY: json.dumps(self.metadata).encode()})
         self._writer.close()
-        self._atomic.__exit__(None, None, None)
+        try:
+            self._atomic.commit()
+        finally:
+            self._atomic.discard()
         return self.metadata
 
     def abort(self) -> None:
         """Drop the partial file (the previous dataset at ``path``, if any, is untouched)."""
         self._writer.close()
-        self._atomic.__exit__(RuntimeError, RuntimeError("aborted"), None)
+        self._atomic.discard()
 
 
 def _parquet_writer(path: Path, schema: pa.Schema) -> pq.ParquetWriter:

@@ -14,20 +14,38 @@ from pathlib import Path
 from typing import Any
 
 
+class AtomicTarget:
+    """A temporary path beside ``target`` to write: :meth:`commit` renames it into place, :meth:`discard` drops it.
+
+    For writers that outlive one ``with`` block (a streaming dataset writer); otherwise use :func:`atomic_path`.
+    """
+
+    def __init__(self, target: Path) -> None:
+        self.target = Path(target)
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.target.with_name(f".{self.target.name}.{os.getpid()}.tmp")
+
+    def commit(self) -> None:
+        """fsync the temporary file, rename it over ``target``, fsync the folder."""
+        with open(self.tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(self.tmp, self.target)
+        _fsync_dir(self.target.parent)
+
+    def discard(self) -> None:
+        """Delete the temporary file (nothing once committed); ``target`` is untouched."""
+        self.tmp.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def atomic_path(target: Path) -> Iterator[Path]:
     """Yield a temporary path to write; on success it replaces ``target`` atomically."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    atomic = AtomicTarget(target)
     try:
-        yield tmp
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-        _fsync_dir(target.parent)
+        yield atomic.tmp
+        atomic.commit()
     finally:
-        tmp.unlink(missing_ok=True)
+        atomic.discard()
 
 
 def _fsync_dir(directory: Path) -> None:
