@@ -93,9 +93,25 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> argparse.Argume
                 metavar="CHECKPOINT",
                 help="resume from this checkpoint instead of the run's latest",
             )
+    help_text = "convert a Minari dataset (a local dataset id, or its folder) to rlcore's Parquet schema"
+    minari = commands.add_parser("import-minari", help=help_text, description=help_text)
+    minari.add_argument(
+        "source", help="a Minari dataset id in MINARI_DATASETS_PATH (e.g. mujoco/hopper/medium-v0), or its folder"
+    )
+    minari.add_argument("--output", type=Path, default=Path("data/dataset.parquet"), help="the Parquet file to write")
+    minari.add_argument("--row-group-size", type=int, default=65_536, help="transitions per Parquet row group")
+    minari.set_defaults(run=_import_minari)
     if extend is not None:
         extend(commands)
     return parser
+
+
+def _import_minari(args: argparse.Namespace) -> Any:
+    from rlcore.minari_import import import_minari
+
+    if args.row_group_size < 1:
+        raise RLCoreError(f"--row-group-size: a positive number of transitions expected, got {args.row_group_size}")
+    return import_minari(args.source, args.output, args.row_group_size)
 
 
 def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
