@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from gymnasium import spaces
+from tqdm import tqdm
 
 from rlcore.datasets import DatasetWriter
 from rlcore.envs import describe_space, make_vector_env
@@ -130,64 +132,78 @@ def _roll_out(
     obs, _ = env.reset(seed=seed)
     prev_ended = np.zeros(num_envs, dtype=bool)
 
-    def done() -> bool:
+    def collected() -> int:
         if episodes is not None:
-            return writer.episodes >= episodes
-        assert steps is not None
-        return writer.transitions + sum(len(e.rows) for e in in_progress) >= steps
+            return writer.episodes
+        return writer.transitions + sum(len(e.rows) for e in in_progress)
 
-    while not done():
-        log_probs = np.full(num_envs, np.nan, dtype=np.float32)
-        if policy is None:
-            actions = (
-                rng.integers(0, int(action_space.n), num_envs)
-                if discrete
-                else rng.uniform(action_space.low, action_space.high, (num_envs, *action_space.shape))
-            )
-            log_probs[:] = uniform_log_prob
-        else:
-            obs_t = torch.as_tensor(obs, dtype=torch.float32)
-            with torch.no_grad():
-                if deterministic:
-                    action_t = policy.deterministic_action(obs_t)
-                elif hasattr(policy, "distribution"):
-                    dist = policy.distribution(obs_t)
-                    action_t = dist.sample()
-                    log_probs = dist.log_prob(action_t).numpy().astype(np.float32)
-                else:
-                    action_t = policy.sample_action(obs_t, generator)
-            actions = action_t.numpy()
-        if epsilon > 0:
-            explore = rng.random(num_envs) < epsilon
-            random = (
-                rng.integers(0, int(action_space.n), num_envs)
-                if discrete
-                else rng.uniform(action_space.low, action_space.high, (num_envs, *action_space.shape))
-            )
-            actions = np.where(explore.reshape(-1, *([1] * (np.ndim(actions) - 1))), random, actions)
-            log_probs[:] = np.nan
-        if not discrete:  # store what the env executes
-            actions = np.clip(actions, action_space.low, action_space.high).astype(np.float32)
-        next_obs, reward, terminated, truncated, _ = env.step(to_env_actions(actions, action_space))
-        for i in np.flatnonzero(~prev_ended):  # a step right after an episode end only resets that env
-            in_progress[i].rows.append(
-                (
-                    obs[i],
-                    actions[i],
-                    float(reward[i]),
-                    next_obs[i],
-                    bool(terminated[i]),
-                    bool(truncated[i]),
-                    float(log_probs[i]),
+    total = episodes if episodes is not None else steps
+    assert total is not None
+    bar = tqdm(
+        total=total,
+        unit=" episodes" if episodes is not None else " transitions",
+        unit_scale=True,
+        dynamic_ncols=True,
+        disable=not sys.stderr.isatty(),  # on a terminal only: not in logs, DVC stages or Dask workers
+        desc=writer.path.name,
+    )
+    try:
+        while (count := collected()) < total:
+            bar.update(count - bar.n)
+            log_probs = np.full(num_envs, np.nan, dtype=np.float32)
+            if policy is None:
+                actions = (
+                    rng.integers(0, int(action_space.n), num_envs)
+                    if discrete
+                    else rng.uniform(action_space.low, action_space.high, (num_envs, *action_space.shape))
                 )
-            )
-            if terminated[i] or truncated[i]:
-                writer.add_episode(*in_progress[i].arrays(force_truncated=False))
-                in_progress[i] = _Episode()
-                if episodes is not None and writer.episodes >= episodes:
-                    break
-        prev_ended = np.logical_or(terminated, truncated)
-        obs = next_obs
+                log_probs[:] = uniform_log_prob
+            else:
+                obs_t = torch.as_tensor(obs, dtype=torch.float32)
+                with torch.no_grad():
+                    if deterministic:
+                        action_t = policy.deterministic_action(obs_t)
+                    elif hasattr(policy, "distribution"):
+                        dist = policy.distribution(obs_t)
+                        action_t = dist.sample()
+                        log_probs = dist.log_prob(action_t).numpy().astype(np.float32)
+                    else:
+                        action_t = policy.sample_action(obs_t, generator)
+                actions = action_t.numpy()
+            if epsilon > 0:
+                explore = rng.random(num_envs) < epsilon
+                random = (
+                    rng.integers(0, int(action_space.n), num_envs)
+                    if discrete
+                    else rng.uniform(action_space.low, action_space.high, (num_envs, *action_space.shape))
+                )
+                actions = np.where(explore.reshape(-1, *([1] * (np.ndim(actions) - 1))), random, actions)
+                log_probs[:] = np.nan
+            if not discrete:  # store what the env executes
+                actions = np.clip(actions, action_space.low, action_space.high).astype(np.float32)
+            next_obs, reward, terminated, truncated, _ = env.step(to_env_actions(actions, action_space))
+            for i in np.flatnonzero(~prev_ended):  # a step right after an episode end only resets that env
+                in_progress[i].rows.append(
+                    (
+                        obs[i],
+                        actions[i],
+                        float(reward[i]),
+                        next_obs[i],
+                        bool(terminated[i]),
+                        bool(truncated[i]),
+                        float(log_probs[i]),
+                    )
+                )
+                if terminated[i] or truncated[i]:
+                    writer.add_episode(*in_progress[i].arrays(force_truncated=False))
+                    in_progress[i] = _Episode()
+                    if episodes is not None and writer.episodes >= episodes:
+                        break
+            prev_ended = np.logical_or(terminated, truncated)
+            obs = next_obs
+        bar.update(min(collected(), total) - bar.n)  # the last step may overshoot by up to num_envs - 1
+    finally:
+        bar.close()
     if episodes is None:
         for episode in in_progress:  # collection ended mid-episode: keep it, marked truncated
             if episode.rows:
