@@ -58,6 +58,7 @@ def collect_dataset(
     deterministic: bool,
     seed: int,
     row_group_size: int,
+    extra_metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Collect ``steps`` transitions or ``episodes`` episodes into the Parquet file ``path``; returns its metadata.
 
@@ -75,6 +76,7 @@ def collect_dataset(
         "policy": {**provenance, "epsilon": epsilon, "deterministic": deterministic},
         "seed": seed,
         "num_envs": num_envs,
+        **(extra_metadata or {}),
     }
     writer = DatasetWriter(path, env.single_observation_space, action_space, metadata, row_group_size)
     try:

@@ -6,6 +6,7 @@ call these. Each stage reads only its own params sections (see ``rlcore.config``
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -229,6 +230,8 @@ def collect_shard(params: Params, root: Path, index: int) -> Path:
 
     Shard ``i`` seeds its envs from ``collect.seed + i * collect.num_envs`` (no two shards share an env seed)
     and gets ``steps // shards`` transitions (or episodes), the first ``steps % shards`` shards one more.
+    A shard file already in place from an interrupted collection with the same plan, policy and env is
+    kept (shard files appear only once complete), so a re-run redoes only the missing shards.
     """
     torch.set_num_threads(params.torch_threads)
     cfg = params.collect
@@ -237,6 +240,17 @@ def collect_shard(params: Params, root: Path, index: int) -> Path:
         None if budget is None else _share(budget, cfg.shards, index) for budget in (cfg.steps, cfg.episodes)
     )
     path = shard_path(params, root, index)
+    plan = {"index": index, "count": cfg.shards, "steps": steps, "episodes": episodes}
+    expected = {
+        "shard": plan,
+        "seed": cfg.seed + index * cfg.num_envs,
+        "num_envs": cfg.num_envs,
+        "env": {"id": params.env.id, "kwargs": params.env.kwargs},
+        "policy": {**provenance, "epsilon": cfg.epsilon, "deterministic": cfg.deterministic},
+    }
+    if cfg.shards > 1 and _collected_already(path, expected):
+        log.info("shard %d of %d was collected before: %s (kept)", index, cfg.shards, path)
+        return path
     collect_dataset(
         path,
         params.env.id,
@@ -250,8 +264,21 @@ def collect_shard(params: Params, root: Path, index: int) -> Path:
         cfg.deterministic,
         cfg.seed + index * cfg.num_envs,
         cfg.row_group_size,
+        extra_metadata={"shard": plan} if cfg.shards > 1 else None,
     )
     return path
+
+
+def _collected_already(path: Path, expected: dict[str, Any]) -> bool:
+    if not path.is_file():
+        return False
+    try:
+        metadata = read_metadata(path)
+    except RLCoreError:  # unreadable: collect it again
+        return False
+    return all(
+        json.loads(json.dumps(metadata.get(key))) == json.loads(json.dumps(value)) for key, value in expected.items()
+    )
 
 
 def merge_collected_shards(params: Params, root: Path) -> Path:
@@ -262,7 +289,7 @@ def merge_collected_shards(params: Params, root: Path) -> Path:
     if missing:
         raise RLCoreError(f"{missing[0]}: shard not collected ({len(missing)} of {cfg.shards} missing)")
     shards = [read_metadata(path) for path in paths]
-    metadata = {key: value for key, value in shards[0].items() if key not in ("episodes", "transitions", "seed")}
+    metadata = {k: v for k, v in shards[0].items() if k not in ("episodes", "transitions", "seed", "shard")}
     metadata["seed"] = cfg.seed
     metadata["shards"] = [
         {"seed": shard["seed"], "episodes": shard["episodes"], "transitions": shard["transitions"]} for shard in shards

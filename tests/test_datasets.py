@@ -624,3 +624,27 @@ def test_a_shard_rolled_out_by_a_policy_depends_on_its_seed_only(project: Path) 
     assert sha256_file(collect_shard(params, project, 1)) == in_order[1]
     assert sha256_file(collect_shard(params, project, 0)) == in_order[0]
     assert in_order[0] != in_order[1]
+
+
+def test_a_rerun_keeps_the_shards_an_interrupted_collection_finished(
+    project: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rlcore.config import load_params
+    from rlcore.io import sha256_file
+    from rlcore.stages import collect_shard, collect_stage
+
+    overrides = ["collect.policy=random", "collect.steps=900", "collect.shards=3", "collect.num_envs=2"]
+    params = load_params(str(project / "params.yaml"), overrides)
+    uninterrupted = sha256_file(collect_stage(params, project))
+    (project / DATASET).unlink()
+
+    # An interrupted collection left shard 0, and a shard 2 from other params (another seed): only 0 is kept.
+    collect_shard(params, project, 0)
+    collect_shard(load_params(str(project / "params.yaml"), [*overrides, "collect.seed=5"]), project, 2)
+    with caplog.at_level("INFO", logger="rlcore"):
+        path = collect_stage(params, project)
+    assert "shard 0 of 3 was collected before" in caplog.text
+    assert "shard 1 of 3 was collected before" not in caplog.text
+    assert "shard 2 of 3 was collected before" not in caplog.text
+    assert sha256_file(path) == uninterrupted
+    assert "shard" not in read_metadata(path)
