@@ -242,16 +242,26 @@ def test_sigkill_mid_sweep_then_rerun_completes_the_study_and_keeps_finished_tri
     result = rlcore("sweep", "--no-flow", *sets(overrides), cwd=project)
 
     after = load_study(project).trials
-    assert sum(t.state in FINISHED for t in after) == 6
+    assert_recovered(before, after, finished=6)
+    for number in running:
+        assert "process stopped" in after[number].user_attrs["error"]
+    assert "left running by a stopped process" in result.stderr
+
+
+def assert_recovered(before: dict[int, tuple[TrialState, float | None]], after: list, finished: int) -> None:
+    """After a kill and a re-run: ``finished`` trials, the earlier finished ones unchanged, nothing left
+    running, and each killed trial FAIL with exactly one finished retry of the same params."""
+    assert sum(t.state in FINISHED for t in after) == finished, [(t.number, t.state) for t in after]
     for number, (state, value) in before.items():
         if state in FINISHED:
             assert (after[number].state, after[number].value) == (state, value)
     assert not [t for t in after if t.state in (TrialState.RUNNING, TrialState.WAITING)]
-    for number in running:
-        assert after[number].state == TrialState.FAIL
-        assert "process stopped" in after[number].user_attrs["error"]
-        assert any(t.system_attrs.get("failed_trial") == number and t.state in FINISHED for t in after)
-    assert "left running by a stopped process" in result.stderr
+    for number, (state, _) in before.items():
+        if state == TrialState.RUNNING:
+            assert after[number].state == TrialState.FAIL
+            retried = [t for t in after if t.system_attrs.get("failed_trial") == number]
+            assert len(retried) == 1 and retried[0].state in FINISHED, [(t.number, t.system_attrs) for t in after]
+            assert retried[0].params == after[number].params
 
 
 def test_a_trial_over_two_envs_averages_scores_normalized_to_each_target(project: Path) -> None:

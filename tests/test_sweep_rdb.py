@@ -13,10 +13,10 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import rlcore
+from conftest import rlcore, sets
 from optuna.trial import TrialState
 from postgres_server import postgres_server
-from test_sweep import FINISHED, SHORT, _spawn
+from test_sweep import SHORT, _spawn, assert_recovered
 
 
 @pytest.fixture(scope="module")
@@ -77,17 +77,7 @@ def test_sigkill_mid_sweep_on_postgresql_then_rerun_retries_the_killed_trial(pro
     assert running, before
     time.sleep(4)  # past stale_after_seconds: Optuna's own heartbeat check fails them too
 
-    result = rlcore("sweep", "--no-flow", *[a for o in overrides for a in ("--set", o)], cwd=project)
+    result = rlcore("sweep", "--no-flow", *sets(overrides), cwd=project)
 
-    after = _study(postgres_url, name).trials
-    assert sum(t.state in FINISHED for t in after) == 4, [(t.number, t.state) for t in after]
-    for number, (state, value) in before.items():
-        if state in FINISHED:
-            assert (after[number].state, after[number].value) == (state, value)
-    assert not [t for t in after if t.state in (TrialState.RUNNING, TrialState.WAITING)]
-    for number in running:
-        assert after[number].state == TrialState.FAIL
-        retried = [t for t in after if t.system_attrs.get("failed_trial") == number]
-        assert len(retried) == 1 and retried[0].state in FINISHED, [(t.number, t.system_attrs) for t in after]
-        assert retried[0].params == after[number].params
     assert result.returncode == 0
+    assert_recovered(before, _study(postgres_url, name).trials, finished=4)
