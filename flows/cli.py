@@ -19,16 +19,19 @@ from rlcore.errors import RLCoreError
 def _checked(args: argparse.Namespace) -> Any:
     """The params, refused before any flow starts if they ask for Dask without a Prefect server."""
     params = load(args)
-    if params.deploy.task_runner == "dask":
-        from prefect.settings import PREFECT_API_URL
-
-        if not PREFECT_API_URL.value():
-            raise RLCoreError(
-                "deploy.task_runner: dask needs a running Prefect server: set PREFECT_API_URL "
-                "(e.g. http://127.0.0.1:4200/api after `prefect server start`); without one every Dask worker "
-                "would start a temporary server of its own"
-            )
+    if params.deploy.task_runner == "dask" and not _api_url():
+        raise RLCoreError(
+            "deploy.task_runner: dask needs a running Prefect server: set PREFECT_API_URL "
+            "(e.g. http://127.0.0.1:4200/api after `prefect server start`); without one every Dask worker "
+            "would start a temporary server of its own"
+        )
     return params
+
+
+def _api_url() -> str | None:
+    from prefect.settings import PREFECT_API_URL
+
+    return PREFECT_API_URL.value()
 
 
 def _pipeline(args: argparse.Namespace) -> Any:
@@ -116,6 +119,11 @@ def _add_flow_commands(commands: Any) -> None:
 
 def _deploy(args: argparse.Namespace) -> Any:
     load(args)  # refuse bad params before Prefect starts
+    if not _api_url():
+        raise RLCoreError(
+            "deploy serve needs a running Prefect server to hold the deployments and schedules: set PREFECT_API_URL "
+            "(e.g. http://127.0.0.1:4200/api after `prefect server start`)"
+        )
     from flows.deploy import serve_deployments
 
     return serve_deployments(args.params, args.overrides, str(Path.cwd()))

@@ -297,3 +297,8 @@ def test_dask_without_a_prefect_server_is_refused_before_any_flow_starts(project
     result = rlcore(command, *sets(overrides), cwd=project, check=False, env={"PREFECT_API_URL": ""})
     one_line_error(result, "deploy.task_runner: dask needs a running Prefect server: set PREFECT_API_URL")
     assert not (project / "runs").exists() and not (project / "data").exists() and not (project / ".optuna").exists()
+
+
+def test_deploy_serve_without_a_prefect_server_is_refused(project: Path) -> None:
+    result = rlcore("deploy", "serve", cwd=project, check=False, env={"PREFECT_API_URL": ""})
+    one_line_error(result, "deploy serve needs a running Prefect server", "set PREFECT_API_URL")
