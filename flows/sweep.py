@@ -16,12 +16,13 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture
 
 from flows.sweep_run import Execute, SweepPlan, plan_sweep, run_sweep
+from flows.sweep_study import is_journal
 from flows.sweep_trial import TrialJob, run_trial
 from flows.task_runners import dask_task_runner
 from rlcore.config import validate_params
@@ -67,6 +68,13 @@ def sweep_flow(params_path: str = "params.yaml", overrides: list[str] | None = N
     plan = plan_sweep(params_path, overrides, Path(root))
     deploy = validate_params(copy.deepcopy(plan.tree), params_path).deploy
     if deploy.task_runner == "dask":
+        if deploy.dask_address and is_journal(plan.storage):
+            get_run_logger().warning(
+                "sweep.storage is the journal file %s: workers of the Dask cluster at %s on other machines need it "
+                "on a shared file system (or set sweep.storage to a PostgreSQL URL)",
+                plan.storage,
+                deploy.dask_address,
+            )
         on_dask = sweep_trials.with_options(task_runner=dask_task_runner(deploy))
         summary = on_dask(params_path, overrides, str(plan.root))
     else:
