@@ -158,3 +158,38 @@ def test_rlcore_pipeline_evaluates_on_dask_through_the_cli(project: Path, server
     assert "Flow run" in output and output.rstrip().endswith("Finished in state Completed()"), output[-3000:]
     assert len(read_json(project / "reports" / "evaluations.json")["candidates"]) == 4
     assert (project / "export" / "model_card.json").is_file()
+
+
+def test_an_existing_dask_cluster_named_in_params_runs_collection_shards_and_sweep_trials(project: Path, server):
+    """``deploy.dask_address``: the flows use a cluster that was already running (here a LocalCluster started
+    by the test, standing in for `dask scheduler` + `dask worker` on other machines)."""
+    import os
+
+    from distributed import Client, LocalCluster
+    from test_sweep import SHORT, load_study
+
+    from flows.collect import collect_flow
+    from flows.sweep import sweep_flow
+
+    with (
+        LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        worker_pids = set(client.run(os.getpid).values())
+        on_cluster = ["deploy.task_runner=dask", f"deploy.dask_address={cluster.scheduler_address}"]
+
+        collect = ["collect.policy=random", "collect.steps=4000", "collect.shards=2", *on_cluster]
+        state = collect_flow(
+            params_path=str(project / "params.yaml"), overrides=collect, root=str(project), return_state=True
+        )
+        assert state.is_completed(), state
+        assert len(read_metadata(project / "data" / "dataset.parquet")["shards"]) == 2
+
+        sweep = [*SHORT, "sweep.n_trials=2", "sweep.workers=2", *on_cluster]
+        params_path = str(project / "params.yaml")
+        state = sweep_flow(params_path=params_path, overrides=sweep, root=str(project), return_state=True)
+        assert state.is_completed(), state
+        trials = load_study(project).trials
+        assert len(trials) == 2 and {t.user_attrs["worker_pid"] for t in trials} <= worker_pids
+        _, logs = asyncio.run(_task_runs_and_logs(state.state_details.flow_run_id, wait_for="shared file system"))
+        assert "on a shared file system (or set sweep.storage to a PostgreSQL URL)" in logs
