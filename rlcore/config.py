@@ -203,6 +203,13 @@ class DatasetConfig(StrictModel):
     path: str = "data/dataset.parquet"
     validation_fraction: float = Field(0.1, ge=0, lt=1)
     """Share of episodes held out for validation (whole episodes, never split)."""
+    in_memory: bool = True
+    """Read the whole dataset into memory (fastest); false streams it through a shuffle buffer of row groups
+    (``rlcore.dataset_stream``) for datasets larger than memory."""
+    buffer_transitions: int = Field(1_000_000, ge=1)
+    """With ``in_memory: false``: transitions the shuffle buffer holds (whole row groups; at least one)."""
+    validation_limit: int = Field(100_000, ge=1)
+    """With ``in_memory: false``: at most this many held-out transitions are kept for validation."""
 
 
 class ScheduleConfig(StrictModel):

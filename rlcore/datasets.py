@@ -102,6 +102,7 @@ class DatasetWriter:
         self._atomic = AtomicTarget(self.path)
         self._writer = _parquet_writer(self._atomic.tmp, self.schema)
         self._pending: list[dict[str, np.ndarray]] = []
+        self._carry: pa.Table | None = None  # rows of a started row group, written with the next episodes
         self._pending_rows = 0
         self.episodes = 0
         self.transitions = 0
@@ -139,8 +140,11 @@ class DatasetWriter:
         if self._pending_rows >= self.row_group_size:
             self._flush()
 
-    def _flush(self) -> None:
+    def _flush(self, final: bool = False) -> None:
         if not self._pending:
+            if final and self._carry is not None:
+                self._writer.write_table(self._carry, row_group_size=self.row_group_size)
+                self._carry = None
             return
         columns: dict[str, pa.Array] = {}
         for name in COLUMNS:
@@ -159,12 +163,19 @@ class DatasetWriter:
                 columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), field.type.list_size)
             else:
                 columns[name] = pa.array(np.concatenate(parts).reshape(-1), type=field.type)
-        self._writer.write_table(pa.table(columns, schema=self.schema), row_group_size=self.row_group_size)
+        table = pa.table(columns, schema=self.schema)
+        if self._carry is not None:
+            table = pa.concat_tables([self._carry, table])
+        # Full row groups only; the rest waits for the next episodes (or close), so no small groups in between.
+        full = table.num_rows if final else table.num_rows - table.num_rows % self.row_group_size
+        if full:
+            self._writer.write_table(table.slice(0, full), row_group_size=self.row_group_size)
+        self._carry = table.slice(full) if full < table.num_rows else None
         self._pending, self._pending_rows = [], 0
 
     def close(self) -> dict[str, Any]:
         """Finish the file, rename it into place and return its metadata."""
-        self._flush()
+        self._flush(final=True)
         self.metadata.update(
             schema_version=SCHEMA_VERSION,
             episodes=self.episodes,
@@ -382,6 +393,21 @@ def iter_dataset(
         data = _as_data(arrays, observation_space, action_space, metadata)
         _check_values(path, data, action_space, env_id, last_episode_may_continue=group < last)
         yield data
+
+
+def row_group_sizes(path: Path) -> list[int]:
+    """Transitions in each row group of the dataset at ``path``."""
+    metadata = _open(path).metadata
+    return [metadata.row_group(group).num_rows for group in range(metadata.num_row_groups)]
+
+
+def read_row_group(
+    path: Path, group: int, observation_space: spaces.Box, action_space: spaces.Space, metadata: dict[str, Any]
+) -> OfflineData:
+    """Row group ``group`` of a dataset that :func:`iter_dataset` has already validated (no checks again)."""
+    parquet = _open(path)
+    arrays = _decode(Path(path), parquet, range(group, group + 1), int(np.prod(observation_space.shape)), action_space)
+    return _as_data(arrays, observation_space, action_space, metadata)
 
 
 def _decode(

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 from conftest import PROJECT, one_line_error, rlcore, sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -648,3 +649,46 @@ def test_a_rerun_keeps_the_shards_an_interrupted_collection_finished(
     assert "shard 2 of 3 was collected before" not in caplog.text
     assert sha256_file(path) == uninterrupted
     assert "shard" not in read_metadata(path)
+
+
+# --- streaming a dataset larger than memory ------------------------------------------------------
+
+
+def test_a_streamed_dataset_visits_every_training_row_and_rebuilds_its_buffer_from_the_step(tmp_path: Path) -> None:
+    from rlcore.dataset_stream import RowGroupStream, validation_mask
+
+    path = tmp_path / "d.parquet"
+    collect_dataset(path, "CartPole-v1", {}, None, {"kind": "random"}, 4, 5000, None, 0.0, False, 0, 500)
+    env = gym.make("CartPole-v1")
+    whole = load_dataset(path, env.observation_space, env.action_space, "CartPole-v1")
+
+    def stream() -> RowGroupStream:
+        return RowGroupStream(path, env.observation_space, env.action_space, "CartPole-v1", 1500, 100, 3, 0.2, 10_000)
+
+    first = stream()
+    groups = len(first.sizes)
+    assert first.sizes[:-1] == [500] * (groups - 1) and groups == -(-len(whole) // 500)  # no small groups between
+    assert first.groups_in_buffer == 3
+
+    # Validation: whole episodes, by the seeded hash, never in the training buffer.
+    held_out = validation_mask(whole.episode_id, 0.2, 3)
+    assert 0 < held_out.sum() < len(whole)
+    assert first.validation is not None and np.array_equal(first.validation.obs, whole.obs[held_out])
+    train_rows = {row.tobytes() for row in whole.obs[~held_out]}
+
+    # One pass of the schedule loads every row group once: every training row enters the buffer, nothing else.
+    seen: set[bytes] = set()
+    rng = np.random.default_rng(0)
+    for step in range(0, groups * first.swap_every, first.swap_every):
+        first.batch(step, rng, 100)
+        buffered = first._tensors["obs"].numpy()
+        assert len(buffered) <= 1500
+        seen |= {row.tobytes() for row in buffered}
+    assert seen == train_rows
+
+    # The buffer is a function of the step alone: a fresh stream (a resumed run) draws the same batch.
+    first.batch(123, rng, 100)
+    again = stream()
+    expected = first.batch(123, np.random.default_rng(7), 100)
+    drawn = again.batch(123, np.random.default_rng(7), 100)
+    assert all(torch.equal(expected[name], drawn[name]) for name in expected)

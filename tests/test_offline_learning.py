@@ -37,12 +37,20 @@ def test_bc_on_20k_transitions_from_a_475_policy_reaches_475_on_cartpole(tmp_pat
 
     # 20k transitions sampled from it (seed 2000000), then BC: seed 0, at most 5000 gradient steps of batch 256.
     params = offline_params(
-        collect={"policy": "models/best/policy.pt", "steps": 20_000},
+        collect={"policy": "models/best/policy.pt", "steps": 20_000, "row_group_size": 2000},
         train={"max_steps": 5000, "eval_every": 500, "target_return": 500},
     )
     dataset = collect_stage(params, tmp_path)
     assert read_metadata(dataset)["transitions"] >= 20_000
     assert train_and_score(params, tmp_path) >= 475
+
+    # The same BC streaming the file through a shuffle buffer of 3 of its 10 row groups (dataset.in_memory: false).
+    streamed = offline_params(
+        name="bc-streamed",
+        dataset={"path": str(dataset), "in_memory": False, "buffer_transitions": 6000},
+        train={"max_steps": 5000, "eval_every": 500, "target_return": 500},
+    )
+    assert train_and_score(streamed, tmp_path / "streamed") >= 475
 
     # Discrete IQL on the same data, same budget.
     iql = offline_params(

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from rlcore.config import Params
+from rlcore.dataset_stream import RowGroupStream
 from rlcore.datasets import load_dataset
 from rlcore.io import sha256_file
 from rlcore.trainers.run import EvaluationCallback, log
@@ -30,43 +31,73 @@ def train_offline(
     with TrainingSession(
         params, run_dir, on_evaluation, resume_from, before_prepare=lambda session: _load(session, path)
     ) as session:
-        data, validation = session.dataset
+        source, validation = session.dataset
         policy, algorithm, state = session.policy, session.algorithm, session.state
-        if session.checkpoint is None and policy.obs_normalizer.enabled:
-            policy.obs_normalizer.update(torch.from_numpy(data.obs))  # the dataset's statistics, fixed from here
+        streamed = isinstance(source, RowGroupStream)
+        if session.checkpoint is None and policy.obs_normalizer.enabled:  # the dataset's statistics, fixed from here
+            if streamed:
+                source.update_normalizer(policy.obs_normalizer)
+            else:
+                policy.obs_normalizer.update(torch.from_numpy(source.obs))
+        held_out = len(validation) if validation else 0
+        training_rows = source.transitions - held_out if streamed else len(source)
         session.extra_meta["dataset"] = {
             "path": str(path),
             "sha256": sha256_file(path),
             "md5": _md5(path),
-            "transitions": len(data) + (len(validation) if validation else 0),
-            "metadata": data.metadata,
+            "transitions": training_rows + held_out,
+            "metadata": source.metadata,
         }
         if validation is not None and hasattr(algorithm, "validate"):
-            held_out = validation.tensors()
-            session.validate = lambda: algorithm.validate(held_out)
-        tensors = data.tensors()
-        rows = len(data)
+            held_out_tensors = validation.tensors()
+            session.validate = lambda: algorithm.validate(held_out_tensors)
         batch_size = params.algo.batch_size
+        how = f"streamed through a buffer of {source.groups_in_buffer} row groups; " if streamed else ""
         log.info(
-            "training %s on %d transitions (%s held out) from %s",
+            "training %s on %d transitions (%s%d held out) from %s",
             params.algo.name,
-            rows,
-            len(validation) if validation else 0,
+            training_rows,
+            how,
+            held_out,
             path,
         )
+        if streamed:
+
+            def sample() -> dict[str, torch.Tensor]:
+                return source.batch(state.env_steps, session.rng, batch_size)
+        else:
+            tensors = source.tensors()
+
+            def sample() -> dict[str, torch.Tensor]:
+                index = torch.from_numpy(session.rng.integers(0, training_rows, size=batch_size))
+                return {name: values[index] for name, values in tensors.items()}
+
         stop_reason = session.stops.budget(state)
         while stop_reason is None:
-            index = torch.from_numpy(session.rng.integers(0, rows, size=batch_size))
-            batch = {name: values[index] for name, values in tensors.items()}
-            session.after_update(algorithm.update(batch, session.progress_fraction))
+            session.after_update(algorithm.update(sample(), session.progress_fraction))
             session.after_env_steps(1)
             stop_reason = session.checkpoint_due_or_stop()
         return session.finish(stop_reason)
 
 
 def _load(session: TrainingSession, path: Path) -> None:
-    data = load_dataset(path, session.observation_space, session.action_space, session.params.env.id)
-    session.dataset = data.split_by_episode(session.params.dataset.validation_fraction, session.params.seed)
+    cfg, params = session.params.dataset, session.params
+    if cfg.in_memory:
+        data = load_dataset(path, session.observation_space, session.action_space, params.env.id)
+        session.dataset = data.split_by_episode(cfg.validation_fraction, params.seed)
+        return
+    stream = RowGroupStream(
+        path,
+        session.observation_space,
+        session.action_space,
+        params.env.id,
+        cfg.buffer_transitions,
+        params.algo.batch_size,
+        params.seed,
+        cfg.validation_fraction,
+        cfg.validation_limit,
+    )
+    session.dataset = (stream, stream.validation)
 
 
 def _md5(path: Path) -> str:

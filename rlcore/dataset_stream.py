@@ -1,0 +1,118 @@
+"""Minibatches from a dataset larger than memory: a shuffle buffer of whole row groups, refreshed one at a time.
+
+``dataset.in_memory: false``. The buffer holds the ``K`` row groups loaded last (``K`` fits
+``dataset.buffer_transitions``); every ``swap_every`` gradient steps (about one row group's worth of
+batches) the oldest group leaves and the next one in the schedule comes in. The schedule visits every
+row group once per pass, in a permutation seeded by ``seed`` and the pass number, so the buffer at any
+gradient step is a function of that step alone: a resumed run rebuilds exactly the buffer it left.
+
+Validation episodes are chosen by a seeded hash of their ``episode_id`` (never split inside an episode,
+without knowing the number of episodes up front) and held in memory up to ``validation_limit`` rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rlcore.datasets import OfflineData, iter_dataset, read_row_group, row_group_sizes
+from rlcore.nets import ObsNormalizer
+
+_FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated")
+
+
+def validation_mask(episode_id: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """True for the rows of held-out episodes: a splitmix64 hash of (seed, episode id) below ``fraction``."""
+    x = episode_id.astype(np.uint64) + np.uint64((seed * 0x9E3779B97F4A7C15) % 2**64)  # array ops wrap mod 2^64
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(11)).astype(np.float64) / 2.0**53 < fraction
+
+
+class RowGroupStream:
+    """Training minibatches over a Parquet dataset without reading it whole; see the module docstring."""
+
+    def __init__(
+        self,
+        path: Path,
+        observation_space: spaces.Box,
+        action_space: spaces.Space,
+        env_id: str,
+        buffer_transitions: int,
+        batch_size: int,
+        seed: int,
+        validation_fraction: float,
+        validation_limit: int,
+    ) -> None:
+        self.path = Path(path)
+        self.observation_space, self.action_space = observation_space, action_space
+        self.seed, self.validation_fraction = seed, validation_fraction
+        # One validating pass (every check of load_dataset, a row group at a time) that keeps the validation rows.
+        held_out: list[OfflineData] = []
+        kept = 0
+        for chunk in iter_dataset(self.path, observation_space, action_space, env_id):
+            self.metadata = chunk.metadata
+            rows = np.flatnonzero(validation_mask(chunk.episode_id, validation_fraction, seed))[
+                : validation_limit - kept
+            ]
+            if len(rows):
+                held_out.append(chunk.subset(rows))
+                kept += len(rows)
+        self.validation = _concat(held_out) if held_out else None
+        self.sizes = row_group_sizes(self.path)
+        self.groups_in_buffer = int(np.clip(buffer_transitions // max(self.sizes), 1, len(self.sizes)))
+        self.swap_every = max(1, round(float(np.mean(self.sizes)) / batch_size))
+        self._permutations: dict[int, np.ndarray] = {}
+        self._groups: dict[int, dict[str, torch.Tensor]] = {}
+        self._loaded = -1
+        self._tensors: dict[str, torch.Tensor] = {}
+
+    @property
+    def transitions(self) -> int:
+        return int(sum(self.sizes))
+
+    def update_normalizer(self, normalizer: ObsNormalizer) -> None:
+        """Feed the training rows' observations to ``normalizer``, a row group at a time."""
+        for group in range(len(self.sizes)):
+            normalizer.update(self._load(group)["obs"])
+
+    def batch(self, step: int, rng: np.random.Generator, batch_size: int) -> dict[str, torch.Tensor]:
+        """A uniform minibatch from the buffer as it is at gradient step ``step``."""
+        self._refresh(self.groups_in_buffer + step // self.swap_every)
+        index = torch.from_numpy(rng.integers(0, len(self._tensors["rewards"]), size=batch_size))
+        return {name: values[index] for name, values in self._tensors.items()}
+
+    def _scheduled(self, k: int) -> int:
+        """The row group loaded ``k``-th: pass ``k // n`` visits every group once, in its own seeded order."""
+        n = len(self.sizes)
+        epoch, position = divmod(k, n)
+        if epoch not in self._permutations:
+            self._permutations = {epoch: np.random.default_rng([self.seed, epoch]).permutation(n)}
+        return int(self._permutations[epoch][position])
+
+    def _refresh(self, loaded: int) -> None:
+        if loaded == self._loaded:
+            return
+        wanted = [self._scheduled(k) for k in range(loaded - self.groups_in_buffer, loaded)]
+        self._groups = {group: self._groups.get(group) or self._load(group) for group in wanted}
+        parts = [self._groups[group] for group in wanted]
+        self._tensors = {name: torch.cat([part[name] for part in parts]) for name in _FIELDS}
+        self._loaded = loaded
+
+    def _load(self, group: int) -> dict[str, torch.Tensor]:
+        """Row group ``group``'s training rows (validation episodes left out) as tensors."""
+        chunk = read_row_group(self.path, group, self.observation_space, self.action_space, self.metadata)
+        train = np.flatnonzero(~validation_mask(chunk.episode_id, self.validation_fraction, self.seed))
+        return chunk.subset(train).tensors()
+
+
+def _concat(parts: list[OfflineData]) -> OfflineData:
+    return OfflineData(
+        *(np.concatenate([getattr(p, name) for p in parts]) for name in
+          ("obs", "actions", "rewards", "next_obs", "terminated", "truncated", "episode_id")),
+        metadata=parts[0].metadata,
+    )  # fmt: skip
