@@ -1,6 +1,10 @@
-"""Minibatches from a dataset larger than memory: a shuffle buffer of whole row groups, refreshed one at a time.
+"""Where an offline run's minibatches come from: the whole dataset in memory, or streamed through a buffer.
 
-``dataset.in_memory: false``. The buffer holds the ``K`` row groups loaded last (``K`` fits
+Both sources have ``rows`` (training transitions), ``metadata``, ``how`` (for the log), ``update_normalizer``
+and ``batch(step, rng, batch_size)``. :class:`InMemoryBatches` (``dataset.in_memory: true``) indexes arrays read
+whole.
+:class:`RowGroupStream` (``dataset.in_memory: false``) is a shuffle buffer of whole row groups, refreshed one at a
+time. The buffer holds the ``K`` row groups loaded last (``K`` fits
 ``dataset.buffer_transitions``); every ``swap_every`` gradient steps (about one row group's worth of
 batches) the oldest group leaves and the next one in the schedule comes in. The schedule visits every
 row group once per pass, in a permutation seeded by ``seed`` and the pass number, so the buffer at any
@@ -18,10 +22,8 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlcore.datasets import OfflineData, iter_dataset, read_row_group, row_group_sizes
+from rlcore.datasets import OfflineData, iter_dataset, read_row_group
 from rlcore.nets import ObsNormalizer
-
-_FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated")
 
 
 def validation_mask(episode_id: np.ndarray, fraction: float, seed: int) -> np.ndarray:
@@ -31,6 +33,22 @@ def validation_mask(episode_id: np.ndarray, fraction: float, seed: int) -> np.nd
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     x = x ^ (x >> np.uint64(31))
     return (x >> np.uint64(11)).astype(np.float64) / 2.0**53 < fraction
+
+
+class InMemoryBatches:
+    """Uniform minibatches by index from training data read whole (``rlcore.datasets.load_dataset``)."""
+
+    def __init__(self, data: OfflineData) -> None:
+        self.rows, self.metadata = len(data), data.metadata
+        self.how = ""  # for the log line
+        self._tensors = data.tensors()
+
+    def update_normalizer(self, normalizer: ObsNormalizer) -> None:
+        normalizer.update(self._tensors["obs"])
+
+    def batch(self, step: int, rng: np.random.Generator, batch_size: int) -> dict[str, torch.Tensor]:
+        index = torch.from_numpy(rng.integers(0, self.rows, size=batch_size))
+        return {name: values[index] for name, values in self._tensors.items()}
 
 
 class RowGroupStream:
@@ -54,26 +72,25 @@ class RowGroupStream:
         # One validating pass (every check of load_dataset, a row group at a time) that keeps the validation rows.
         held_out: list[OfflineData] = []
         kept = 0
+        self.sizes: list[int] = []  # iter_dataset yields one row group at a time
+        self.rows = 0
         for chunk in iter_dataset(self.path, observation_space, action_space, env_id):
             self.metadata = chunk.metadata
-            rows = np.flatnonzero(validation_mask(chunk.episode_id, validation_fraction, seed))[
-                : validation_limit - kept
-            ]
+            self.sizes.append(len(chunk))
+            validation = validation_mask(chunk.episode_id, validation_fraction, seed)
+            self.rows += int(len(chunk) - validation.sum())
+            rows = np.flatnonzero(validation)[: validation_limit - kept]
             if len(rows):
                 held_out.append(chunk.subset(rows))
                 kept += len(rows)
-        self.validation = _concat(held_out) if held_out else None
-        self.sizes = row_group_sizes(self.path)
+        self.validation = OfflineData.concat(held_out) if held_out else None
         self.groups_in_buffer = int(np.clip(buffer_transitions // max(self.sizes), 1, len(self.sizes)))
         self.swap_every = max(1, round(float(np.mean(self.sizes)) / batch_size))
+        self.how = f"streamed through a buffer of {self.groups_in_buffer} row groups; "
         self._permutations: dict[int, np.ndarray] = {}
         self._groups: dict[int, dict[str, torch.Tensor]] = {}
         self._loaded = -1
         self._tensors: dict[str, torch.Tensor] = {}
-
-    @property
-    def transitions(self) -> int:
-        return int(sum(self.sizes))
 
     def update_normalizer(self, normalizer: ObsNormalizer) -> None:
         """Feed the training rows' observations to ``normalizer``, a row group at a time."""
@@ -100,7 +117,7 @@ class RowGroupStream:
         wanted = [self._scheduled(k) for k in range(loaded - self.groups_in_buffer, loaded)]
         self._groups = {group: self._groups.get(group) or self._load(group) for group in wanted}
         parts = [self._groups[group] for group in wanted]
-        self._tensors = {name: torch.cat([part[name] for part in parts]) for name in _FIELDS}
+        self._tensors = {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
         self._loaded = loaded
 
     def _load(self, group: int) -> dict[str, torch.Tensor]:
@@ -108,11 +125,3 @@ class RowGroupStream:
         chunk = read_row_group(self.path, group, self.observation_space, self.action_space, self.metadata)
         train = np.flatnonzero(~validation_mask(chunk.episode_id, self.validation_fraction, self.seed))
         return chunk.subset(train).tensors()
-
-
-def _concat(parts: list[OfflineData]) -> OfflineData:
-    return OfflineData(
-        *(np.concatenate([getattr(p, name) for p in parts]) for name in
-          ("obs", "actions", "rewards", "next_obs", "terminated", "truncated", "episode_id")),
-        metadata=parts[0].metadata,
-    )  # fmt: skip

@@ -100,9 +100,8 @@ class DatasetWriter:
         self.metadata = dict(metadata)
         self.row_group_size = row_group_size
         self._atomic = AtomicTarget(self.path)
-        self._writer = _parquet_writer(self._atomic.tmp, self.schema)
+        self._writer = _RowGroupWriter(self._atomic.tmp, self.schema, row_group_size)
         self._pending: list[dict[str, np.ndarray]] = []
-        self._carry: pa.Table | None = None  # rows of a started row group, written with the next episodes
         self._pending_rows = 0
         self.episodes = 0
         self.transitions = 0
@@ -140,11 +139,8 @@ class DatasetWriter:
         if self._pending_rows >= self.row_group_size:
             self._flush()
 
-    def _flush(self, final: bool = False) -> None:
+    def _flush(self) -> None:
         if not self._pending:
-            if final and self._carry is not None:
-                self._writer.write_table(self._carry, row_group_size=self.row_group_size)
-                self._carry = None
             return
         columns: dict[str, pa.Array] = {}
         for name in COLUMNS:
@@ -163,27 +159,19 @@ class DatasetWriter:
                 columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), field.type.list_size)
             else:
                 columns[name] = pa.array(np.concatenate(parts).reshape(-1), type=field.type)
-        table = pa.table(columns, schema=self.schema)
-        if self._carry is not None:
-            table = pa.concat_tables([self._carry, table])
-        # Full row groups only; the rest waits for the next episodes (or close), so no small groups in between.
-        full = table.num_rows if final else table.num_rows - table.num_rows % self.row_group_size
-        if full:
-            self._writer.write_table(table.slice(0, full), row_group_size=self.row_group_size)
-        self._carry = table.slice(full) if full < table.num_rows else None
+        self._writer.write(pa.table(columns, schema=self.schema))
         self._pending, self._pending_rows = [], 0
 
     def close(self) -> dict[str, Any]:
         """Finish the file, rename it into place and return its metadata."""
-        self._flush(final=True)
+        self._flush()
         self.metadata.update(
             schema_version=SCHEMA_VERSION,
             episodes=self.episodes,
             transitions=self.transitions,
             episode_return=return_stats(self.returns),
         )
-        self._writer.add_key_value_metadata({METADATA_KEY: json.dumps(self.metadata).encode()})
-        self._writer.close()
+        self._writer.close(self.metadata)
         try:
             self._atomic.commit()
         finally:
@@ -192,16 +180,44 @@ class DatasetWriter:
 
     def abort(self) -> None:
         """Drop the partial file (the previous dataset at ``path``, if any, is untouched)."""
-        self._writer.close()
+        self._writer.close(None)
         self._atomic.discard()
 
 
-def _parquet_writer(path: Path, schema: pa.Schema) -> pq.ParquetWriter:
-    # Dictionary encoding does nothing for float vectors but cost time; byte-stream-split helps zstd on floats.
-    floats = ["observation.list.element", "next_observation.list.element", "reward", "log_prob"]
-    if pa.types.is_fixed_size_list(schema.field("action").type):
-        floats.append("action.list.element")
-    return pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=False, use_byte_stream_split=floats)
+class _RowGroupWriter:
+    """A Parquet writer that writes full row groups only, carrying the rest over to the next rows (or the close),
+    so a file is full row groups plus one shorter last group whatever the sizes of the tables written."""
+
+    def __init__(self, path: Path, schema: pa.Schema, row_group_size: int) -> None:
+        # Dictionary encoding does nothing for float vectors but cost time; byte-stream-split helps zstd on floats.
+        floats = ["observation.list.element", "next_observation.list.element", "reward", "log_prob"]
+        if pa.types.is_fixed_size_list(schema.field("action").type):
+            floats.append("action.list.element")
+        self.parquet = pq.ParquetWriter(
+            path, schema, compression="zstd", use_dictionary=False, use_byte_stream_split=floats
+        )
+        self.row_group_size = row_group_size
+        self._carry: list[pa.Table] = []
+        self._carry_rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        self._carry.append(table)
+        self._carry_rows += table.num_rows
+        if self._carry_rows >= self.row_group_size:
+            rows = pa.concat_tables(self._carry)
+            full = self._carry_rows - self._carry_rows % self.row_group_size
+            self.parquet.write_table(rows.slice(0, full), row_group_size=self.row_group_size)
+            self._carry, self._carry_rows = [rows.slice(full)], self._carry_rows - full
+
+    def close(self, metadata: dict[str, Any] | None = None) -> None:
+        """Write the carried rows and, unless ``metadata`` is None (an abort), the ``rlcore`` metadata."""
+        try:
+            if metadata is not None:
+                if self._carry_rows:
+                    self.parquet.write_table(pa.concat_tables(self._carry), row_group_size=self.row_group_size)
+                self.parquet.add_key_value_metadata({METADATA_KEY: json.dumps(metadata).encode()})
+        finally:
+            self.parquet.close()
 
 
 def return_stats(returns: list[float] | np.ndarray) -> dict[str, float]:
@@ -228,10 +244,9 @@ def merge_datasets(
     returns: list[np.ndarray] = []
     episodes = transitions = 0
     with atomic_path(Path(path)) as tmp:
-        writer = _parquet_writer(tmp, schema)
+        writer = _RowGroupWriter(tmp, schema, row_group_size)
+        merged = None
         try:
-            pending: list[pa.Table] = []
-            pending_rows = 0
             for source in sources:
                 parquet = _open(source)
                 if not parquet.schema_arrow.equals(schema, check_metadata=False):
@@ -244,30 +259,20 @@ def merge_datasets(
                     shard_returns += np.bincount(
                         local, weights=table.column("reward").to_numpy().astype(np.float64), minlength=count
                     )[:count]
-                    table = table.set_column(0, schema.field(0), pa.array(local + episodes, pa.int64()))
-                    pending.append(table)
-                    pending_rows += table.num_rows
-                    if pending_rows >= row_group_size:  # full row groups out, the rest waits for more rows
-                        rows = pa.concat_tables(pending)
-                        full = pending_rows - pending_rows % row_group_size
-                        writer.write_table(rows.slice(0, full), row_group_size=row_group_size)
-                        pending, pending_rows = [rows.slice(full)], pending_rows - full
+                    writer.write(table.set_column(0, schema.field(0), pa.array(local + episodes, pa.int64())))
                 returns.append(shard_returns)
                 episodes += count
                 transitions += parquet.metadata.num_rows
-            if pending_rows:
-                writer.write_table(pa.concat_tables(pending), row_group_size=row_group_size)
-            metadata = {
+            merged = {
                 **metadata,
                 "schema_version": SCHEMA_VERSION,
                 "episodes": episodes,
                 "transitions": transitions,
                 "episode_return": return_stats(np.concatenate(returns)),
             }
-            writer.add_key_value_metadata({METADATA_KEY: json.dumps(metadata).encode()})
         finally:
-            writer.close()
-    return metadata
+            writer.close(merged)  # None after an error: no metadata, and atomic_path drops the file
+    return merged
 
 
 @dataclass
@@ -287,6 +292,15 @@ class OfflineData:
 
     def __len__(self) -> int:
         return len(self.rewards)
+
+    @classmethod
+    def concat(cls, parts: list[OfflineData]) -> OfflineData:
+        """``parts`` one after another (the first one's metadata)."""
+        return cls(
+            *(np.concatenate([getattr(part, name) for part in parts]) for name in
+              ("obs", "actions", "rewards", "next_obs", "terminated", "truncated", "episode_id")),
+            metadata=parts[0].metadata,
+        )  # fmt: skip
 
     def subset(self, rows: np.ndarray) -> OfflineData:
         return OfflineData(
@@ -395,10 +409,9 @@ def iter_dataset(
         yield data
 
 
-def row_group_sizes(path: Path) -> list[int]:
-    """Transitions in each row group of the dataset at ``path``."""
-    metadata = _open(path).metadata
-    return [metadata.row_group(group).num_rows for group in range(metadata.num_row_groups)]
+def transition_count(path: Path) -> int:
+    """Rows (transitions) in the dataset at ``path``, from the Parquet footer."""
+    return int(_open(path).metadata.num_rows)
 
 
 def read_row_group(

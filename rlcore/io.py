@@ -69,9 +69,15 @@ def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
+def file_digests(path: Path, *algorithms: str) -> dict[str, str]:
+    """Hex digests of the file under each of ``algorithms`` (hashlib names), in one read."""
+    digests = {name: hashlib.new(name, usedforsecurity=False) for name in algorithms}
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+            for digest in digests.values():
+                digest.update(block)
+    return {name: digest.hexdigest() for name, digest in digests.items()}
+
+
+def sha256_file(path: Path) -> str:
+    return file_digests(path, "sha256")["sha256"]

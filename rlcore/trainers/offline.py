@@ -8,16 +8,13 @@ validation loss and accuracy on held-out episodes are recorded with every checkp
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from rlcore.config import Params
-from rlcore.dataset_stream import RowGroupStream
-from rlcore.datasets import load_dataset
-from rlcore.io import sha256_file
+from rlcore.dataset_stream import InMemoryBatches, RowGroupStream
+from rlcore.datasets import load_dataset, transition_count
+from rlcore.io import file_digests
 from rlcore.trainers.run import EvaluationCallback, log
 from rlcore.trainers.session import TrainingSession
 
@@ -33,48 +30,25 @@ def train_offline(
     ) as session:
         source, validation = session.dataset
         policy, algorithm, state = session.policy, session.algorithm, session.state
-        streamed = isinstance(source, RowGroupStream)
         if session.checkpoint is None and policy.obs_normalizer.enabled:  # the dataset's statistics, fixed from here
-            if streamed:
-                source.update_normalizer(policy.obs_normalizer)
-            else:
-                policy.obs_normalizer.update(torch.from_numpy(source.obs))
+            source.update_normalizer(policy.obs_normalizer)
         held_out = len(validation) if validation else 0
-        training_rows = source.transitions - held_out if streamed else len(source)
         session.extra_meta["dataset"] = {
             "path": str(path),
-            "sha256": sha256_file(path),
-            "md5": _md5(path),
-            "transitions": training_rows + held_out,
+            **file_digests(path, "sha256", "md5"),  # md5: the hash DVC records for the file in dvc.lock
+            "transitions": transition_count(path),
             "metadata": source.metadata,
         }
         if validation is not None and hasattr(algorithm, "validate"):
             held_out_tensors = validation.tensors()
             session.validate = lambda: algorithm.validate(held_out_tensors)
+        algo = params.algo.name
+        log.info("training %s on %d transitions (%s%d held out) from %s", algo, source.rows, source.how, held_out, path)
         batch_size = params.algo.batch_size
-        how = f"streamed through a buffer of {source.groups_in_buffer} row groups; " if streamed else ""
-        log.info(
-            "training %s on %d transitions (%s%d held out) from %s",
-            params.algo.name,
-            training_rows,
-            how,
-            held_out,
-            path,
-        )
-        if streamed:
-
-            def sample() -> dict[str, torch.Tensor]:
-                return source.batch(state.env_steps, session.rng, batch_size)
-        else:
-            tensors = source.tensors()
-
-            def sample() -> dict[str, torch.Tensor]:
-                index = torch.from_numpy(session.rng.integers(0, training_rows, size=batch_size))
-                return {name: values[index] for name, values in tensors.items()}
-
         stop_reason = session.stops.budget(state)
         while stop_reason is None:
-            session.after_update(algorithm.update(sample(), session.progress_fraction))
+            batch = source.batch(state.env_steps, session.rng, batch_size)
+            session.after_update(algorithm.update(batch, session.progress_fraction))
             session.after_env_steps(1)
             stop_reason = session.checkpoint_due_or_stop()
         return session.finish(stop_reason)
@@ -84,7 +58,8 @@ def _load(session: TrainingSession, path: Path) -> None:
     cfg, params = session.params.dataset, session.params
     if cfg.in_memory:
         data = load_dataset(path, session.observation_space, session.action_space, params.env.id)
-        session.dataset = data.split_by_episode(cfg.validation_fraction, params.seed)
+        train, validation = data.split_by_episode(cfg.validation_fraction, params.seed)
+        session.dataset = (InMemoryBatches(train), validation)
         return
     stream = RowGroupStream(
         path,
@@ -98,12 +73,3 @@ def _load(session: TrainingSession, path: Path) -> None:
         cfg.validation_limit,
     )
     session.dataset = (stream, stream.validation)
-
-
-def _md5(path: Path) -> str:
-    """The file's MD5: the hash DVC records for it (``dvc.lock``), so a model names its dataset version."""
-    digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
