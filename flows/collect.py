@@ -8,6 +8,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from flows.task_runners import dask_task_runner, retry_options
 from rlcore.config import load_params
 from rlcore.datasets import read_metadata
 from rlcore.io import sha256_file
@@ -46,12 +47,10 @@ def collect_flow(
     overrides = list(overrides or [])
     root = str(Path(root).resolve())
     params = load_params(params_path, overrides)
-    retry = {"retries": params.deploy.retries, "retry_delay_seconds": params.deploy.retry_delay_seconds}
+    retry = retry_options(params.deploy)
     if params.collect.shards == 1:
         collected = collect_task.with_options(**retry)(params_path, overrides, root)
     elif params.deploy.task_runner == "dask":
-        from flows.task_runners import dask_task_runner
-
         on_dask = collect_shards.with_options(task_runner=dask_task_runner(params.deploy))
         collected = on_dask(params_path, overrides, root)
     else:
@@ -72,7 +71,7 @@ def collect_shards(
     """Every shard of ``collect.shards`` as a task run at once on this flow's task runner, then the merge."""
     overrides = list(overrides or [])
     params = load_params(params_path, overrides)
-    retry = {"retries": params.deploy.retries, "retry_delay_seconds": params.deploy.retry_delay_seconds}
+    retry = retry_options(params.deploy)
     count = params.collect.shards
     futures = [
         collect_shard_task.with_options(**retry).submit(params_path, overrides, root, index) for index in range(count)

@@ -11,7 +11,7 @@ from typing import Any
 
 from prefect import flow, task
 
-from flows.task_runners import dask_task_runner
+from flows.task_runners import dask_task_runner, retry_options
 from rlcore.checkpoints import list_checkpoints
 from rlcore.config import load_params
 from rlcore.errors import RLCoreError
@@ -39,9 +39,7 @@ def evaluate_checkpoints(
     checkpoints = list_checkpoints(layout.checkpoints)
     if not checkpoints:
         raise RLCoreError(f"{layout.checkpoints}: no checkpoints to evaluate; run `rlcore train` first")
-    evaluate = evaluate_checkpoint_task.with_options(
-        retries=params.deploy.retries, retry_delay_seconds=params.deploy.retry_delay_seconds
-    )
+    evaluate = evaluate_checkpoint_task.with_options(**retry_options(params.deploy))
     futures = [
         evaluate.with_options(task_run_name=f"evaluate-{path.stem}").submit(
             params_path, overrides, root, env_steps, str(path)

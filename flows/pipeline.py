@@ -12,6 +12,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from flows.task_runners import retry_options
 from rlcore.config import load_params
 from rlcore.io import read_json, sha256_file
 from rlcore.layout import Layout
@@ -58,7 +59,7 @@ def training_pipeline(
     overrides = list(overrides or [])
     root = str(Path(root).resolve())
     params = load_params(params_path, overrides)
-    retry = {"retries": params.deploy.retries, "retry_delay_seconds": params.deploy.retry_delay_seconds}
+    retry = retry_options(params.deploy)
     trained = train_task.with_options(**retry)(params_path, overrides, root)
     if params.deploy.task_runner == "dask":  # a task run per checkpoint, on Dask worker processes
         from flows.evaluate import evaluate_on_task_runner

@@ -1,4 +1,4 @@
-"""Prefect task runners from params.yaml's ``deploy`` section: prefect-dask's DaskTaskRunner.
+"""Prefect task options from params.yaml's ``deploy`` section: retries, and prefect-dask's DaskTaskRunner.
 
 ``deploy.task_runner: dask`` runs the flows' parallel parts (a task run per checkpoint evaluation, per
 collection shard, per sweep trial) on a Dask cluster: a LocalCluster of ``deploy.dask_workers`` processes,
@@ -8,6 +8,8 @@ On another machine's workers, ``root`` (the project folder) must be the same sha
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from prefect.task_runners import TaskRunner
 
@@ -28,3 +30,8 @@ def dask_task_runner(deploy: DeployConfig) -> TaskRunner:
             "dashboard_address": None,
         }
     )
+
+
+def retry_options(deploy: DeployConfig) -> dict[str, Any]:
+    """``task.with_options(**retry_options(deploy))``: every task run of the flows retries as ``deploy`` says."""
+    return {"retries": deploy.retries, "retry_delay_seconds": deploy.retry_delay_seconds}
