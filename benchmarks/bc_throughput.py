@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import ROOT, emit  # noqa: E402
 
-from rlcore.algos import algorithm_class  # noqa: E402
-from rlcore.config import load_params  # noqa: E402
 from rlcore.datasets import OfflineData  # noqa: E402
+from rlcore.params import load_params  # noqa: E402
+from rlcore.registry import algorithm_class  # noqa: E402
 
 BATCH_SIZE = 256
 PARAMS = ROOT / "offline.yaml"

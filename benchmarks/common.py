@@ -46,7 +46,7 @@ def rlcore_time_to_target(
     params_file: Path, seed: int, target: float, eval_every: int, overrides: list[str] | None = None
 ) -> dict[str, Any]:
     """Train ``params_file`` with ``seed`` until an evaluation reaches ``target`` (or the budget runs out)."""
-    from rlcore.config import load_params
+    from rlcore.params import load_params
     from rlcore.trainers import train
 
     params = load_params(

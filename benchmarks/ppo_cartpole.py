@@ -36,7 +36,7 @@ from common import (  # noqa: E402
     stdout_to_stderr,
 )
 
-from rlcore.config import load_params  # noqa: E402
+from rlcore.params import load_params  # noqa: E402
 from rlcore.trainers import train  # noqa: E402
 
 TARGET = 475.0

@@ -32,7 +32,7 @@ BIN = Path(sys.executable).parent
 TINY = ["train.max_steps=2048", "train.eval_every=1024", "train.target_return=null", "eval.episodes=5",
         "export.parity_observations=200"]  # fmt: skip
 DIRECT = (
-    "import sys; from pathlib import Path; from rlcore.config import load_params; "
+    "import sys; from pathlib import Path; from rlcore.params import load_params; "
     "from rlcore.stages import train_stage, evaluate_stage, select_stage, export_stage; "
     "p = load_params('params.yaml', sys.argv[1:]); r = Path.cwd(); "
     "[stage(p, r) for stage in (train_stage, evaluate_stage, select_stage, export_stage)]"
@@ -56,8 +56,9 @@ def main() -> None:
     from flows.collect import collect_flow
     from flows.evaluate import evaluate_checkpoints
     from flows.task_runners import dask_task_runner
-    from rlcore.config import DeployConfig, load_params
+    from rlcore.config import DeployConfig
     from rlcore.io import read_json, sha256_file
+    from rlcore.params import load_params
     from rlcore.stages import collect_stage, evaluate_stage, train_stage
 
     result: dict[str, object] = {"benchmark": "prefect_overhead", "cpus": os.cpu_count()}

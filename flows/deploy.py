@@ -20,8 +20,9 @@ from prefect.schedules import Cron, Interval, Schedule
 from flows.collect import collect_flow
 from flows.pipeline import training_pipeline
 from flows.retrain import retrain_offline
-from flows.sweep import sweep_flow
-from rlcore.config import ScheduleConfig, load_params
+from flows.sweep.flow import sweep_flow
+from rlcore.config import ScheduleConfig
+from rlcore.params import load_params
 
 
 def schedules(cfg: ScheduleConfig) -> list[Schedule]:

@@ -13,18 +13,18 @@ from prefect import flow, task
 
 from flows.task_runners import dask_task_runner, retry_options
 from rlcore.checkpoints import list_checkpoints
-from rlcore.config import load_params
 from rlcore.errors import RLCoreError
 from rlcore.io import sha256_file
 from rlcore.layout import Layout
+from rlcore.params import load_params
 from rlcore.stages import evaluate_checkpoint, write_evaluations
 
 
 @task(name="evaluate-checkpoint")
 def evaluate_checkpoint_task(
-    params_path: str, overrides: list[str], root: str, env_steps: int, checkpoint: str
+    params_path: str, overrides: list[str], root: str, checkpoint: str
 ) -> dict[str, Any]:
-    return evaluate_checkpoint(load_params(params_path, overrides), Path(root), env_steps, Path(checkpoint))
+    return evaluate_checkpoint(load_params(params_path, overrides), Path(root), Path(checkpoint))
 
 
 @flow(name="evaluate_checkpoints")
@@ -42,9 +42,9 @@ def evaluate_checkpoints(
     evaluate = evaluate_checkpoint_task.with_options(**retry_options(params.deploy))
     futures = [
         evaluate.with_options(task_run_name=f"evaluate-{path.stem}").submit(
-            params_path, overrides, root, env_steps, str(path)
+            params_path, overrides, root, str(path)
         )
-        for env_steps, path in checkpoints
+        for _, path in checkpoints
     ]
     candidates = [future.result() for future in futures]  # in checkpoint order, as evaluate_stage writes them
     path = write_evaluations(params, Path(root), candidates)

@@ -13,9 +13,9 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.task_runners import retry_options
-from rlcore.config import load_params
 from rlcore.io import read_json, sha256_file
 from rlcore.layout import Layout
+from rlcore.params import load_params
 from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage
 
 
@@ -94,7 +94,10 @@ def publish_artifacts(root: Path, name: str, branch: str = "") -> None:
     create_table_artifact(
         key=f"evaluations-{name}".lower().replace("_", "-").replace(".", "-"),
         table=[
-            {k: c[k] for k in ("checkpoint", "env_steps", "mean_return", "std_return", "min_return", "max_return")}
+            {
+                k: c[k]
+                for k in ("checkpoint", "step", "step_unit", "mean_return", "std_return", "min_return", "max_return")
+            }
             for c in candidates
         ],
         description="Evaluation of every checkpoint of the run",

@@ -4,7 +4,8 @@ A checkpoint is a ``torch.save`` of plain containers and tensors, read back with
 ``weights_only=True`` (no pickle of arbitrary objects). Non-tensor metadata (params, spaces,
 counters, the NumPy RNG state) travels as a JSON string inside it.
 
-Layout of ``runs/<name>/checkpoints/``: ``step_<env_steps:010d>.pt``; the highest step is the latest.
+Layout of ``runs/<name>/checkpoints/``: ``step_<step:010d>.pt``; the highest step is the latest. A step counts
+what the run's budget counts (``step_unit``): env steps for online runs, gradient steps for offline runs.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -25,23 +26,29 @@ VERSION = 1
 _NAME = re.compile(r"^step_(\d{10})\.pt$")
 
 
+StepUnit = Literal["env_steps", "gradient_steps"]
+"""What a run's step counter counts: env steps (online runs) or gradient steps (offline runs)."""
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """A loaded checkpoint. ``tensors`` holds state dicts (``policy``, ``algorithm``, ``rng``)."""
 
     path: Path
     algo: str
-    env_steps: int
+    step: int
+    """The run's step count when it was saved, in ``step_unit``."""
+    step_unit: StepUnit
     meta: dict[str, Any]
     tensors: dict[str, Any]
 
 
-def checkpoint_path(directory: Path, env_steps: int) -> Path:
-    return Path(directory) / f"step_{env_steps:010d}.pt"
+def checkpoint_path(directory: Path, step: int) -> Path:
+    return Path(directory) / f"step_{step:010d}.pt"
 
 
 def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
-    """``(env_steps, path)`` of every checkpoint in ``directory``, oldest first."""
+    """``(step, path)`` of every checkpoint in ``directory``, oldest first."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
@@ -53,13 +60,16 @@ def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def save_checkpoint(path: Path, algo: str, env_steps: int, meta: dict[str, Any], tensors: dict[str, Any]) -> None:
+def save_checkpoint(
+    path: Path, algo: str, step: int, step_unit: StepUnit, meta: dict[str, Any], tensors: dict[str, Any]
+) -> None:
     """Write atomically: a crash mid-write leaves the previous checkpoints untouched and loadable."""
     payload = {
         "format": FORMAT,
         "version": VERSION,
         "algo": algo,
-        "env_steps": env_steps,
+        "step": step,
+        "step_unit": step_unit,
         "meta": json.dumps(meta, allow_nan=False),
         **tensors,
     }
@@ -86,5 +96,9 @@ def load_checkpoint(path: Path, expected_algo: str | None = None) -> Checkpoint:
     algo = payload["algo"]
     if expected_algo is not None and algo != expected_algo:
         raise CheckpointError(f"{path}: checkpoint was written by algorithm {algo!r}, params say {expected_algo!r}")
-    tensors = {k: v for k, v in payload.items() if k not in {"format", "version", "algo", "env_steps", "meta"}}
-    return Checkpoint(path, algo, int(payload["env_steps"]), json.loads(payload["meta"]), tensors)
+    header = {"format", "version", "algo", "step", "step_unit", "meta"}
+    tensors = {k: v for k, v in payload.items() if k not in header}
+    unit = payload.get("step_unit", "env_steps")
+    if "step" not in payload or unit not in ("env_steps", "gradient_steps"):
+        raise CheckpointError(f"{path}: checkpoint has no step count (written by an older rlcore?)")
+    return Checkpoint(path, algo, int(payload["step"]), unit, json.loads(payload["meta"]), tensors)

@@ -34,7 +34,7 @@ def add_params_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load(args: argparse.Namespace) -> Any:
-    from rlcore.config import load_params
+    from rlcore.params import load_params
 
     return load_params(args.params, args.overrides)
 

@@ -13,10 +13,12 @@ import torch
 from gymnasium import spaces
 from tqdm import tqdm
 
+from rlcore.actions import random_actions
+from rlcore.config import EnvConfig
 from rlcore.datasets import DatasetWriter
 from rlcore.envs import describe_space, make_vector_env
-from rlcore.evaluation import to_env_actions
 from rlcore.policies import Policy
+from rlcore.stepping import VectorStepper
 
 log = logging.getLogger("rlcore")
 
@@ -47,8 +49,7 @@ def random_log_prob(action_space: spaces.Space) -> float:
 
 def collect_dataset(
     path: Path,
-    env_id: str,
-    env_kwargs: dict[str, Any],
+    env_config: EnvConfig,
     policy: Policy | None,
     provenance: dict[str, Any],
     num_envs: int,
@@ -65,12 +66,12 @@ def collect_dataset(
     ``policy`` None means uniformly random actions. With ``epsilon`` > 0, each action is replaced by a random
     one with that probability (log-probabilities are then unknown and left null).
     """
-    env = make_vector_env(env_id, num_envs, env_kwargs)
+    env = make_vector_env(env_config, num_envs)
     action_space = env.single_action_space
     rng = np.random.default_rng(seed)
     generator = torch.Generator().manual_seed(seed)
     metadata = {
-        "env": {"id": env_id, "kwargs": env_kwargs},
+        "env": env_record(env_config),
         "observation_space": describe_space(env.single_observation_space),
         "action_space": describe_space(action_space),
         "policy": {**provenance, "epsilon": epsilon, "deterministic": deterministic},
@@ -85,7 +86,7 @@ def collect_dataset(
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             _roll_out(
-                env,
+                VectorStepper(env),
                 writer,
                 policy,
                 action_space,
@@ -115,7 +116,7 @@ def collect_dataset(
 
 
 def _roll_out(
-    env: Any,
+    stepper: VectorStepper,
     writer: DatasetWriter,
     policy: Policy | None,
     action_space: spaces.Space,
@@ -131,8 +132,7 @@ def _roll_out(
     discrete = isinstance(action_space, spaces.Discrete)
     uniform_log_prob = random_log_prob(action_space)
     in_progress = [_Episode() for _ in range(num_envs)]
-    obs, _ = env.reset(seed=seed)
-    prev_ended = np.zeros(num_envs, dtype=bool)
+    obs = stepper.reset(seed)
 
     def collected() -> int:
         if episodes is not None:
@@ -154,11 +154,7 @@ def _roll_out(
             bar.update(count - bar.n)
             log_probs = np.full(num_envs, np.nan, dtype=np.float32)
             if policy is None:
-                actions = (
-                    rng.integers(0, int(action_space.n), num_envs)
-                    if discrete
-                    else rng.uniform(action_space.low, action_space.high, (num_envs, *action_space.shape))
-                )
+                actions = random_actions(action_space, num_envs, rng)
                 log_probs[:] = uniform_log_prob
             else:
                 obs_t = torch.as_tensor(obs, dtype=torch.float32)
@@ -174,35 +170,30 @@ def _roll_out(
                 actions = action_t.numpy()
             if epsilon > 0:
                 explore = rng.random(num_envs) < epsilon
-                random = (
-                    rng.integers(0, int(action_space.n), num_envs)
-                    if discrete
-                    else rng.uniform(action_space.low, action_space.high, (num_envs, *action_space.shape))
-                )
+                random = random_actions(action_space, num_envs, rng)
                 actions = np.where(explore.reshape(-1, *([1] * (np.ndim(actions) - 1))), random, actions)
                 log_probs[:] = np.nan
             if not discrete:  # store what the env executes
                 actions = np.clip(actions, action_space.low, action_space.high).astype(np.float32)
-            next_obs, reward, terminated, truncated, _ = env.step(to_env_actions(actions, action_space))
-            for i in np.flatnonzero(~prev_ended):  # a step right after an episode end only resets that env
+            step = stepper.step(actions)
+            for i in np.flatnonzero(step.valid):
                 in_progress[i].rows.append(
                     (
                         obs[i],
                         actions[i],
-                        float(reward[i]),
-                        next_obs[i],
-                        bool(terminated[i]),
-                        bool(truncated[i]),
+                        float(step.rewards[i]),
+                        step.next_obs[i],
+                        bool(step.terminated[i]),
+                        bool(step.truncated[i]),
                         float(log_probs[i]),
                     )
                 )
-                if terminated[i] or truncated[i]:
+                if step.ended[i]:
                     writer.add_episode(*in_progress[i].arrays(force_truncated=False))
                     in_progress[i] = _Episode()
                     if episodes is not None and writer.episodes >= episodes:
                         break
-            prev_ended = np.logical_or(terminated, truncated)
-            obs = next_obs
+            obs = step.next_obs
         bar.update(min(collected(), total) - bar.n)  # the last step may overshoot by up to num_envs - 1
     finally:
         bar.close()
@@ -210,3 +201,11 @@ def _roll_out(
         for episode in in_progress:  # collection ended mid-episode: keep it, marked truncated
             if episode.rows:
                 writer.add_episode(*episode.arrays(force_truncated=True))
+
+
+def env_record(env: EnvConfig) -> dict[str, Any]:
+    """How a dataset's metadata names its env: id and kwargs, and the wrappers where there are any."""
+    record: dict[str, Any] = {"id": env.id, "kwargs": env.kwargs}
+    if env.wrappers:
+        record["wrappers"] = [item.model_dump(mode="json") for item in env.wrappers]
+    return record

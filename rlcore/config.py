@@ -17,12 +17,11 @@ names the key, says what was expected and shows what was given.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rlcore.errors import ConfigError, did_you_mean
 from rlcore.sweep_config import SweepConfig
@@ -34,6 +33,25 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
 
 
+class WrapperConfig(StrictModel):
+    """One gymnasium wrapper applied to every sub-env, e.g. ``{wrapper: gymnasium.wrappers.ClipReward, kwargs:
+    {min_reward: -1, max_reward: 1}}``."""
+
+    wrapper: str
+    """Import path of the wrapper class (or any callable taking the env first): ``package.module.Name`` or
+    ``package.module:Name``."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Its keyword arguments after the env."""
+
+    @field_validator("wrapper")
+    @classmethod
+    def _importable(cls, path: str) -> str:
+        from rlcore.env_ids import import_object
+
+        import_object(path)
+        return path
+
+
 class EnvConfig(StrictModel):
     id: str = "CartPole-v1"
     """A registered gymnasium id, optionally ``module:Env-v0`` to import the module that registers it."""
@@ -42,16 +60,29 @@ class EnvConfig(StrictModel):
     num_envs: int = Field(8, ge=1)
     """Environments stepped together while training."""
     vectorization: Literal["auto", "vector_entry_point", "sync", "async"] = "auto"
-    """``auto`` uses the env's own batched implementation when it has one (CartPole does), else ``sync``.
-    ``async`` runs each env in a subprocess: worth it only for slow envs on more than two cores."""
+    """``auto`` uses the env's own batched implementation when it has one (CartPole does) and no wrappers are
+    declared, else ``sync``. ``async`` runs each env in a subprocess: worth it only for slow envs on more than
+    two cores."""
+    wrappers: list[WrapperConfig] = Field(default_factory=list)
+    """Gymnasium wrappers applied, in this order, to every sub-env wherever the env is built (training,
+    evaluation, collection, export checks). Needs ``sync`` or ``async`` vectorization (``auto`` picks ``sync``)."""
 
     @field_validator("id")
     @classmethod
     def _registered(cls, env_id: str) -> str:
-        from rlcore.envs import check_env_id
+        from rlcore.env_ids import check_env_id
 
         check_env_id(env_id)
         return env_id
+
+    @model_validator(mode="after")
+    def _wrappers_need_sub_envs(self) -> EnvConfig:
+        if self.wrappers and self.vectorization == "vector_entry_point":
+            raise ValueError(
+                "env.vectorization: env.wrappers wrap each sub-env, which needs sync or async (or auto), "
+                "not vector_entry_point"
+            )
+        return self
 
 
 class PolicyConfig(StrictModel):
@@ -77,38 +108,6 @@ class AlgoConfig(StrictModel):
     """Base of every algorithm's config; each algorithm module defines and registers its subclass."""
 
     name: str
-
-
-class OffPolicyConfig(AlgoConfig):
-    """Keys shared by replay-based algorithms (DQN, SAC): the buffer, the update cadence, target networks."""
-
-    gamma: float = Field(0.99, gt=0, le=1)
-    n_step: int = Field(1, ge=1)
-    """Steps folded into each TD target (n-step returns)."""
-    buffer_size: int = Field(100_000, ge=1)
-    """Transitions kept in the replay ring."""
-    batch_size: int = Field(256, ge=1)
-    """Transitions per gradient step."""
-    learning_starts: int = Field(1_000, ge=0)
-    """Env steps of uniformly random actions before the first update (warm-up)."""
-    train_freq: int = Field(1, ge=1)
-    """Env steps (summed over envs) collected between two update phases."""
-    gradient_steps_per_sample: float = Field(1.0, gt=0)
-    """Gradient steps per collected env step (update-to-data ratio); fractions carry over between phases."""
-    tau: float = Field(1.0, gt=0, le=1)
-    """Target-network update: Polyak averaging with this weight; 1.0 copies the weights (a hard update)."""
-    target_update_interval: int = Field(1, ge=1)
-    """Gradient steps between target-network updates."""
-    max_grad_norm: float | None = Field(10.0, gt=0)
-
-    @model_validator(mode="after")
-    def _buffer_holds_a_batch(self) -> OffPolicyConfig:
-        if self.buffer_size < self.batch_size:
-            raise ValueError(
-                f"algo.buffer_size: must be >= algo.batch_size ({self.batch_size}) so a batch can be sampled, "
-                f"got {self.buffer_size}"
-            )
-        return self
 
 
 class TrainConfig(StrictModel):
@@ -261,7 +260,7 @@ class DeployConfig(StrictModel):
     """Worker processes of that LocalCluster (one thread each)."""
 
 
-_SECTIONS: dict[str, Any] = {
+SECTIONS: dict[str, Any] = {
     "env": (EnvConfig, Field(default_factory=EnvConfig)),
     "policy": (PolicyConfig, Field(default_factory=PolicyConfig)),
     "train": (TrainConfig, Field(default_factory=TrainConfig)),
@@ -305,17 +304,6 @@ class Params(StrictModel):
         return self.model_dump(mode="json", serialize_as_any=True)
 
 
-@functools.cache
-def params_model(algo_name: str) -> type[Params]:
-    """The :class:`Params` model whose ``algo`` section is ``algo_name``'s config class."""
-    from rlcore.algos import algo_config_class
-
-    algo_cls = algo_config_class(algo_name)
-    fields: dict[str, Any] = dict(_SECTIONS)
-    fields["algo"] = (algo_cls, Field(default_factory=lambda: algo_cls(name=algo_name)))
-    return create_model(f"Params[{algo_name}]", __base__=Params, **fields)
-
-
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
     """Parse a YAML file that must hold a mapping; one-line errors name the file."""
     if not path.is_file():
@@ -355,33 +343,7 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return tree
 
 
-def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = None) -> Params:
-    """Load, override and validate the params tree. Raises :class:`ConfigError` on any problem."""
-    path = Path(path)
-    tree = apply_overrides(read_yaml_mapping(path), overrides or [])
-    return validate_params(tree, source=str(path))
-
-
-def validate_params(tree: dict[str, Any], source: str = "params") -> Params:
-    algo = tree.get("algo", {})
-    if not isinstance(algo, dict):
-        raise ConfigError(f"{source}: algo: expected a section (mapping), got {algo!r}")
-    algo.setdefault("name", "ppo")
-    from rlcore.algos import registered_algorithms
-
-    name = algo["name"]
-    known = registered_algorithms()
-    if name not in known:
-        hint = did_you_mean(str(name), known)
-        raise ConfigError(f"{source}: algo.name: unknown algorithm {name!r}{hint}; known: {', '.join(known)}")
-    model = params_model(name)
-    try:
-        return model.model_validate(tree)
-    except ValidationError as exc:
-        raise ConfigError(f"{source}: {_describe(exc, model)}") from None
-
-
-def _describe(exc: ValidationError, model: type[BaseModel]) -> str:
+def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> str:
     """One line for the first problem: the dotted key, what was expected, what was given."""
     error = exc.errors(include_url=False)[0]
     loc = [str(part) for part in error["loc"]]

@@ -1,4 +1,5 @@
-"""Gymnasium environments: id checks, seeded vector envs, and plain-data descriptions of spaces.
+"""Gymnasium environments: the one vector-env factory (wrappers, the per-episode settings hook, autoreset
+check) and plain-data descriptions of spaces.
 
 Vector envs use gymnasium's default next-step autoreset: after a step that ends an episode, the
 returned observation is the episode's last one, and the *next* step resets that env (its action
@@ -7,53 +8,88 @@ is ignored, its reward is 0). Trainers mask those reset steps out (see ``rlcore.
 
 from __future__ import annotations
 
-import importlib
+import functools
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
 
-from rlcore.errors import ConfigError, did_you_mean
+from rlcore.config import EnvConfig
+from rlcore.env_ids import import_object
+from rlcore.errors import ConfigError
 
 
-def check_env_id(env_id: str) -> None:
-    """Raise :class:`ConfigError` unless ``env_id`` is registered (importing ``module:`` prefixes)."""
-    if ":" in env_id:
-        module, _, _ = env_id.partition(":")
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise ValueError(f"cannot import module {module!r} named in the env id: {exc}") from None
-    try:
-        gym.spec(env_id)
-    except gym.error.Error:
-        known = list(gym.registry.keys())
-        raise ValueError(f"unknown gymnasium env id {env_id!r}{did_you_mean(env_id, known)}") from None
+class EpisodeSettings(Protocol):
+    """Per-episode env settings (parameter randomization, curriculum lessons): the hook where they apply.
+
+    ``apply`` is called on every sub-env right before each of its resets, with that sub-env's own
+    generator, so settings drawn for an episode depend on the env's seed and episode count only.
+    """
+
+    def apply(self, env: gym.Env, rng: np.random.Generator) -> None: ...
+
+
+class ApplyEpisodeSettings(gym.Wrapper):
+    """Calls :meth:`EpisodeSettings.apply` before every reset of the env it wraps."""
+
+    def __init__(self, env: gym.Env, settings: EpisodeSettings) -> None:
+        super().__init__(env)
+        self.settings = settings
+        self.settings_rng = np.random.default_rng(0)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        if seed is not None:
+            self.settings_rng = np.random.default_rng(seed)
+        self.settings.apply(self.env.unwrapped, self.settings_rng)
+        return self.env.reset(seed=seed, options=options)
 
 
 def make_vector_env(
-    env_id: str,
-    num_envs: int,
-    kwargs: dict[str, Any] | None = None,
-    vectorization: str = "auto",
+    env: EnvConfig, num_envs: int, episode_settings: EpisodeSettings | None = None
 ) -> gym.vector.VectorEnv:
-    """A vector of ``num_envs`` envs. Seed it through ``reset(seed=...)``.
+    """The only way rlcore builds an env: ``num_envs`` copies of ``env.id`` with ``env.kwargs``, each wrapped
+    in ``env.wrappers`` (and ``episode_settings``, when given). Seed it through ``reset(seed=...)``: sub-env
+    ``i`` gets ``seed + i`` (gymnasium's rule).
 
-    ``auto`` picks the env's own batched implementation (``vector_entry_point``) when it exists:
-    for CartPole that is a single NumPy step for all envs, ~10x faster than ``sync``.
+    ``auto`` vectorization picks the env's own batched implementation (``vector_entry_point``) when it exists
+    and nothing wraps the sub-envs: for CartPole that is a single NumPy step for all envs, ~10x faster than
+    ``sync``. Refuses (one line) an env that does not reset in the step after an episode ends, which every
+    loop here relies on (gymnasium's default, ``AutoresetMode.NEXT_STEP``).
     """
-    kwargs = dict(kwargs or {})
-    mode = vectorization
+    wrappers: list[Callable[[gym.Env], gym.Env]] = [
+        functools.partial(import_object(item.wrapper), **item.kwargs) for item in env.wrappers
+    ]
+    if episode_settings is not None:
+        wrappers.append(functools.partial(ApplyEpisodeSettings, settings=episode_settings))
+    mode = env.vectorization
     if mode == "auto":
-        mode = "vector_entry_point" if gym.spec(env_id).vector_entry_point is not None else "sync"
+        mode = "vector_entry_point" if gym.spec(env.id).vector_entry_point is not None and not wrappers else "sync"
     try:
-        env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
+        vector_env = gym.make_vec(
+            env.id, num_envs=num_envs, vectorization_mode=mode, wrappers=wrappers or None, **env.kwargs
+        )
     except TypeError as exc:
-        raise ConfigError(f"env.kwargs: {env_id} does not accept these arguments: {exc}") from None
-    check_spaces(env_id, env.single_observation_space, env.single_action_space)
-    return env
+        raise ConfigError(f"env.kwargs: {env.id} does not accept these arguments: {exc}") from None
+    try:
+        check_spaces(env.id, vector_env.single_observation_space, vector_env.single_action_space)
+        check_autoreset(env.id, vector_env)
+    except BaseException:
+        vector_env.close()
+        raise
+    return vector_env
+
+
+def check_autoreset(env_id: str, vector_env: gym.vector.VectorEnv) -> None:
+    mode = vector_env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    if mode != AutoresetMode.NEXT_STEP and str(mode) != str(AutoresetMode.NEXT_STEP):
+        raise ConfigError(
+            f"env: {env_id} resets with autoreset_mode={getattr(mode, 'value', mode)}; rlcore's loops need "
+            "next-step autoreset (gymnasium's default: drop autoreset_mode from env.kwargs)"
+        )
 
 
 def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space) -> None:

@@ -10,8 +10,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium import spaces
 
+from rlcore.actions import to_env_actions
+from rlcore.config import EnvConfig
 from rlcore.envs import make_vector_env
 from rlcore.policies import Policy
 
@@ -52,17 +53,6 @@ class EvalResult:
         return f"{self.mean_return:.1f} ± {self.std_return:.1f} over {self.episodes} episodes"
 
 
-def to_env_actions(actions: torch.Tensor | np.ndarray, action_space: spaces.Space) -> np.ndarray:
-    """Policy outputs (B,) or (B, action_dim), CPU tensor or array -> what the vector env accepts
-    (offset, clipped, reshaped)."""
-    values = np.asarray(actions)
-    if isinstance(action_space, spaces.Discrete):
-        return values.astype(np.int64) + int(action_space.start)
-    assert isinstance(action_space, spaces.Box)
-    values = values.reshape((-1, *action_space.shape))
-    return np.clip(values, action_space.low, action_space.high).astype(action_space.dtype)
-
-
 class Evaluator:
     """Evaluates policies on the same seeded episodes every call, so scores are comparable.
 
@@ -72,19 +62,17 @@ class Evaluator:
 
     def __init__(
         self,
-        env_id: str,
-        env_kwargs: dict[str, Any],
+        env: EnvConfig,
         episodes: int,
         seed: int,
         deterministic: bool = True,
         max_parallel_envs: int = 32,
-        vectorization: str = "auto",
     ) -> None:
         self.episodes = episodes
         self.seed = seed
         self.deterministic = deterministic
         self.batch = min(episodes, max_parallel_envs)
-        self.env: gym.vector.VectorEnv = make_vector_env(env_id, self.batch, env_kwargs, vectorization)
+        self.env: gym.vector.VectorEnv = make_vector_env(env, self.batch)
 
     def close(self) -> None:
         self.env.close()

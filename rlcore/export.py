@@ -26,9 +26,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlcore.config import EnvConfig
 from rlcore.envs import make_vector_env, space_from_description
 from rlcore.errors import RLCoreError
-from rlcore.evaluation import to_env_actions
+from rlcore.actions import to_env_actions
 from rlcore.io import sha256_file, write_json
 from rlcore.policies import Policy
 
@@ -66,10 +67,10 @@ class ExportResult:
     parity: dict[str, Any]
 
 
-def parity_observations(env_id: str, env_kwargs: dict[str, Any], policy: Policy, count: int, seed: int) -> np.ndarray:
+def parity_observations(env_config: EnvConfig, policy: Policy, count: int, seed: int) -> np.ndarray:
     """``count`` real observations, (count, *obs_shape) float32, from sampling the policy in its env."""
     num_envs = min(count, 16)
-    env = make_vector_env(env_id, num_envs, env_kwargs)
+    env = make_vector_env(env_config, num_envs)
     generator = torch.Generator().manual_seed(seed)
     collected: list[np.ndarray] = []
     obs, _ = env.reset(seed=seed)
@@ -103,7 +104,7 @@ def export_policy(
     high = getattr(action_space, "high", None)
     model = GreedyPolicy(policy, low, high).eval()
     env = meta["params"]["env"]
-    obs = parity_observations(env["id"], env["kwargs"], policy, observations, seed)
+    obs = parity_observations(EnvConfig.model_validate(env), policy, observations, seed)
     obs_tensor = torch.as_tensor(obs)
     with torch.no_grad():
         expected_action, expected_scores = (t.numpy() for t in model(obs_tensor))
@@ -249,7 +250,7 @@ def model_card(
         "selected_checkpoint": selection["checkpoint"],
         "selection_reason": selection["reason"],
         "training": {
-            "env_steps": selection["env_steps"],
+            **{key: selection[key] for key in ("step_unit", "env_steps", "gradient_steps")},
             "command": meta.get("command"),
             "dataset": meta.get("dataset"),  # offline runs: path, sha256 and md5 (DVC's hash) of the data
         },

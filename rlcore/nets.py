@@ -1,4 +1,4 @@
-"""Network building blocks: the observation normalizer, MLPs, and ensembles of MLPs evaluated in one call."""
+"""Network building blocks: the observation normalizer, MLPs, ensembles of MLPs evaluated in one call, twin critics."""
 
 from __future__ import annotations
 
@@ -104,6 +104,35 @@ class EnsembleMLP(nn.Module):
         if x.dim() == 2:
             x = x.unsqueeze(0).expand(self.members, *x.shape)
         return self.layers(x)
+
+
+class TwinQ(EnsembleMLP):
+    """Two Q-networks evaluated together, as SAC, TD3 and IQL use them (min over the pair against
+    overestimation). They read the policy's features (normalized, flattened observations).
+
+    Discrete actions: Q(s, .) for every action, (2, B, n_actions). Box actions: Q(s, a) with ``a``
+    concatenated to the features, (2, B); each algorithm decides the units of ``a`` it feeds.
+    """
+
+    def __init__(
+        self, obs_features: int, action_dim: int, discrete: bool, hidden_sizes: list[int], activation: str
+    ) -> None:
+        in_features = obs_features if discrete else obs_features + action_dim
+        super().__init__(2, in_features, hidden_sizes, action_dim if discrete else 1, activation)
+        self.discrete = discrete
+
+    def forward(self, features: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
+        """``features``: (B, obs_features); ``actions``: (B, action_dim) for Box actions, unused for discrete."""
+        if self.discrete:
+            return super().forward(features)
+        assert actions is not None
+        return super().forward(torch.cat([features, actions.reshape(len(features), -1)], dim=-1)).squeeze(-1)
+
+    def taken(self, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Q-values of the actions taken, (2, B): gathered for discrete actions (``actions``: (B,) int64)."""
+        if not self.discrete:
+            return self(features, actions)
+        return self(features).gather(2, actions.view(1, -1, 1).expand(2, -1, 1)).squeeze(-1)
 
 
 @torch.no_grad()

@@ -63,6 +63,10 @@ class Policy(nn.Module):
     def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def distribution(self, obs: torch.Tensor) -> Distribution:
+        """The action distribution of a stochastic policy (DQN's and TD3's policies have none)."""
+        raise NotImplementedError(f"{type(self).__name__} has no action distribution")
+
     def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
@@ -195,11 +199,14 @@ class SquashedGaussianActor(Policy):
 
 
 class CategoricalActor(Policy):
-    """SAC's actor for Discrete actions: a categorical over logits."""
+    """A categorical over logits for Discrete actions (SAC, BC, IQL)."""
 
     def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
         super().__init__(observation_space, action_space, config)
         self.logits = mlp(self.obs_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
+
+    def distribution(self, obs: torch.Tensor) -> Distribution:
+        return Categorical(logits=self.act_scores(obs), validate_args=False)
 
     def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
         return self.logits(self.features(obs))
@@ -264,3 +271,10 @@ class DeterministicActor(Policy):
         unit = self.unit_action(obs)
         noisy = (unit + self.noise_std * torch.randn(unit.shape, generator=generator)).clamp(-1.0, 1.0)
         return self.action_loc + self.action_scale * noisy
+
+
+def stochastic_actor(observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> Policy:
+    """A categorical actor for Discrete actions, a Gaussian one for Box actions (BC, IQL)."""
+    if isinstance(action_space, spaces.Discrete):
+        return CategoricalActor(observation_space, action_space, config)
+    return GaussianActor(observation_space, action_space, config)

@@ -35,7 +35,7 @@ def plot_learning_curve(
     if steps:
         ax.plot(steps, values, marker=".", label="training eval (mean return)")
     ax.errorbar(
-        [c["env_steps"] for c in candidates],
+        [c["step"] for c in candidates],
         [c["mean_return"] for c in candidates],
         yerr=[c["std_return"] for c in candidates],
         fmt="o",
@@ -44,7 +44,7 @@ def plot_learning_curve(
         label="evaluate stage (mean ± std)",
     )
     ax.scatter(
-        [selected["env_steps"]],
+        [selected["step"]],
         [selected["mean_return"]],
         s=160,
         facecolors="none",
@@ -80,27 +80,28 @@ def write_report(
         "",
         f"**Selected:** `{selected['checkpoint']}` — mean return **{selected['mean_return']:.1f}** "
         f"± {selected['std_return']:.1f} over {selected['episodes']} episodes, "
-        f"after {selected['env_steps']:,} env steps.",
+        f"after {selected['step']:,} {_unit(selected)}.",
         "",
         f"Why: {reason}.",
         "",
     ]
     if summary:
         lines += [
-            f"Training: {summary['env_steps']:,} env steps in {summary['wall_seconds']:.1f} s "
-            f"({summary['env_steps_per_second']:,.0f} env-steps/s); stop reason: {summary['stop_reason']}.",
+            f"Training: {summary[summary['step_unit']]:,} {_unit(summary)} in {summary['wall_seconds']:.1f} s "
+            f"({summary[summary['step_unit'] + '_per_second']:,.0f} {_unit(summary)}/s); "
+            f"stop reason: {summary['stop_reason']}.",
             "",
         ]
     lines += [
         f"![learning curve]({plot_name})",
         "",
-        "| checkpoint | env steps | mean | std | min | max |",
+        f"| checkpoint | {_unit(selected)} | mean | std | min | max |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for c in sorted(candidates, key=lambda c: c["env_steps"]):
+    for c in sorted(candidates, key=lambda c: c["step"]):
         mark = " **(selected)**" if c["checkpoint"] == selected["checkpoint"] else ""
         lines.append(
-            f"| `{Path(c['checkpoint']).name}`{mark} | {c['env_steps']:,} | {c['mean_return']:.1f} | "
+            f"| `{Path(c['checkpoint']).name}`{mark} | {c['step']:,} | {c['mean_return']:.1f} | "
             f"{c['std_return']:.1f} | {c['min_return']:.1f} | {c['max_return']:.1f} |"
         )
     lines += [
@@ -110,3 +111,8 @@ def write_report(
         "",
     ]
     write_text(target, "\n".join(lines))
+
+
+def _unit(record: dict[str, Any]) -> str:
+    """``env steps`` or ``gradient steps``: what a record's step counts."""
+    return str(record.get("step_unit", "env_steps")).replace("_", " ")

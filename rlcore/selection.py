@@ -10,7 +10,7 @@ from rlcore.errors import RLCoreError
 def select_best(candidates: list[dict[str, Any]], metric: str) -> tuple[dict[str, Any], str]:
     """The candidate with the highest ``metric``; ties go to the earlier one (fewer env steps).
 
-    Each candidate is a dict with at least ``checkpoint``, ``env_steps``, ``episodes`` and ``metric``.
+    Each candidate is a dict with at least ``checkpoint``, ``step`` (and ``step_unit``), ``episodes`` and ``metric``.
     Returns the winner and a one-sentence reason to write next to the selected model.
     """
     lower_is_better = metric.endswith("_loss")
@@ -21,16 +21,17 @@ def select_best(candidates: list[dict[str, Any]], metric: str) -> tuple[dict[str
             f"select.metric: {metric!r} is not in the evaluations (offline runs with a "
             "validation set have validation_loss and validation_accuracy)"
         )
-    ordered = sorted(candidates, key=lambda c: c["env_steps"])
+    ordered = sorted(candidates, key=lambda c: c["step"])
     best = ordered[0]
     for candidate in ordered[1:]:
         if (candidate[metric] < best[metric]) if lower_is_better else (candidate[metric] > best[metric]):
             best = candidate
     ties = [c for c in ordered if c[metric] == best[metric] and c is not best]
+    unit = str(best.get("step_unit", "env_steps")).replace("_", " ")
     reason = (
         f"{best['checkpoint']} has the {'lowest' if lower_is_better else 'highest'} {metric} "
         f"({best[metric]:.2f}; {best['episodes']} evaluation episodes, "
-        f"trained for {best['env_steps']} env steps) of {len(candidates)} evaluated checkpoints"
+        f"trained for {best['step']} {unit}) of {len(candidates)} evaluated checkpoints"
     )
     if ties:
         reason += f"; {len(ties)} later checkpoint(s) tied and the earliest was kept"

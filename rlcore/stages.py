@@ -14,9 +14,8 @@ from typing import Any
 
 import torch
 
-from rlcore.algos import algorithm_class, policy_from_checkpoint
-from rlcore.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
-from rlcore.collection import collect_dataset
+from rlcore.checkpoints import Checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from rlcore.collection import collect_dataset, env_record
 from rlcore.config import Params
 from rlcore.datasets import merge_datasets, read_metadata
 from rlcore.errors import RLCoreError
@@ -24,10 +23,12 @@ from rlcore.evaluation import Evaluator
 from rlcore.export import export_policy, model_card, write_model_card
 from rlcore.io import read_json, sha256_file, write_json
 from rlcore.layout import Layout
+from rlcore.registry import policy_from_checkpoint
 from rlcore.report import plot_learning_curve, write_report
 from rlcore.selection import select_best
-from rlcore.trainers import train
-from rlcore.trainers.run import EvaluationCallback, command_line
+from rlcore.trainers import is_offline, train
+from rlcore.trainers.run_directory import command_line
+from rlcore.trainers.stopping import EvaluationCallback
 
 log = logging.getLogger("rlcore")
 
@@ -37,8 +38,7 @@ def train_stage(
 ) -> Path:
     """Train into ``runs/<name>/``; resumes an interrupted run. Returns the run directory."""
     layout = Layout(root, params.name, params.branch)
-    offline = algorithm_class(params.algo.name).kind == "offline"
-    if offline and not Path(params.dataset.path).is_absolute():  # the dataset, relative to the project
+    if is_offline(params) and not Path(params.dataset.path).is_absolute():  # the dataset, relative to the project
         params = params.model_copy(deep=True)
         params.dataset.path = str(root / params.dataset.path)
     train(params, layout.run_dir, on_evaluation=on_evaluation, resume_from=resume_from)
@@ -57,13 +57,13 @@ def evaluate_stage(params: Params, root: Path) -> Path:
         raise RLCoreError(f"{layout.checkpoints}: no checkpoints to evaluate; run `rlcore train` first")
     evaluator = _evaluator(params)
     try:
-        candidates = [_evaluate_one(evaluator, params, root, env_steps, path) for env_steps, path in checkpoints]
+        candidates = [_evaluate_one(evaluator, params, root, path) for _, path in checkpoints]
     finally:
         evaluator.close()
     return write_evaluations(params, root, candidates)
 
 
-def evaluate_checkpoint(params: Params, root: Path, env_steps: int, path: Path) -> dict[str, Any]:
+def evaluate_checkpoint(params: Params, root: Path, path: Path) -> dict[str, Any]:
     """Evaluate one checkpoint: the same entry ``evaluate_stage`` writes for it (for parallel evaluation).
 
     The evaluator re-seeds on every call, so the result does not depend on what else it evaluated.
@@ -71,7 +71,7 @@ def evaluate_checkpoint(params: Params, root: Path, env_steps: int, path: Path) 
     torch.set_num_threads(params.torch_threads)
     evaluator = _evaluator(params)
     try:
-        return _evaluate_one(evaluator, params, root, env_steps, Path(path))
+        return _evaluate_one(evaluator, params, root, Path(path))
     finally:
         evaluator.close()
 
@@ -96,18 +96,10 @@ def write_evaluations(params: Params, root: Path, candidates: list[dict[str, Any
 
 def _evaluator(params: Params) -> Evaluator:
     cfg = params.eval
-    return Evaluator(
-        params.env.id,
-        params.env.kwargs,
-        cfg.episodes,
-        cfg.seed,
-        cfg.deterministic,
-        cfg.max_parallel_envs,
-        params.env.vectorization,
-    )
+    return Evaluator(params.env, cfg.episodes, cfg.seed, cfg.deterministic, cfg.max_parallel_envs)
 
 
-def _evaluate_one(evaluator: Evaluator, params: Params, root: Path, env_steps: int, path: Path) -> dict[str, Any]:
+def _evaluate_one(evaluator: Evaluator, params: Params, root: Path, path: Path) -> dict[str, Any]:
     checkpoint = load_checkpoint(path)
     if checkpoint.meta["params"]["env"]["id"] != params.env.id:
         raise RLCoreError(
@@ -118,11 +110,24 @@ def _evaluate_one(evaluator: Evaluator, params: Params, root: Path, env_steps: i
     return {
         "checkpoint": path.relative_to(root).as_posix(),
         "sha256": sha256_file(path),
-        "env_steps": env_steps,
+        **step_counts(checkpoint),
         "algo": checkpoint.algo,
         **result.to_dict(),
         # Offline runs: validation on held-out episodes, measured when the checkpoint was written.
         **{f"validation_{k}": v for k, v in checkpoint.meta.get("validation", {}).items()},
+    }
+
+
+STEP_KEYS = ("step", "step_unit", "env_steps", "gradient_steps")
+"""How far a checkpoint was trained: ``step`` in the run's ``step_unit``, and both true counts."""
+
+
+def step_counts(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {
+        "step": checkpoint.step,
+        "step_unit": checkpoint.step_unit,
+        "env_steps": checkpoint.meta.get("env_steps", 0),
+        "gradient_steps": checkpoint.meta.get("gradient_steps", 0),
     }
 
 
@@ -145,7 +150,8 @@ def select_stage(params: Params, root: Path) -> Path:
     save_checkpoint(
         layout.best_policy,
         checkpoint.algo,
-        checkpoint.env_steps,
+        checkpoint.step,
+        checkpoint.step_unit,
         checkpoint.meta,
         {"policy": checkpoint.tensors["policy"]},
     )
@@ -156,14 +162,16 @@ def select_stage(params: Params, root: Path) -> Path:
     selection = {
         "checkpoint": best["checkpoint"],
         "sha256": best["sha256"],
-        "env_steps": best["env_steps"],
+        **{key: best[key] for key in STEP_KEYS},
         "metric": params.select.metric,
         "reason": reason,
         "evaluation": evaluation,
         "eval_settings": {k: evaluations[k] for k in ("episodes", "deterministic", "seed")},
     }
     write_json(layout.selection, selection)
-    write_json(layout.metrics, {**evaluation, "env_steps": best["env_steps"], "checkpoint": best["checkpoint"]})
+    write_json(
+        layout.metrics, {**evaluation, **{key: best[key] for key in STEP_KEYS}, "checkpoint": best["checkpoint"]}
+    )
     summary: dict[str, Any] | None = read_json(layout.train_summary) if layout.train_summary.is_file() else None
     env_id, algo = evaluations["env_id"], checkpoint.algo
     plot_learning_curve(
@@ -245,7 +253,7 @@ def collect_shard(params: Params, root: Path, index: int) -> Path:
         "shard": plan,
         "seed": cfg.seed + index * cfg.num_envs,
         "num_envs": cfg.num_envs,
-        "env": {"id": params.env.id, "kwargs": params.env.kwargs},
+        "env": env_record(params.env),
         "policy": {**provenance, "epsilon": cfg.epsilon, "deterministic": cfg.deterministic},
     }
     if cfg.shards > 1 and _collected_already(path, expected):
@@ -253,8 +261,7 @@ def collect_shard(params: Params, root: Path, index: int) -> Path:
         return path
     collect_dataset(
         path,
-        params.env.id,
-        params.env.kwargs,
+        params.env,
         policy,
         provenance,
         cfg.num_envs,
@@ -328,6 +335,6 @@ def _collect_policy(params: Params, root: Path) -> tuple[Any, dict[str, Any]]:
         "path": cfg.policy,
         "sha256": sha256_file(source),
         "algo": checkpoint.algo,
-        "env_steps": checkpoint.env_steps,
+        **step_counts(checkpoint),
         "evaluation": checkpoint.meta.get("evaluation", {}).get("mean_return"),
     }

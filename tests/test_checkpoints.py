@@ -25,7 +25,7 @@ WRITER = textwrap.dedent(
     big = {"w": torch.randn(4_000_000)}  # ~16 MB: each write takes long enough to be interrupted
     step = 1
     while True:
-        save_checkpoint(checkpoint_path(directory, step), "ppo", step, {"step": step}, {"policy": big})
+        save_checkpoint(checkpoint_path(directory, step), "ppo", step, "env_steps", {"step": step}, {"policy": big})
         print(step, flush=True)
         step += 1
     """
@@ -44,7 +44,7 @@ def test_kill_during_checkpoint_write_leaves_every_listed_checkpoint_loadable(tm
     listed = list_checkpoints(tmp_path)
     assert listed, "the completed checkpoint must survive"
     for step, path in listed:
-        assert load_checkpoint(path).env_steps == step
+        assert load_checkpoint(path).step == step
     # An interrupted write leaves at most a hidden temporary file, which is never listed.
     leftovers = [p.name for p in tmp_path.iterdir() if p not in {path for _, path in listed}]
     assert all(name.startswith(".") and name.endswith(".tmp") for name in leftovers), leftovers
@@ -52,7 +52,7 @@ def test_kill_during_checkpoint_write_leaves_every_listed_checkpoint_loadable(tm
 
 def test_truncated_checkpoint_is_refused_with_its_file_name(tmp_path: Path):
     path = tmp_path / "step_0000000001.pt"
-    save_checkpoint(path, "ppo", 1, {}, {"policy": {"w": torch.ones(1000)}})
+    save_checkpoint(path, "ppo", 1, "env_steps", {}, {"policy": {"w": torch.ones(1000)}})
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(CheckpointError, match=r"step_0000000001\.pt: not a readable checkpoint"):
         load_checkpoint(path)

@@ -28,6 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlcore.collection import collect_dataset
+from rlcore.config import EnvConfig
 from rlcore.datasets import SCHEMA_VERSION, DatasetError, DatasetWriter, OfflineData, load_dataset, read_metadata
 from rlcore.envs import describe_space
 
@@ -39,8 +40,7 @@ RUN_DIR = Path("runs/bc-cartpole")
 def collect(path: Path, env_id: str, steps: int, num_envs: int, row_group_size: int, seed: int = 0) -> dict:
     return collect_dataset(
         path,
-        env_id,
-        {},
+        EnvConfig(id=env_id),
         None,
         {"kind": "random"},
         num_envs=num_envs,
@@ -555,7 +555,7 @@ def test_chunked_reading_yields_one_validated_row_group_at_a_time_matching_the_w
 
 
 def test_sharded_collection_is_the_shards_back_to_back_with_their_own_seeds(project: Path) -> None:
-    from rlcore.config import load_params
+    from rlcore.params import load_params
     from rlcore.stages import collect_shard, merge_collected_shards
 
     overrides = ["collect.policy=random", "collect.steps=1000", "collect.num_envs=4", "collect.row_group_size=150"]
@@ -584,8 +584,8 @@ def test_sharded_collection_is_the_shards_back_to_back_with_their_own_seeds(proj
 
 
 def test_a_missing_shard_stops_the_merge_and_keeps_the_previous_dataset(project: Path) -> None:
-    from rlcore.config import load_params
     from rlcore.errors import RLCoreError
+    from rlcore.params import load_params
     from rlcore.stages import collect_shard, merge_collected_shards
 
     overrides = ["collect.policy=random", "collect.steps=300", "collect.num_envs=2"]
@@ -611,8 +611,8 @@ def test_a_shard_rolled_out_by_a_policy_depends_on_its_seed_only(project: Path) 
     """The Dask workers run shards in any order, in fresh processes: the data must not depend on that."""
     import torch
 
-    from rlcore.config import load_params
     from rlcore.io import sha256_file
+    from rlcore.params import load_params
     from rlcore.stages import collect_shard, train_stage
 
     tiny = ["name=tiny", "train.max_steps=1024", "train.eval_every=1024", "train.target_return=null"]
@@ -630,8 +630,8 @@ def test_a_shard_rolled_out_by_a_policy_depends_on_its_seed_only(project: Path) 
 def test_a_rerun_keeps_the_shards_an_interrupted_collection_finished(
     project: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from rlcore.config import load_params
     from rlcore.io import sha256_file
+    from rlcore.params import load_params
     from rlcore.stages import collect_shard, collect_stage
 
     overrides = ["collect.policy=random", "collect.steps=900", "collect.shards=3", "collect.num_envs=2"]
@@ -658,7 +658,7 @@ def test_a_streamed_dataset_visits_every_training_row_and_rebuilds_its_buffer_fr
     from rlcore.dataset_stream import RowGroupStream, validation_mask
 
     path = tmp_path / "d.parquet"
-    collect_dataset(path, "CartPole-v1", {}, None, {"kind": "random"}, 4, 5000, None, 0.0, False, 0, 500)
+    collect_dataset(path, EnvConfig(), None, {"kind": "random"}, 4, 5000, None, 0.0, False, 0, 500)
     env = gym.make("CartPole-v1")
     whole = load_dataset(path, env.observation_space, env.action_space, "CartPole-v1")
 

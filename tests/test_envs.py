@@ -5,10 +5,11 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT
 
-from rlcore.config import load_params
+from rlcore.config import EnvConfig
 from rlcore.envs import make_vector_env
 from rlcore.evaluation import Evaluator
 from rlcore.io import read_json
+from rlcore.params import load_params
 from rlcore.policies import ActorCritic
 from rlcore.stages import train_stage
 
@@ -32,7 +33,9 @@ def test_training_runs_on_every_vectorization_mode(tmp_path: Path, mode: str):
 
 
 def test_env_kwargs_reach_the_env():
-    env = make_vector_env("CartPole-v1", 2, {"max_episode_steps": 7}, "vector_entry_point")
+    env = make_vector_env(
+        EnvConfig(id="CartPole-v1", kwargs={"max_episode_steps": 7}, vectorization="vector_entry_point"), 2
+    )
     env.reset(seed=0)
     for _ in range(6):
         _, _, _, truncated, _ = env.step(env.action_space.sample() * 0)
@@ -42,8 +45,8 @@ def test_env_kwargs_reach_the_env():
 
 def test_evaluator_reports_every_episode_with_the_same_seeds_each_call():
     params = load_params(PROJECT / "params.yaml", ["env.id=Pendulum-v1"])
-    evaluator = Evaluator("Pendulum-v1", {}, episodes=5, seed=3, deterministic=False, max_parallel_envs=2)
-    env = make_vector_env("Pendulum-v1", 1)
+    evaluator = Evaluator(EnvConfig(id="Pendulum-v1"), episodes=5, seed=3, deterministic=False, max_parallel_envs=2)
+    env = make_vector_env(EnvConfig(id="Pendulum-v1"), 1)
     policy = ActorCritic(env.single_observation_space, env.single_action_space, params.policy)
     first, second = evaluator.evaluate(policy), evaluator.evaluate(policy)
     assert first.episodes == 5 and first.lengths == [200] * 5  # Pendulum's time limit: complete episodes

@@ -95,7 +95,7 @@ def test_unknown_env_id_suggests_a_registered_one(project: Path) -> None:
 
 
 def test_unknown_algorithm_lists_the_known_ones(project: Path) -> None:
-    from rlcore.algos import registered_algorithms
+    from rlcore.registry import registered_algorithms
 
     result = rlcore("train", "--set", "algo.name=ppx", cwd=project, check=False)
     one_line_error(result, "algo.name", "unknown algorithm 'ppx'", f"known: {', '.join(registered_algorithms())}")

@@ -8,11 +8,12 @@ import pytest
 import torch
 from conftest import PROJECT, QUICK
 
-from rlcore.algos import policy_from_checkpoint
 from rlcore.checkpoints import load_checkpoint
-from rlcore.config import load_params
+from rlcore.config import EnvConfig
 from rlcore.export import parity_observations
 from rlcore.io import read_json
+from rlcore.params import load_params
+from rlcore.registry import policy_from_checkpoint
 from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage
 
 
@@ -35,7 +36,7 @@ def test_onnx_matches_torch_on_1000_raw_observations_with_normalization_inside(t
     assert normalizer.enabled and normalizer.count.item() > 100  # real statistics, not the identity
 
     meta = checkpoint.meta["params"]["env"]
-    obs = parity_observations(meta["id"], meta["kwargs"], policy, 1000, seed=12345)  # fresh observations
+    obs = parity_observations(EnvConfig.model_validate(meta), policy, 1000, seed=12345)  # fresh observations
     session = onnxruntime.InferenceSession(str(tmp_path / "export" / "policy.onnx"), providers=["CPUExecutionProvider"])
     action, scores = session.run(["action", "scores"], {"obs": obs})
     with torch.no_grad():
@@ -83,7 +84,7 @@ def test_off_policy_exports_match_torch_greedy_actions(tmp_path: Path, preset: s
     for stage in (train_stage, evaluate_stage, select_stage, export_stage):
         stage(params, tmp_path)
     policy = policy_from_checkpoint(load_checkpoint(tmp_path / "models" / "best" / "policy.pt"))
-    obs = parity_observations(params.env.id, {}, policy, 500, seed=7)
+    obs = parity_observations(params.env, policy, 500, seed=7)
     session = onnxruntime.InferenceSession(str(tmp_path / "export" / "policy.onnx"), providers=["CPUExecutionProvider"])
     action, scores = session.run(["action", "scores"], {"obs": obs})
     with torch.no_grad():

@@ -12,6 +12,8 @@ from prefect.testing.utilities import prefect_test_harness
 from flows.pipeline import training_pipeline
 from rlcore.io import read_json
 
+pytestmark = pytest.mark.server
+
 
 @pytest.fixture(scope="module")
 def prefect_server():
@@ -75,7 +77,7 @@ def test_retrain_offline_records_the_newest_dataset_version_in_each_model_card(p
     import shutil
 
     from flows.retrain import retrain_offline
-    from rlcore.config import load_params
+    from rlcore.params import load_params
     from rlcore.stages import evaluate_stage, select_stage, train_stage
 
     online = load_params(project / "params.yaml", [*QUICK, "train.progress_bar=off"])

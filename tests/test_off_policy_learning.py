@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT
 
-from rlcore.config import load_params
 from rlcore.io import read_json
+from rlcore.params import load_params
 from rlcore.stages import evaluate_stage, select_stage, train_stage
 
 
@@ -18,6 +18,7 @@ def _selected_score(root: Path, preset: str, overrides: list[str]) -> dict:
     return read_json(root / "reports" / "metrics.json")
 
 
+@pytest.mark.slow
 def test_dqn_reaches_475_on_cartpole_within_50k_steps_seed_0(tmp_path: Path):
     # configs/dqn-cartpole.yaml, seed 0, budget 50k env steps; the evaluate stage's 10 held-out episodes count.
     metrics = _selected_score(tmp_path, "dqn-cartpole.yaml", ["seed=0", "train.max_steps=50000"])
@@ -25,12 +26,14 @@ def test_dqn_reaches_475_on_cartpole_within_50k_steps_seed_0(tmp_path: Path):
     assert metrics["mean_return"] >= 475, metrics
 
 
+@pytest.mark.slow
 def test_sac_reaches_minus_200_on_pendulum_within_20k_steps_seed_0(tmp_path: Path):
     metrics = _selected_score(tmp_path, "sac-pendulum.yaml", ["seed=0", "train.max_steps=20000"])
     assert metrics["env_steps"] <= 20_000
     assert metrics["mean_return"] >= -200, metrics
 
 
+@pytest.mark.slow
 def test_discrete_sac_reaches_400_on_cartpole_within_50k_steps_seed_1(tmp_path: Path):
     metrics = _selected_score(
         tmp_path, "sac-discrete-cartpole.yaml", ["seed=1", "train.max_steps=50000", "train.target_return=450"]

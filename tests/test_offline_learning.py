@@ -3,14 +3,18 @@
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from conftest import PROJECT
 
 from rlcore.checkpoints import list_checkpoints, load_checkpoint
-from rlcore.config import Params, load_params, validate_params
+from rlcore.config import Params
 from rlcore.datasets import read_metadata
 from rlcore.io import read_json
+from rlcore.params import load_params, validate_params
 from rlcore.stages import collect_stage, evaluate_stage, select_stage, train_stage
+
+pytestmark = pytest.mark.slow
 
 
 def offline_params(**changes: Any) -> Params:

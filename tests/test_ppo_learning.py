@@ -2,15 +2,17 @@
 
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import PROJECT
 
 from rlcore.checkpoints import list_checkpoints, load_checkpoint
-from rlcore.config import load_params
 from rlcore.io import read_json
+from rlcore.params import load_params
 from rlcore.stages import evaluate_stage, select_stage, train_stage
 
 
+@pytest.mark.slow
 def test_ppo_reaches_475_on_cartpole_within_100k_steps_seed_0(tmp_path: Path):
     # The default params.yaml, seed 0, a budget of 100k env steps; the evaluate stage's score
     # (10 deterministic episodes on held-out seeds) is what counts.

@@ -8,81 +8,64 @@ Validation (held-out episodes): the same loss, and action accuracy (discrete) or
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 from pydantic import Field
-from torch.distributions import Normal
 
-from rlcore.algos import register
-from rlcore.config import AlgoConfig, PolicyConfig
-from rlcore.policies import CategoricalActor, GaussianActor, Policy
+from rlcore.algos.base import OfflineAlgorithm, OfflineConfig
+from rlcore.config import PolicyConfig
+from rlcore.policies import Policy, stochastic_actor
 
 
-class BCConfig(AlgoConfig):
+class BCConfig(OfflineConfig):
     name: Literal["bc"] = "bc"
     lr: float = Field(1e-3, gt=0)
-    batch_size: int = Field(256, ge=1)
     loss: Literal["nll", "mse"] = "nll"
     """Box actions: Gaussian negative log-likelihood or mean squared error (discrete actions: cross-entropy)."""
     weight_decay: float = Field(0.0, ge=0)
 
 
-@register
-class BC:
+class BC(OfflineAlgorithm[BCConfig, Policy]):
     name = "bc"
-    kind = "offline"
     Config = BCConfig
     action_spaces = (spaces.Discrete, spaces.Box)
 
-    def __init__(
-        self, policy: Policy, config: BCConfig, observation_space: spaces.Box, action_space: spaces.Space
-    ) -> None:
-        self.policy = policy
-        self.config = config
+    def __init__(self, policy: Policy, config: BCConfig) -> None:
+        super().__init__(policy, config)
         self.optimizer = torch.optim.AdamW(
             policy.parameters(), lr=config.lr, weight_decay=config.weight_decay, fused=True
         )
 
     @staticmethod
     def make_policy(
-        observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig, algo: BCConfig
+        observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: BCConfig
     ) -> Policy:
-        if isinstance(action_space, spaces.Discrete):
-            return CategoricalActor(observation_space, action_space, config)
-        return GaussianActor(observation_space, action_space, config)
+        return stochastic_actor(observation_space, action_space, config)
 
     def loss(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss, quality): quality is accuracy for discrete actions, mean absolute error for Box actions."""
         if self.policy.discrete:
             logits = self.policy.act_scores(obs)
             return F.cross_entropy(logits, actions), (logits.argmax(-1) == actions).float().mean()
-        assert isinstance(self.policy, GaussianActor)
-        mean = self.policy.act_scores(obs)
+        dist = self.policy.distribution(obs)
+        mean = dist.mean
         target = actions.reshape(mean.shape)
         error = (mean.detach() - target).abs().mean()
         if self.config.loss == "mse":
             return F.mse_loss(mean, target), error
-        log_prob = Normal(mean, self.policy.log_std.exp(), validate_args=False).log_prob(target).sum(-1)
-        return -log_prob.mean(), error
+        return -dist.log_prob(target).mean(), error
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         loss, quality = self.loss(batch["obs"], batch["actions"])
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
+        self.optimizer_step(self.optimizer, loss)
+        self.gradient_steps += 1
         return {"loss": loss.item(), "accuracy" if self.policy.discrete else "mean_abs_error": quality.item()}
 
     @torch.no_grad()
-    def validate(self, data: dict[str, torch.Tensor]) -> dict[str, float]:
+    def validate(self, held_out: dict[str, torch.Tensor]) -> dict[str, float]:
         """Loss and accuracy (or mean absolute error) on held-out episodes."""
-        loss, quality = self.loss(data["obs"], data["actions"])
+        loss, quality = self.loss(held_out["obs"], held_out["actions"])
         return {"loss": loss.item(), "accuracy" if self.policy.discrete else "mean_abs_error": quality.item()}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])

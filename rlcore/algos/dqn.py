@@ -12,16 +12,15 @@ Acting: epsilon-greedy, epsilon annealed linearly over the first exploration_fra
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 from pydantic import Field
-from torch import nn
 
-from rlcore.algos import register
-from rlcore.config import OffPolicyConfig, PolicyConfig
+from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
+from rlcore.config import PolicyConfig
 from rlcore.nets import polyak_update
 from rlcore.policies import QPolicy
 from rlcore.schedules import scheduled
@@ -39,25 +38,19 @@ class DQNConfig(OffPolicyConfig):
     target_update_interval: int = Field(250, ge=1)
 
 
-@register
-class DQN:
+class DQN(OffPolicyAlgorithm[DQNConfig, QPolicy]):
     name = "dqn"
-    kind = "off_policy"
     Config = DQNConfig
     action_spaces = (spaces.Discrete,)
 
-    def __init__(
-        self, policy: QPolicy, config: DQNConfig, observation_space: spaces.Box, action_space: spaces.Space
-    ) -> None:
-        self.policy = policy
-        self.config = config
+    def __init__(self, policy: QPolicy, config: DQNConfig) -> None:
+        super().__init__(policy, config)
         self.target = copy.deepcopy(policy).requires_grad_(False)
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, fused=True)
-        self.gradient_steps = 0
 
     @staticmethod
     def make_policy(
-        observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig, algo: DQNConfig
+        observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: DQNConfig
     ) -> QPolicy:
         return QPolicy(observation_space, action_space, config, dueling=algo.dueling)
 
@@ -83,25 +76,8 @@ class DQN:
                 next_q = next_q_target.max(dim=1).values
             td_target = batch["rewards"] + batch["discounts"] * next_q
         loss = F.smooth_l1_loss(q, td_target)
-
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-        self.optimizer.step()
+        self.optimizer_step(self.optimizer, loss, self.policy.parameters(), cfg.max_grad_norm)
         self.gradient_steps += 1
         if self.gradient_steps % cfg.target_update_interval == 0:
             polyak_update(self.target, self.policy, cfg.tau)
         return {"loss": loss.item(), "q_mean": q.mean().item(), "epsilon": self.epsilon(progress)}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "gradient_steps": self.gradient_steps,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.gradient_steps = int(state["gradient_steps"])

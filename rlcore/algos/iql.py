@@ -11,23 +11,20 @@ Discrete actions: Q(s, .) over all actions and a categorical policy; Box actions
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from gymnasium import spaces
 from pydantic import Field
-from torch.distributions import Normal
 
-from rlcore.algos import register
-from rlcore.config import AlgoConfig, PolicyConfig
-from rlcore.nets import EnsembleMLP, mlp, polyak_update
-from rlcore.policies import CategoricalActor, GaussianActor, Policy
+from rlcore.algos.base import OfflineAlgorithm, OfflineConfig
+from rlcore.config import PolicyConfig
+from rlcore.nets import TwinQ, mlp, polyak_update
+from rlcore.policies import Policy, stochastic_actor
 
 
-class IQLConfig(AlgoConfig):
+class IQLConfig(OfflineConfig):
     name: Literal["iql"] = "iql"
-    lr: float = Field(3e-4, gt=0)
-    batch_size: int = Field(256, ge=1)
     gamma: float = Field(0.99, gt=0, le=1)
     tau: float = Field(0.005, gt=0, le=1)
     expectile: float = Field(0.7, gt=0, lt=1)
@@ -37,22 +34,16 @@ class IQLConfig(AlgoConfig):
     max_weight: float = Field(100.0, gt=0)
 
 
-@register
-class IQL:
+class IQL(OfflineAlgorithm[IQLConfig, Policy]):
     name = "iql"
-    kind = "offline"
     Config = IQLConfig
     action_spaces = (spaces.Discrete, spaces.Box)
 
-    def __init__(
-        self, policy: Policy, config: IQLConfig, observation_space: spaces.Box, action_space: spaces.Space
-    ) -> None:
-        self.policy = policy
-        self.config = config
+    def __init__(self, policy: Policy, config: IQLConfig) -> None:
+        super().__init__(policy, config)
         net = policy.config
-        n = policy.action_dim
-        in_features = policy.obs_dim if policy.discrete else policy.obs_dim + n
-        self.critic = EnsembleMLP(2, in_features, net.hidden_sizes, n if policy.discrete else 1, net.activation)
+        # Box actions enter the critics in env units.
+        self.critic = TwinQ(policy.obs_dim, policy.action_dim, policy.discrete, net.hidden_sizes, net.activation)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.value = mlp(policy.obs_dim, net.hidden_sizes, 1, net.activation, out_gain=1.0)
         self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, fused=True)
@@ -61,25 +52,15 @@ class IQL:
 
     @staticmethod
     def make_policy(
-        observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig, algo: IQLConfig
+        observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: IQLConfig
     ) -> Policy:
-        if isinstance(action_space, spaces.Discrete):
-            return CategoricalActor(observation_space, action_space, config)
-        return GaussianActor(observation_space, action_space, config)
-
-    def _q(self, critic: EnsembleMLP, features: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """Twin Q-values of the taken actions: (2, B)."""
-        if self.policy.discrete:
-            return critic(features).gather(2, actions.view(1, -1, 1).expand(2, -1, 1)).squeeze(-1)
-        return critic(torch.cat([features, actions.reshape(len(features), -1)], dim=-1)).squeeze(-1)
+        return stochastic_actor(observation_space, action_space, config)
 
     def _log_prob(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        scores = self.policy.act_scores(obs)
-        if self.policy.discrete:
-            return scores.log_softmax(-1).gather(1, actions.unsqueeze(1)).squeeze(1)
-        assert isinstance(self.policy, GaussianActor)
-        std = self.policy.log_std.exp()
-        return Normal(scores, std, validate_args=False).log_prob(actions.reshape(scores.shape)).sum(-1)
+        """log pi(a|s) of the dataset's actions: (B,)."""
+        if not self.policy.discrete:
+            actions = actions.reshape(len(obs), self.policy.action_dim)
+        return self.policy.distribution(obs).log_prob(actions)
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         cfg = self.config
@@ -87,28 +68,23 @@ class IQL:
         with torch.no_grad():
             features = self.policy.features(obs)
             next_features = self.policy.features(batch["next_obs"])
-            target_q = self._q(self.critic_target, features, actions).min(dim=0).values
+            target_q = self.critic_target.taken(features, actions).min(dim=0).values
             next_v = self.value(next_features).squeeze(-1)
             td_target = batch["rewards"] + cfg.gamma * (~batch["terminated"]).float() * next_v
 
         v = self.value(features).squeeze(-1)
         diff = target_q - v
         value_loss = (torch.abs(cfg.expectile - (diff < 0).float()) * diff.square()).mean()
-        self.value_optimizer.zero_grad(set_to_none=True)
-        value_loss.backward()
-        self.value_optimizer.step()
+        self.optimizer_step(self.value_optimizer, value_loss)
 
-        q = self._q(self.critic, features, actions)
+        q = self.critic.taken(features, actions)
         critic_loss = (q - td_target).square().mean(dim=1).sum()
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_optimizer.step()
+        self.optimizer_step(self.critic_optimizer, critic_loss)
 
         weights = torch.exp(cfg.beta * diff.detach()).clamp(max=cfg.max_weight)
         actor_loss = -(weights * self._log_prob(obs, actions)).mean()
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        self.actor_optimizer.step()
+        self.optimizer_step(self.actor_optimizer, actor_loss)
+        self.gradient_steps += 1
 
         polyak_update(self.critic_target, self.critic, cfg.tau)
         return {
@@ -117,21 +93,3 @@ class IQL:
             "actor_loss": actor_loss.item(),
             "advantage_mean": diff.mean().item(),
         }
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "critic": self.critic.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
-            "value": self.value.state_dict(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "value_optimizer": self.value_optimizer.state_dict(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
-        self.value.load_state_dict(state["value"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.value_optimizer.load_state_dict(state["value_optimizer"])

@@ -1,6 +1,6 @@
 """Proximal Policy Optimization (Schulman et al., 2017), clipped-surrogate variant.
 
-For each rollout (collected by the on-policy trainer, advantages from GAE):
+For each rollout (collected by the on-policy trainer, advantages from GAE, the family's default):
     for epoch in 1..K:
         for each minibatch:
             r = pi(a|s) / pi_old(a|s)
@@ -12,34 +12,29 @@ For each rollout (collected by the on-policy trainer, advantages from GAE):
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from gymnasium import spaces
 from pydantic import Field, model_validator
-from torch import nn
 
-from rlcore.algos import register
+from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig
 from rlcore.buffers import RolloutBuffer
-from rlcore.config import AlgoConfig, PolicyConfig
+from rlcore.config import PolicyConfig
 from rlcore.policies import ActorCritic
 from rlcore.schedules import ScheduleName, scheduled
 
 
-class PPOConfig(AlgoConfig):
+class PPOConfig(OnPolicyConfig):
     name: Literal["ppo"] = "ppo"
     lr: float = Field(3e-4, gt=0)
     """Adam learning rate at the start of training."""
     lr_schedule: ScheduleName = "linear"
     """``linear`` anneals the learning rate to 0 at ``train.max_steps``."""
-    n_steps: int = Field(128, ge=1)
-    """Vector steps per rollout; a rollout holds ``n_steps * env.num_envs`` transitions."""
     batch_size: int = Field(256, ge=1)
     """Transitions per minibatch."""
     n_epochs: int = Field(10, ge=1)
     """Passes over each rollout."""
-    gamma: float = Field(0.99, gt=0, le=1)
-    gae_lambda: float = Field(0.95, ge=0, le=1)
     clip_range: float = Field(0.2, gt=0)
     clip_range_schedule: ScheduleName = "constant"
     clip_range_vf: float | None = Field(None, gt=0)
@@ -59,24 +54,18 @@ class PPOConfig(AlgoConfig):
         return self
 
 
-@register
-class PPO:
+class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
     name = "ppo"
-    kind = "on_policy"
     Config = PPOConfig
-
     action_spaces = (spaces.Discrete, spaces.Box)
 
-    def __init__(
-        self, policy: ActorCritic, config: PPOConfig, observation_space: spaces.Box, action_space: spaces.Space
-    ) -> None:
-        self.policy = policy
-        self.config = config
+    def __init__(self, policy: ActorCritic, config: PPOConfig) -> None:
+        super().__init__(policy, config)
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, eps=config.adam_eps, fused=True)
 
     @staticmethod
     def make_policy(
-        observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig, algo: PPOConfig
+        observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: PPOConfig
     ) -> ActorCritic:
         return ActorCritic(observation_space, action_space, config)
 
@@ -117,11 +106,8 @@ class PPO:
                 entropy = dist.entropy().mean()
 
                 loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.max_grad_norm is not None:
-                    nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-                self.optimizer.step()
+                self.optimizer_step(self.optimizer, loss, self.policy.parameters(), cfg.max_grad_norm)
+                self.gradient_steps += 1
 
                 minibatches += 1
                 totals["policy_loss"] += policy_loss.item()
@@ -142,12 +128,6 @@ class PPO:
             epochs=float(epochs_done),
         )
         return metrics
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
 
 
 def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> float:

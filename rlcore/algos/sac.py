@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
 from gymnasium import spaces
 from pydantic import Field
-from torch import nn
 
-from rlcore.algos import register
-from rlcore.config import OffPolicyConfig, PolicyConfig
+from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
+from rlcore.config import PolicyConfig
 from rlcore.errors import ConfigError
-from rlcore.nets import EnsembleMLP, polyak_update
+from rlcore.nets import TwinQ, polyak_update
 from rlcore.policies import CategoricalActor, Policy, SquashedGaussianActor
 
 
@@ -51,24 +50,18 @@ class SACConfig(OffPolicyConfig):
         return self.ent_coef == "auto"
 
 
-@register
-class SAC:
+class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
     name = "sac"
-    kind = "off_policy"
     Config = SACConfig
     action_spaces = (spaces.Box, spaces.Discrete)
 
-    def __init__(
-        self, policy: Policy, config: SACConfig, observation_space: spaces.Box, action_space: spaces.Space
-    ) -> None:
-        self.policy = policy
-        self.config = config
+    def __init__(self, policy: Policy, config: SACConfig) -> None:
+        super().__init__(policy, config)
         self.discrete = policy.discrete
         n = policy.action_dim
         # Critics have the actor's torso shape and read the actor's normalized observations.
         net = policy.config
-        in_features = policy.obs_dim if self.discrete else policy.obs_dim + n
-        self.critic = EnsembleMLP(2, in_features, net.hidden_sizes, n if self.discrete else 1, net.activation)
+        self.critic = TwinQ(policy.obs_dim, n, self.discrete, net.hidden_sizes, net.activation)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         if config.target_entropy == "auto":
             self.target_entropy = config.target_entropy_scale * math.log(n) if self.discrete else -float(n)
@@ -79,11 +72,10 @@ class SAC:
         self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=config.actor_lr or config.lr, fused=True)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.lr, fused=True)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.lr) if config.auto_alpha else None
-        self.gradient_steps = 0
 
     @staticmethod
     def make_policy(
-        observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig, algo: SACConfig
+        observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: SACConfig
     ) -> Policy:
         if isinstance(action_space, spaces.Discrete):
             return CategoricalActor(observation_space, action_space, config)
@@ -91,17 +83,13 @@ class SAC:
             raise ConfigError(f"algo.name: sac squashes actions into their bounds, but {action_space} is unbounded")
         return SquashedGaussianActor(observation_space, action_space, config)
 
-    @torch.no_grad()
-    def explore(self, obs: torch.Tensor, progress: float, generator: torch.Generator) -> torch.Tensor:
-        return self.policy.sample_action(obs, generator)
-
-    def _q(self, critic: EnsembleMLP, features: torch.Tensor, actions: torch.Tensor | None) -> torch.Tensor:
-        """Twin Q-values: (2, B, n_actions) for discrete actions, (2, B) for Box actions in env units."""
+    def _q(self, critic: TwinQ, features: torch.Tensor, actions: torch.Tensor | None) -> torch.Tensor:
+        """Twin Q-values: (2, B, n_actions) for discrete actions, (2, B) for Box actions in env units
+        (the critics see them rescaled to [-1, 1])."""
         if self.discrete:
             return critic(features)
         assert isinstance(self.policy, SquashedGaussianActor) and actions is not None
-        unit_actions = (actions - self.policy.action_loc) / self.policy.action_scale
-        return critic(torch.cat([features, unit_actions], dim=-1)).squeeze(-1)
+        return critic(features, (actions - self.policy.action_loc) / self.policy.action_scale)
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         cfg = self.config
@@ -122,12 +110,11 @@ class SAC:
             target = cfg.reward_scale * batch["rewards"] + batch["discounts"] * next_value
 
         if self.discrete:
-            taken = batch["actions"].view(1, -1, 1).expand(2, -1, 1)
-            q = self._q(self.critic, features, None).gather(2, taken).squeeze(-1)
+            q = self.critic.taken(features, batch["actions"])
         else:
             q = self._q(self.critic, features, batch["actions"])
         critic_loss = (q - target).square().mean(dim=1).sum()
-        self._step(self.critic_optimizer, critic_loss, self.critic)
+        self.optimizer_step(self.critic_optimizer, critic_loss, self.critic.parameters(), cfg.max_grad_norm)
 
         self.critic.requires_grad_(False)  # the actor's loss needs dQ/da, not gradients of the critics' weights
         if self.discrete:
@@ -143,14 +130,12 @@ class SAC:
             q_pi = self._q(self.critic, features, actions).min(dim=0).values
             actor_loss = (alpha * log_prob - q_pi).mean()
             entropy = -log_prob.mean()
-        self._step(self.actor_optimizer, actor_loss, self.policy)
+        self.optimizer_step(self.actor_optimizer, actor_loss, self.policy.parameters(), cfg.max_grad_norm)
         self.critic.requires_grad_(True)
 
         if self.alpha_optimizer is not None:
             alpha_loss = -(self.log_alpha * (self.target_entropy - entropy.detach()))
-            self.alpha_optimizer.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_optimizer.step()
+            self.optimizer_step(self.alpha_optimizer, alpha_loss)
 
         self.gradient_steps += 1
         if self.gradient_steps % cfg.target_update_interval == 0:
@@ -162,34 +147,3 @@ class SAC:
             "entropy": entropy.item(),
             "q_mean": q.mean().item(),
         }
-
-    def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, module: nn.Module) -> None:
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.config.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(module.parameters(), self.config.max_grad_norm)
-        optimizer.step()
-
-    def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {
-            "critic": self.critic.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "gradient_steps": self.gradient_steps,
-        }
-        if self.alpha_optimizer is not None:
-            state["alpha_optimizer"] = self.alpha_optimizer.state_dict()
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        if self.alpha_optimizer is not None:
-            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
-        self.gradient_steps = int(state["gradient_steps"])

@@ -1,30 +1,40 @@
-"""Training loops, one per regime; :func:`train` picks the one the algorithm declares."""
+"""Training loops, one per algorithm family; :func:`train` runs the one the algorithm's family names."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlcore.algos import algorithm_class
+from rlcore.algos.base import Algorithm, OfflineAlgorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 from rlcore.config import Params
-from rlcore.trainers.run import EvaluationCallback
+from rlcore.registry import algorithm_class
+from rlcore.trainers.off_policy import train_off_policy
+from rlcore.trainers.offline import train_offline
+from rlcore.trainers.on_policy import train_on_policy
+from rlcore.trainers.stopping import EvaluationCallback
+
+Trainer = Callable[[Params, Path, EvaluationCallback | None, Path | None], dict[str, Any]]
+
+TRAINERS: dict[type[Algorithm[Any, Any]], Trainer] = {
+    OnPolicyAlgorithm: train_on_policy,
+    OffPolicyAlgorithm: train_off_policy,
+    OfflineAlgorithm: train_offline,
+}
+"""Family -> its trainer."""
 
 
 def train(
     params: Params, run_dir: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
 ) -> dict[str, Any]:
     """Train ``params`` into ``run_dir`` (resuming an interrupted run there); returns the train summary."""
-    kind = algorithm_class(params.algo.name).kind
-    if kind == "on_policy":
-        from rlcore.trainers.on_policy import train_on_policy
+    algo_cls = algorithm_class(params.algo.name)
+    for family, trainer in TRAINERS.items():
+        if issubclass(algo_cls, family):
+            return trainer(params, run_dir, on_evaluation, resume_from)
+    raise TypeError(f"{algo_cls.__name__} belongs to no algorithm family with a trainer")
 
-        return train_on_policy(params, run_dir, on_evaluation, resume_from)
-    if kind == "off_policy":
-        from rlcore.trainers.off_policy import train_off_policy
 
-        return train_off_policy(params, run_dir, on_evaluation, resume_from)
-    if kind == "offline":
-        from rlcore.trainers.offline import train_offline
-
-        return train_offline(params, run_dir, on_evaluation, resume_from)
-    raise NotImplementedError(f"no trainer for algorithm kind {kind!r}")
+def is_offline(params: Params) -> bool:
+    """Whether ``params`` train from a dataset (the offline family) rather than from env steps."""
+    return issubclass(algorithm_class(params.algo.name), OfflineAlgorithm)

@@ -1,0 +1,211 @@
+"""Algorithm families: the roles every member of a family fills, as typed contracts.
+
+A family is three things: a config base class (the keys its trainer reads), an abstract class with the
+methods its trainer calls, and the trainer (``rlcore/trainers/<family>.py``). An algorithm declares its
+family by subclassing it, and is one file in ``rlcore/algos/`` plus one entry in ``rlcore.registry``.
+
+| family     | config base       | trainer calls                                         | trainer             |
+|------------|-------------------|-------------------------------------------------------|---------------------|
+| on-policy  | OnPolicyConfig    | ``advantages(rollout)``, ``update(rollout, ...)``     | trainers/on_policy  |
+| off-policy | OffPolicyConfig   | ``explore(obs, ...)``, ``update(batch, ...)``         | trainers/off_policy |
+| offline    | OfflineConfig     | ``update(batch, ...)``, ``validate(held_out)``        | trainers/offline    |
+
+Population-based learners (evolution strategies) will add a fourth family the same way: a config base,
+an abstract class with ``ask``/``tell``-like methods, and a trainer that runs its rollouts.
+
+Every algorithm's optimizers, extra networks (critics, targets), tensors (SAC's log alpha) and step
+counter are saved and restored by :meth:`Algorithm.state_dict` from its attributes: nothing to write by hand.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Any, ClassVar, Generic, TypeVar
+
+import torch
+from gymnasium import spaces
+from pydantic import Field, model_validator
+from torch import nn
+
+from rlcore.buffers import RolloutBuffer
+from rlcore.config import AlgoConfig, PolicyConfig
+from rlcore.policies import Policy
+from rlcore.returns import gae
+
+__all__ = [
+    "AlgoConfig",
+    "Algorithm",
+    "OffPolicyAlgorithm",
+    "OffPolicyConfig",
+    "OfflineAlgorithm",
+    "OfflineConfig",
+    "OnPolicyAlgorithm",
+    "OnPolicyConfig",
+]
+
+
+class OnPolicyConfig(AlgoConfig):
+    """Keys of the on-policy loop: how long a rollout is and how its advantages are estimated."""
+
+    n_steps: int = Field(128, ge=1)
+    """Vector steps per rollout; a rollout holds ``n_steps * env.num_envs`` transitions."""
+    gamma: float = Field(0.99, gt=0, le=1)
+    gae_lambda: float = Field(0.95, ge=0, le=1)
+    """GAE's lambda: 0 is the one-step TD error, 1 the Monte Carlo return minus the value."""
+
+
+class OffPolicyConfig(AlgoConfig):
+    """Keys shared by replay-based algorithms (DQN, SAC): the buffer, the update cadence, target networks."""
+
+    gamma: float = Field(0.99, gt=0, le=1)
+    n_step: int = Field(1, ge=1)
+    """Steps folded into each TD target (n-step returns)."""
+    buffer_size: int = Field(100_000, ge=1)
+    """Transitions kept in the replay ring."""
+    batch_size: int = Field(256, ge=1)
+    """Transitions per gradient step."""
+    learning_starts: int = Field(1_000, ge=0)
+    """Env steps of uniformly random actions before the first update (warm-up)."""
+    train_freq: int = Field(1, ge=1)
+    """Env steps (summed over envs) collected between two update phases."""
+    gradient_steps_per_sample: float = Field(1.0, gt=0)
+    """Gradient steps per collected env step (update-to-data ratio); fractions carry over between phases."""
+    tau: float = Field(1.0, gt=0, le=1)
+    """Target-network update: Polyak averaging with this weight; 1.0 copies the weights (a hard update)."""
+    target_update_interval: int = Field(1, ge=1)
+    """Gradient steps between target-network updates."""
+    max_grad_norm: float | None = Field(10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _buffer_holds_a_batch(self) -> OffPolicyConfig:
+        if self.buffer_size < self.batch_size:
+            raise ValueError(
+                f"algo.buffer_size: must be >= algo.batch_size ({self.batch_size}) so a batch can be sampled, "
+                f"got {self.buffer_size}"
+            )
+        return self
+
+
+class OfflineConfig(AlgoConfig):
+    """Keys of the offline loop: gradient steps on minibatches of a fixed dataset."""
+
+    lr: float = Field(3e-4, gt=0)
+    batch_size: int = Field(256, ge=1)
+    """Dataset transitions per gradient step."""
+
+
+ConfigT = TypeVar("ConfigT", bound=AlgoConfig)
+PolicyT = TypeVar("PolicyT", bound=Policy)
+
+
+class Algorithm(ABC, Generic[ConfigT, PolicyT]):
+    """What every algorithm is: a policy it improves, its config, and the state it saves.
+
+    Class attributes: ``name`` (its ``algo.name``), ``Config`` (its params section), ``action_spaces``
+    (the action-space types it can act in; others are refused before a run starts).
+    """
+
+    name: ClassVar[str]
+    Config: ClassVar[type[AlgoConfig]]
+    action_spaces: ClassVar[tuple[type[spaces.Space], ...]]
+
+    def __init__(self, policy: PolicyT, config: ConfigT) -> None:
+        self.policy = policy
+        self.config = config
+        self.gradient_steps = 0
+        """Optimizer steps taken so far (saved; drives delayed and periodic target updates)."""
+
+    @staticmethod
+    @abstractmethod
+    def make_policy(
+        observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: Any
+    ) -> Policy:
+        """The acting network this algorithm trains (what evaluation, collection and export use)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything but the policy that a resume needs: networks, optimizers, tensors, the step counter."""
+        state: dict[str, Any] = {"gradient_steps": self.gradient_steps}
+        for key, value in vars(self).items():
+            if key == "policy":
+                continue
+            if isinstance(value, nn.Module | torch.optim.Optimizer):
+                state[key] = value.state_dict()
+            elif isinstance(value, torch.Tensor):
+                state[key] = value.detach().clone()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.gradient_steps = int(state["gradient_steps"])
+        for key, value in vars(self).items():
+            if key == "policy":
+                continue
+            if isinstance(value, nn.Module | torch.optim.Optimizer):
+                value.load_state_dict(state[key])
+            elif isinstance(value, torch.Tensor):
+                with torch.no_grad():
+                    value.copy_(state[key])
+
+    def optimizer_step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        loss: torch.Tensor,
+        parameters: Iterable[nn.Parameter] | None = None,
+        max_grad_norm: float | None = None,
+    ) -> None:
+        """One gradient step on ``loss``, clipping the gradient norm of ``parameters`` when asked."""
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if max_grad_norm is not None and parameters is not None:
+            nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+        optimizer.step()
+
+
+class OnPolicyAlgorithm(Algorithm[ConfigT, PolicyT]):
+    """Learns from the rollout its own policy just collected (PPO; A2C, IMPALA next)."""
+
+    @torch.no_grad()
+    def advantages(self, rollout: RolloutBuffer) -> tuple[torch.Tensor, torch.Tensor]:
+        """(advantages, value targets), each (T, N), for a filled rollout. GAE unless a member chooses
+        another estimator from ``rlcore.returns``."""
+        cfg = self.config
+        assert isinstance(cfg, OnPolicyConfig)
+        return gae(
+            rollout.rewards,
+            rollout.values,
+            rollout.next_values,
+            rollout.terminated,
+            rollout.episode_end,
+            cfg.gamma,
+            cfg.gae_lambda,
+        )
+
+    @abstractmethod
+    def update(self, rollout: RolloutBuffer, progress: float, generator: torch.Generator) -> dict[str, float]:
+        """Improve the policy on one rollout (advantages filled in). ``progress`` in [0, 1] of the budget."""
+
+
+class OffPolicyAlgorithm(Algorithm[ConfigT, PolicyT]):
+    """Learns from a replay of past transitions (DQN, SAC)."""
+
+    @torch.no_grad()
+    def explore(self, obs: torch.Tensor, progress: float, generator: torch.Generator) -> torch.Tensor:
+        """Actions to collect with, (B,) or (B, action_dim), in the policy's convention. Default: sample."""
+        return self.policy.sample_action(obs, generator)
+
+    @abstractmethod
+    def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
+        """One gradient step on a replay batch (``obs``, ``actions``, ``rewards``, ``next_obs``, ``discounts``)."""
+
+
+class OfflineAlgorithm(Algorithm[ConfigT, PolicyT]):
+    """Learns from a fixed dataset, never stepping an env (BC, TD3+BC, IQL)."""
+
+    @abstractmethod
+    def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
+        """One gradient step on a dataset batch (``obs``, ``actions``, ``rewards``, ``next_obs``, ``terminated``)."""
+
+    @torch.no_grad()
+    def validate(self, held_out: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Metrics on held-out episodes, recorded with every checkpoint; none unless a member defines them."""
+        return {}

@@ -1,0 +1,56 @@
+"""Loading the whole params tree: the sections of ``rlcore.config`` with the chosen algorithm's own config.
+
+Kept apart from ``rlcore.config`` because it needs the algorithm registry, and the algorithms need the
+config sections: ``config`` (sections) <- ``algos`` (family and algorithm configs) <- ``registry`` <- ``params``.
+Loading never mutates the tree it is given.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, create_model
+
+from rlcore.config import SECTIONS, Params, apply_overrides, describe_validation_error, read_yaml_mapping
+from rlcore.errors import ConfigError, did_you_mean
+from rlcore.registry import algo_config_class, registered_algorithms
+
+DEFAULT_ALGORITHM = "ppo"
+"""The algorithm of a params tree whose ``algo`` section names none."""
+
+
+@functools.cache
+def params_model(algo_name: str) -> type[Params]:
+    """The :class:`Params` model whose ``algo`` section is ``algo_name``'s config class."""
+    algo_cls = algo_config_class(algo_name)
+    fields: dict[str, Any] = dict(SECTIONS)
+    fields["algo"] = (algo_cls, Field(default_factory=lambda: algo_cls(name=algo_name)))
+    model: type[Params] = create_model(f"Params[{algo_name}]", __base__=Params, **fields)
+    return model
+
+
+def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = None) -> Params:
+    """Load, override and validate the params tree. Raises :class:`ConfigError` on any problem."""
+    path = Path(path)
+    tree = apply_overrides(read_yaml_mapping(path), overrides or [])
+    return validate_params(tree, source=str(path))
+
+
+def validate_params(tree: dict[str, Any], source: str = "params") -> Params:
+    """Validate a params tree (not modified) against the model of the algorithm it names."""
+    algo = tree.get("algo", {})
+    if not isinstance(algo, dict):
+        raise ConfigError(f"{source}: algo: expected a section (mapping), got {algo!r}")
+    name = algo.get("name", DEFAULT_ALGORITHM)
+    known = registered_algorithms()
+    if name not in known:
+        hint = did_you_mean(str(name), known)
+        raise ConfigError(f"{source}: algo.name: unknown algorithm {name!r}{hint}; known: {', '.join(known)}")
+    model = params_model(name)
+    tree = {**tree, "algo": {**algo, "name": name}}
+    try:
+        return model.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {describe_validation_error(exc, model)}") from None

@@ -1,0 +1,61 @@
+"""The algorithm registry, keyed by ``algo.name``: every algorithm rlcore can train, listed once.
+
+Adding an algorithm = its module in ``rlcore/algos/`` and one entry in :data:`ALGORITHMS`.
+"""
+
+from __future__ import annotations
+
+from gymnasium import spaces
+from pydantic import ValidationError
+
+from rlcore.algos.base import AlgoConfig, Algorithm
+from rlcore.algos.bc import BC
+from rlcore.algos.dqn import DQN
+from rlcore.algos.iql import IQL
+from rlcore.algos.ppo import PPO
+from rlcore.algos.sac import SAC
+from rlcore.algos.td3bc import TD3BC
+from rlcore.checkpoints import Checkpoint
+from rlcore.config import PolicyConfig
+from rlcore.envs import space_from_description
+from rlcore.errors import CheckpointError, ConfigError
+from rlcore.policies import Policy
+
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (PPO, DQN, SAC, BC, TD3BC, IQL)}
+
+
+def registered_algorithms() -> list[str]:
+    return sorted(ALGORITHMS)
+
+
+def algorithm_class(name: str) -> type[Algorithm]:
+    return ALGORITHMS[name]
+
+
+def algo_config_class(name: str) -> type[AlgoConfig]:
+    return ALGORITHMS[name].Config
+
+
+def check_action_space(name: str, env_id: str, action_space: spaces.Space) -> None:
+    """Refuse an algorithm that cannot act in the env's action space, naming both."""
+    accepted = algorithm_class(name).action_spaces
+    if not isinstance(action_space, accepted):
+        kinds = " or ".join(kind.__name__ for kind in accepted)
+        raise ConfigError(f"algo.name: {name} needs a {kinds} action space, but {env_id} has {action_space}")
+
+
+def policy_from_checkpoint(checkpoint: Checkpoint) -> Policy:
+    """Rebuild the policy network a checkpoint was saved from, with its weights, in eval mode."""
+    meta = checkpoint.meta
+    try:
+        observation_space = space_from_description(meta["spaces"]["observation"])
+        action_space = space_from_description(meta["spaces"]["action"])
+        policy_config = PolicyConfig.model_validate(meta["params"]["policy"])
+        algo_cls = algorithm_class(checkpoint.algo)
+        algo_config = algo_cls.Config.model_validate(meta["params"]["algo"])
+        policy = algo_cls.make_policy(observation_space, action_space, policy_config, algo_config)
+        policy.load_state_dict(checkpoint.tensors["policy"])
+    except (KeyError, RuntimeError, ValueError, ValidationError) as exc:
+        raise CheckpointError(f"{checkpoint.path}: cannot rebuild the policy from this checkpoint: {exc}") from None
+    policy.eval()
+    return policy

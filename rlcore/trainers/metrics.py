@@ -1,0 +1,108 @@
+"""Learning curves: training-episode statistics and the dvclive log (x axis = the run's steps)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger("rlcore")
+
+
+class EpisodeStats:
+    """Undiscounted returns and lengths of the training episodes that end between two log rows."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.running_return = np.zeros(num_envs)
+        self.running_length = np.zeros(num_envs, dtype=np.int64)
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+
+    def step(self, rewards: np.ndarray, valid: np.ndarray, ended: np.ndarray) -> None:
+        """``valid`` is False for autoreset steps (they belong to no episode)."""
+        self.running_return += rewards * valid
+        self.running_length += valid
+        if ended.any():
+            self.returns += self.running_return[ended].tolist()
+            self.lengths += self.running_length[ended].tolist()
+            self.running_return[ended] = 0.0
+            self.running_length[ended] = 0
+
+    def drain(self) -> dict[str, float]:
+        if not self.returns:
+            return {}
+        metrics = {
+            "train/episode_return": float(np.mean(self.returns)),
+            "train/episode_length": float(np.mean(self.lengths)),
+        }
+        self.returns, self.lengths = [], []
+        return metrics
+
+
+def _live(directory: Path, resume: bool) -> Any:
+    """A dvclive logger; in a git repository without commits, one without DVC integration (which we never use).
+
+    dvclive asks git for the HEAD commit before it checks that there is one, and raises in a fresh
+    ``git init`` (dvclive 3.49): the metrics are the same either way.
+    """
+    from dvclive import Live
+    from scmrepo.exceptions import SCMError
+
+    options = {"resume": resume, "dvcyaml": None, "save_dvc_exp": False, "report": None}
+    try:
+        return Live(str(directory), **options)
+    except SCMError as exc:
+        log.warning("dvclive: %s (no commit yet?); logging metrics without DVC's git integration", exc)
+        import dvclive.live
+
+        original = dvclive.live.get_dvc_repo
+        dvclive.live.get_dvc_repo = lambda: None
+        try:
+            return Live(str(directory), **options)
+        finally:
+            dvclive.live.get_dvc_repo = original
+
+
+class MetricsLog:
+    """dvclive learning curves with steps on the x axis; never touches dvc.yaml or DVC experiments.
+
+    Training metrics are averaged over updates and written every ``every`` steps: one dvclive row
+    costs milliseconds, as much as a whole small PPO update.
+    """
+
+    def __init__(self, directory: Path, resume: bool, every: int, step: int) -> None:
+        self.live = _live(directory, resume)
+        self.every = every
+        self.next_row = step + every
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            if np.isfinite(value):
+                self.sums[key] = self.sums.get(key, 0.0) + float(value)
+                self.counts[key] = self.counts.get(key, 0) + 1
+
+    def due(self, step: int) -> bool:
+        return step >= self.next_row
+
+    def flush(self, step: int, extra: dict[str, float]) -> None:
+        """Write the averages since the last row, plus ``extra``, as one row at ``step``."""
+        row = {key: total / self.counts[key] for key, total in self.sums.items()}
+        row.update(extra)
+        self.sums, self.counts = {}, {}
+        self.next_row = step + self.every
+        self.log(step, row)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Log ``{"train/loss": ..., "eval/mean_return": ...}`` as one row at ``step``."""
+        self.live.step = step
+        for key, value in metrics.items():
+            if np.isfinite(value):
+                self.live.log_metric(key, float(value))
+        self.live.next_step()
+
+    def close(self) -> None:
+        self.live.end()

@@ -1,0 +1,40 @@
+"""What a terminal shows while training: a tqdm bar, or one log line per evaluation in logs."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+from rlcore.evaluation import EvalResult
+
+log = logging.getLogger("rlcore")
+
+
+class Progress:
+    """A tqdm bar on a terminal; one log line per evaluation otherwise."""
+
+    def __init__(self, mode: str, total: int, initial: int, unit: str) -> None:
+        self.bar = None
+        self.unit = unit.replace("_", " ")
+        if mode == "on" or (mode == "auto" and sys.stderr.isatty()):
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, unit=" " + self.unit, unit_scale=True, dynamic_ncols=True)
+        self.last = initial
+        self.started = time.perf_counter()
+
+    def advance(self, steps: int) -> None:
+        if self.bar is not None:
+            self.bar.update(steps - self.last)
+        self.last = steps
+
+    def evaluation(self, steps: int, result: EvalResult, steps_per_second: float) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix(eval=f"{result.mean_return:.1f}", refresh=False)
+        else:
+            log.info("%s %d | eval %s | %.0f %s/s", self.unit, steps, result.summary(), steps_per_second, self.unit)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
