@@ -17,7 +17,7 @@ from rlcore.actions import random_actions
 from rlcore.config import EnvConfig
 from rlcore.datasets import DatasetWriter
 from rlcore.envs import describe_space, make_vector_env
-from rlcore.policies import Policy
+from rlcore.policies import Policy, reset_state
 from rlcore.stepping import VectorStepper
 
 log = logging.getLogger("rlcore")
@@ -133,6 +133,7 @@ def _roll_out(
     uniform_log_prob = random_log_prob(action_space)
     in_progress = [_Episode() for _ in range(num_envs)]
     obs = stepper.reset(seed)
+    state = policy.initial_state(num_envs) if policy is not None else None
 
     def collected() -> int:
         if episodes is not None:
@@ -159,14 +160,12 @@ def _roll_out(
             else:
                 obs_t = torch.as_tensor(obs, dtype=torch.float32)
                 with torch.no_grad():
-                    if deterministic:
-                        action_t = policy.deterministic_action(obs_t)
-                    elif hasattr(policy, "distribution"):
+                    if deterministic or state is not None or not policy.has_distribution:
+                        action_t, state = policy.act(obs_t, state, deterministic, generator)
+                    else:  # a stateless stochastic policy: record the behaviour's log-probabilities
                         dist = policy.distribution(obs_t)
                         action_t = dist.sample()
                         log_probs = dist.log_prob(action_t).numpy().astype(np.float32)
-                    else:
-                        action_t = policy.sample_action(obs_t, generator)
                 actions = action_t.numpy()
             if epsilon > 0:
                 explore = rng.random(num_envs) < epsilon
@@ -194,6 +193,8 @@ def _roll_out(
                     if episodes is not None and writer.episodes >= episodes:
                         break
             obs = step.next_obs
+            if policy is not None:
+                state = reset_state(policy, state, ~step.valid)  # those envs just began a new episode
         bar.update(min(collected(), total) - bar.n)  # the last step may overshoot by up to num_envs - 1
     finally:
         bar.close()

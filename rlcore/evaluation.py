@@ -98,12 +98,10 @@ class Evaluator:
         totals = np.zeros(n, dtype=np.float64)
         lengths = np.zeros(n, dtype=np.int64)
         finished = np.zeros(n, dtype=bool)
+        state = policy.initial_state(n)  # episodes of a batch start together and are never restarted
         while not finished.all():
             obs_tensor = torch.as_tensor(obs, dtype=torch.float32)
-            if self.deterministic:
-                actions = policy.deterministic_action(obs_tensor)
-            else:
-                actions = policy.sample_action(obs_tensor, generator)
+            actions, state = policy.act(obs_tensor, state, self.deterministic, generator)
             obs, rewards, terminated, truncated, _ = env.step(to_env_actions(actions, env.single_action_space))
             running = ~finished
             totals[running] += rewards[running]

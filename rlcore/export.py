@@ -2,7 +2,8 @@
 
 The exported graph takes *raw* observations ``obs: (batch, *obs_shape) float32`` (normalization is
 inside) and returns ``action`` (the greedy action: int64 index for Discrete, clipped float vector for
-Box) and ``scores`` (logits, or the Gaussian mean before clipping). The batch size is dynamic.
+Box) and ``scores`` (what the greedy action is read from: logits, Q-values, or a mean before clipping or
+tanh; see the model card). The batch size is dynamic.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlcore.actions import to_env_actions
 from rlcore.config import EnvConfig
 from rlcore.envs import make_vector_env, space_from_description
 from rlcore.errors import RLCoreError
-from rlcore.actions import to_env_actions
 from rlcore.io import sha256_file, write_json
 from rlcore.policies import Policy
 
@@ -99,6 +100,8 @@ def export_policy(
     Files are built in a temporary folder and moved into ``out_dir`` only once every check passed,
     so a failed export never replaces a good one.
     """
+    if policy.initial_state(1) is not None:
+        raise RLCoreError("export: the policy carries a recurrent state; (obs, state) graphs are not exported yet")
     action_space = space_from_description(meta["spaces"]["action"])
     low = getattr(action_space, "low", None)
     high = getattr(action_space, "high", None)
@@ -243,7 +246,8 @@ def model_card(
             "inputs": {"obs": "float32 (batch, *observation_space.shape), raw observations (normalization is inside)"},
             "outputs": {
                 "action": "greedy action: int64 (batch,) for discrete, float32 (batch, *shape) clipped for box",
-                "scores": "float32 (batch, action_dim): logits (discrete) or Gaussian mean before clipping (box)",
+                "scores": "float32 (batch, action_dim): what the greedy action is read from: logits (categorical), "
+                "Q-values (dqn), the Gaussian mean before clipping (ppo, bc, iql) or the mean before tanh (sac, td3bc)",
             },
         },
         "evaluation": selection["evaluation"],

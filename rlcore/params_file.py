@@ -16,9 +16,10 @@ from typing import Any
 
 import yaml
 
-from rlcore.config import read_yaml_mapping, validate_params
+from rlcore.config import read_yaml_mapping
 from rlcore.errors import ConfigError
 from rlcore.io import write_text
+from rlcore.params import validate_params
 from rlcore.sweep_config import flatten, yaml_text
 
 log = logging.getLogger("rlcore")
@@ -67,7 +68,7 @@ def apply_values(params_file: Path, values: dict[str, Any]) -> str:
             if not isinstance(node, dict):
                 raise ConfigError(f"{params_file}: {key}: {part} is a value, not a section")
         node[leaf] = copy.deepcopy(value)
-    validate_params(copy.deepcopy(expected), str(params_file))
+    validate_params(expected, str(params_file))
     text, missing = set_values(params_file.read_text(), values)
     how = "edited in place (comments kept)"
     if missing or yaml.safe_load(text) != expected:

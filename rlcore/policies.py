@@ -3,12 +3,21 @@
 Every policy takes *raw* observations: normalization is a module inside it, so a saved or exported
 policy carries its statistics and nobody ships them beside it. The interface (:class:`Policy`):
 
-- ``act_scores(obs)``: (B, action_dim) logits, Q-values, or the Gaussian mean (before any squashing);
+- ``act_scores(obs)``: (B, action_dim) what the greedy action is read from: logits (categorical policies),
+  Q-values (DQN), the Gaussian mean (PPO, BC, IQL), or the pre-tanh mean (SAC, TD3+BC);
 - ``deterministic_action(obs)``: the greedy action in env units, (B,) int64 or (B, action_dim) float;
-- ``sample_action(obs, generator)``: a stochastic action for evaluation and exploration.
+- ``sample_action(obs, generator)``: a stochastic action for evaluation and exploration;
+- ``distribution(obs)``: the action distribution of a stochastic policy (PPO's, SAC's, BC's, IQL's actors).
+
+A policy may carry a recurrent state between steps: ``initial_state(batch)`` is None for a stateless
+policy (all of today's), else a (B, *state_shape) tensor; :meth:`Policy.act` takes and returns it, and
+:func:`reset_state` puts the rows of envs that just started a new episode back to the initial state.
+Evaluation and collection act through ``act``, so a stateful policy works there unchanged.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -39,6 +48,8 @@ class Policy(nn.Module):
 
     discrete: bool
     obs_normalizer: ObsNormalizer
+    has_distribution: ClassVar[bool] = False
+    """Whether :meth:`distribution` is defined (stochastic actors)."""
 
     def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
         super().__init__()
@@ -73,18 +84,50 @@ class Policy(nn.Module):
     def sample_action(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         raise NotImplementedError
 
+    def initial_state(self, batch_size: int) -> torch.Tensor | None:
+        """The recurrent state at an episode's start, (B, *state_shape); None: the policy has no state."""
+        return None
+
+    def act(
+        self,
+        obs: torch.Tensor,
+        state: torch.Tensor | None,
+        deterministic: bool,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(actions, next state) for ``obs`` (B, *obs_shape) and the state after the previous step.
+        A stateful policy overrides this; a stateless one passes the state through."""
+        actions = self.deterministic_action(obs) if deterministic else self.sample_action(obs, generator)
+        return actions, state
+
+
+def reset_state(policy: Policy, state: torch.Tensor | None, started: np.ndarray) -> torch.Tensor | None:
+    """``state`` with the rows of ``started`` (B,) bool put back to the initial state.
+
+    With next-step autoreset, an env starts its new episode on the step after the one that ended the
+    last (the reset step, whose action is ignored): pass that step's ``~valid``.
+    """
+    if state is None or not started.any():
+        return state
+    rows = torch.as_tensor(started)
+    fresh = policy.initial_state(int(rows.numel()))
+    assert fresh is not None
+    return torch.where(rows.view(-1, *([1] * (state.dim() - 1))), fresh, state)
+
 
 def _sample_categorical(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
 
 
 class ActorCritic(Policy):
-    """Separate actor and critic MLPs (PPO, A2C).
+    """Separate actor and critic MLPs (the on-policy family: PPO).
 
     Discrete actions: a categorical over logits. Box actions: a diagonal Gaussian with a learned,
     state-independent log standard deviation; sampled actions are clipped to the bounds only
     when sent to the env, so log-probabilities stay those of the sampled values.
     """
+
+    has_distribution = True
 
     def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
         super().__init__(observation_space, action_space, config)
@@ -171,6 +214,8 @@ class SquashedGaussianActor(Policy):
 
     LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
+    has_distribution = True
+
     def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
         super().__init__(observation_space, action_space, config)
         self._register_action_bounds(action_space)
@@ -201,6 +246,8 @@ class SquashedGaussianActor(Policy):
 class CategoricalActor(Policy):
     """A categorical over logits for Discrete actions (SAC, BC, IQL)."""
 
+    has_distribution = True
+
     def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
         super().__init__(observation_space, action_space, config)
         self.logits = mlp(self.obs_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
@@ -223,6 +270,8 @@ class GaussianActor(Policy):
 
     The deterministic action is the mean (clipped to the bounds only when sent to the env or exported).
     """
+
+    has_distribution = True
 
     def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
         super().__init__(observation_space, action_space, config)

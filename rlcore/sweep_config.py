@@ -1,8 +1,12 @@
 """The ``sweep`` section of the params: a hyperparameter study over any params key, declared as data.
 
-rlcore only declares and checks a study; ``flows/sweep*.py`` run it with Optuna (rlcore never imports
-Optuna). A study searches ``space``, a mapping from params keys to search dimensions, written either
-nested like the params tree or with dotted keys::
+rlcore only declares a study and checks what it can on its own; ``flows/sweep/`` runs it with Optuna
+(rlcore never imports Optuna) and checks it against the params model and the env registry
+(``flows/sweep/plan.py``). This module imports only pydantic and PyYAML, so ``rlcore.config`` holds a
+:class:`SweepConfig` without an import cycle.
+
+A study searches ``space``, a mapping from params keys to search dimensions, written either nested like
+the params tree or with dotted keys::
 
     sweep:
       space:
@@ -13,7 +17,7 @@ nested like the params tree or with dotted keys::
 
 Each trial trains every seed of ``seeds`` (on every env of ``envs``, if given), scores each run by
 ``metric`` of its selected checkpoint, and aggregates the scores. Bad spaces are refused before any
-trial starts, with one line naming the key (:func:`check_space`).
+trial starts, with one line naming the key (here, or by ``flows.sweep.plan.check_space``).
 """
 
 from __future__ import annotations
@@ -23,19 +27,15 @@ import hashlib
 import json
 import math
 import re
-import typing
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rlcore.errors import ConfigError, did_you_mean
-
 Metric = Literal["mean_return", "median_return", "min_return", "max_return", "std_return", "mean_length"]
 """What a trial can be scored by: the evaluate stage's numbers for the selected checkpoint."""
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
-_RESERVED = {"name": "the sweep names each trial's folder", "seed": "set sweep.seeds instead"}
 _STUDY_KEYS = ("n_trials", "timeout_seconds", "workers", "storage", "study_name", "heartbeat_seconds")
 
 
@@ -126,18 +126,11 @@ class SweepEnv(_Section):
     """An env a trial also trains on; its score is normalized: ``baseline`` -> 0, ``target`` -> 1."""
 
     id: str
+    """A gymnasium env id; ``rlcore sweep`` checks it is registered before any trial (``flows/sweep/plan.py``)."""
     baseline: float = 0.0
     """The score that normalizes to 0 (e.g. a random policy's)."""
     target: float
     """The score that normalizes to 1 (e.g. the env's solved threshold)."""
-
-    @field_validator("id")
-    @classmethod
-    def _registered(cls, env_id: str) -> str:
-        from rlcore.envs import check_env_id
-
-        check_env_id(env_id)
-        return env_id
 
     @model_validator(mode="after")
     def _span(self) -> SweepEnv:
@@ -304,48 +297,3 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
-
-
-def check_space(tree: dict[str, Any], sweep: SweepConfig, source: str) -> None:
-    """Refuse a space that no trial could run, before any trial: one :class:`ConfigError` line per problem.
-
-    Every key must be a value of the params tree (not a section, not ``name``/``seed``/``sweep.*``), and
-    every value a trial may sample (each range's ends and an inside value, every choice) must pass the
-    params' own validation, so a float range over an int key or a string choice for a float fails here.
-    """
-    from rlcore.config import apply_overrides, params_model, validate_params
-
-    if not sweep.space:
-        raise ConfigError(f"{source}: sweep.space: empty; declare at least one params key to search, e.g. algo.lr")
-    params = validate_params(copy.deepcopy(tree), source)
-    model = params_model(params.algo.name)
-    known = [key for key in flatten(params.to_dict()) if not key.startswith("sweep.")]
-    for key, dim in sweep.space.items():
-        where = f"{source}: sweep.space.{key}"
-        top = key.split(".")[0]
-        if key in _RESERVED or top == "sweep":
-            raise ConfigError(f"{where}: cannot be searched ({_RESERVED.get(key, 'the sweep settings are fixed')})")
-        kind = _key_kind(model, key.split("."))
-        if kind == "section":
-            raise ConfigError(f"{where}: is a section, not a value; search its keys, e.g. {key}.{{...}}")
-        if kind == "unknown":
-            raise ConfigError(f"{where}: unknown params key{did_you_mean(key, known)}")
-        for probe in dim.probes():
-            try:
-                validate_params(apply_overrides(copy.deepcopy(tree), overrides_for({key: probe})), source)
-            except ConfigError as exc:
-                reason = str(exc).removeprefix(f"{source}: ")
-                raise ConfigError(f"{where}: {dim.type} value {yaml_text(probe)} does not fit: {reason}") from None
-
-
-def _key_kind(model: type[BaseModel], parts: list[str]) -> Literal["value", "section", "unknown"]:
-    node: Any = model
-    for part in parts:
-        if not (isinstance(node, type) and issubclass(node, BaseModel)):
-            # Inside a free-form mapping (env.kwargs) any key is allowed; inside a plain value none is.
-            return "value" if typing.get_origin(node) is dict else "unknown"
-        field = node.model_fields.get(part)
-        if field is None:
-            return "unknown"
-        node = field.annotation
-    return "section" if isinstance(node, type) and issubclass(node, BaseModel) else "value"

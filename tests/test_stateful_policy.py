@@ -1,0 +1,53 @@
+"""The policy interface carries a recurrent state through evaluation and collection (no recurrent network
+yet: a policy whose state counts the steps of its episode, so a wrong reset shows in the actions)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+
+from rlcore.collection import collect_dataset
+from rlcore.config import EnvConfig, PolicyConfig
+from rlcore.evaluation import Evaluator
+from rlcore.policies import Policy
+
+
+class StepCounter(Policy):
+    """Action = (steps taken in this episode) mod 2; the state is that count, (B, 1)."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.spaces.Box(-np.inf, np.inf, (4,)), gym.spaces.Discrete(2), PolicyConfig())
+
+    def initial_state(self, batch_size: int) -> torch.Tensor:
+        return torch.zeros(batch_size, 1)
+
+    def act(self, obs, state, deterministic, generator=None):
+        assert state is not None and state.shape == (len(obs), 1)
+        return (state[:, 0] % 2).long(), state + 1
+
+
+def test_evaluation_carries_the_state_from_step_to_step():
+    env_config = EnvConfig(id="CartPole-v1", vectorization="sync")  # sub-env i is seeded with seed + i
+    result = Evaluator(env_config, episodes=3, seed=5).evaluate(StepCounter())
+    for index, length in enumerate(result.lengths):  # the same episodes, acted by hand
+        env = gym.make("CartPole-v1")
+        env.reset(seed=5 + index)
+        steps, done = 0, False
+        while not done:
+            _, _, terminated, truncated, _ = env.step(steps % 2)
+            steps, done = steps + 1, terminated or truncated
+        assert length == steps
+
+
+def test_collection_resets_the_state_when_an_env_starts_a_new_episode(tmp_path: Path):
+    path = tmp_path / "data.parquet"
+    collect_dataset(
+        path, EnvConfig(id="CartPole-v1"), StepCounter(), {"kind": "test"}, 3, 2000, None, 0.0, True, 0, 500
+    )
+    table = pq.read_table(path, columns=["episode_id", "step", "action"]).to_pandas()
+    assert table["episode_id"].nunique() > 10  # many episodes, so many resets
+    assert (table["action"] == table["step"] % 2).all()
