@@ -8,7 +8,7 @@ export DO_NOT_TRACK := 1
 export OMP_NUM_THREADS := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup setup-dev run test bench lint clean
+.PHONY: setup setup-dev run test test-fast bench lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,11 +37,16 @@ run: setup
 test: setup-dev
 	$(BIN)/python -m pytest
 
+# The unit tests only: no learning runs, no whole-pipeline DVC runs, no Prefect/PostgreSQL/Dask servers.
+test-fast: setup-dev
+	$(BIN)/python -m pytest -m "not slow and not server"
+
 bench: setup
 	$(BIN)/python benchmarks/ppo_cartpole.py
 
 lint: setup-dev
 	$(BIN)/ruff check rlcore flows tests benchmarks
+	$(BIN)/mypy
 
 clean:
 	rm -rf runs models export data reports/*.json reports/*.md reports/*.png reports/offline .prefect

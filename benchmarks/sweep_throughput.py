@@ -33,7 +33,7 @@ SPACE = (
 
 
 def run(workers: int, trials: int, max_steps: int) -> dict[str, Any]:
-    from flows.sweep_run import plan_sweep, run_sweep
+    from flows.sweep import plan_sweep, run_sweep
 
     overrides = [
         SPACE,

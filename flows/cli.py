@@ -64,14 +64,14 @@ def _sweep(args: argparse.Namespace) -> Any:
         values = apply_fragment(params_file, root / "reports" / "sweep" / "best_params.yaml")
         print(f"{params_file}: applied the sweep's best params: {', '.join(f'{k}={v}' for k, v in values.items())}")
         return values
-    from flows.sweep_run import plan_sweep
+    from flows.sweep.plan import plan_sweep
 
     plan = plan_sweep(args.params, args.overrides, root)  # refuse a bad space before Prefect or any trial starts
     if args.no_flow:
-        from flows.sweep_run import run_sweep
+        from flows.sweep.driver import run_sweep
 
         return run_sweep(plan)
-    from flows.sweep import sweep_flow
+    from flows.sweep.flow import sweep_flow
 
     _checked(args)
 

@@ -49,6 +49,7 @@ async def _run_and_wait(name: str, timeout: float):
     return flow_run, artifacts
 
 
+@pytest.mark.server
 def test_served_deployments_run_on_a_real_server_and_publish_artifacts(project: Path, tmp_path: Path):
     overrides = [*QUICK, "collect.steps=500", "deploy.pipeline.cron=*/5 * * * *"]
     with prefect_server(tmp_path / "prefect-home") as (url, env), pointed_at(env):

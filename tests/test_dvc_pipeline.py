@@ -107,6 +107,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"root": root, "first": first}
 
 
+@pytest.mark.slow
 def test_dvc_repro_runs_every_stage_and_writes_the_outputs(repo: dict) -> None:
     root: Path = repo["root"]
     for stage in STAGES + OFFLINE_STAGES:
@@ -126,6 +127,7 @@ def test_dvc_repro_runs_every_stage_and_writes_the_outputs(repo: dict) -> None:
     assert (root / "dvc.lock").is_file()
 
 
+@pytest.mark.slow
 def test_second_repro_is_a_noop_within_5_seconds(repo: dict) -> None:
     root: Path = repo["root"]
     lock = (root / "dvc.lock").read_bytes()
@@ -139,6 +141,7 @@ def test_second_repro_is_a_noop_within_5_seconds(repo: dict) -> None:
     assert (root / "dvc.lock").read_bytes() == lock
 
 
+@pytest.mark.slow
 def test_python_bytecode_next_to_the_sources_does_not_invalidate_stages(repo: dict) -> None:
     root: Path = repo["root"]
     cache = root / "rlcore" / "__pycache__"
@@ -151,6 +154,7 @@ def test_python_bytecode_next_to_the_sources_does_not_invalidate_stages(repo: di
     assert "up to date" in result.stdout
 
 
+@pytest.mark.slow
 def test_changing_an_eval_param_reruns_evaluate_but_not_train(repo: dict) -> None:
     root: Path = repo["root"]
     checkpoints = sorted((root / "runs/quick/checkpoints").glob("*.pt"))
@@ -166,6 +170,7 @@ def test_changing_an_eval_param_reruns_evaluate_but_not_train(repo: dict) -> Non
     assert read_json(root / "reports/evaluations.json")["episodes"] == 4
 
 
+@pytest.mark.slow
 def test_dvc_metrics_show_reads_reports_metrics(repo: dict) -> None:
     root: Path = repo["root"]
     shown = json.loads(dvc("metrics", "show", "--json", cwd=root).stdout)
@@ -173,6 +178,7 @@ def test_dvc_metrics_show_reads_reports_metrics(repo: dict) -> None:
     assert metrics["mean_return"] == read_json(root / "reports/metrics.json")["mean_return"]
 
 
+@pytest.mark.slow
 def test_dvc_plots_show_json_includes_the_learning_curve(repo: dict) -> None:
     root: Path = repo["root"]
     result = dvc("plots", "show", "--json", cwd=root)
@@ -183,6 +189,7 @@ def test_dvc_plots_show_json_includes_the_learning_curve(repo: dict) -> None:
     assert "reports/learning_curve.png" in plots
 
 
+@pytest.mark.slow
 def test_dvc_exp_run_with_a_param_override_records_an_experiment(repo: dict) -> None:
     root: Path = repo["root"]
     git("add", "-A", cwd=root)
@@ -200,6 +207,7 @@ def test_dvc_exp_run_with_a_param_override_records_an_experiment(repo: dict) -> 
     assert "reports/metrics.json" in recorded["data"]["metrics"]
 
 
+@pytest.mark.slow
 def test_dataset_round_trips_through_a_dvc_remote_byte_for_byte(repo: dict, tmp_path: Path) -> None:
     root: Path = repo["root"]
     dataset = root / "data" / "dataset.parquet"

@@ -11,11 +11,13 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import optuna
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -25,7 +27,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from flows.sweep_run import plan_sweep, run_sweep
+from flows.sweep import InProcessExecutor, TrialJob, TrialResult, plan_sweep, run_sweep
 from rlcore.params_file import set_values
 
 BUDGET = [
@@ -84,6 +86,7 @@ def pruning_study(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"root": root, "summary": summary, "seconds": time.perf_counter() - started}
 
 
+@pytest.mark.slow
 def test_twelve_trial_ppo_sweep_prunes_weak_trials_and_finds_a_475_policy(pruning_study: dict[str, Any]) -> None:
     study = load_study(pruning_study["root"])
     states = [t.state for t in study.trials]
@@ -95,6 +98,7 @@ def test_twelve_trial_ppo_sweep_prunes_weak_trials_and_finds_a_475_policy(prunin
     assert pruning_study["summary"]["savings"]["saved_share"] > 0
 
 
+@pytest.mark.slow
 def test_every_trial_records_its_command_params_git_revision_and_own_folder(pruning_study: dict[str, Any]) -> None:
     root: Path = pruning_study["root"]
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
@@ -117,6 +121,7 @@ def test_every_trial_records_its_command_params_git_revision_and_own_folder(prun
             assert (folder / "seed_0" / "models" / "best" / "policy.pt").is_file()
 
 
+@pytest.mark.slow
 def test_reports_hold_best_params_a_trial_table_plots_and_a_summary(pruning_study: dict[str, Any]) -> None:
     root: Path = pruning_study["root"]
     reports = root / "reports" / "sweep"
@@ -136,6 +141,7 @@ def test_reports_hold_best_params_a_trial_table_plots_and_a_summary(pruning_stud
     assert "pruned" in summary and "![history.png](history.png)" in summary
 
 
+@pytest.mark.slow
 def test_sweep_apply_merges_the_best_params_into_params_yaml_keeping_its_comments(
     pruning_study: dict[str, Any],
 ) -> None:
@@ -285,3 +291,54 @@ def test_a_trial_over_two_envs_averages_scores_normalized_to_each_target(project
     expected = [raw["CartPole-v1"] / 500, (raw["Acrobot-v1"] + 500) / 400]
     assert trial.user_attrs["scores"] == pytest.approx(expected)
     assert trial.value == pytest.approx(sum(expected) / 2)
+
+
+class RecordingExecutor:
+    """A :class:`flows.sweep.TrialExecutor` that computes trials in this process and keeps their results."""
+
+    def __init__(self) -> None:
+        self.inner = InProcessExecutor()
+        self.results: list[TrialResult] = []
+        self.closed = False
+
+    def submit(self, job: TrialJob):
+        future = self.inner.submit(job)
+        self.results.append(future.result())
+        return future
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_driver_runs_trials_through_a_trial_executor_and_tells_optuna_each_result(project: Path) -> None:
+    executor = RecordingExecutor()
+    summary = run_sweep(plan_sweep("params.yaml", [*SHORT, "sweep.n_trials=2", "sweep.pruner=none"], project), executor)
+    assert executor.closed
+    trials = load_study(project).trials
+    assert [result.number for result in executor.results] == [0, 1]
+    for result, trial in zip(executor.results, trials, strict=True):
+        assert isinstance(result, TrialResult) and result.state == "complete" and trial.state == TrialState.COMPLETE
+        assert result.value == trial.value and result.scores == [result.value]
+        assert result.env_steps == trial.user_attrs["env_steps"] == 8192
+        assert result.worker_pid == os.getpid() == trial.user_attrs["worker_pid"]
+        assert Path(result.folder) == project / trial.user_attrs["folder"]
+    assert summary["counts"]["complete"] == 2 and len(summary["rows"]) == 2
+    table = pd.read_parquet(project / "reports" / "sweep" / "trials.parquet")
+    assert list(table.columns) == [
+        *("number", "state", "value", "duration_seconds", "datetime_start", "datetime_complete"),
+        *("algo.lr", "algo.clip_range", "algo.ent_coef"),
+        *("env_steps", "counterfactual_env_steps", "worker_pid", "folder", "error"),
+    ]
+    assert table["env_steps"].tolist() == [8192, 8192] and table["value"].tolist() == [t.value for t in trials]
+    assert table["folder"].tolist() == [t.user_attrs["folder"] for t in trials]
+
+
+def test_the_sweep_package_imports_no_prefect_and_the_sweep_section_no_rlcore() -> None:
+    """Worker processes import ``flows.sweep`` (never Prefect); ``rlcore.config`` imports ``rlcore.sweep_config``,
+    which imports nothing of rlcore back (no import cycle)."""
+    code = (
+        "import sys; import rlcore.sweep_config; "
+        "assert [m for m in sys.modules if m.startswith('rlcore.')] == ['rlcore.sweep_config'], sys.modules; "
+        "import flows.sweep; assert not [m for m in sys.modules if m.split('.')[0] == 'prefect']"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=PROJECT)

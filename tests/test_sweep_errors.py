@@ -59,3 +59,11 @@ def test_unknown_sampler_option_is_one_line_error_with_a_suggestion(project: Pat
         result, "sweep.sampler_options: TPESampler takes no 'n_startup_trial' (did you mean 'n_startup_trials'?)"
     )
     assert not (project / ".optuna").exists()
+
+
+def test_unknown_env_id_in_sweep_envs_is_one_line_error_before_any_trial(project: Path) -> None:
+    envs = "sweep.envs=[{id: CartPole-v1, target: 500}, {id: CartPole-v9, target: 500}]"
+    result = rlcore("sweep", "--no-flow", "--set", envs, cwd=project, check=False)
+    message = "sweep.envs.1.id: unknown gymnasium env id 'CartPole-v9' (did you mean 'CartPole-v1'?)"
+    one_line_error(result, "error: params.yaml: " + message)
+    assert not (project / ".optuna").exists()

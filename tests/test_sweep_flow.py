@@ -20,6 +20,8 @@ from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFi
 from prefect.testing.utilities import prefect_test_harness
 from test_sweep import SHORT, load_study
 
+pytestmark = pytest.mark.server
+
 
 @pytest.fixture(scope="module")
 def api_url() -> str:

@@ -18,6 +18,8 @@ from optuna.trial import TrialState
 from postgres_server import postgres_server
 from test_sweep import SHORT, _spawn, assert_recovered
 
+pytestmark = pytest.mark.server
+
 
 @pytest.fixture(scope="module")
 def postgres_url() -> Iterator[str]:

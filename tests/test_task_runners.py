@@ -12,10 +12,13 @@ import pytest
 from conftest import QUICK, rlcore, sets
 from prefect_server import pointed_at, prefect_server
 
-from rlcore.config import DeployConfig, load_params
+from rlcore.config import DeployConfig
 from rlcore.datasets import load_dataset, read_metadata
 from rlcore.io import read_json, sha256_file
+from rlcore.params import load_params
 from rlcore.stages import evaluate_stage, train_stage
+
+pytestmark = pytest.mark.server
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +135,7 @@ def test_sweep_trials_run_as_task_runs_on_dask_workers(project: Path, server):
 
     from test_sweep import SHORT, load_study
 
-    from flows.sweep import sweep_flow
+    from flows.sweep.flow import sweep_flow
 
     overrides = [*SHORT, "sweep.n_trials=4", "sweep.workers=2", "deploy.task_runner=dask"]
     state = sweep_flow(
@@ -169,7 +172,7 @@ def test_an_existing_dask_cluster_named_in_params_runs_collection_shards_and_swe
     from test_sweep import SHORT, load_study
 
     from flows.collect import collect_flow
-    from flows.sweep import sweep_flow
+    from flows.sweep.flow import sweep_flow
 
     with (
         LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as cluster,

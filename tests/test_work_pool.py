@@ -28,6 +28,8 @@ import yaml
 from conftest import PROJECT, QUICK, RLCORE, sets
 from prefect_server import PREFECT, group_alive, pointed_at, prefect_server, stop
 
+pytestmark = pytest.mark.server
+
 # The files a user's checkout has at its root, minus the data and results (flows/ is linked, see below).
 PROJECT_FILES = ("params.yaml", "offline.yaml", "prefect.yaml", "prefect.toml", "dvc.yaml", ".dvcignore")
 DEPLOYMENTS = ("training_pipeline", "collect", "retrain_offline", "sweep")

@@ -27,16 +27,17 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import optuna
 
-from flows.sweep_study import load_study
-from rlcore.config import Params, apply_overrides, validate_params
+from flows.sweep.study import load_study
+from rlcore.config import Params, apply_overrides
 from rlcore.errors import RLCoreError
 from rlcore.evaluation import EvalResult
 from rlcore.io import read_json, write_json
 from rlcore.layout import Layout
+from rlcore.params import validate_params
 from rlcore.stages import evaluate_stage, select_stage, train_stage
 from rlcore.sweep_config import SweepConfig, SweepEnv, overrides_for, yaml_text
 
@@ -59,6 +60,29 @@ class TrialJob:
     params_file: str
     base_overrides: list[str] = field(default_factory=list)
     """The sweep's own ``--set`` overrides (for the reproduction command)."""
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """How a trial ended, as its worker reports it to the process that tells Optuna (plain, picklable data)."""
+
+    number: int
+    state: Literal["complete", "pruned", "fail"]
+    value: float | None = None
+    """The aggregate score of a complete trial."""
+    error: str | None = None
+    """Why a failed trial failed (its one-line error)."""
+    pruned_at: int | None = None
+    """The step the pruner stopped a pruned trial at."""
+    env_steps: int = 0
+    """Env steps trained by all of the trial's runs."""
+    counterfactual_env_steps: int = 0
+    """Env steps the same runs would have trained unpruned (pruned runs at their full budget)."""
+    scores: list[float] = field(default_factory=list)
+    """Each finished run's score (normalized per env)."""
+    folder: str = ""
+    worker_pid: int = 0
+    wall_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +112,11 @@ def run_overrides(values: dict[str, Any], run: Run) -> list[str]:
     if run.env is not None:
         overrides.append(f"env.id={yaml_text(run.env.id)}")
     return overrides
+
+
+def run_params(job: TrialJob, run: Run) -> Params:
+    """The params ``run`` of ``job`` trains with."""
+    return validate_params(apply_overrides(copy.deepcopy(job.tree), run_overrides(job.values, run)))
 
 
 def reproduce_command(job: TrialJob, run: Run) -> str:
@@ -141,17 +170,16 @@ def quiet_training() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def run_trial(job: TrialJob) -> dict[str, Any]:
-    """Run ``job``'s trial to its end; returns ``{"state": complete|pruned|fail, "value", "error"}``.
+def run_trial(job: TrialJob) -> TrialResult:
+    """Run ``job``'s trial to its end: complete (with its value), pruned, or failed (with a one-line error).
 
     The trial's numbers (env steps, scores, process id, times) go to its user attributes and to
     ``<folder>/trial.json``; the process that asked for the trial tells Optuna the outcome.
     """
     started = time.time()
-    base = validate_params(copy.deepcopy(job.tree), job.params_file)
+    base = validate_params(job.tree, job.params_file)
     sweep = base.sweep
-    study = load_study(job.storage, job.study_name, sweep)
-    trial = optuna.trial.Trial(study, job.trial_id)
+    trial = optuna.trial.Trial(load_study(job.storage, job.study_name, sweep), job.trial_id)
     runs = plan_runs(base)
     folder = Path(job.folder)
     record: dict[str, Any] = {
@@ -164,11 +192,14 @@ def run_trial(job: TrialJob) -> dict[str, Any]:
     write_json(folder / "trial.json", record)
     scores: list[float] = []
     env_steps = counterfactual = 0
-    outcome: dict[str, Any] = {"state": "complete", "value": None, "error": None}
+    state: Literal["complete", "pruned", "fail"] = "complete"
+    value: float | None = None
+    error: str | None = None
+    pruned_at: int | None = None
     try:
         with quiet_training():
             for k, run in enumerate(runs):
-                params = validate_params(apply_overrides(copy.deepcopy(job.tree), run_overrides(job.values, run)))
+                params = run_params(job, run)
                 root = folder / run.label
                 slot = evaluation_slot(params)
                 reporter = PruningReporter(trial, k * slot, slot, sweep, run.env)
@@ -179,10 +210,8 @@ def run_trial(job: TrialJob) -> dict[str, Any]:
                 if reporter.pruned_at is not None:
                     # Had it not been pruned, this run and the ones after it would have used their budgets.
                     run_steps = int(summary["env_steps"])
-                    counterfactual += max(run_steps, params.train.max_steps) + sum(
-                        _budget(job, r) for r in runs[k + 1 :]
-                    )
-                    outcome = {"state": "pruned", "value": None, "error": None, "step": reporter.pruned_at}
+                    counterfactual += max(run_steps, params.train.max_steps) + _budgets(job, runs[k + 1 :])
+                    state, pruned_at = "pruned", reporter.pruned_at
                     break
                 counterfactual += int(summary["env_steps"])
                 evaluate_stage(params, root)
@@ -194,32 +223,44 @@ def run_trial(job: TrialJob) -> dict[str, Any]:
                 if k + 1 < len(runs):
                     trial.report(AGGREGATES[sweep.aggregate](scores), (k + 1) * slot)
                     if trial.should_prune():
-                        counterfactual += sum(_budget(job, r) for r in runs[k + 1 :])
-                        outcome = {"state": "pruned", "value": None, "error": None, "step": (k + 1) * slot}
+                        counterfactual += _budgets(job, runs[k + 1 :])
+                        state, pruned_at = "pruned", (k + 1) * slot
                         break
             else:
-                outcome["value"] = AGGREGATES[sweep.aggregate](scores)
+                value = AGGREGATES[sweep.aggregate](scores)
     except RLCoreError as exc:
-        outcome = {"state": "fail", "value": None, "error": str(exc)}
+        state, value, error, pruned_at = "fail", None, str(exc), None
     finished = time.time()
-    attrs = {
+    attrs: dict[str, Any] = {
         "env_steps": env_steps,
-        "counterfactual_env_steps": counterfactual if outcome["state"] != "fail" else env_steps,
+        "counterfactual_env_steps": counterfactual if state != "fail" else env_steps,
         "scores": scores,
         "worker_pid": os.getpid(),
         "started_at": started,
         "finished_at": finished,
         "wall_seconds": round(finished - started, 3),
     }
-    if outcome["error"]:
-        attrs["error"] = outcome["error"]
-    for key, value in attrs.items():
-        trial.set_user_attr(key, value)
-    record.update(state=outcome["state"], value=outcome["value"], error=outcome["error"], **attrs)
+    if error:
+        attrs["error"] = error
+    for key, attr in attrs.items():
+        trial.set_user_attr(key, attr)
+    record.update(state=state, value=value, error=error, **attrs)
     write_json(folder / "trial.json", record)
-    return outcome
+    return TrialResult(
+        number=job.number,
+        state=state,
+        value=value,
+        error=error,
+        pruned_at=pruned_at,
+        env_steps=env_steps,
+        counterfactual_env_steps=attrs["counterfactual_env_steps"],
+        scores=scores,
+        folder=job.folder,
+        worker_pid=attrs["worker_pid"],
+        wall_seconds=attrs["wall_seconds"],
+    )
 
 
-def _budget(job: TrialJob, run: Run) -> int:
-    params = validate_params(apply_overrides(copy.deepcopy(job.tree), run_overrides(job.values, run)))
-    return params.train.max_steps
+def _budgets(job: TrialJob, runs: list[Run]) -> int:
+    """The env-step budgets of ``runs``, had they trained."""
+    return sum(run_params(job, run).train.max_steps for run in runs)

@@ -6,13 +6,15 @@
 | ``trials.parquet``, ``trials.csv`` | every trial: number, state, value, duration, its params, env steps, folder |
 | ``history.png``, ``importances.png``, ``parallel_coordinates.png`` | Optuna's matplotlib plots |
 | ``summary.md`` | the study, the counts, the best trial and how to reproduce it, pruning's savings |
+
+The trials table is Optuna's ``study.trials_dataframe()`` (pandas), its params columns decoded to params
+values, plus the user attributes rlcore records (env steps, worker PID, folder, error).
 """
 
 from __future__ import annotations
 
-import csv
 import io
-import statistics
+import math
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,43 +24,90 @@ import yaml
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import FrozenTrial, TrialState
 
-from flows.sweep_study import decode
+from flows.sweep.search import decode
 from rlcore.io import atomic_path, write_text
-from rlcore.sweep_config import SweepConfig, nested, yaml_text
+from rlcore.sweep_config import SearchDimension, SweepConfig, nested, yaml_text
 
 if TYPE_CHECKING:
-    from flows.sweep_run import SweepPlan
+    import pandas as pd
+
+    from flows.sweep.plan import SweepPlan
 
 PLOTS = {
     "history.png": "plot_optimization_history",
     "importances.png": "plot_param_importances",
     "parallel_coordinates.png": "plot_parallel_coordinate",
 }
+COLUMNS = ["number", "state", "value", "duration_seconds", "datetime_start", "datetime_complete"]
+"""The table's first columns; then each searched key, then :data:`USER_ATTRS`."""
+USER_ATTRS: dict[str, str | None] = {
+    "env_steps": "Int64",
+    "counterfactual_env_steps": "Int64",
+    "worker_pid": "Int64",
+    "folder": None,
+    "error": None,
+}
+"""The user attributes of a trial the table shows, with their pandas dtype (nullable ints)."""
 
 
-def trial_rows(trials: list[FrozenTrial], sweep: SweepConfig) -> list[dict[str, Any]]:
-    """One row per trial, params by their dotted key (categorical values as YAML text when mixed)."""
-    rows = []
-    for trial in trials:
-        values = decode(sweep, trial.params)
-        duration = trial.duration.total_seconds() if trial.duration is not None else None
-        row: dict[str, Any] = {
-            "number": trial.number,
-            "state": trial.state.name,
-            "value": trial.value,
-            "duration_seconds": round(duration, 3) if duration is not None else None,
-            "datetime_start": trial.datetime_start.isoformat() if trial.datetime_start else None,
-            "datetime_complete": trial.datetime_complete.isoformat() if trial.datetime_complete else None,
+def trials_table(study: optuna.Study, sweep: SweepConfig) -> pd.DataFrame:
+    """One row per trial, params by their dotted key (categorical values as YAML text when mixed or nested)."""
+    import pandas as pd
+
+    attrs = ("number", "state", "value", "datetime_start", "datetime_complete", "duration", "params", "user_attrs")
+    frame = study.trials_dataframe(attrs=attrs, multi_index=True)
+    if frame.empty:
+        return pd.DataFrame(columns=COLUMNS[:4])
+
+    def column(group: str, key: str = "") -> pd.Series:
+        if (group, key) in frame.columns:
+            return frame[(group, key)]
+        return pd.Series(None, index=frame.index, dtype=object)
+
+    table = pd.DataFrame(
+        {
+            "number": column("number"),
+            "state": column("state"),
+            "value": column("value"),
+            "duration_seconds": pd.to_timedelta(column("duration")).dt.total_seconds().round(3),
+            "datetime_start": column("datetime_start").map(_iso),
+            "datetime_complete": column("datetime_complete").map(_iso),
         }
-        for key, dim in sweep.space.items():
-            value = values.get(key)
-            mixed = dim.type == "categorical" and len({type(c) for c in dim.choices or []}) > 1
-            row[key] = yaml_text(value) if value is not None and (mixed or isinstance(value, list | dict)) else value
-        attrs = trial.user_attrs
-        for key in ("env_steps", "counterfactual_env_steps", "worker_pid", "folder", "error"):
-            row[key] = attrs.get(key)
-        rows.append(row)
-    return rows
+    )
+    for key, dim in sweep.space.items():
+        table[key] = column("params", key).map(lambda stored, dim=dim: _cell(dim, stored))
+    for key, dtype in USER_ATTRS.items():
+        table[key] = column("user_attrs", key)
+        if dtype is not None:
+            table[key] = table[key].astype(dtype)
+    return table
+
+
+def _iso(moment: Any) -> str | None:
+    return None if _missing(moment) else moment.isoformat()
+
+
+def _missing(value: Any) -> bool:
+    import pandas as pd
+
+    return value is None or value is pd.NaT or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def _cell(dim: SearchDimension, stored: Any) -> Any:
+    """A stored Optuna param as the table shows it: the params value, or its YAML text if not a plain scalar."""
+    if _missing(stored):
+        return None
+    try:
+        value = dim.decode(stored)
+    except KeyError:
+        return stored
+    mixed = dim.type == "categorical" and len({type(c) for c in dim.choices or []}) > 1
+    return yaml_text(value) if mixed or isinstance(value, list | dict) else value
+
+
+def records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """The table as plain rows (Python scalars, None for missing): for Prefect's table artifact."""
+    return table.astype(object).where(table.notna(), None).to_dict("records")
 
 
 def pruning_savings(trials: list[FrozenTrial]) -> dict[str, Any]:
@@ -75,8 +124,8 @@ def write_reports(study: optuna.Study, plan: SweepPlan) -> dict[str, Any]:
     sweep, out = plan.sweep, plan.reports
     out.mkdir(parents=True, exist_ok=True)
     trials = study.get_trials(deepcopy=False)
-    rows = trial_rows(trials, sweep)
-    _write_table(rows, out)
+    table = trials_table(study, sweep)
+    _write_table(table, out)
     counts = {state.name.lower(): sum(t.state == state for t in trials) for state in TrialState}
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     best = study.best_trial if complete else None
@@ -101,7 +150,7 @@ def write_reports(study: optuna.Study, plan: SweepPlan) -> dict[str, Any]:
         + (f", best {sweep.metric} {best.value:.6g} (trial {best.number})" if best else ", no complete trial")
         + f" -> {(out / 'summary.md').relative_to(plan.root).as_posix()}"
     )
-    write_text(out / "summary.md", _summary(plan, counts, best, best_values, rows, savings, notes))
+    write_text(out / "summary.md", _summary(plan, counts, best, best_values, table, savings, notes))
     return {
         "study": plan.study_name,
         "storage": plan.storage,
@@ -109,23 +158,19 @@ def write_reports(study: optuna.Study, plan: SweepPlan) -> dict[str, Any]:
         "best": {"number": best.number, "value": best.value, "params": best_values} if best else None,
         "savings": savings,
         "reports": str(out),
-        "rows": rows,
+        "rows": records(table),
         "line": line,
     }
 
 
-def _write_table(rows: list[dict[str, Any]], out: Path) -> None:
+def _write_table(table: pd.DataFrame, out: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    columns = list(rows[0]) if rows else ["number", "state", "value", "duration_seconds"]
-    table = pa.Table.from_pylist(rows) if rows else pa.table({c: pa.array([], pa.null()) for c in columns})
     with atomic_path(out / "trials.parquet") as tmp:
-        pq.write_table(table, tmp)
+        pq.write_table(pa.Table.from_pandas(table, preserve_index=False), tmp)
     text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
+    table.to_csv(text, index=False, lineterminator="\n")
     write_text(out / "trials.csv", text.getvalue())
 
 
@@ -161,7 +206,7 @@ def _summary(
     counts: dict[str, int],
     best: FrozenTrial | None,
     best_values: dict[str, Any],
-    rows: list[dict[str, Any]],
+    table: pd.DataFrame,
     savings: dict[str, Any],
     notes: list[str],
 ) -> str:
@@ -170,7 +215,8 @@ def _summary(
     runs = f"{sweep.aggregate} over seeds {', '.join(map(str, seeds))}"
     if sweep.envs:
         runs += " and envs " + ", ".join(f"{e.id} (normalized {e.baseline:g} -> {e.target:g})" for e in sweep.envs)
-    durations = [r["duration_seconds"] for r in rows if r["state"] == "COMPLETE" and r["duration_seconds"]]
+    complete = table[table["state"] == "COMPLETE"]
+    durations = complete["duration_seconds"][complete["duration_seconds"] > 0]
     lines = [
         f"# Sweep `{plan.study_name}`",
         "",
@@ -180,7 +226,7 @@ def _summary(
         f"| search | {', '.join(f'`{k}`' for k in sweep.space)}; sampler `{sweep.sampler}`, pruner `{sweep.pruner}` |",
         f"| trials | {counts['complete']} complete, {counts['pruned']} pruned, {counts['fail']} failed "
         f"(requested: {plan.n_trials} finished) |",
-        f"| median complete trial | {statistics.median(durations):.1f} s |" if durations else "| median trial | - |",
+        f"| median complete trial | {durations.median():.1f} s |" if len(durations) else "| median trial | - |",
         f"| pruning | trained {savings['env_steps']:,} env steps instead of at most "
         f"{savings['unpruned_env_steps']:,}: {100 * savings['saved_share']:.0f}% saved |",
         f"| storage | `{plan.storage}` |",
@@ -199,11 +245,7 @@ def _summary(
             "Apply to params.yaml: `rlcore sweep --apply`.",
             "",
         ]
-    ranked = sorted(
-        (r for r in rows if r["state"] == "COMPLETE"),
-        key=lambda r: r["value"],
-        reverse=sweep.direction == "maximize",
-    )[:10]
+    ranked = records(complete.sort_values("value", ascending=sweep.direction != "maximize", kind="stable").head(10))
     if ranked:
         keys = list(sweep.space)
         lines += ["## Top trials", "", "| trial | value | " + " | ".join(keys) + " | env steps | seconds |"]
