@@ -14,7 +14,7 @@ States are normalized with the dataset's mean and std (``policy.normalize_obs: t
 from __future__ import annotations
 
 import copy
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -51,13 +51,14 @@ class TD3BC(OfflineAlgorithm[TD3BCConfig, DeterministicActor]):
         self.actor_target = copy.deepcopy(policy).requires_grad_(False)
         self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, fused=True)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.lr, fused=True)
-        self.last_actor_loss = 0.0
+        self.last_actor_loss = torch.zeros(())
+        """Reported between actor updates; a tensor, so a checkpoint keeps it."""
 
     @staticmethod
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: TD3BCConfig
     ) -> DeterministicActor:
-        return DeterministicActor(observation_space, action_space, config)
+        return DeterministicActor(cast(spaces.Box, observation_space), action_space, config)
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         cfg = self.config
@@ -85,5 +86,5 @@ class TD3BC(OfflineAlgorithm[TD3BCConfig, DeterministicActor]):
             self.critic.requires_grad_(True)
             polyak_update(self.critic_target, self.critic, cfg.tau)
             polyak_update(self.actor_target, policy, cfg.tau)
-            self.last_actor_loss = actor_loss.item()
-        return {"critic_loss": critic_loss.item(), "actor_loss": self.last_actor_loss, "q_mean": q.mean().item()}
+            self.last_actor_loss.fill_(actor_loss.item())
+        return {"critic_loss": critic_loss.item(), "actor_loss": self.last_actor_loss.item(), "q_mean": q.mean().item()}
