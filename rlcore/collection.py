@@ -6,7 +6,7 @@ import logging
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -79,7 +79,9 @@ def collect_dataset(
         "num_envs": num_envs,
         **(extra_metadata or {}),
     }
-    writer = DatasetWriter(path, env.single_observation_space, action_space, metadata, row_group_size)
+    writer = DatasetWriter(
+        path, cast(spaces.Box, env.single_observation_space), action_space, metadata, row_group_size
+    )  # make_vector_env admits Box observations only
     try:
         # Distribution.sample() draws from torch's global generator: seed it for this collection alone, so a
         # shard's data depend on its seed only, not on what ran before it in the process.
@@ -173,6 +175,7 @@ def _roll_out(
                 actions = np.where(explore.reshape(-1, *([1] * (np.ndim(actions) - 1))), random, actions)
                 log_probs[:] = np.nan
             if not discrete:  # store what the env executes
+                assert isinstance(action_space, spaces.Box)
                 actions = np.clip(actions, action_space.low, action_space.high).astype(np.float32)
             step = stepper.step(actions)
             for i in np.flatnonzero(step.valid):

@@ -190,6 +190,7 @@ class CollectConfig(StrictModel):
         if (self.steps is None) == (self.episodes is None):
             raise ValueError("collect.steps: set exactly one of collect.steps and collect.episodes (the other null)")
         budget = self.steps if self.steps is not None else self.episodes
+        assert budget is not None  # exactly one of the two is set (checked above)
         if self.shards > budget:
             key = "steps" if self.steps is not None else "episodes"
             raise ValueError(f"collect.shards: {self.shards} shards need at least as many collect.{key} (got {budget})")

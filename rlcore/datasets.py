@@ -62,6 +62,7 @@ def arrow_schema(obs_dim: int, action_space: spaces.Space) -> pa.Schema:
     if isinstance(action_space, spaces.Discrete):
         action = pa.int64()
     else:
+        assert action_space.shape is not None
         action = pa.list_(pa.float32(), int(np.prod(action_space.shape)))
     return pa.schema(
         [
@@ -101,7 +102,7 @@ class DatasetWriter:
         self.row_group_size = row_group_size
         self._atomic = AtomicTarget(self.path)
         self._writer = _RowGroupWriter(self._atomic.tmp, self.schema, row_group_size)
-        self._pending: list[dict[str, np.ndarray]] = []
+        self._pending: list[dict[str, Any]] = []  # column -> array (log_prob: array or None)
         self._pending_rows = 0
         self.episodes = 0
         self.transitions = 0
@@ -296,8 +297,9 @@ class OfflineData:
     @classmethod
     def concat(cls, parts: list[OfflineData]) -> OfflineData:
         """``parts`` one after another (the first one's metadata)."""
-        return cls(
-            *(np.concatenate([getattr(part, name) for part in parts]) for name in
+        # mypy cannot match *args of unknown length against the dataclass fields (misc, arg-type)
+        return cls(  # type: ignore[misc]
+            *(np.concatenate([getattr(part, name) for part in parts]) for name in  # type: ignore[arg-type]
               ("obs", "actions", "rewards", "next_obs", "terminated", "truncated", "episode_id")),
             metadata=parts[0].metadata,
         )  # fmt: skip
@@ -429,6 +431,7 @@ def _decode(
     """The columns of ``groups`` decoded straight into preallocated arrays (memory: result + one row group)."""
     total = sum(parquet.metadata.row_group(group).num_rows for group in groups)
     discrete = isinstance(action_space, spaces.Discrete)
+    assert action_space.shape is not None
     action_shape = (total,) if discrete else (total, int(np.prod(action_space.shape)))
     arrays: dict[str, np.ndarray] = {
         "episode_id": np.empty(total, np.int64),
@@ -467,6 +470,7 @@ def _as_data(
     arrays: dict[str, np.ndarray], observation_space: spaces.Box, action_space: spaces.Space, metadata: dict[str, Any]
 ) -> OfflineData:
     discrete = isinstance(action_space, spaces.Discrete)
+    assert action_space.shape is not None
     return OfflineData(
         obs=arrays["observation"].reshape(-1, *observation_space.shape),
         actions=arrays["action"] if discrete else arrays["action"].reshape(-1, *action_space.shape),
@@ -509,6 +513,7 @@ def _check_columns(path: Path, schema: pa.Schema, obs_dim: int, action_space: sp
         if not pa.types.is_integer(kind):
             raise DatasetError(f"{path}: column 'action' has type {kind}, but {env_id} has discrete actions (int64)")
     else:
+        assert action_space.shape is not None
         size = int(np.prod(action_space.shape))
         if not pa.types.is_fixed_size_list(kind) or kind.list_size != size:
             raise DatasetError(

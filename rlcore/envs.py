@@ -60,7 +60,7 @@ def make_vector_env(
     ``sync``. Refuses (one line) an env that does not reset in the step after an episode ends, which every
     loop here relies on (gymnasium's default, ``AutoresetMode.NEXT_STEP``).
     """
-    wrappers: list[Callable[[gym.Env], gym.Env]] = [
+    wrappers: list[Callable[[gym.Env], gym.Wrapper]] = [
         functools.partial(import_object(item.wrapper), **item.kwargs) for item in env.wrappers
     ]
     if episode_settings is not None:

@@ -44,6 +44,9 @@ class ExportError(RLCoreError):
 class GreedyPolicy(nn.Module):
     """raw obs -> (greedy action, scores); what gets exported."""
 
+    low: torch.Tensor
+    high: torch.Tensor
+
     def __init__(self, policy: Policy, action_low: np.ndarray | None, action_high: np.ndarray | None) -> None:
         super().__init__()
         self.policy = policy

@@ -91,7 +91,9 @@ def _open(source: str) -> Any:
         raise DatasetError(f"{source}: not {where}: {exc}") from None
 
 
-def _rows(source: str, episode: Any, observation_space: spaces.Box) -> tuple[np.ndarray, ...]:
+def _rows(
+    source: str, episode: Any, observation_space: spaces.Box
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, None]:
     """One Minari episode as rlcore's columns: obs, actions, rewards, next_obs, terminated, truncated, None."""
     observations = np.asarray(episode.observations, dtype=np.float32).reshape(len(episode.observations), -1)
     length = len(episode.rewards)

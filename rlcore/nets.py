@@ -16,6 +16,10 @@ class ObsNormalizer(nn.Module):
     Statistics are buffers, so they are saved with the weights and exported with the graph.
     """
 
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, shape: tuple[int, ...], clip: float, enabled: bool, epsilon: float = 1e-8) -> None:
         super().__init__()
         self.enabled = enabled
@@ -138,8 +142,8 @@ class TwinQ(EnsembleMLP):
 @torch.no_grad()
 def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     """target <- (1 - tau) * target + tau * source for parameters; buffers (e.g. normalizer statistics) are copied."""
-    target_params = list(target.parameters())
-    source_params = list(source.parameters())
+    target_params: list[torch.Tensor] = list(target.parameters())
+    source_params: list[torch.Tensor] = list(source.parameters())
     if tau >= 1.0:
         torch._foreach_copy_(target_params, source_params)
     else:

@@ -40,6 +40,7 @@ from rlcore.nets import ObsNormalizer, mlp
 def action_dim(action_space: spaces.Space) -> int:
     if isinstance(action_space, spaces.Discrete):
         return int(action_space.n)
+    assert action_space.shape is not None
     return int(np.prod(action_space.shape))
 
 
@@ -48,6 +49,8 @@ class Policy(nn.Module):
 
     discrete: bool
     obs_normalizer: ObsNormalizer
+    action_loc: torch.Tensor
+    action_scale: torch.Tensor
     has_distribution: ClassVar[bool] = False
     """Whether :meth:`distribution` is defined (stochastic actors)."""
 

@@ -102,6 +102,7 @@ def test_resume_after_kill_continues_from_checkpoint_step(project: Path):
     assert steps == sorted(steps) and steps[0] == before[0][0] and steps[-1] == 40960
 
 
+@pytest.mark.slow
 def test_off_policy_resume_after_kill_keeps_replay_and_step_counter(project: Path):
     preset = str(Path(__file__).resolve().parents[1] / "configs" / "dqn-cartpole.yaml")
     overrides = [

@@ -46,6 +46,7 @@ def _minari_from(data, dataset_id: str, env_id: str) -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_minari_dataset_converts_row_for_row_and_trains(project: Path, minari_home: Path) -> None:
     rlcore("collect", *sets(["collect.policy=random", "collect.steps=3000", "collect.num_envs=4"]), cwd=project)
     env = gym.make("CartPole-v1")

@@ -210,6 +210,7 @@ def _spawn(root: Path, overrides: list[str]) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.slow
 def test_two_sweep_processes_on_one_study_run_trials_concurrently_without_losing_or_duplicating(
     project: Path,
 ) -> None:
@@ -231,6 +232,7 @@ def test_two_sweep_processes_on_one_study_run_trials_concurrently_without_losing
     ), "no two trials of the two processes ran at the same time"
 
 
+@pytest.mark.slow
 def test_sigkill_mid_sweep_then_rerun_completes_the_study_and_keeps_finished_trials(project: Path) -> None:
     overrides = [*SHORT, "sweep.n_trials=6", "sweep.workers=2"]
     sweep = _spawn(project, overrides)

@@ -11,7 +11,7 @@ Discrete actions: Q(s, .) over all actions and a categorical policy; Box actions
 from __future__ import annotations
 
 import copy
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from gymnasium import spaces
@@ -54,7 +54,7 @@ class IQL(OfflineAlgorithm[IQLConfig, Policy]):
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: IQLConfig
     ) -> Policy:
-        return stochastic_actor(observation_space, action_space, config)
+        return stochastic_actor(cast(spaces.Box, observation_space), action_space, config)
 
     def _log_prob(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """log pi(a|s) of the dataset's actions: (B,)."""

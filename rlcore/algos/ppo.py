@@ -12,7 +12,7 @@ For each rollout (collected by the on-policy trainer, advantages from GAE, the f
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from gymnasium import spaces
@@ -67,7 +67,7 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: PPOConfig
     ) -> ActorCritic:
-        return ActorCritic(observation_space, action_space, config)
+        return ActorCritic(cast(spaces.Box, observation_space), action_space, config)
 
     def update(self, rollout: RolloutBuffer, progress: float, generator: torch.Generator) -> dict[str, float]:
         """K epochs of minibatch updates on one rollout. ``progress`` in [0, 1] drives the schedules."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 import torch
@@ -78,10 +78,11 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: SACConfig
     ) -> Policy:
         if isinstance(action_space, spaces.Discrete):
-            return CategoricalActor(observation_space, action_space, config)
+            return CategoricalActor(cast(spaces.Box, observation_space), action_space, config)
+        assert isinstance(action_space, spaces.Box)  # the only other kind in action_spaces
         if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
             raise ConfigError(f"algo.name: sac squashes actions into their bounds, but {action_space} is unbounded")
-        return SquashedGaussianActor(observation_space, action_space, config)
+        return SquashedGaussianActor(cast(spaces.Box, observation_space), action_space, config)
 
     def _q(self, critic: TwinQ, features: torch.Tensor, actions: torch.Tensor | None) -> torch.Tensor:
         """Twin Q-values: (2, B, n_actions) for discrete actions, (2, B) for Box actions in env units

@@ -16,10 +16,11 @@ from rlcore.trainers.stopping import EvaluationCallback
 
 Trainer = Callable[[Params, Path, EvaluationCallback | None, Path | None], dict[str, Any]]
 
+# The keys are the abstract family classes: mypy refuses abstract classes as type[...] values (type-abstract).
 TRAINERS: dict[type[Algorithm[Any, Any]], Trainer] = {
-    OnPolicyAlgorithm: train_on_policy,
-    OffPolicyAlgorithm: train_off_policy,
-    OfflineAlgorithm: train_offline,
+    OnPolicyAlgorithm: train_on_policy,  # type: ignore[type-abstract]
+    OffPolicyAlgorithm: train_off_policy,  # type: ignore[type-abstract]
+    OfflineAlgorithm: train_offline,  # type: ignore[type-abstract]
 }
 """Family -> its trainer."""
 

@@ -50,7 +50,7 @@ def _live(directory: Path, resume: bool) -> Any:
     from dvclive import Live
     from scmrepo.exceptions import SCMError
 
-    options = {"resume": resume, "dvcyaml": None, "save_dvc_exp": False, "report": None}
+    options: dict[str, Any] = {"resume": resume, "dvcyaml": None, "save_dvc_exp": False, "report": None}
     try:
         return Live(str(directory), **options)
     except SCMError as exc:

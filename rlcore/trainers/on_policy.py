@@ -8,7 +8,7 @@ are the session's.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from gymnasium import spaces
@@ -16,6 +16,7 @@ from gymnasium import spaces
 from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig
 from rlcore.buffers import RolloutBuffer
 from rlcore.config import Params
+from rlcore.policies import ActorCritic
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import EnvSource
 from rlcore.trainers.stopping import EvaluationCallback
@@ -28,7 +29,8 @@ def train_on_policy(
     with TrainingSession(params, run_dir, on_evaluation, resume_from, lambda p, *_: EnvSource(p)) as session:
         cfg = params.algo
         assert isinstance(cfg, OnPolicyConfig) and isinstance(session.algorithm, OnPolicyAlgorithm)
-        policy, algorithm, source = session.policy, session.algorithm, session.source
+        # On-policy policies are actor-critics (value() below); session.policy is typed as the base Policy.
+        policy, algorithm, source = cast(ActorCritic, session.policy), session.algorithm, session.source
         n_steps, num_envs = cfg.n_steps, params.env.num_envs
         obs = source.reset(session.state.env_steps)
         policy.obs_normalizer.update(torch.as_tensor(obs, dtype=torch.float32))
