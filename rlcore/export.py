@@ -27,12 +27,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlcore.actions import to_env_actions
 from rlcore.config import EnvConfig
 from rlcore.envs import make_vector_env, space_from_description
 from rlcore.errors import RLCoreError
 from rlcore.io import sha256_file, write_json
-from rlcore.policies import Policy
+from rlcore.policies import Policy, reset_state
+from rlcore.stepping import VectorStepper
 
 log = logging.getLogger("rlcore")
 
@@ -42,7 +42,7 @@ class ExportError(RLCoreError):
 
 
 class GreedyPolicy(nn.Module):
-    """raw obs -> (greedy action, scores); what gets exported."""
+    """raw obs -> (greedy action, scores); what gets exported for a stateless policy."""
 
     low: torch.Tensor
     high: torch.Tensor
@@ -56,12 +56,21 @@ class GreedyPolicy(nn.Module):
             self.register_buffer("low", torch.as_tensor(action_low.reshape(-1), dtype=torch.float32))
             self.register_buffer("high", torch.as_tensor(action_high.reshape(-1), dtype=torch.float32))
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        scores = self.policy.act_scores(obs)
-        action = self.policy.deterministic_action(obs)
-        if self.discrete:
-            return action, scores
-        return torch.maximum(torch.minimum(action, self.high), self.low), scores
+    def clip(self, action: torch.Tensor) -> torch.Tensor:
+        return action if self.discrete else torch.maximum(torch.minimum(action, self.high), self.low)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        action, scores, _ = self.policy.greedy(obs, None)
+        return self.clip(action), scores
+
+
+class GreedyStatefulPolicy(GreedyPolicy):
+    """(raw obs, state) -> (greedy action, scores, next state); what gets exported for a policy with a state."""
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+        action, scores, next_state = self.policy.greedy(obs, state)
+        assert next_state is not None
+        return self.clip(action), scores, next_state
 
 
 @dataclass(frozen=True)
@@ -69,22 +78,63 @@ class ExportResult:
     files: dict[str, str]
     """File name -> sha256."""
     parity: dict[str, Any]
+    interface: dict[str, Any]
+    """The graph's inputs and outputs, described for the model card."""
+
+
+def describe_interface(policy: Policy) -> dict[str, Any]:
+    """What the exported graph takes and returns (and, for a policy with a state, the state's shape and start)."""
+    inputs = {"obs": "float32 (batch, *observation_space.shape), raw observations (normalization is inside)"}
+    outputs = {
+        "action": "greedy action: int64 (batch,) for discrete, float32 (batch, *shape) clipped for box",
+        "scores": "float32 (batch, action_dim): what the greedy action is read from: logits (categorical), "
+        "Q-values (dqn), the Gaussian mean before clipping (ppo, bc, iql) or the mean before tanh (sac, td3bc)",
+    }
+    interface: dict[str, Any] = {"inputs": inputs, "outputs": outputs}
+    initial = policy.initial_state(1)
+    if initial is not None:
+        shape = list(initial.shape[1:])
+        inputs["state"] = f"float32 (batch, {', '.join(map(str, shape))}): the state returned by the previous step"
+        outputs["next_state"] = f"float32 (batch, {', '.join(map(str, shape))}): feed it to the next step"
+        interface["state"] = {
+            "shape": shape,
+            "initial": initial[0].tolist(),
+            "reset": "at every episode start, set the env's row back to the initial state",
+        }
+    return interface
 
 
 def parity_observations(env_config: EnvConfig, policy: Policy, count: int, seed: int) -> np.ndarray:
     """``count`` real observations, (count, *obs_shape) float32, from sampling the policy in its env."""
+    return parity_inputs(env_config, policy, count, seed)["obs"]
+
+
+def parity_inputs(env_config: EnvConfig, policy: Policy, count: int, seed: int) -> dict[str, np.ndarray]:
+    """The exported graph's inputs at ``count`` real steps of the policy sampled in its env: ``obs``
+    (count, *obs_shape) float32, and for a policy with a state the ``state`` it carried into each step
+    (reset where an episode began), so parity is checked along real sequences."""
     num_envs = min(count, 16)
     env = make_vector_env(env_config, num_envs)
+    stepper = VectorStepper(env)
     generator = torch.Generator().manual_seed(seed)
-    collected: list[np.ndarray] = []
-    obs, _ = env.reset(seed=seed)
+    observations: list[np.ndarray] = []
+    states: list[np.ndarray] = []
+    obs = stepper.reset(seed)
+    state = policy.initial_state(num_envs)
     with torch.no_grad():
-        while sum(len(batch) for batch in collected) < count:
-            collected.append(np.asarray(obs, dtype=np.float32))
-            action = policy.sample_action(torch.as_tensor(obs, dtype=torch.float32), generator)
-            obs, *_ = env.step(to_env_actions(action, env.single_action_space))
+        while sum(len(batch) for batch in observations) < count:
+            observations.append(np.asarray(obs, dtype=np.float32))
+            if state is not None:
+                states.append(state.numpy().astype(np.float32))
+            action, state = policy.act(torch.as_tensor(obs, dtype=torch.float32), state, False, generator)
+            step = stepper.step(action.numpy())
+            obs = step.next_obs
+            state = reset_state(policy, state, ~step.valid)
     env.close()
-    return np.concatenate(collected)[:count]
+    inputs = {"obs": np.concatenate(observations)[:count]}
+    if states:
+        inputs["state"] = np.concatenate(states)[:count]
+    return inputs
 
 
 def export_policy(
@@ -103,34 +153,34 @@ def export_policy(
     Files are built in a temporary folder and moved into ``out_dir`` only once every check passed,
     so a failed export never replaces a good one.
     """
-    if policy.initial_state(1) is not None:
-        raise RLCoreError("export: the policy carries a recurrent state; (obs, state) graphs are not exported yet")
     action_space = space_from_description(meta["spaces"]["action"])
     low = getattr(action_space, "low", None)
     high = getattr(action_space, "high", None)
-    model = GreedyPolicy(policy, low, high).eval()
+    stateful = policy.initial_state(1) is not None
+    model = (GreedyStatefulPolicy if stateful else GreedyPolicy)(policy, low, high).eval()
     env = meta["params"]["env"]
-    obs = parity_observations(EnvConfig.model_validate(env), policy, observations, seed)
-    obs_tensor = torch.as_tensor(obs)
+    inputs = parity_inputs(EnvConfig.model_validate(env), policy, observations, seed)
+    input_names = list(inputs)  # ["obs"] or ["obs", "state"]
+    output_names = ["action", "scores", *(["next_state"] if stateful else [])]
+    tensors = [torch.as_tensor(inputs[name]) for name in input_names]
     with torch.no_grad():
-        expected_action, expected_scores = (t.numpy() for t in model(obs_tensor))
+        expected = [t.numpy() for t in model(*tensors)]
 
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out_dir))
-    parity: dict[str, Any] = {"observations": int(len(obs)), "tolerance": tolerance}
+    parity: dict[str, Any] = {"observations": int(len(inputs["obs"])), "tolerance": tolerance}
     try:
         batch = torch.export.Dim("batch", min=1, max=1 << 16)
-        example = (obs_tensor[:2].clone(),)
+        example = tuple(t[:2].clone() for t in tensors)
+        dynamic_shapes = {name: {0: batch} for name in input_names}
         if torch_export:
             with _quiet_exporters():
-                program = torch.export.export(model, example, dynamic_shapes={"obs": {0: batch}})
+                program = torch.export.export(model, example, dynamic_shapes=dynamic_shapes)
                 torch.export.save(program, staging / "policy.pt2")
                 loaded = torch.export.load(staging / "policy.pt2").module()
             with torch.no_grad():
-                action, scores = (t.numpy() for t in loaded(obs_tensor))
-            parity["torch_export_max_abs_diff"] = _check(
-                expected_action, expected_scores, action, scores, tolerance, "policy.pt2"
-            )
+                outputs = [t.numpy() for t in loaded(*tensors)]
+            parity["torch_export_max_abs_diff"] = _check(expected, outputs, tolerance, "policy.pt2")
         if onnx:
             with _quiet_exporters():
                 torch.onnx.export(
@@ -139,22 +189,20 @@ def export_policy(
                     str(staging / "policy.onnx"),
                     dynamo=True,
                     opset_version=opset,
-                    input_names=["obs"],
-                    output_names=["action", "scores"],
-                    dynamic_shapes={"obs": {0: batch}},
+                    input_names=input_names,
+                    output_names=output_names,
+                    dynamic_shapes=dynamic_shapes,
                     external_data=False,
                     verbose=False,
                 )
-            parity["onnx_max_abs_diff"] = _check_onnx(
-                staging / "policy.onnx", obs, expected_action, expected_scores, tolerance
-            )
+            parity["onnx_max_abs_diff"] = _check_onnx(staging / "policy.onnx", inputs, expected, tolerance)
         files = {}
         for path in sorted(staging.iterdir()):
             files[path.name] = sha256_file(path)
             os.replace(path, out_dir / path.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return ExportResult(files, parity)
+    return ExportResult(files, parity, describe_interface(policy))
 
 
 @contextlib.contextmanager
@@ -176,15 +224,12 @@ def _quiet_exporters() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def _check(
-    expected_action: np.ndarray,
-    expected_scores: np.ndarray,
-    action: np.ndarray,
-    scores: np.ndarray,
-    tolerance: float,
-    what: str,
-) -> float:
+def _check(expected: list[np.ndarray], outputs: list[np.ndarray], tolerance: float, what: str) -> float:
+    """Max |exported - torch| over the outputs (action, scores, and next_state where there is one)."""
+    (expected_action, expected_scores, *expected_rest), (action, scores, *rest) = expected, outputs
     diff = float(np.max(np.abs(expected_scores - scores)))
+    for want, got in zip(expected_rest, rest, strict=True):
+        diff = max(diff, float(np.max(np.abs(want - got))))
     action_diff = float(np.max(np.abs(expected_action.astype(np.float64) - action.astype(np.float64))))
     if np.issubdtype(expected_action.dtype, np.integer):
         # Argmax may legitimately flip where two logits are closer than the tolerance.
@@ -199,23 +244,16 @@ def _check(
     return worst
 
 
-def _check_onnx(
-    path: Path, obs: np.ndarray, expected_action: np.ndarray, expected_scores: np.ndarray, tolerance: float
-) -> float:
+def _check_onnx(path: Path, inputs: dict[str, np.ndarray], expected: list[np.ndarray], tolerance: float) -> float:
     import onnx
     import onnxruntime
 
     onnx.checker.check_model(str(path))
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    action, scores = session.run(["action", "scores"], {"obs": obs})
-    worst = _check(expected_action, expected_scores, action, scores, tolerance, "policy.onnx")
-    single_action, single_scores = session.run(["action", "scores"], {"obs": obs[:1]})
-    return max(
-        worst,
-        _check(
-            expected_action[:1], expected_scores[:1], single_action, single_scores, tolerance, "policy.onnx (batch 1)"
-        ),
-    )
+    names = [output.name for output in session.get_outputs()]
+    worst = _check(expected, session.run(names, inputs), tolerance, "policy.onnx")
+    single = session.run(names, {name: values[:1] for name, values in inputs.items()})
+    return max(worst, _check([e[:1] for e in expected], single, tolerance, "policy.onnx (batch 1)"))
 
 
 def git_revision(cwd: Path) -> dict[str, Any]:
@@ -245,14 +283,7 @@ def model_card(
         "env": {"id": params["env"]["id"], "kwargs": params["env"]["kwargs"]},
         "observation_space": meta["spaces"]["observation"],
         "action_space": meta["spaces"]["action"],
-        "interface": {
-            "inputs": {"obs": "float32 (batch, *observation_space.shape), raw observations (normalization is inside)"},
-            "outputs": {
-                "action": "greedy action: int64 (batch,) for discrete, float32 (batch, *shape) clipped for box",
-                "scores": "float32 (batch, action_dim): what the greedy action is read from: logits (categorical), "
-                "Q-values (dqn), the Gaussian mean before clipping (ppo, bc, iql) or the mean before tanh (sac, td3bc)",
-            },
-        },
+        "interface": result.interface,
         "evaluation": selection["evaluation"],
         "selected_checkpoint": selection["checkpoint"],
         "selection_reason": selection["reason"],

@@ -103,6 +103,12 @@ class Policy(nn.Module):
         actions = self.deterministic_action(obs) if deterministic else self.sample_action(obs, generator)
         return actions, state
 
+    def greedy(
+        self, obs: torch.Tensor, state: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(greedy action, scores, next state): what the exported graph computes. A stateful policy overrides it."""
+        return self.deterministic_action(obs), self.act_scores(obs), state
+
 
 def reset_state(policy: Policy, state: torch.Tensor | None, started: np.ndarray) -> torch.Tensor | None:
     """``state`` with the rows of ``started`` (B,) bool put back to the initial state.

@@ -51,3 +51,45 @@ def test_collection_resets_the_state_when_an_env_starts_a_new_episode(tmp_path: 
     table = pq.read_table(path, columns=["episode_id", "step", "action"]).to_pandas()
     assert table["episode_id"].nunique() > 10  # many episodes, so many resets
     assert (table["action"] == table["step"] % 2).all()
+
+
+class LearnedStepCounter(StepCounter):
+    """StepCounter with weights (an exportable module): scores are a linear readout of (obs, parity)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.readout = torch.nn.Linear(5, 2)
+
+    def greedy(self, obs, state):
+        parity = torch.remainder(state, 2.0)
+        scores = self.readout(torch.cat([obs, parity], dim=-1))
+        return parity[:, 0].long(), scores, state + 1
+
+
+def test_export_takes_and_returns_the_state_and_matches_torch_along_real_sequences(tmp_path: Path):
+    import onnxruntime
+
+    from rlcore.envs import describe_space
+    from rlcore.export import export_policy, parity_inputs
+
+    policy = LearnedStepCounter().eval()
+    meta = {
+        "spaces": {
+            "observation": describe_space(policy_space := gym.spaces.Box(-np.inf, np.inf, (4,))),
+            "action": describe_space(gym.spaces.Discrete(2)),
+        },
+        "params": {"env": EnvConfig(id="CartPole-v1").model_dump(mode="json")},
+    }
+    del policy_space
+    result = export_policy(policy, meta, tmp_path, True, True, 300, 1e-5, 18)
+    assert result.interface["state"] == {"shape": [1], "initial": [0.0], "reset": result.interface["state"]["reset"]}
+    inputs = parity_inputs(EnvConfig(id="CartPole-v1"), policy, 2000, seed=3)  # 16 envs x 125 steps
+    assert inputs["state"].max() > 20 and (inputs["state"][16:] == 0).any()  # real sequences, with resets
+    session = onnxruntime.InferenceSession(str(tmp_path / "policy.onnx"), providers=["CPUExecutionProvider"])
+    action, scores, next_state = session.run(["action", "scores", "next_state"], inputs)
+    with torch.no_grad():
+        want_action, want_scores, want_state = policy.greedy(
+            torch.as_tensor(inputs["obs"]), torch.as_tensor(inputs["state"])
+        )
+    assert (action == want_action.numpy()).all() and (next_state == want_state.numpy()).all()
+    assert np.abs(scores - want_scores.numpy()).max() < 1e-5
