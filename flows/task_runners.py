@@ -22,14 +22,23 @@ def dask_task_runner(deploy: DeployConfig) -> TaskRunner:
 
     if deploy.dask_address:
         return DaskTaskRunner(address=deploy.dask_address)
-    return DaskTaskRunner(
-        cluster_kwargs={
-            "n_workers": deploy.dask_workers,
-            "processes": True,
-            "threads_per_worker": 1,
-            "dashboard_address": None,
-        }
-    )
+    return DaskTaskRunner(cluster_kwargs=local_cluster_kwargs(deploy))
+
+
+def local_cluster_kwargs(deploy: DeployConfig) -> dict[str, Any]:
+    """A LocalCluster that listens on 127.0.0.1 only, with no dashboard.
+
+    ``dashboard_address=None`` alone is not enough: the scheduler still starts its HTTP server (health and
+    metrics routes) on port 8787; here it takes an ephemeral loopback port instead.
+    """
+    return {
+        "n_workers": deploy.dask_workers,
+        "processes": True,
+        "threads_per_worker": 1,
+        "host": "127.0.0.1",
+        "dashboard_address": None,
+        "scheduler_kwargs": {"dashboard": False, "dashboard_address": "127.0.0.1:0"},
+    }
 
 
 def retry_options(deploy: DeployConfig) -> dict[str, Any]:

@@ -196,3 +196,23 @@ def test_an_existing_dask_cluster_named_in_params_runs_collection_shards_and_swe
         assert len(trials) == 2 and {t.user_attrs["worker_pid"] for t in trials} <= worker_pids
         _, logs = asyncio.run(_task_runs_and_logs(state.state_details.flow_run_id, wait_for="shared file system"))
         assert "on a shared file system (or set sweep.storage to a PostgreSQL URL)" in logs
+
+
+def test_the_local_dask_cluster_listens_on_loopback_ephemeral_ports_only():
+    """No dashboard and nothing on 8787 or a public interface: only what the run needs, on 127.0.0.1."""
+    import psutil
+    from distributed import LocalCluster
+
+    from flows.task_runners import local_cluster_kwargs
+
+    with LocalCluster(**local_cluster_kwargs(DeployConfig(dask_workers=2))):
+        processes = [psutil.Process(), *psutil.Process().children(recursive=True)]
+        listening = [
+            connection.laddr
+            for process in processes
+            for connection in process.net_connections(kind="inet")
+            if connection.status == psutil.CONN_LISTEN
+        ]
+    assert listening, "the cluster should listen somewhere (scheduler and workers)"
+    assert {address.ip for address in listening} == {"127.0.0.1"}
+    assert 8787 not in {address.port for address in listening}
