@@ -10,6 +10,7 @@ what the run's budget counts (``step_unit``): env steps for online runs, gradien
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -60,17 +61,44 @@ def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def content_digest(meta_json: str, tensors: dict[str, Any]) -> str:
+    """sha256 of a checkpoint's metadata and every value in its state dicts (tensors by dtype, shape and bytes),
+    in key order: stored in the file, so bytes garbled anywhere in it are found at load."""
+    digest = hashlib.sha256(meta_json.encode())
+
+    def visit(value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            flat = value.detach().contiguous().reshape(-1)
+            digest.update(f"T{value.dtype}{tuple(value.shape)}".encode())
+            digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+        elif isinstance(value, dict):
+            for key in sorted(value, key=str):
+                digest.update(f"K{key!r}".encode())
+                visit(value[key])
+        elif isinstance(value, list | tuple):
+            digest.update(f"L{len(value)}".encode())
+            for item in value:
+                visit(item)
+        else:
+            digest.update(f"V{value!r}".encode())
+
+    visit(tensors)
+    return digest.hexdigest()
+
+
 def save_checkpoint(
     path: Path, algo: str, step: int, step_unit: StepUnit, meta: dict[str, Any], tensors: dict[str, Any]
 ) -> None:
     """Write atomically: a crash mid-write leaves the previous checkpoints untouched and loadable."""
+    meta_json = json.dumps(meta, allow_nan=False)
     payload = {
         "format": FORMAT,
         "version": VERSION,
         "algo": algo,
         "step": step,
         "step_unit": step_unit,
-        "meta": json.dumps(meta, allow_nan=False),
+        "meta": meta_json,
+        "content_sha256": content_digest(meta_json, tensors),
         **tensors,
     }
     with atomic_path(path) as tmp:
@@ -96,8 +124,11 @@ def load_checkpoint(path: Path, expected_algo: str | None = None) -> Checkpoint:
     algo = payload["algo"]
     if expected_algo is not None and algo != expected_algo:
         raise CheckpointError(f"{path}: checkpoint was written by algorithm {algo!r}, params say {expected_algo!r}")
-    header = {"format", "version", "algo", "step", "step_unit", "meta"}
+    header = {"format", "version", "algo", "step", "step_unit", "meta", "content_sha256"}
     tensors = {k: v for k, v in payload.items() if k not in header}
+    recorded = payload.get("content_sha256")
+    if recorded is not None and recorded != content_digest(payload["meta"], tensors):
+        raise CheckpointError(f"{path}: corrupt checkpoint (its content does not match the hash stored in it)")
     unit = payload.get("step_unit", "env_steps")
     if "step" not in payload or unit not in ("env_steps", "gradient_steps"):
         raise CheckpointError(f"{path}: checkpoint has no step count (written by an older rlcore?)")

@@ -69,8 +69,9 @@ class OffPolicyConfig(AlgoConfig):
     """Env steps of uniformly random actions before the first update (warm-up)."""
     train_freq: int = Field(1, ge=1)
     """Env steps (summed over envs) collected between two update phases."""
-    gradient_steps_per_sample: float = Field(1.0, gt=0)
-    """Gradient steps per collected env step (update-to-data ratio); fractions carry over between phases."""
+    gradient_steps_per_sample: float = Field(1.0, gt=0, le=1000)
+    """Gradient steps per collected env step (update-to-data ratio, at most 1000); fractions carry over between
+    phases."""
     tau: float = Field(1.0, gt=0, le=1)
     """Target-network update: Polyak averaging with this weight; 1.0 copies the weights (a hard update)."""
     target_update_interval: int = Field(1, ge=1)
@@ -115,6 +116,9 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
         self.config = config
         self.gradient_steps = 0
         """Optimizer steps taken so far (saved; drives delayed and periodic target updates)."""
+        self.skipped_steps = 0
+        """Optimizer steps skipped for a non-finite loss or gradient (see :meth:`optimizer_step`)."""
+        self.consecutive_skips = 0
 
     @staticmethod
     @abstractmethod
@@ -152,13 +156,30 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
         loss: torch.Tensor,
         parameters: Iterable[nn.Parameter] | None = None,
         max_grad_norm: float | None = None,
-    ) -> None:
-        """One gradient step on ``loss``, clipping the gradient norm of ``parameters`` when asked."""
+    ) -> bool:
+        """One gradient step on ``loss``, clipping the gradient norm of ``parameters`` when asked.
+
+        A non-finite loss (or clipped gradient norm) is skipped, never applied: one such step would make every
+        weight NaN. Skips are counted (``skipped_steps``, ``consecutive_skips``); the trainer stops the run when
+        they persist. Returns whether the step was applied.
+        """
         optimizer.zero_grad(set_to_none=True)
+        if not bool(torch.isfinite(loss)):
+            return self._skip()
         loss.backward()
         if max_grad_norm is not None and parameters is not None:
-            nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+            norm = nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+            if not bool(torch.isfinite(norm)):
+                optimizer.zero_grad(set_to_none=True)
+                return self._skip()
         optimizer.step()
+        self.consecutive_skips = 0
+        return True
+
+    def _skip(self) -> bool:
+        self.skipped_steps += 1
+        self.consecutive_skips += 1
+        return False
 
 
 class OnPolicyAlgorithm(Algorithm[ConfigT, PolicyT]):

@@ -70,20 +70,44 @@ class MetricsLog:
 
     Training metrics are averaged over updates and written every ``every`` steps: one dvclive row
     costs milliseconds, as much as a whole small PPO update.
+
+    A non-finite value (a NaN or infinite loss) is never averaged in, but never hidden either: every row
+    has ``train/non_finite_metrics``, the number of non-finite values since the previous row, and the
+    first one is a warning in the log naming the metric and the step.
     """
 
-    def __init__(self, directory: Path, resume: bool, every: int, step: int) -> None:
+    NON_FINITE = "train/non_finite_metrics"
+
+    def __init__(self, directory: Path, resume: bool, every: int, next_row: int) -> None:
         self.live = _live(directory, resume)
         self.every = every
-        self.next_row = step + every
+        self.next_row = next_row
         self.sums: dict[str, float] = {}
         self.counts: dict[str, int] = {}
+        self.non_finite = 0
+        """Non-finite values since the last row."""
+        self.warned = False
 
     def add(self, metrics: dict[str, float]) -> None:
         for key, value in metrics.items():
             if np.isfinite(value):
                 self.sums[key] = self.sums.get(key, 0.0) + float(value)
                 self.counts[key] = self.counts.get(key, 0) + 1
+            else:
+                self._count_non_finite(key, value, self.next_row - self.every)
+
+    def _count_non_finite(self, key: str, value: float, step: int) -> None:
+        self.non_finite += 1
+        if not self.warned:
+            self.warned = True
+            log.warning(
+                "non-finite metric %s = %s near step %d (training diverged, or a loss is undefined): left out of "
+                "the curves, counted in %s (this warning is shown once per run)",
+                key,
+                value,
+                step,
+                self.NON_FINITE,
+            )
 
     def due(self, step: int) -> bool:
         return step >= self.next_row
@@ -92,16 +116,23 @@ class MetricsLog:
         """Write the averages since the last row, plus ``extra``, as one row at ``step``."""
         row = {key: total / self.counts[key] for key, total in self.sums.items()}
         row.update(extra)
-        self.sums, self.counts = {}, {}
+        for key, value in extra.items():
+            if not np.isfinite(value):
+                self._count_non_finite(key, value, step)
+        row[self.NON_FINITE] = float(self.non_finite)
+        self.sums, self.counts, self.non_finite = {}, {}, 0
         self.next_row = step + self.every
         self.log(step, row)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        """Log ``{"train/loss": ..., "eval/mean_return": ...}`` as one row at ``step``."""
+        """Log ``{"train/loss": ..., "eval/mean_return": ...}`` as one row at ``step``; a non-finite value is
+        left out of the row and counted in the next training row."""
         self.live.step = step
         for key, value in metrics.items():
             if np.isfinite(value):
                 self.live.log_metric(key, float(value))
+            elif key != self.NON_FINITE:
+                self._count_non_finite(key, value, step)
         self.live.next_step()
 
     def close(self) -> None:

@@ -12,9 +12,11 @@ params resumes from its latest checkpoint. A finished run, or one whose params c
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
+import os
 import shlex
 import shutil
 import sys
@@ -31,20 +33,22 @@ from rlcore.checkpoints import (
     save_checkpoint,
 )
 from rlcore.config import Params
-from rlcore.errors import CheckpointError
+from rlcore.errors import CheckpointError, RLCoreError
 from rlcore.evaluation import EvalResult
-from rlcore.io import write_json
+from rlcore.io import write_json, write_text
 
 log = logging.getLogger("rlcore")
 
 
-def train_fingerprint(params: Params, reads_dataset: bool) -> str:
-    """Hash of every params key that changes what training computes (``dataset`` only for runs that read it)."""
+def train_fingerprint(params: Params, source: dict[str, Any]) -> str:
+    """Hash of every params key that changes what training computes, and of what the run learns from beyond
+    the params (``source``: for an offline run the dataset section and the file's sha256)."""
     tree = params.to_dict()
     relevant = {key: tree[key] for key in ("seed", "env", "policy", "algo")}
-    if reads_dataset:
-        relevant["dataset"] = tree["dataset"]
+    relevant.update(source)
     relevant["train"] = {k: v for k, v in tree["train"].items() if k != "progress_bar"}
+    # The periodic evaluations' episode cap changes their scores, which stop training (target_return).
+    relevant["eval_max_episode_steps"] = tree["eval"]["max_episode_steps"]
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -63,7 +67,11 @@ class RunState:
     updates: int = 0
     wall_seconds: float = 0.0
     next_eval: int = 0
+    next_log: int = 0
+    """Step of the next row of training metrics (kept, so a resumed run logs on an uninterrupted run's rows)."""
     evaluations: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """What the user should know about the run (e.g. a collapsed policy), in the summary and the report."""
 
     @property
     def steps(self) -> int:
@@ -78,7 +86,9 @@ class RunState:
             "updates": self.updates,
             "wall_seconds": self.wall_seconds,
             "next_eval": self.next_eval,
+            "next_log": self.next_log,
             "evaluations": self.evaluations,
+            "warnings": self.warnings,
         }
 
     @classmethod
@@ -91,11 +101,60 @@ class RunState:
             meta["updates"],
             meta["wall_seconds"],
             meta["next_eval"],
+            meta["next_log"],
             meta["evaluations"],
+            meta.get("warnings", []),
         )
 
 
+class RunLockedError(RLCoreError):
+    """Another live process is training into the same run folder."""
+
+
+class RunLock:
+    """An exclusive ``flock`` on ``runs/<name>/.lock``, held while a process trains into the folder.
+
+    The kernel drops it when the process dies (SIGKILL included), so the next run takes over a dead one's
+    folder, while a second live trainer (or the orphan of a killed ``dvc repro``) is refused, by PID.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.handle: Any = None
+
+    def acquire(self) -> None:
+        if self.handle is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")  # noqa: SIM115  (held open for the lock's lifetime)
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "?"
+            handle.close()
+            raise RunLockedError(
+                f"{self.path.parent}: another rlcore process (PID {holder}) is training this run; "
+                "wait for it to finish or stop it"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self.handle = handle
+
+    def release(self) -> None:
+        if self.handle is not None:
+            fcntl.flock(self.handle.fileno(), fcntl.LOCK_UN)
+            self.handle.close()
+            self.handle = None
+
+
 class RunDirectory:
+    """One run's folder. Nothing in it is deleted before the new run has something better to keep: a run
+    being replaced is moved to ``.previous/`` and dropped only once the new run wrote its first checkpoint
+    (put back if the new run fails before that, or was killed: the next start restores it)."""
+
     def __init__(self, run_dir: Path, fingerprint: str) -> None:
         self.root = Path(run_dir)
         self.fingerprint = fingerprint
@@ -103,27 +162,101 @@ class RunDirectory:
         self.live = self.root / "dvclive"
         self.replay = self.root / "replay"
         self.summary = self.root / "train_summary.json"
+        self.previous = self.root / ".previous"
+        self.lock = RunLock(self.root / ".lock")
+
+    @property
+    def _contents(self) -> list[Path]:
+        return [self.checkpoints, self.live, self.replay, self.summary]
 
     def prepare(self, params: Params, resume_from: Path | None) -> Checkpoint | None:
-        """Decide between resume and a fresh start; return the checkpoint to resume from, if any."""
+        """Lock the folder, then decide between resume and a fresh start; the checkpoint to resume from, if any."""
+        self.lock.acquire()
+        try:
+            self._recover()
+            return self._choose(params, resume_from)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _choose(self, params: Params, resume_from: Path | None) -> Checkpoint | None:
         if resume_from is not None:
             checkpoint = load_checkpoint(resume_from, expected_algo=params.algo.name)
+            if not {"policy", "algorithm", "rng"} <= checkpoint.tensors.keys():
+                raise CheckpointError(
+                    f"{checkpoint.path}: a selected model, not a training checkpoint (no optimizer or RNG state); "
+                    "resume from runs/<name>/checkpoints/step_*.pt"
+                )
             self._check_compatible(checkpoint, params)
             if checkpoint.path.parent.resolve() != self.checkpoints.resolve():
-                self._wipe(f"resuming from {resume_from}")
+                self._replace(f"resuming from {resume_from}")
             return checkpoint
         if self.summary.exists():
-            self._wipe("the previous run finished; starting a fresh run")
+            self._replace("the previous run finished; starting a fresh run")
             return None
-        existing = list_checkpoints(self.checkpoints)
-        if not existing:
-            self._wipe("")
+        latest = self._latest_readable()
+        if latest is None:
+            self._replace("")
             return None
-        checkpoint = load_checkpoint(existing[-1][1])
-        if checkpoint.meta.get("fingerprint") != self.fingerprint:
-            self._wipe(f"train params changed since the interrupted run in {self.root}; starting fresh")
+        if latest.meta.get("fingerprint") != self.fingerprint:
+            self._replace(f"train params changed since the interrupted run in {self.root}; starting fresh")
             return None
-        return checkpoint
+        self._repair_for_resume(latest.step)
+        return latest
+
+    def _latest_readable(self) -> Checkpoint | None:
+        """The newest checkpoint that loads; unreadable newer ones are renamed ``*.corrupt`` (kept, but no
+        longer candidates), saying so."""
+        for _, path in reversed(list_checkpoints(self.checkpoints)):
+            try:
+                return load_checkpoint(path)
+            except CheckpointError as exc:
+                aside = path.with_name(path.name + ".corrupt")
+                os.replace(path, aside)
+                log.warning("%s; resuming from an earlier checkpoint (the file is kept as %s)", exc, aside.name)
+        return None
+
+    def _recover(self) -> None:
+        """Finish what a killed process left: temporary files, and a replacement that never reached a checkpoint."""
+        for folder in (self.checkpoints, self.replay):
+            for stale in folder.glob(".*.tmp") if folder.is_dir() else []:
+                stale.unlink(missing_ok=True)  # we hold the lock: no live writer owns them
+        if self.previous.exists():
+            if list_checkpoints(self.checkpoints):
+                shutil.rmtree(self.previous)
+            else:
+                self.restore_previous()
+
+    def _replace(self, reason: str) -> None:
+        """Move the current run aside (into ``.previous/``) and start an empty one."""
+        if reason and self.root.exists():
+            log.info("%s", reason)
+        present = [path for path in self._contents if path.exists()]
+        if present:
+            shutil.rmtree(self.previous, ignore_errors=True)
+            self.previous.mkdir(parents=True)
+            for path in present:
+                os.replace(path, self.previous / path.name)
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+
+    def restore_previous(self) -> None:
+        """Put a moved-aside run back (the replacement produced no checkpoint)."""
+        if not self.previous.exists() or list_checkpoints(self.checkpoints):
+            return
+        for path in self._contents:
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        for path in self.previous.iterdir():
+            os.replace(path, self.root / path.name)
+        self.previous.rmdir()
+        log.info("restored the previous run in %s (the new one stopped before its first checkpoint)", self.root)
+
+    def _repair_for_resume(self, step: int) -> None:
+        """Make the learning curves end at the checkpoint resumed from: rows logged after it are logged again
+        by the resumed run (no duplicates), and a summary file a kill left half-written is rebuilt."""
+        repair_curves(self.live, step)
 
     def _check_compatible(self, checkpoint: Checkpoint, params: Params) -> None:
         saved_env = checkpoint.meta["params"]["env"]["id"]
@@ -134,14 +267,6 @@ class RunDirectory:
         saved_policy = checkpoint.meta["params"]["policy"]
         if saved_policy != params.policy.model_dump(mode="json"):
             raise CheckpointError(f"{checkpoint.path}: checkpoint's policy section differs from params' policy section")
-
-    def _wipe(self, reason: str) -> None:
-        if reason and self.root.exists():
-            log.info("%s", reason)
-        for path in (self.checkpoints, self.live, self.replay):
-            shutil.rmtree(path, ignore_errors=True)
-        self.summary.unlink(missing_ok=True)
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
 
     def save(
         self,
@@ -163,6 +288,7 @@ class RunDirectory:
         }
         path = checkpoint_path(self.checkpoints, state.steps)
         save_checkpoint(path, params.algo.name, state.steps, state.unit, meta, tensors)
+        shutil.rmtree(self.previous, ignore_errors=True)  # the new run has something to keep now
         return path
 
     def finish(self, state: RunState, stop_reason: str) -> dict[str, Any]:
@@ -177,6 +303,43 @@ class RunDirectory:
             "stop_reason": stop_reason,
             "checkpoints": [p.name for _, p in list_checkpoints(self.checkpoints)],
             "evaluations": state.evaluations,
+            "warnings": state.warnings,
         }
         write_json(self.summary, summary)
         return summary
+
+    def close(self) -> None:
+        self.lock.release()
+
+
+def repair_curves(live_dir: Path, step: int) -> None:
+    """Cut every dvclive TSV under ``live_dir`` to its rows at or before ``step`` and rewrite ``metrics.json``
+    (the latest value of each metric, and the step) from them, atomically."""
+    plots = Path(live_dir) / "plots" / "metrics"
+    latest: dict[str, Any] = {}
+    for tsv in sorted(plots.rglob("*.tsv")) if plots.is_dir() else []:
+        lines = tsv.read_text().splitlines()
+        if not lines:
+            continue
+        header, rows = lines[0], lines[1:]
+        column = header.split("\t").index("step") if "step" in header.split("\t") else None
+        kept = []
+        for row in rows:
+            fields = row.split("\t")
+            try:
+                row_step = int(fields[column]) if column is not None else None
+            except (ValueError, IndexError):
+                continue  # a row cut by a kill
+            if row_step is None or row_step <= step:
+                kept.append(row)
+        if kept != rows:
+            write_text(tsv, "\n".join([header, *kept]) + "\n")
+        if kept:
+            node = latest
+            *parents, name = tsv.relative_to(plots).with_suffix("").parts
+            for part in parents:
+                node = node.setdefault(part, {})
+            value_column = header.split("\t").index(name) if name in header.split("\t") else -1
+            node[name] = float(kept[-1].split("\t")[value_column])
+    if plots.is_dir():
+        write_json(Path(live_dir) / "metrics.json", {**latest, "step": step})

@@ -21,18 +21,27 @@ from gymnasium import spaces
 from rlcore.algos.base import Algorithm
 from rlcore.config import Params
 from rlcore.envs import describe_space
+from rlcore.errors import RLCoreError
 from rlcore.evaluation import Evaluator
 from rlcore.registry import algorithm_class, check_action_space
+from rlcore.resources import check_resources
+from rlcore.seeds import periodic_seeds
 from rlcore.trainers.metrics import EpisodeStats, MetricsLog
 from rlcore.trainers.progress import Progress
 from rlcore.trainers.run_directory import RunDirectory, RunState, log, train_fingerprint
 from rlcore.trainers.sources import DataSource
 from rlcore.trainers.stopping import EvaluationCallback, StopConditions
 
-TRAINING_EVAL_SEED_OFFSET = 1_000_003
-"""Periodic evaluations use ``seed + offset``: apart from training envs and from the evaluate stage."""
-
 SourceT = TypeVar("SourceT", bound=DataSource)
+
+MAX_CONSECUTIVE_SKIPS = 100
+"""Updates in a row with a non-finite loss or gradient after which a run is stopped as diverged."""
+ENTROPY_COLLAPSE = 1e-3
+"""Entropy (nats) below which a discrete policy is warned about as collapsed."""
+
+
+class DivergenceError(RLCoreError):
+    """Training produced only non-finite losses or gradients for too long."""
 
 
 def seed_everything(seed: int, threads: int) -> None:
@@ -62,42 +71,50 @@ class TrainingSession(Generic[SourceT]):
         algo_cls = algorithm_class(params.algo.name)
         # Everything that can refuse the run comes first (env kwargs, algorithm/space fit, the policy, the
         # source: e.g. the dataset), so a refused run never replaces the previous one.
-        self.evaluator = Evaluator(
-            params.env,
-            params.train.eval_episodes,
-            seed=params.seed + TRAINING_EVAL_SEED_OFFSET,
-        )
+        # Periodic evaluations: the run's own episodes, apart from training, validation and test (rlcore.seeds).
+        seeds = periodic_seeds(params.seed, params.train.eval_episodes)
+        self.evaluator = Evaluator(params.env, len(seeds), seeds.start, max_episode_steps=params.eval.max_episode_steps)
         self.observation_space = self.evaluator.env.single_observation_space
         self.action_space = self.evaluator.env.single_action_space
         self._closers: list[Callable[[], None]] = [self.evaluator.close]
         try:
             check_action_space(params.algo.name, params.env.id, self.action_space)
+            check_resources(params, self.observation_space, self.action_space)  # sizes that cannot be allocated
             self.policy = algo_cls.make_policy(self.observation_space, self.action_space, params.policy, params.algo)
             self.source = make_source(params, self.observation_space, self.action_space)
             self._closers.append(self.source.close)
-            self.run = RunDirectory(run_dir, train_fingerprint(params, self.source.reads_dataset))
+            self.run = RunDirectory(run_dir, train_fingerprint(params, self.source.fingerprint()))
             self.checkpoint = self.run.prepare(params, resume_from)
         except BaseException:
             self._close_resources()
             raise
+        try:
+            self._start(params, on_evaluation)
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _start(self, params: Params, on_evaluation: EvaluationCallback | None) -> None:
         self.spaces = {
             "observation": describe_space(self.observation_space),
             "action": describe_space(self.action_space),
         }
-        self.algorithm: Algorithm[Any, Any] = algo_cls(self.policy, params.algo)
+        self.algorithm: Algorithm[Any, Any] = algorithm_class(params.algo.name)(self.policy, params.algo)
         self.generator = torch.Generator().manual_seed(params.seed)
         self.rng = np.random.default_rng(params.seed)
-        self.state = RunState(self.source.unit, next_eval=params.train.eval_every)
+        self.state = RunState(self.source.unit, next_eval=params.train.eval_every, next_log=params.train.log_every)
         if self.checkpoint is not None:
             self._restore()
         self.source.start(self.checkpoint is None, self.policy.obs_normalizer)
         self.episodes = EpisodeStats(params.env.num_envs)
         self.stops = StopConditions(params.train, on_evaluation)
         self.progress = Progress(params.train.progress_bar, params.train.max_steps, self.state.steps, self.state.unit)
-        self.metrics = MetricsLog(self.run.live, self.checkpoint is not None, params.train.log_every, self.state.steps)
+        resume, every = self.checkpoint is not None, params.train.log_every
+        self.metrics = MetricsLog(self.run.live, resume, every, self.state.next_log)
         self._closers = [self.progress.close, self.metrics.close, *self._closers]
         self._started = time.perf_counter() - self.state.wall_seconds
         self._last_checkpoint = self.state.steps if self.checkpoint is not None else -1
+        self._warned_entropy = False
 
     def _restore(self) -> None:
         checkpoint = self.checkpoint
@@ -124,9 +141,36 @@ class TrainingSession(Generic[SourceT]):
     def after_update(self, metrics: dict[str, float]) -> None:
         self.state.updates += 1
         self.state.gradient_steps = self.algorithm.gradient_steps
+        self._watch_health(metrics)
         self.metrics.add({f"train/{key}": value for key, value in metrics.items()})
         if self.state.unit == "gradient_steps":
             self._tick()
+
+    def _watch_health(self, metrics: dict[str, float]) -> None:
+        """Stop a diverged run with a clear error (its checkpoints so far are kept), and warn once when a
+        discrete policy's entropy collapses (it then stops exploring: often a too high learning rate)."""
+        algorithm, state = self.algorithm, self.state
+        if algorithm.consecutive_skips >= MAX_CONSECUTIVE_SKIPS:
+            last = (
+                f"{self.run.checkpoints.name}/step_{self._last_checkpoint:010d}.pt"
+                if self._last_checkpoint >= 0
+                else None
+            )
+            raise DivergenceError(
+                f"training diverged: {algorithm.consecutive_skips} updates in a row had a non-finite loss or gradient "
+                f"(at {state.unit.replace('_', ' ')} {state.steps}); "
+                + (f"the last good checkpoint is {self.run.root / last}" if last else "no checkpoint was written")
+                + " (lower algo.lr?)"
+            )
+        entropy = metrics.get("entropy")
+        if self.policy.discrete and entropy is not None and entropy < ENTROPY_COLLAPSE and not self._warned_entropy:
+            self._warned_entropy = True
+            warning = (
+                f"policy entropy collapsed to {entropy:.2g} nats at {state.unit.replace('_', ' ')} {state.steps}: "
+                "the policy stopped exploring (learning rate too high?)"
+            )
+            log.warning("%s", warning)
+            state.warnings.append(warning)
 
     def _tick(self) -> None:
         self.state.wall_seconds = time.perf_counter() - self._started
@@ -137,6 +181,7 @@ class TrainingSession(Generic[SourceT]):
         state = self.state
         if self.metrics.due(state.steps):
             speed = {f"train/{state.unit}_per_second": state.steps / max(state.wall_seconds, 1e-9)}
+            speed["train/skipped_updates"] = float(self.algorithm.skipped_steps)
             self.metrics.flush(state.steps, {**self.episodes.drain(), **speed})
         if state.steps >= state.next_eval:
             every = self.params.train.eval_every
@@ -158,6 +203,11 @@ class TrainingSession(Generic[SourceT]):
                 **{f"validation_{k}": v for k, v in validation.items()},
             }
         )
+        # The curve's row first: a kill before the checkpoint is written resumes from the previous one, and
+        # the rows after that are cut (RunDirectory), so the row is logged again, never lost or doubled.
+        curves = {"eval/mean_return": result.mean_return, "eval/std_return": result.std_return}
+        self.metrics.log(state.steps, {**curves, **{f"validation/{k}": v for k, v in validation.items()}})
+        state.next_log = self.metrics.next_row
         self.source.save(self.run.root, state.steps)
         tensors = {
             "policy": self.policy.state_dict(),
@@ -170,9 +220,8 @@ class TrainingSession(Generic[SourceT]):
             **self.source.metadata(),
         }
         self.run.save(self.params, state, tensors, self.spaces, result, extra)
+        self.source.after_checkpoint(self.run.root, state.steps)
         self._last_checkpoint = state.steps
-        curves = {"eval/mean_return": result.mean_return, "eval/std_return": result.std_return}
-        self.metrics.log(state.steps, {**curves, **{f"validation/{k}": v for k, v in validation.items()}})
         self.progress.evaluation(state.steps, result, state.steps / max(state.wall_seconds, 1e-9))
         return self.stops.after_evaluation(state, result)
 
@@ -182,6 +231,7 @@ class TrainingSession(Generic[SourceT]):
             self.evaluate_and_checkpoint()
         self.close()
         summary = self.run.finish(self.state, stop_reason)
+        self.run.close()
         log.info(
             "training stopped: %s after %d %s (%.1f s)",
             stop_reason,
@@ -206,4 +256,11 @@ class TrainingSession(Generic[SourceT]):
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
         if kind is not None:
-            self.close()
+            self._abandon()
+
+    def _abandon(self) -> None:
+        """After an error: close everything, put back a run this one was replacing if it has no checkpoint yet,
+        and unlock the folder."""
+        self.close()
+        self.run.restore_previous()
+        self.run.close()

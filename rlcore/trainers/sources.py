@@ -28,7 +28,9 @@ from rlcore.datasets import OfflineData, load_dataset, transition_count
 from rlcore.envs import make_vector_env
 from rlcore.io import file_digests
 from rlcore.nets import ObsNormalizer
+from rlcore.policies import action_dim
 from rlcore.replay import ReplayBuffer
+from rlcore.seeds import training_seed
 from rlcore.stepping import VectorStepper
 
 log = logging.getLogger("rlcore")
@@ -38,8 +40,10 @@ class DataSource:
     """The interface the session calls; the defaults do nothing."""
 
     unit: StepUnit = "env_steps"
-    reads_dataset = False
-    """Whether the run learns from ``params.dataset`` (then its params are part of the run's fingerprint)."""
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What the run learns from beyond the params: part of the run's fingerprint, so a change starts fresh."""
+        return {}
 
     def metadata(self) -> dict[str, Any]:
         """Recorded in every checkpoint (and so in the model card)."""
@@ -50,6 +54,9 @@ class DataSource:
 
     def save(self, run_root: Path, step: int) -> None:
         """Called right before the checkpoint of ``step`` is written."""
+
+    def after_checkpoint(self, run_root: Path, step: int) -> None:
+        """Called once the checkpoint of ``step`` is in place (what it supersedes may go now)."""
 
     def restore(self, run_root: Path, step: int) -> None:
         """Called when resuming from the checkpoint of ``step``."""
@@ -72,7 +79,7 @@ class EnvSource(DataSource):
 
     def reset(self, env_steps: int) -> np.ndarray:
         """Reset every env; seeded from the step count, so a resumed run is itself reproducible."""
-        return self.stepper.reset(self.params.seed + env_steps)
+        return self.stepper.reset(training_seed(self.params.seed, env_steps))
 
     def close(self) -> None:
         self.env.close()
@@ -90,7 +97,7 @@ class ReplaySource(EnvSource):
         self.replay = ReplayBuffer(
             cfg.buffer_size,
             tuple(observation_space.shape or ()),
-            () if discrete else tuple(action_space.shape or ()),
+            () if discrete else (action_dim(action_space),),  # Box actions of any shape are flat vectors
             np.int64 if discrete else np.float32,
             params.env.num_envs,
             cfg.gamma,
@@ -102,13 +109,21 @@ class ReplaySource(EnvSource):
         return Path(run_root) / "replay" / f"step_{step:010d}.npz"
 
     def save(self, run_root: Path, step: int) -> None:
+        self.replay.save(self.path(run_root, step), step)
+
+    def after_checkpoint(self, run_root: Path, step: int) -> None:
+        """Only now is the previous buffer superseded: a kill before the checkpoint resumes from the previous
+        checkpoint, whose buffer is still there."""
+        self._keep_only(run_root, step)
+
+    def _keep_only(self, run_root: Path, step: int) -> None:
         path = self.path(run_root, step)
-        self.replay.save(path, step)
         for stale in path.parent.glob("step_*.npz"):
             if stale != path:
                 stale.unlink()
 
     def restore(self, run_root: Path, step: int) -> None:
+        self._keep_only(run_root, step)  # buffers of checkpoints that were never completed
         path = self.path(run_root, step)
         if not path.is_file():
             log.warning("no replay buffer saved for env step %d (%s): resuming with an empty buffer", step, path)
@@ -122,10 +137,10 @@ class DatasetSource(DataSource):
     validated on construction. Held-out episodes give the algorithm's validation metrics."""
 
     unit: StepUnit = "gradient_steps"
-    reads_dataset = True
 
     def __init__(self, params: Params, observation_space: spaces.Space, action_space: spaces.Space) -> None:
         cfg = params.dataset
+        self._dataset_params = cfg.model_dump(mode="json")
         self.path = Path(cfg.path)
         assert isinstance(observation_space, spaces.Box)
         self.batches: InMemoryBatches | RowGroupStream
@@ -166,6 +181,10 @@ class DatasetSource(DataSource):
 
     def metadata(self) -> dict[str, Any]:
         return {"dataset": self._metadata}
+
+    def fingerprint(self) -> dict[str, Any]:
+        # The file's content, not only its path: a re-collected dataset must not resume a run trained on the old one.
+        return {"dataset": self._dataset_params, "dataset_sha256": self._metadata["sha256"]}
 
     def start(self, fresh: bool, normalizer: ObsNormalizer) -> None:
         if fresh and normalizer.enabled:  # the dataset's statistics, fixed from here on
