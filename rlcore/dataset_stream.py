@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlcore.datasets import OfflineData, iter_dataset, read_row_group
+from rlcore.datasets import DatasetError, OfflineData, iter_dataset, read_row_group
 from rlcore.nets import ObsNormalizer
 
 
@@ -83,9 +83,16 @@ class RowGroupStream:
             if len(rows):
                 held_out.append(chunk.subset(rows))
                 kept += len(rows)
+        if self.rows == 0:
+            raise DatasetError(
+                f"{self.path}: every episode is held out for validation, none is left to train on "
+                f"(dataset.validation_fraction is {validation_fraction})"
+            )
         self.validation = OfflineData.concat(held_out) if held_out else None
-        self.groups_in_buffer = int(np.clip(buffer_transitions // max(self.sizes), 1, len(self.sizes)))
-        self.swap_every = max(1, round(float(np.mean(self.sizes)) / batch_size))
+        self.groups = [group for group, size in enumerate(self.sizes) if size]  # row groups with rows, in order
+        sizes = [self.sizes[group] for group in self.groups]
+        self.groups_in_buffer = int(np.clip(buffer_transitions // max(sizes), 1, len(sizes)))
+        self.swap_every = max(1, round(float(np.mean(sizes)) / batch_size))
         self.how = f"streamed through a buffer of {self.groups_in_buffer} row groups; "
         self._permutations: dict[int, np.ndarray] = {}
         self._groups: dict[int, dict[str, torch.Tensor]] = {}
@@ -94,7 +101,7 @@ class RowGroupStream:
 
     def update_normalizer(self, normalizer: ObsNormalizer) -> None:
         """Feed the training rows' observations to ``normalizer``, a row group at a time."""
-        for group in range(len(self.sizes)):
+        for group in self.groups:
             normalizer.update(self._load(group)["obs"])
 
     def batch(self, step: int, rng: np.random.Generator, batch_size: int) -> dict[str, torch.Tensor]:
@@ -104,12 +111,13 @@ class RowGroupStream:
         return {name: values[index] for name, values in self._tensors.items()}
 
     def _scheduled(self, k: int) -> int:
-        """The row group loaded ``k``-th: pass ``k // n`` visits every group once, in its own seeded order."""
-        n = len(self.sizes)
+        """The row group loaded ``k``-th: pass ``k // n`` visits every group with rows once, in its own seeded
+        order."""
+        n = len(self.groups)
         epoch, position = divmod(k, n)
         if epoch not in self._permutations:
             self._permutations = {epoch: np.random.default_rng([self.seed, epoch]).permutation(n)}
-        return int(self._permutations[epoch][position])
+        return self.groups[int(self._permutations[epoch][position])]
 
     def _refresh(self, loaded: int) -> None:
         if loaded == self._loaded:

@@ -1,7 +1,8 @@
 """Datasets of transitions as Parquet: the schema, a streaming writer, and a validating reader.
 
-Schema version 1, one row per transition, rows grouped by episode (contiguous, in step order),
-close to Minari's Arrow layout (a converter only has to regroup rows into episodes):
+Schema version 1, one row per transition, rows grouped by episode (contiguous, steps 0, 1, 2, ... in order;
+episodes in any order, each id once), close to Minari's Arrow layout (a converter only has to regroup rows into
+episodes):
 
 | column | Arrow type | meaning |
 |---|---|---|
@@ -17,14 +18,20 @@ close to Minari's Arrow layout (a converter only has to regroup rows into episod
 
 File metadata key ``rlcore`` holds JSON: ``schema_version``, ``env`` (id, kwargs), ``observation_space``,
 ``action_space``, ``policy`` (provenance: kind, path, sha256, epsilon), ``seed``, ``episodes``,
-``transitions`` and ``episode_return`` statistics. A file without it (your own data) is read against the
-env named in params.
+``transitions``, ``episode_return`` statistics and ``rows_sha256`` (:class:`RowsDigest`: the rows as read for
+training, so a reader can tell that the rows are still the ones the metadata describes). A file without it (your
+own data) is read against the env named in params.
+
+Integrity: the writer stores a CRC32 checksum in every Parquet page header and every read verifies them, so
+bytes damaged after writing are refused ("page checksum mismatch") instead of decoded; ``rows_sha256``, where
+recorded, is verified after every other check of a read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,10 +58,51 @@ COLUMNS = (
     "truncated",
     "log_prob",
 )
+DIGEST_COLUMNS = COLUMNS[:-1]
+"""The columns :class:`RowsDigest` covers: every one training reads (``log_prob`` is provenance only)."""
 
 
 class DatasetError(RLCoreError):
     """A dataset file is missing, unreadable, or does not fit the env; nothing is trained on it."""
+
+
+class RowsDigest:
+    """sha256 of a dataset's rows as training reads them: each of :data:`DIGEST_COLUMNS` in row order, in the
+    dtype it is decoded to (int64 ids, steps and discrete actions, float32 vectors flattened, bool flags), so
+    the digest depends on the values and their order only, not on the row groups, encodings or integer widths
+    of the file. Hashes one column per sha256, combined at the end."""
+
+    def __init__(self) -> None:
+        self._columns = {name: hashlib.sha256() for name in DIGEST_COLUMNS}
+
+    def update(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """The next rows, decoded as :func:`_allocate` lays them out (a column's canonical dtype)."""
+        for name, digest in self._columns.items():
+            digest.update(np.ascontiguousarray(arrays[name]).reshape(-1).view(np.uint8).data)
+
+    def update_table(self, table: pa.Table) -> None:
+        """The next rows, as an Arrow table in the dataset schema (what the writer writes)."""
+        self.update({name: _canonical(table.column(name)) for name in DIGEST_COLUMNS})
+
+    def hexdigest(self) -> str:
+        total = hashlib.sha256()
+        for name, digest in self._columns.items():
+            total.update(f"{name}:{digest.hexdigest()}\n".encode())
+        return total.hexdigest()
+
+
+def _canonical(column: pa.ChunkedArray) -> np.ndarray:
+    """A column's values in the dtype a read decodes them to (:func:`_allocate`; vectors flattened)."""
+    kind = column.type
+    if pa.types.is_fixed_size_list(kind):
+        values = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        return np.asarray(values, dtype=np.float32)
+    values = column.to_numpy()
+    if pa.types.is_integer(kind):
+        return np.asarray(values, dtype=np.int64)
+    if pa.types.is_floating(kind):
+        return np.asarray(values, dtype=np.float32)
+    return np.asarray(values, dtype=bool)
 
 
 def arrow_schema(obs_dim: int, action_space: spaces.Space) -> pa.Schema:
@@ -187,7 +235,9 @@ class DatasetWriter:
 
 class _RowGroupWriter:
     """A Parquet writer that writes full row groups only, carrying the rest over to the next rows (or the close),
-    so a file is full row groups plus one shorter last group whatever the sizes of the tables written."""
+    so a file is full row groups plus one shorter last group whatever the sizes of the tables written. Every page
+    carries a CRC32 checksum (verified by every read, :func:`_open`), and the close records the rows' sha256
+    (:class:`RowsDigest`) in the metadata."""
 
     def __init__(self, path: Path, schema: pa.Schema, row_group_size: int) -> None:
         # Dictionary encoding does nothing for float vectors but cost time; byte-stream-split helps zstd on floats.
@@ -195,13 +245,20 @@ class _RowGroupWriter:
         if pa.types.is_fixed_size_list(schema.field("action").type):
             floats.append("action.list.element")
         self.parquet = pq.ParquetWriter(
-            path, schema, compression="zstd", use_dictionary=False, use_byte_stream_split=floats
+            path,
+            schema,
+            compression="zstd",
+            use_dictionary=False,
+            use_byte_stream_split=floats,
+            write_page_checksum=True,
         )
         self.row_group_size = row_group_size
+        self.digest = RowsDigest()
         self._carry: list[pa.Table] = []
         self._carry_rows = 0
 
     def write(self, table: pa.Table) -> None:
+        self.digest.update_table(table)
         self._carry.append(table)
         self._carry_rows += table.num_rows
         if self._carry_rows >= self.row_group_size:
@@ -211,11 +268,13 @@ class _RowGroupWriter:
             self._carry, self._carry_rows = [rows.slice(full)], self._carry_rows - full
 
     def close(self, metadata: dict[str, Any] | None = None) -> None:
-        """Write the carried rows and, unless ``metadata`` is None (an abort), the ``rlcore`` metadata."""
+        """Write the carried rows and, unless ``metadata`` is None (an abort), the ``rlcore`` metadata, to which
+        it adds ``rows_sha256`` (the caller's dict is updated)."""
         try:
             if metadata is not None:
                 if self._carry_rows:
                     self.parquet.write_table(pa.concat_tables(self._carry), row_group_size=self.row_group_size)
+                metadata["rows_sha256"] = self.digest.hexdigest()
                 self.parquet.add_key_value_metadata({METADATA_KEY: json.dumps(metadata).encode()})
         finally:
             self.parquet.close()
@@ -255,7 +314,7 @@ def merge_datasets(
                 count = int(read_metadata(source).get("episodes", 0))
                 shard_returns = np.zeros(count, dtype=np.float64)
                 for group in range(parquet.num_row_groups):
-                    table = parquet.read_row_group(group).replace_schema_metadata(None)
+                    table = _read_row_group(source, parquet, group).replace_schema_metadata(None)
                     local = table.column("episode_id").to_numpy()
                     shard_returns += np.bincount(
                         local, weights=table.column("reward").to_numpy().astype(np.float64), minlength=count
@@ -339,76 +398,122 @@ class OfflineData:
 
 
 def read_metadata(path: Path) -> dict[str, Any]:
-    """The file's ``rlcore`` metadata ({} for a file written elsewhere); checks the schema version."""
-    parquet = _open(path)
+    """The file's ``rlcore`` metadata ({} for a file written elsewhere): strict JSON (no NaN or Infinity), the
+    schema version this rlcore reads, and the keys a read relies on well-typed."""
+    return _metadata(Path(path), _open(path))
+
+
+class _NonFiniteConstant(ValueError):
+    pass
+
+
+def _reject_constant(constant: str) -> Any:
+    raise _NonFiniteConstant(constant)
+
+
+def _metadata(path: Path, parquet: pq.ParquetFile) -> dict[str, Any]:
     raw = (parquet.metadata.metadata or {}).get(METADATA_KEY)
     if raw is None:
         return {}
     try:
-        metadata: dict[str, Any] = json.loads(raw)
-    except ValueError as exc:
-        raise DatasetError(f"{path}: unreadable rlcore metadata (not JSON: {exc})") from None
+        metadata = json.loads(raw, parse_constant=_reject_constant)
+    except _NonFiniteConstant as exc:
+        raise DatasetError(f"{path}: unreadable rlcore metadata: not valid JSON ({exc} is not a JSON value)") from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise DatasetError(f"{path}: unreadable rlcore metadata (not JSON: {_one_line(exc)})") from None
     if not isinstance(metadata, dict):
         raise DatasetError(f"{path}: unreadable rlcore metadata (a JSON object expected)")
     version = metadata.get("schema_version")
     if version != SCHEMA_VERSION:
         raise DatasetError(f"{path}: dataset schema version {version!r}; this rlcore reads version {SCHEMA_VERSION}")
+    env = metadata.get("env")
+    if env is not None and not (isinstance(env, dict) and isinstance(env.get("id"), str | None)):
+        raise DatasetError(f"{path}: unreadable rlcore metadata ('env' is not an object with a string 'id')")
+    digest = metadata.get("rows_sha256")
+    if digest is not None and not (isinstance(digest, str) and len(digest) == 64):
+        raise DatasetError(f"{path}: unreadable rlcore metadata ('rows_sha256' is not a sha256 hex digest)")
     return metadata
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
 def _open(path: Path) -> pq.ParquetFile:
+    """The Parquet file at ``path``, every page's checksum verified as it is read (pages without one: unchecked)."""
     path = Path(path)
     if not path.is_file():
         raise DatasetError(f"{path}: dataset not found")
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as exc:
-        raise DatasetError(f"{path}: not a readable Parquet file (truncated or corrupt?): {exc}") from None
+        raise DatasetError(f"{path}: not a readable Parquet file (truncated or corrupt?): {_one_line(exc)}") from None
+
+
+def _open_checked(
+    path: Path, observation_space: spaces.Box, action_space: spaces.Space, env_id: str
+) -> tuple[pq.ParquetFile, dict[str, Any]]:
+    """The file and its metadata, after the checks that need no row: metadata, env, columns, some rows."""
+    parquet = _open(path)
+    metadata = _metadata(path, parquet)
+    recorded = (metadata.get("env") or {}).get("id")
+    if recorded is not None and recorded.rsplit(":", 1)[-1] != env_id.rsplit(":", 1)[-1]:
+        raise DatasetError(
+            f"{path}: collected on {recorded} (its rlcore metadata), but params train {env_id} (env.id); "
+            f"point dataset.path at a {env_id} dataset or set env.id to {recorded}"
+        )
+    _check_columns(path, parquet.schema_arrow, int(np.prod(observation_space.shape)), action_space, env_id)
+    if parquet.metadata.num_rows == 0:
+        raise DatasetError(f"{path}: no transitions (the file has the dataset's columns but no rows)")
+    return parquet, metadata
 
 
 def load_dataset(path: Path, observation_space: spaces.Box, action_space: spaces.Space, env_id: str) -> OfflineData:
     """Read and validate a whole dataset against the env it will be trained for.
 
     Row groups are decoded one at a time straight into preallocated arrays, so memory peaks at the result plus
-    one row group. Every problem is one :class:`DatasetError` line naming the file: a missing, mistyped or null
-    column, shapes that do not fit ``env_id``, non-finite values, an episode without a final terminated/truncated
-    row, an unknown schema version, or a truncated file.
+    one row group. Every problem is one :class:`DatasetError` line naming the file: unreadable or non-finite
+    metadata, metadata naming another env, a missing, mistyped or null column, shapes that do not fit ``env_id``,
+    no rows, non-finite values, actions out of range, rows not grouped by episode in step order (duplicated or
+    reordered rows), an episode without a final terminated/truncated row, an unknown schema version, a truncated
+    or damaged file (page checksums), rows that are not those the metadata's ``rows_sha256`` describes. The
+    checks are :func:`iter_dataset`'s, in the same order: a file gets the same message either way.
     """
     path = Path(path)
-    metadata = read_metadata(path)
-    parquet = _open(path)
-    obs_dim = int(np.prod(observation_space.shape))
-    _check_columns(path, parquet.schema_arrow, obs_dim, action_space, env_id)
-    arrays = _decode(path, parquet, range(parquet.num_row_groups), obs_dim, action_space)
-    episode_id, step = arrays["episode_id"], arrays["step"]
-    same = episode_id[1:] == episode_id[:-1]
-    if not np.all(np.where(same, step[1:] > step[:-1], episode_id[1:] > episode_id[:-1])):
-        order = np.lexsort((step, episode_id))  # files we write are in order already: no sort, no copy
-        arrays = {name: values[order] for name, values in arrays.items()}
-    data = _as_data(arrays, observation_space, action_space, metadata)
-    _check_values(path, data, action_space, env_id)
-    return data
+    parquet, metadata = _open_checked(path, observation_space, action_space, env_id)
+    sizes = [parquet.metadata.row_group(group).num_rows for group in range(parquet.num_row_groups)]
+    arrays = _allocate(sum(sizes), int(np.prod(observation_space.shape)), action_space)
+    checks = _Checks(path, action_space, env_id, metadata)
+    start = 0
+    for group, size in enumerate(sizes):
+        rows = {name: values[start : start + size] for name, values in arrays.items()}
+        _decode_group(path, parquet, group, rows)
+        checks.add(rows, group)
+        start += size
+    checks.finish()
+    return _as_data(arrays, observation_space, action_space, metadata)
 
 
 def iter_dataset(
     path: Path, observation_space: spaces.Box, action_space: spaces.Space, env_id: str
 ) -> Iterator[OfflineData]:
-    """A dataset too large for memory, one validated row group at a time, in file order.
+    """A dataset too large for memory, one validated row group at a time, in file order (row groups without rows
+    too, so the n-th chunk is row group n).
 
-    The same checks as :func:`load_dataset`; an episode may continue into the next chunk, but every episode
-    must have ended by the end of the file. Rows must be in episode and step order (as the writer writes them).
+    The same checks as :func:`load_dataset`, in the same order; an episode may continue into the next chunk. The
+    checks that need the whole file (the last episode ends, each episode id once, ``rows_sha256``) raise once the
+    last chunk has been yielded: consume the iterator to the end before trusting any chunk.
     """
     path = Path(path)
-    metadata = read_metadata(path)
-    parquet = _open(path)
+    parquet, metadata = _open_checked(path, observation_space, action_space, env_id)
     obs_dim = int(np.prod(observation_space.shape))
-    _check_columns(path, parquet.schema_arrow, obs_dim, action_space, env_id)
-    last = parquet.num_row_groups - 1
+    checks = _Checks(path, action_space, env_id, metadata)
     for group in range(parquet.num_row_groups):
-        arrays = _decode(path, parquet, range(group, group + 1), obs_dim, action_space)
-        data = _as_data(arrays, observation_space, action_space, metadata)
-        _check_values(path, data, action_space, env_id, last_episode_may_continue=group < last)
-        yield data
+        arrays = _allocate(parquet.metadata.row_group(group).num_rows, obs_dim, action_space)
+        _decode_group(path, parquet, group, arrays)
+        checks.add(arrays, group)
+        yield _as_data(arrays, observation_space, action_space, metadata)
+    checks.finish()
 
 
 def transition_count(path: Path) -> int:
@@ -419,63 +524,81 @@ def transition_count(path: Path) -> int:
 def read_row_group(
     path: Path, group: int, observation_space: spaces.Box, action_space: spaces.Space, metadata: dict[str, Any]
 ) -> OfflineData:
-    """Row group ``group`` of a dataset that :func:`iter_dataset` has already validated (no checks again)."""
+    """Row group ``group`` of a dataset that :func:`iter_dataset` has already validated (page checksums only)."""
     parquet = _open(path)
-    arrays = _decode(Path(path), parquet, range(group, group + 1), int(np.prod(observation_space.shape)), action_space)
+    arrays = _allocate(parquet.metadata.row_group(group).num_rows, int(np.prod(observation_space.shape)), action_space)
+    _decode_group(Path(path), parquet, group, arrays)
     return _as_data(arrays, observation_space, action_space, metadata)
 
 
-def _decode(
-    path: Path, parquet: pq.ParquetFile, groups: range, obs_dim: int, action_space: spaces.Space
-) -> dict[str, np.ndarray]:
-    """The columns of ``groups`` decoded straight into preallocated arrays (memory: result + one row group)."""
-    total = sum(parquet.metadata.row_group(group).num_rows for group in groups)
+def _allocate(rows: int, obs_dim: int, action_space: spaces.Space) -> dict[str, np.ndarray]:
+    """Empty arrays for ``rows`` decoded rows, in the dtypes training reads (and :class:`RowsDigest` hashes)."""
     discrete = isinstance(action_space, spaces.Discrete)
     assert action_space.shape is not None
-    action_shape = (total,) if discrete else (total, int(np.prod(action_space.shape)))
-    arrays: dict[str, np.ndarray] = {
-        "episode_id": np.empty(total, np.int64),
-        "step": np.empty(total, np.int64),
-        "observation": np.empty((total, obs_dim), np.float32),
-        "action": np.empty(action_shape, np.int64 if discrete else np.float32),
-        "reward": np.empty(total, np.float32),
-        "next_observation": np.empty((total, obs_dim), np.float32),
-        "terminated": np.empty(total, bool),
-        "truncated": np.empty(total, bool),
+    return {
+        "episode_id": np.empty(rows, np.int64),
+        "step": np.empty(rows, np.int64),
+        "observation": np.empty((rows, obs_dim), np.float32),
+        "action": np.empty(
+            (rows,) if discrete else (rows, int(np.prod(action_space.shape))), np.int64 if discrete else np.float32
+        ),
+        "reward": np.empty(rows, np.float32),
+        "next_observation": np.empty((rows, obs_dim), np.float32),
+        "terminated": np.empty(rows, bool),
+        "truncated": np.empty(rows, bool),
     }
-    start = 0
-    for group in groups:
-        try:
-            batch = parquet.read_row_group(group, columns=list(arrays))
-        except (pa.ArrowException, OSError) as exc:
-            raise DatasetError(f"{path}: not a readable Parquet file (truncated or corrupt?): {exc}") from None
-        stop = start + batch.num_rows
-        for name, target in arrays.items():
-            column = batch.column(name)
-            if column.null_count:  # nulls would corrupt the arrays; only log_prob may be unknown
-                raise DatasetError(
-                    f"{path}: column {name!r} has {column.null_count} null values in row group {group} "
-                    "(only 'log_prob' may be null)"
-                )
-            if pa.types.is_fixed_size_list(column.type):
-                flat = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
-                target[start:stop] = flat.reshape(batch.num_rows, -1)
-            else:
-                target[start:stop] = column.to_numpy()
-        start = stop
-    return arrays
+
+
+def _read_row_group(path: Path, parquet: pq.ParquetFile, group: int, columns: list[str] | None = None) -> pa.Table:
+    """Row group ``group`` (its pages' checksums verified), or a one-line :class:`DatasetError`."""
+    try:
+        return parquet.read_row_group(group, columns=columns)
+    except (pa.ArrowException, OSError) as exc:
+        message = _one_line(exc)
+        if "checksum" in message.lower():
+            raise DatasetError(
+                f"{path}: corrupt (page checksum mismatch in row group {group}): its bytes changed after it was "
+                "written; restore the file or collect it again"
+            ) from None
+        raise DatasetError(
+            f"{path}: not a readable Parquet file (truncated or corrupt?): row group {group}: {message}"
+        ) from None
+
+
+def _decode_group(path: Path, parquet: pq.ParquetFile, group: int, arrays: dict[str, np.ndarray]) -> None:
+    """Row group ``group`` decoded into ``arrays`` (views of the right length: no copy beyond one row group)."""
+    batch = _read_row_group(path, parquet, group, list(arrays))
+    rows = len(arrays["reward"])
+    if batch.num_rows != rows:
+        raise DatasetError(
+            f"{path}: not a readable Parquet file (truncated or corrupt?): row group {group} holds "
+            f"{batch.num_rows} rows, its footer says {rows}"
+        )
+    for name, target in arrays.items():
+        column = batch.column(name)
+        if column.null_count:  # nulls would corrupt the arrays; only log_prob may be unknown
+            raise DatasetError(
+                f"{path}: column {name!r} has {column.null_count} null values in row group {group} "
+                "(only 'log_prob' may be null)"
+            )
+        if pa.types.is_fixed_size_list(column.type):
+            flat = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            target[:] = flat.reshape(target.shape)
+        else:
+            target[:] = column.to_numpy()
 
 
 def _as_data(
     arrays: dict[str, np.ndarray], observation_space: spaces.Box, action_space: spaces.Space, metadata: dict[str, Any]
 ) -> OfflineData:
     discrete = isinstance(action_space, spaces.Discrete)
-    assert action_space.shape is not None
+    assert action_space.shape is not None and observation_space.shape is not None
+    rows = len(arrays["reward"])
     return OfflineData(
-        obs=arrays["observation"].reshape(-1, *observation_space.shape),
-        actions=arrays["action"] if discrete else arrays["action"].reshape(-1, *action_space.shape),
+        obs=arrays["observation"].reshape(rows, *observation_space.shape),
+        actions=arrays["action"] if discrete else arrays["action"].reshape(rows, -1),  # flat, as policies act
         rewards=arrays["reward"],
-        next_obs=arrays["next_observation"].reshape(-1, *observation_space.shape),
+        next_obs=arrays["next_observation"].reshape(rows, *observation_space.shape),
         terminated=arrays["terminated"],
         truncated=arrays["truncated"],
         episode_id=arrays["episode_id"],
@@ -521,36 +644,127 @@ def _check_columns(path: Path, schema: pa.Schema, obs_dim: int, action_space: sp
             )
 
 
-def _check_values(
-    path: Path, data: OfflineData, action_space: spaces.Space, env_id: str, last_episode_may_continue: bool = False
-) -> None:
-    if len(data) == 0:
-        raise DatasetError(f"{path}: the dataset has no transitions")
-    for name, values in (
-        ("reward", data.rewards),
-        ("observation", data.obs),
-        ("next_observation", data.next_obs),
-        ("action", data.actions),
-    ):
-        if np.isfinite(values).all():  # the common case, cheap; row positions only when something is wrong
-            continue
-        finite = np.isfinite(values).reshape(len(values), -1).all(axis=1)
-        if not finite.all():
+class _Checks:
+    """Every check of a dataset's rows, fed one row group after another in file order, then finished: values
+    (finite, discrete actions in range), layout (rows grouped by episode, steps 0, 1, 2, ... in order, each
+    episode once and ending with a terminated or truncated row) and the metadata's ``rows_sha256``.
+
+    :func:`load_dataset` and :func:`iter_dataset` both use it, so a file is refused with the same message
+    however it is read. Memory besides the rows given: one int64 per episode (to find an episode id used twice).
+    """
+
+    def __init__(self, path: Path, action_space: spaces.Space, env_id: str, metadata: dict[str, Any]) -> None:
+        self.path, self.action_space, self.env_id = path, action_space, env_id
+        self.rows = 0  # rows checked so far: the file row number of the next one
+        self.last: tuple[int, int, bool] | None = None  # (episode_id, step, ended) of the last row checked
+        self.episode_ids: list[np.ndarray] = []  # the id of each episode (run of rows), in file order
+        self.ascending = True  # the ids so far increase: none can repeat
+        self.recorded: str | None = metadata.get("rows_sha256")
+        self.digest = RowsDigest() if self.recorded is not None else None
+
+    def add(self, arrays: dict[str, np.ndarray], group: int) -> None:
+        """The rows of row group ``group``, decoded (:func:`_allocate`'s keys)."""
+        if len(arrays["reward"]) == 0:
+            return
+        self._values(arrays, group)
+        self._layout(arrays)
+        if self.digest is not None:
+            self.digest.update(arrays)
+        self.rows += len(arrays["reward"])
+
+    def finish(self) -> None:
+        """The checks that need every row: the last episode ends, each episode id once, ``rows_sha256``."""
+        path = self.path
+        if self.last is None:
+            raise DatasetError(f"{path}: no transitions")
+        episode, _, ended = self.last
+        if not ended:
+            raise DatasetError(
+                f"{path}: episode {episode} does not end with a terminated or truncated row "
+                f"(its last row is the file's last, row {self.rows - 1})"
+            )
+        if not self.ascending:
+            ids = np.concatenate(self.episode_ids)
+            order = np.argsort(ids, kind="stable")  # equal ids keep file order: the later ones are repeats
+            repeats = order[1:][ids[order[1:]] == ids[order[:-1]]]
+            if len(repeats):
+                raise DatasetError(
+                    f"{path}: episode {int(ids[repeats.min()])} appears in two separate runs of rows (duplicated "
+                    "or reordered rows?): rows must be grouped by episode in step order, each episode once"
+                )
+        if self.digest is not None and self.digest.hexdigest() != self.recorded:
+            raise DatasetError(
+                f"{path}: its rows are not those its rlcore metadata describes (rows_sha256 differs): the file "
+                "changed after it was written; restore it or collect it again (to train on edited rows, write "
+                "them without the 'rlcore' metadata key)"
+            )
+
+    def _values(self, arrays: dict[str, np.ndarray], group: int) -> None:
+        path = self.path
+        for name in ("reward", "observation", "next_observation", "action"):
+            values = arrays[name]
+            if np.isfinite(values).all():  # the common case, cheap; row positions only when something is wrong
+                continue
+            finite = np.isfinite(values).reshape(len(values), -1).all(axis=1)
             first = int(np.flatnonzero(~finite)[0])
             raise DatasetError(
-                f"{path}: {int((~finite).sum())} rows with a NaN or infinite {name} (first at row {first})"
+                f"{path}: {int((~finite).sum())} rows with a NaN or infinite {name} (first at row "
+                f"{self.rows + first}) in row group {group}"
             )
-    if isinstance(action_space, spaces.Discrete):
-        bad = (data.actions < 0) | (data.actions >= action_space.n)
-        if bad.any():
+        if isinstance(self.action_space, spaces.Discrete):
+            actions = arrays["action"]
+            bad = (actions < 0) | (actions >= self.action_space.n)
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise DatasetError(
+                    f"{path}: action {int(actions[row])} is outside {self.env_id}'s "
+                    f"{int(self.action_space.n)} discrete actions (row {self.rows + row})"
+                )
+
+    def _layout(self, arrays: dict[str, np.ndarray]) -> None:
+        ids, steps = arrays["episode_id"], arrays["step"]
+        ended = arrays["terminated"] | arrays["truncated"]
+        same = ids[1:] == ids[:-1]
+        in_order = np.where(same, steps[1:] == steps[:-1] + 1, steps[1:] == 0)
+        if self.last is None:
+            first_same, first_in_order, previous_ended = False, bool(steps[0] == 0), True
+        else:
+            previous_id, previous_step, previous_ended = self.last
+            first_same = bool(ids[0] == previous_id)
+            first_in_order = bool(steps[0] == previous_step + 1) if first_same else bool(steps[0] == 0)
+        # the first row out of order, and the first row that starts an episode before the previous one ended
+        disorder = 0 if not first_in_order else None if in_order.all() else 1 + int(np.argmin(in_order))
+        starts = np.flatnonzero(~same) + 1
+        cut = starts[~ended[starts - 1]]
+        unended = 0 if not (first_same or previous_ended) else int(cut[0]) if len(cut) else None
+        if disorder is not None and (unended is None or disorder <= unended):
+            raise DatasetError(self._disorder(arrays, disorder))
+        if unended is not None:
+            episode = int(ids[unended - 1]) if unended else self.last[0] if self.last else 0
             raise DatasetError(
-                f"{path}: action {int(data.actions[bad][0])} is outside {env_id}'s "
-                f"{int(action_space.n)} discrete actions"
+                f"{self.path}: episode {episode} does not end with a terminated or truncated row (row "
+                f"{self.rows + unended - 1} is followed by episode {int(ids[unended])} step {int(steps[unended])})"
             )
-    last_rows = np.flatnonzero(np.r_[data.episode_id[1:] != data.episode_id[:-1], True])
-    if last_episode_may_continue:
-        last_rows = last_rows[:-1]
-    ends = data.terminated[last_rows] | data.truncated[last_rows]
-    if not ends.all():
-        episode = int(data.episode_id[last_rows[np.flatnonzero(~ends)[0]]])
-        raise DatasetError(f"{path}: episode {episode} does not end with a terminated or truncated row")
+        new = ids[starts] if first_same else np.concatenate([ids[:1], ids[starts]])
+        if len(new):
+            if self.ascending:
+                after = self.episode_ids[-1][-1] if self.episode_ids else None
+                self.ascending = bool(np.all(new[1:] > new[:-1])) and (after is None or bool(new[0] > after))
+            self.episode_ids.append(new)
+        self.last = (int(ids[-1]), int(steps[-1]), bool(ended[-1]))
+
+    def _disorder(self, arrays: dict[str, np.ndarray], index: int) -> str:
+        episode, step, row = int(arrays["episode_id"][index]), int(arrays["step"][index]), self.rows + index
+        rule = "rows must be grouped by episode in step order (steps 0, 1, 2, ...)"
+        if index:
+            previous: tuple[int, int] | None = (int(arrays["episode_id"][index - 1]), int(arrays["step"][index - 1]))
+        else:
+            previous = self.last[:2] if self.last else None
+        if previous is None:
+            return f"{self.path}: row 0 is episode {episode} step {step}, not an episode's first step (0): {rule}"
+        if previous == (episode, step):
+            return f"{self.path}: row {row} repeats episode {episode} step {step} (duplicated rows): {rule}"
+        return (
+            f"{self.path}: row {row} is episode {episode} step {step}, after episode {previous[0]} step "
+            f"{previous[1]} (duplicated, missing or reordered rows?): {rule}"
+        )

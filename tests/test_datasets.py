@@ -279,14 +279,24 @@ def test_user_parquet_without_rlcore_metadata_loads_against_the_env(tmp_path: Pa
     np.testing.assert_array_equal(data.terminated, table.column("terminated").to_numpy(zero_copy_only=False))
 
 
-def test_user_parquet_rows_in_any_order_are_regrouped_by_episode_and_step(tmp_path: Path) -> None:
+def test_user_parquet_episodes_in_any_order_load_as_they_are(tmp_path: Path) -> None:
     ordered = user_table([5, 8, 3], np.random.default_rng(1))
-    shuffled = ordered.take(np.random.default_rng(2).permutation(ordered.num_rows))
-    path = tmp_path / "shuffled.parquet"
-    pq.write_table(shuffled, path)
+    rows = np.r_[13:16, 0:5, 5:13]  # episodes 2, 0, 1: still grouped by episode in step order
+    path = tmp_path / "episodes_reordered.parquet"
+    pq.write_table(ordered.take(rows), path)
     data = load(path)
-    np.testing.assert_array_equal(data.episode_id, ordered.column("episode_id").to_numpy())
-    np.testing.assert_array_equal(data.obs.reshape(-1), ordered.column("observation").combine_chunks().values)
+    np.testing.assert_array_equal(data.episode_id, ordered.column("episode_id").to_numpy()[rows])
+    np.testing.assert_array_equal(data.obs.reshape(-1), vectors(ordered, "observation")[rows].reshape(-1))
+
+
+def test_user_parquet_rows_not_grouped_by_episode_in_step_order_are_refused(tmp_path: Path) -> None:
+    """Rows in any order could not be streamed (dataset.in_memory: false) without sorting the file, so neither
+    read accepts them (tests/faults/test_dataset_cases.py checks that both refuse them alike)."""
+    ordered = user_table([5, 8, 3], np.random.default_rng(1))
+    path = tmp_path / "shuffled.parquet"
+    pq.write_table(ordered.take(np.r_[0:5, 6, 5, 7:16]), path)  # episode 1's steps 0 and 1 swapped
+    with pytest.raises(DatasetError, match=r"row 5 is episode 1 step 1, after episode 0 step 4 .*grouped by episode"):
+        load(path)
 
 
 # --- atomic writing ------------------------------------------------------------------------------
@@ -499,6 +509,7 @@ def test_missing_dataset_is_refused_in_one_line_without_a_run(offline_project: P
     assert not (offline_project / "runs").exists()
 
 
+@pytest.mark.slow
 def test_bad_dataset_does_not_replace_a_finished_offline_run(offline_project: Path, valid_dataset: Path) -> None:
     path = offline_project / DATASET
     shutil.copy(valid_dataset, path)
