@@ -79,13 +79,15 @@ def publish_artifacts(root: Path, name: str, branch: str = "") -> None:
     layout = Layout(root, name, branch)
     selection = read_json(layout.selection)
     card = read_json(layout.export / "model_card.json")
-    score = selection["evaluation"]
+    test, validation = selection["test"], selection["validation"]
     create_markdown_artifact(
         key=f"training-summary-{name}".lower().replace("_", "-").replace(".", "-"),
         markdown=(
             f"# {card['algorithm']} on {card['env']['id']} (`{name}`)\n\n"
-            f"Selected `{selection['checkpoint']}`: mean return **{score['mean_return']:.1f}** "
-            f"± {score['std_return']:.1f} over {score['episodes']} episodes.\n\n"
+            f"Selected `{selection['checkpoint']}`: test mean return **{test['mean_return']:.1f}** "
+            f"(95% CI {test['ci95_low']:.1f} to {test['ci95_high']:.1f}, IQM {test['iqm_return']:.1f}) over "
+            f"{test['episodes']} test episodes; validation {validation['metric']} {validation['value']:.2f} over "
+            f"{validation['episodes']} episodes (selection used validation, the score is reported on test).\n\n"
             f"Reason: {selection['reason']}.\n\nExported: {', '.join(card['files'])} in `{layout.export}`."
         ),
         description="What was trained, the selected model and its score",
@@ -96,9 +98,20 @@ def publish_artifacts(root: Path, name: str, branch: str = "") -> None:
         table=[
             {
                 k: c[k]
-                for k in ("checkpoint", "step", "step_unit", "mean_return", "std_return", "min_return", "max_return")
+                for k in (
+                    "checkpoint",
+                    "step",
+                    "step_unit",
+                    "mean_return",
+                    "iqm_return",
+                    "ci95_low",
+                    "ci95_high",
+                    "std_return",
+                    "min_return",
+                    "max_return",
+                )
             }
             for c in candidates
         ],
-        description="Evaluation of every checkpoint of the run",
+        description="Validation scores of every checkpoint of the run (the evaluate stage)",
     )

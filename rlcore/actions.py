@@ -1,4 +1,7 @@
-"""Actions between the policy's convention and the env's: indices from 0 (Discrete) or float vectors (Box).
+"""Actions between the policy's convention and the env's: indices from 0 (Discrete) or flat float vectors (Box).
+
+A Box action of any shape is a flat vector of ``prod(shape)`` values for policies, buffers and datasets; only
+the env gets it reshaped (a (2, 3) Box: the policy's 6 values, in C order).
 
 Policies and buffers keep the policy's convention; :func:`to_env_actions` is applied only when a step is
 sent to the env. :func:`random_actions` is the one place uniformly random actions are drawn (off-policy
@@ -25,8 +28,9 @@ def to_env_actions(actions: torch.Tensor | np.ndarray, action_space: spaces.Spac
 
 def random_actions(action_space: spaces.Space, count: int, rng: np.random.Generator) -> np.ndarray:
     """``count`` uniform actions in the policy's convention: (count,) int64 indices from 0 (Discrete) or
-    (count, *shape) float32 values within the bounds (Box)."""
+    (count, action_dim) float32 values within the bounds (Box, flat)."""
     if isinstance(action_space, spaces.Discrete):
         return rng.integers(0, int(action_space.n), size=count)
     assert isinstance(action_space, spaces.Box)
-    return rng.uniform(action_space.low, action_space.high, size=(count, *action_space.shape)).astype(np.float32)
+    low, high = action_space.low.reshape(-1), action_space.high.reshape(-1)
+    return rng.uniform(low, high, size=(count, low.size)).astype(np.float32)

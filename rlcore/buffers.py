@@ -42,11 +42,26 @@ class RolloutBuffer:
         return torch.nonzero(self.valid.reshape(-1), as_tuple=False).squeeze(-1)
 
     def minibatches(self, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
-        """Shuffled index batches of the valid steps; the last one may be smaller."""
+        """Shuffled index batches of the valid steps, each valid step in exactly one.
+
+        The number of valid steps changes from rollout to rollout (autoreset steps are left out), so it
+        rarely divides by ``batch_size``. The batches are full (``batch_size``) and the remainder is
+        handled so that no minibatch is small: a remainder of at least half a batch is a last minibatch
+        of its own, a smaller one is spread evenly over the full batches (sizes then differ by at most
+        one), and fewer valid steps than a batch make a single minibatch of all of them. So every
+        minibatch holds at least ``batch_size // 2`` samples (unless the rollout has fewer valid steps):
+        never the 1-sample tail whose advantage std is NaN, nor a 2-5 sample tail taking a full,
+        noisy step. A rollout whose valid count divides evenly, or leaves a large tail, is split as before.
+        """
         valid = self.flat_valid_indices()
         order = valid[torch.randperm(valid.numel(), generator=generator)]
-        for start in range(0, order.numel(), batch_size):
-            yield order[start : start + batch_size]
+        if order.numel() == 0:
+            return
+        full, tail = divmod(order.numel(), batch_size)
+        if full == 0 or (2 * tail >= batch_size and tail >= 2):
+            yield from order.split(batch_size)
+        else:
+            yield from order.tensor_split(full)
 
     def flat(self, name: str) -> torch.Tensor:
         """A stored field with (T, N) flattened to (T * N,)."""

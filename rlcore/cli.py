@@ -117,21 +117,26 @@ def _import_minari(args: argparse.Namespace) -> Any:
 def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
     """Parse, run the chosen subcommand, and turn user errors into one line and exit status 2."""
     args = parser.parse_args(argv)
+    logger = logging.getLogger("rlcore")
+    handler: logging.Handler | None = None
     if getattr(args, "own_logging", True):
         # Only rlcore's own lines; Prefect commands show them through Prefect's handlers instead.
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(message)s"))
-        logger = logging.getLogger("rlcore")
         logger.addHandler(handler)
         logger.setLevel(logging.WARNING if args.quiet else logging.INFO)
     try:
         args.run(args)
     except RLCoreError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # One line whatever the message holds (an env's or a module's exception text may span several).
+        print("error: " + (" ".join(str(exc).split()) or type(exc).__name__), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: the latest checkpoint is kept; re-run the same command to resume", file=sys.stderr)
         return 130
+    finally:
+        if handler is not None:  # main() may run more than once in a process (tests, the sweep's in-process trials)
+            logger.removeHandler(handler)
     return 0
 
 

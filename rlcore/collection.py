@@ -176,7 +176,8 @@ def _roll_out(
                 log_probs[:] = np.nan
             if not discrete:  # store what the env executes
                 assert isinstance(action_space, spaces.Box)
-                actions = np.clip(actions, action_space.low, action_space.high).astype(np.float32)
+                low, high = action_space.low.reshape(-1), action_space.high.reshape(-1)  # actions are flat
+                actions = np.clip(actions, low, high).astype(np.float32)
             step = stepper.step(actions)
             for i in np.flatnonzero(step.valid):
                 in_progress[i].rows.append(

@@ -4,9 +4,10 @@ Each stage reads only its own sections, so ``dvc.yaml`` lists exactly those keys
 
 | stage    | reads                                                |
 |----------|------------------------------------------------------|
-| train    | ``seed``, ``name``, ``branch``, ``torch_threads``, ``env``, ``policy``, ``algo``, ``train``, ``dataset`` |
+| train    | ``seed``, ``name``, ``branch``, ``torch_threads``, ``env``, ``policy``, ``algo``, ``train``, ``dataset``, |
+|          | ``eval.max_episode_steps`` (the periodic evaluations' episode cap) |
 | evaluate | ``name``, ``branch``, ``torch_threads``, ``env``, ``eval`` |
-| select   | ``name``, ``branch``, ``select``                     |
+| select   | ``name``, ``branch``, ``torch_threads``, ``env``, ``eval``, ``select`` (it scores the selection on test) |
 | export   | ``name``, ``branch``, ``torch_threads``, ``export``  |
 | collect  | ``torch_threads``, ``env``, ``collect``              |
 | sweep    | ``sweep`` and everything a trial trains and evaluates with |
@@ -17,20 +18,26 @@ names the key, says what was expected and shows what was given.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from rlcore.errors import ConfigError, did_you_mean
+from rlcore.seeds import MAX_EVAL_EPISODES, MAX_TRAIN_STEPS, PERIODIC_EPISODES_PER_SEED, SEED_LIMIT
+from rlcore.strict import StrictModel
 from rlcore.sweep_config import SweepConfig
 
-
-class StrictModel(BaseModel):
-    """A params section: unknown keys are errors, values are validated on assignment too."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+_FOLDER_NAME = re.compile(r"(?!-)[A-Za-z0-9._-]{1,100}")
+MAX_NUM_ENVS = 4096
+"""The most envs stepped together (``env.num_envs``, ``collect.num_envs``, ``eval.max_parallel_envs``)."""
+MAX_TORCH_THREADS = 1024
+"""The most torch threads (``torch_threads``): more only costs memory (libgomp allocates per thread)."""
+MAX_LAYERS = 100
+"""The most hidden layers (``policy.hidden_sizes``); their widths are bounded by the memory check
+(``rlcore.resources``)."""
 
 
 class WrapperConfig(StrictModel):
@@ -56,9 +63,11 @@ class EnvConfig(StrictModel):
     id: str = "CartPole-v1"
     """A registered gymnasium id, optionally ``module:Env-v0`` to import the module that registers it."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Keyword arguments for the env's constructor (``gymnasium.make_vec(id, **kwargs)``)."""
-    num_envs: int = Field(8, ge=1)
-    """Environments stepped together while training."""
+    """Keyword arguments for the env's constructor (``gymnasium.make_vec(id, **kwargs)``). Checked at load:
+    ``max_episode_steps`` is a positive integer, ``render_mode`` one the env lists, and a value has the type of the
+    constructor parameter's default (``rlcore.env_ids.check_env_kwargs``); the env refuses the rest when built."""
+    num_envs: int = Field(8, ge=1, le=MAX_NUM_ENVS)
+    """Environments stepped together while training (at most 4096)."""
     vectorization: Literal["auto", "vector_entry_point", "sync", "async"] = "auto"
     """``auto`` uses the env's own batched implementation when it has one (CartPole does) and no wrappers are
     declared, else ``sync``. ``async`` runs each env in a subprocess: worth it only for slow envs on more than
@@ -75,6 +84,28 @@ class EnvConfig(StrictModel):
         check_env_id(env_id)
         return env_id
 
+    def time_limit(self) -> int | None:
+        """The step limit of this env's episodes as declared: ``kwargs.max_episode_steps`` (else the one
+        gymnasium registered for the id), and any ``TimeLimit`` in ``wrappers``; the smallest wins. None: no limit."""
+        import gymnasium as gym
+
+        from rlcore.env_ids import env_spec, import_object
+
+        limits = [self.kwargs.get("max_episode_steps") or env_spec(self.id).max_episode_steps]
+        for item in self.wrappers:
+            wrapper = import_object(item.wrapper)
+            if isinstance(wrapper, type) and issubclass(wrapper, gym.wrappers.TimeLimit):
+                limits.append(item.kwargs.get("max_episode_steps"))
+        found = [int(limit) for limit in limits if isinstance(limit, int) and limit > 0]
+        return min(found) if found else None
+
+    @model_validator(mode="after")
+    def _kwargs_fit_the_env(self) -> EnvConfig:
+        from rlcore.env_ids import check_env_kwargs
+
+        check_env_kwargs(self.id, self.kwargs)
+        return self
+
     @model_validator(mode="after")
     def _wrappers_need_sub_envs(self) -> EnvConfig:
         if self.wrappers and self.vectorization == "vector_entry_point":
@@ -87,36 +118,50 @@ class EnvConfig(StrictModel):
 
 class PolicyConfig(StrictModel):
     hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
-    """Widths of the MLP torso, shared shape for actor and critic (the weights are separate)."""
+    """Widths of the MLP torso, shared shape for actor and critic (the weights are separate). At most 100 layers;
+    networks that would not fit in the memory available are refused before training (``rlcore.resources``)."""
     activation: Literal["tanh", "relu", "elu"] = "tanh"
     normalize_obs: bool = False
     """Running mean/std observation normalization; the statistics live in the policy (and its export)."""
     obs_clip: float = Field(10.0, gt=0)
     """Normalized observations are clipped to [-obs_clip, obs_clip]."""
-    log_std_init: float = 0.0
-    """Initial log standard deviation of the Gaussian head (Box action spaces only)."""
+    log_std_init: float = Field(0.0, ge=-20, le=20)
+    """Initial log standard deviation of the Gaussian head (Box action spaces only), in [-20, 20]."""
 
     @field_validator("hidden_sizes")
     @classmethod
     def _positive_widths(cls, sizes: list[int]) -> list[int]:
         if not sizes or any(size < 1 for size in sizes):
-            raise ValueError(f"must be a non-empty list of positive layer widths, got {sizes}")
+            raise ValueError(f"must be a non-empty list of positive layer widths, got {short_repr(sizes)}")
+        if len(sizes) > MAX_LAYERS:
+            raise ValueError(f"at most {MAX_LAYERS} hidden layers, got {len(sizes)}")
         return sizes
 
 
 class AlgoConfig(StrictModel):
-    """Base of every algorithm's config; each algorithm module defines and registers its subclass."""
+    """Base of every algorithm's config; each algorithm module defines and registers its subclass. A learning rate
+    (``lr``, ``actor_lr``, wherever an algorithm declares one) is at most 1: Adam moves each weight by about ``lr``
+    per step, so a larger one can only diverge."""
 
     name: str
 
+    @field_validator("lr", "actor_lr", check_fields=False)
+    @classmethod
+    def _learning_rate_at_most_one(cls, lr: float | None) -> float | None:
+        if lr is not None and lr > 1:
+            raise ValueError(f"must be <= 1 (an Adam learning rate), got {short_repr(lr)}")
+        return lr
+
 
 class TrainConfig(StrictModel):
-    max_steps: int = Field(200_000, ge=1)
-    """Budget in environment steps (summed over the vector of envs)."""
+    max_steps: int = Field(200_000, ge=1, le=MAX_TRAIN_STEPS)
+    """Budget in environment steps (summed over the vector of envs). At most 2**40, so training seeds stay below
+    the evaluation seed ranges (``rlcore.seeds``)."""
     eval_every: int = Field(10_000, ge=1)
     """Environment steps between periodic evaluations; each one also writes a candidate checkpoint."""
-    eval_episodes: int = Field(10, ge=1)
-    """Episodes per periodic evaluation (the final `evaluate` stage has its own count)."""
+    eval_episodes: int = Field(10, ge=1, le=PERIODIC_EPISODES_PER_SEED)
+    """Episodes per periodic evaluation (the final `evaluate` stage has its own count), on the run's own periodic
+    seeds (``rlcore.seeds``), apart from training, validation and test episodes."""
     log_every: int = Field(4096, ge=1)
     """Environment steps between rows of training metrics (losses, episode returns) in dvclive."""
     target_return: float | None = None
@@ -134,13 +179,24 @@ class TrainConfig(StrictModel):
 
 
 class EvalConfig(StrictModel):
-    episodes: int = Field(10, ge=1)
+    """Evaluation: the evaluate stage (validation episodes, every checkpoint) and the select stage (test
+    episodes, the selected model only). Seed ranges: ``rlcore.seeds``."""
+
+    episodes: int = Field(10, ge=1, le=MAX_EVAL_EPISODES)
+    """Validation episodes per checkpoint (the evaluate stage); select-best picks on their scores."""
+    test_episodes: int = Field(100, ge=1, le=MAX_EVAL_EPISODES)
+    """Test episodes of the selected model (the select stage): the score ``reports/metrics.json`` reports."""
     deterministic: bool = True
     """Greedy actions (argmax, or the Gaussian's mean) instead of sampling."""
-    seed: int = 1_000_000
-    """Base seed of the evaluation envs, kept apart from the training seeds."""
-    max_parallel_envs: int = Field(32, ge=1)
-    """Episodes run side by side in one vector env; more episodes run in further batches."""
+    seed: int = Field(0, ge=0, lt=SEED_LIMIT)
+    """Offset inside the validation and test seed blocks (episode ``k`` of validation has seed
+    ``2·2**48 + seed + k``, of test ``3·2**48 + seed + k``); change it for a fresh set of held-out episodes."""
+    max_parallel_envs: int = Field(32, ge=1, le=MAX_NUM_ENVS)
+    """Episodes run side by side in one vector env (at most 4096); more episodes run in further batches."""
+    max_episode_steps: int | None = Field(None, ge=1)
+    """Every evaluation episode (periodic ones during training too) is stopped after this many steps and counted
+    as truncated. Null: the env's time limit (``env.kwargs.max_episode_steps``, else gymnasium's registered one);
+    required when the env has none."""
 
 
 class SelectConfig(StrictModel):
@@ -155,8 +211,8 @@ class ExportConfig(StrictModel):
     onnx: bool = True
     torch_export: bool = True
     """Also write a ``torch.export`` program (``policy.pt2``)."""
-    parity_observations: int = Field(1000, ge=1)
-    """Observations on which onnxruntime and torch must agree."""
+    parity_observations: int = Field(1000, ge=1, le=1_000_000)
+    """Observations on which onnxruntime and torch must agree (at most 1,000,000)."""
     parity_tolerance: float = Field(1e-5, gt=0)
     """Largest accepted absolute difference between onnxruntime and torch outputs."""
     opset: int = Field(18, ge=17)
@@ -175,8 +231,11 @@ class CollectConfig(StrictModel):
     """Greedy actions instead of samples from the policy."""
     epsilon: float = Field(0.0, ge=0, le=1)
     """Probability of a uniformly random action instead of the policy's (epsilon-noise)."""
-    num_envs: int = Field(8, ge=1)
-    seed: int = 2_000_000
+    num_envs: int = Field(8, ge=1, le=MAX_NUM_ENVS)
+    """Envs stepped together (at most 4096)."""
+    seed: int = Field(2_000_000, ge=0, lt=SEED_LIMIT)
+    """Shard ``i`` resets its envs with ``seed + i·num_envs`` (sub-env ``j`` adds ``j``): in the training seed range,
+    apart from every evaluation's episodes."""
     output: str = "data/dataset.parquet"
     row_group_size: int = Field(65_536, ge=1)
     """Transitions per Parquet row group: bounds the writer's memory."""
@@ -257,8 +316,8 @@ class DeployConfig(StrictModel):
     (prefect-dask's DaskTaskRunner; needs a Prefect server: PREFECT_API_URL)."""
     dask_address: str | None = None
     """An existing Dask scheduler, e.g. ``tcp://10.0.0.5:8786``; null starts a LocalCluster of processes."""
-    dask_workers: int = Field(2, ge=1)
-    """Worker processes of that LocalCluster (one thread each)."""
+    dask_workers: int = Field(2, ge=1, le=1024)
+    """Worker processes of that LocalCluster (one thread each; at most 1024)."""
 
 
 SECTIONS: dict[str, Any] = {
@@ -281,13 +340,17 @@ class Params(StrictModel):
     """The whole params tree. ``algo`` is the registered algorithm's own config class."""
 
     seed: int = 0
-    name: str = Field("default", pattern=r"^[A-Za-z0-9._-]+$")
-    """Run name: training writes to ``runs/<name>/``."""
-    branch: str = Field("", pattern=r"^[A-Za-z0-9._-]*$")
+    """Seeds torch, NumPy and the training envs; in [0, 2**32) so training seeds stay below the evaluation seed
+    ranges (``rlcore.seeds``)."""
+    name: str = "default"
+    """Run name: training writes to ``runs/<name>/``. Letters, digits, ``.``, ``_``, ``-``; at most 100 characters,
+    not ``.`` or ``..``, not starting with ``-``."""
+    branch: str = ""
     """Output branch: ``""`` writes reports/, models/best/, export/; ``offline`` writes reports/offline/,
     models/offline/best/, export/offline/ (so a second pipeline can run beside the first)."""
-    torch_threads: int = Field(1, ge=1)
-    """Small networks are fastest on one thread on a 2-core machine (two are 3-60x slower under load)."""
+    torch_threads: int = Field(1, ge=1, le=MAX_TORCH_THREADS)
+    """Small networks are fastest on one thread on a 2-core machine (two are 3-60x slower under load). At most
+    1024."""
     env: EnvConfig
     policy: PolicyConfig
     algo: AlgoConfig
@@ -300,37 +363,195 @@ class Params(StrictModel):
     sweep: SweepConfig
     deploy: DeployConfig
 
+    @field_validator("name", "branch")
+    @classmethod
+    def _folder_name(cls, name: str, info: ValidationInfo) -> str:
+        if info.field_name == "branch" and name == "":
+            return name
+        if not _FOLDER_NAME.fullmatch(name) or set(name) == {"."}:
+            raise ValueError(
+                "expected a folder name: 1 to 100 letters, digits, '.', '_' or '-', not '.' or '..', not starting "
+                f"with '-', got {short_repr(name)}"
+            )
+        return name
+
+    @field_validator("seed")
+    @classmethod
+    def _seed_in_range(cls, seed: int) -> int:
+        if not 0 <= seed < SEED_LIMIT:
+            raise ValueError(f"must be in [0, 2**32) (training seeds stay below the evaluation ranges), got {seed}")
+        return seed
+
+    @model_validator(mode="after")
+    def _evaluation_episodes_end(self) -> Params:
+        if self.eval.max_episode_steps is None and self.env.time_limit() is None:
+            raise ValueError(
+                f"eval.max_episode_steps: {self.env.id} has no time limit (none registered, none in env.kwargs): "
+                "set eval.max_episode_steps so evaluation episodes end"
+            )
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         """The resolved tree as plain data, with the algorithm's own fields (YAML/JSON-safe)."""
         return self.model_dump(mode="json", serialize_as_any=True)
 
 
-def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    """Parse a YAML file that must hold a mapping; one-line errors name the file."""
-    if not path.is_file():
-        raise ConfigError(f"{path}: params file not found")
+MAX_PARAMS_FILE_BYTES = 1 << 20
+"""A params file larger than this (1 MiB) is refused unread: params files are a few KB."""
+MAX_YAML_VALUES = 100_000
+"""A params file or ``--set`` value whose YAML holds more values than this, counting every alias's expansion, is
+refused before it is built (an alias bomb, "billion laughs", would otherwise hang validation)."""
+MAX_YAML_DEPTH = 64
+"""Deepest nesting of YAML collections accepted."""
+
+
+class InvalidYAML(ConfigError):
+    """Text that is not YAML at all (``--set`` then takes the value as a string)."""
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """``yaml.safe_load`` bounded: refuses (``ConfigError`` naming ``source``) YAML that is invalid, nested deeper
+    than :data:`MAX_YAML_DEPTH`, recursive, or that would expand to more than :data:`MAX_YAML_VALUES` values."""
+    if _flow_depth(text) > MAX_YAML_DEPTH:  # PyYAML's scanner is quadratic in the depth of [ and { nesting
+        raise ConfigError(f"{source}: YAML nested deeper than {MAX_YAML_DEPTH} levels")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise ConfigError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as exc:  # a character YAML does not allow (NUL, other control characters)
+        raise InvalidYAML(f"{source}: not valid YAML: {_yaml_problem(exc)}") from None
+    try:
+        try:
+            node = loader.get_single_node()
+        except yaml.YAMLError as exc:
+            raise InvalidYAML(f"{source}: not valid YAML{_yaml_line(exc)}: {_yaml_problem(exc)}") from None
+        except RecursionError:
+            raise ConfigError(f"{source}: YAML nested deeper than {MAX_YAML_DEPTH} levels") from None
+        if node is None:
+            return None
+        _check_expansion(node, source)
+        try:
+            return loader.construct_document(node)
+        except yaml.YAMLError as exc:
+            raise InvalidYAML(f"{source}: not valid YAML{_yaml_line(exc)}: {_yaml_problem(exc)}") from None
+        except Exception as exc:  # a tagged or implicit value that does not convert: !!int abc, 2001-13-45
+            problem = " ".join(f"{type(exc).__name__}: {exc}".split())
+            raise InvalidYAML(f"{source}: not valid YAML: a value that does not convert ({problem})") from None
+    finally:
+        loader.dispose()
+
+
+def _yaml_line(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return f" (line {mark.line + 1})" if mark is not None else ""
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's message without its quoted excerpt of the text: one short line."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"unacceptable character #x{exc.character:04x} at offset {exc.position} ({exc.reason})"
+    parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+    text = ", ".join(str(part) for part in parts if part) or str(exc)
+    return " ".join(text.split())
+
+
+_QUOTED_OR_COMMENT = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\']|\'\')*\'|(?:^|(?<=\s))#[^\n]*', re.MULTILINE)
+_FLOW_BRACKET = re.compile(r"[][{}]")
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of flow collections (``[``, ``{``) outside quoted strings and comments."""
+    depth = deepest = 0
+    for match in _FLOW_BRACKET.finditer(_QUOTED_OR_COMMENT.sub("", text)):
+        depth = depth + 1 if match.group() in "[{" else max(depth - 1, 0)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _check_expansion(root: yaml.Node, source: str) -> None:
+    """Count the values ``root`` expands to (aliases counted at every use) without expanding it."""
+
+    def children(node: yaml.Node) -> list[yaml.Node]:
+        if isinstance(node, yaml.SequenceNode):
+            return list(node.value)
+        if isinstance(node, yaml.MappingNode):
+            return [item for pair in node.value for item in pair]
+        return []
+
+    sizes: dict[int, int] = {}
+    heights: dict[int, int] = {}
+    active: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            active.discard(key)
+            below = children(node)
+            sizes[key] = 1 + sum(sizes[id(child)] for child in below)
+            heights[key] = 1 + max((heights[id(child)] for child in below), default=0)
+            if sizes[key] > MAX_YAML_VALUES:
+                raise ConfigError(
+                    f"{source}: YAML expands to more than {MAX_YAML_VALUES} values (aliases counted at every use: "
+                    "an alias bomb?)"
+                )
+            if heights[key] > MAX_YAML_DEPTH:
+                raise ConfigError(f"{source}: YAML nested deeper than {MAX_YAML_DEPTH} levels")
+            continue
+        if key in sizes:
+            continue
+        if key in active:
+            raise ConfigError(f"{source}: a YAML alias refers to a collection that contains it (recursive)")
+        active.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in children(node) if id(child) not in sizes)
+
+
+def read_text_file(path: Path, what: str = "params file", limit: int = MAX_PARAMS_FILE_BYTES) -> str:
+    """The text of a UTF-8 file (a UTF-8 byte-order mark is fine); one-line errors name the file."""
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder, not a {what}")
+    if not path.is_file():
+        raise ConfigError(f"{path}: {what} not found")
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise ConfigError(f"{path}: {size} bytes is too large for a {what} (at most {limit}): is it one?")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ConfigError(f"{path}: not a UTF-8 text {what} (it is UTF-16: save it as UTF-8)")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not a UTF-8 text {what} (byte 0x{raw[exc.start]:02x} at offset {exc.start} is not UTF-8; "
+            "a binary file, or another encoding such as latin-1?)"
+        ) from None
+    if "\x00" in text:
+        raise ConfigError(f"{path}: not a UTF-8 text {what} (it holds NUL bytes: a binary file?)")
+    return text
+
+
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    """Parse a YAML file that must hold a non-empty mapping; one-line errors name the file."""
+    data = parse_yaml(read_text_file(path), str(path))
     if data is None:
-        return {}
+        raise ConfigError(f"{path}: params file is empty (nothing but blanks, comments or null): nothing to run")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of params at the top level, got {type(data).__name__}")
     return data
 
 
 def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``key.path=value`` overrides; values are parsed as YAML (``1e-3``, ``true``, ``[64, 64]``)."""
+    """Apply ``key.path=value`` overrides; values are parsed as YAML (``1e-3``, ``true``, ``[64, 64]``), bounded
+    like a params file (:func:`parse_yaml`); a value that is not valid YAML is taken as a string."""
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set algo.lr=0.001")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+            value = parse_yaml(raw, f"--set {key.strip()}") if raw.strip() else ""
+        except InvalidYAML:
             value = raw
         node = tree
         parts = key.strip().split(".")
@@ -344,27 +565,71 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return tree
 
 
+_UNION_TAG = re.compile(
+    r"^(int|float|str|bool|bytes|none|constrained-\w+|literal\[.*\]|function-\w+\[.*\]|list\[.*\]|dict\[.*\]"
+    r"|tagged-union\[.*\]|union\[.*\]|is-instance\[.*\]|json-or-python\[.*\]|lax-\w+|strict-\w+)$"
+)
+_COMPARISONS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to about ``limit`` characters (huge lists, strings and numbers stay one short line)."""
+    import reprlib
+
+    shortener = reprlib.Repr()
+    shortener.maxlevel, shortener.maxlist, shortener.maxdict, shortener.maxtuple = 3, 8, 8, 8
+    shortener.maxstring, shortener.maxlong, shortener.maxother = limit, 40, limit
+    text = shortener.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> str:
-    """One line for the first problem: the dotted key, what was expected, what was given."""
-    error = exc.errors(include_url=False)[0]
-    loc = [str(part) for part in error["loc"]]
+    """One line for the first problem: the dotted key, what was expected, what was given. The alternatives of a
+    union (``ent_coef: float | auto``) are named together."""
+    errors = exc.errors(include_url=False)
+    error = errors[0]
+    loc = [str(part) for part in error["loc"] if not _UNION_TAG.match(str(part))]
     key = ".".join(loc) or "<top level>"
-    given = error.get("input")
+    given = short_repr(error.get("input"))
     if error["type"] == "extra_forbidden":
         siblings = _field_names(model, loc[:-1])
         prefix = ".".join(loc[:-1]) + "." if len(loc) > 1 else ""
-        return f"unknown key {key!r}{did_you_mean(loc[-1], siblings, prefix=prefix)}"
+        return f"unknown key {short_repr(key)}{did_you_mean(loc[-1], siblings, prefix=prefix)}"
     if error["type"] == "missing":
         return f"{key}: required key is missing"
     message = error["msg"]
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
-        return message if message.startswith(f"{key}.") else f"{key}: {message}"
-    if error["type"] in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
-        ops = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
+        return message if not loc or message.startswith(f"{key}.") else f"{key}: {message}"
+    alternatives = [
+        other
+        for other in errors
+        if len(other["loc"]) > len(loc) and [str(p) for p in other["loc"] if not _UNION_TAG.match(str(p))] == loc
+    ]
+    if len(alternatives) > 1:
+        return f"{key}: expected {' or '.join(dict.fromkeys(_expected(other) for other in alternatives))}, got {given}"
+    if error["type"] in _COMPARISONS:
         bound = next(iter(error.get("ctx", {}).values()), "?")
-        return f"{key}: must be {ops[error['type']]} {bound}, got {given!r}"
-    return f"{key}: {message[0].lower()}{message[1:]}, got {given!r}"
+        return f"{key}: must be {_COMPARISONS[error['type']]} {bound}, got {given}"
+    message = message[0].lower() + message[1:]
+    return f"{key}: {message} ({given})" if ", got " in message else f"{key}: {message}, got {given}"
+
+
+def _expected(error: Any) -> str:
+    """What one alternative of a union wanted, in a few words."""
+    kind = error["type"]
+    if kind in _COMPARISONS:
+        return f"a number {_COMPARISONS[kind]} {next(iter(error.get('ctx', {}).values()), '?')}"
+    if kind == "literal_error":
+        return str(error.get("ctx", {}).get("expected", "one of the listed values"))
+    if kind == "finite_number":
+        return "a finite number"
+    if kind.startswith("float_"):
+        return "a number"
+    if kind.startswith("int_"):
+        return "an integer"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return message[0].lower() + message[1:]
 
 
 def _field_names(model: type[BaseModel], loc: list[str]) -> list[str]:

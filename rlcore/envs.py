@@ -19,7 +19,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from rlcore.config import EnvConfig
-from rlcore.env_ids import import_object
+from rlcore.env_ids import env_spec, import_object
 from rlcore.errors import ConfigError
 
 
@@ -67,13 +67,20 @@ def make_vector_env(
         wrappers.append(functools.partial(ApplyEpisodeSettings, settings=episode_settings))
     mode = env.vectorization
     if mode == "auto":
-        mode = "vector_entry_point" if gym.spec(env.id).vector_entry_point is not None and not wrappers else "sync"
+        mode = "vector_entry_point" if env_spec(env.id).vector_entry_point is not None and not wrappers else "sync"
     try:
         vector_env = gym.make_vec(
             env.id, num_envs=num_envs, vectorization_mode=mode, wrappers=wrappers or None, **env.kwargs
         )
     except TypeError as exc:
-        raise ConfigError(f"env.kwargs: {env.id} does not accept these arguments: {exc}") from None
+        raise ConfigError(f"env.kwargs: {env.id} does not accept these arguments: {_one_line(exc)}") from None
+    except (gym.error.DependencyNotInstalled, ImportError) as exc:  # an optional dependency, found only when built
+        raise ConfigError(f"env.id: {env.id} cannot be built: {_one_line(exc)}") from None
+    except gym.error.Error as exc:  # e.g. vector_kwargs for an env's own batched implementation
+        raise ConfigError(f"env: {env.id} cannot be built ({mode} vectorization): {_one_line(exc)}") from None
+    except (ValueError, AssertionError, ArithmeticError, LookupError) as exc:  # the env's (or a wrapper's) own checks
+        where = "env.kwargs/env.wrappers" if env.wrappers else "env.kwargs"
+        raise ConfigError(f"{where}: {env.id} refuses them: {type(exc).__name__}: {_one_line(exc)}") from None
     try:
         check_spaces(env.id, vector_env.single_observation_space, vector_env.single_action_space)
         check_autoreset(env.id, vector_env)
@@ -81,6 +88,10 @@ def make_vector_env(
         vector_env.close()
         raise
     return vector_env
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def check_autoreset(env_id: str, vector_env: gym.vector.VectorEnv) -> None:
@@ -97,6 +108,12 @@ def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Sp
         raise ConfigError(
             f"env.id: {env_id} has a {type(observation_space).__name__} observation space; "
             "rlcore supports Box observations"
+        )
+    if observation_space.dtype == np.uint8 and len(observation_space.shape) >= 2:
+        # Pixels flattened into an MLP without scaling train badly, and silently: refuse until rlcore has a CNN.
+        raise ConfigError(
+            f"env.id: {env_id} has image observations ({observation_space.dtype} {observation_space.shape}); "
+            "rlcore does not support pixels yet"
         )
     if not isinstance(action_space, spaces.Discrete | spaces.Box):
         raise ConfigError(

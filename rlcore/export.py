@@ -284,7 +284,9 @@ def model_card(
         "observation_space": meta["spaces"]["observation"],
         "action_space": meta["spaces"]["action"],
         "interface": result.interface,
-        "evaluation": selection["evaluation"],
+        # The test score (episodes nothing else ran) and, apart, the validation score that selection used.
+        "evaluation": selection["test"],
+        "validation": selection["validation"],
         "selected_checkpoint": selection["checkpoint"],
         "selection_reason": selection["reason"],
         "training": {

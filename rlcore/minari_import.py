@@ -55,7 +55,7 @@ def import_minari(source: str, output: Path, row_group_size: int = 65_536) -> di
     try:
         for episode in dataset.iterate_episodes():
             if len(episode.rewards):  # Minari allows empty episodes (a reset only): nothing to learn from
-                writer.add_episode(*_rows(source, episode, observation_space))
+                writer.add_episode(*_rows(source, episode, observation_space, action_space))
     except BaseException:
         writer.abort()
         raise
@@ -92,9 +92,12 @@ def _open(source: str) -> Any:
 
 
 def _rows(
-    source: str, episode: Any, observation_space: spaces.Box
+    source: str, episode: Any, observation_space: spaces.Box, action_space: spaces.Space
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, None]:
-    """One Minari episode as rlcore's columns: obs, actions, rewards, next_obs, terminated, truncated, None."""
+    """One Minari episode as rlcore's columns: obs, actions, rewards, next_obs, terminated, truncated, None.
+
+    Minari stores the env's actions; rlcore stores the policy's (``rlcore.actions``): a ``Discrete(n, start)``
+    action ``a`` is the index ``a - start``."""
     observations = np.asarray(episode.observations, dtype=np.float32).reshape(len(episode.observations), -1)
     length = len(episode.rewards)
     if len(observations) != length + 1:
@@ -106,9 +109,12 @@ def _rows(
     truncated = np.asarray(episode.truncations, dtype=bool).copy()
     if length and not (terminated[-1] or truncated[-1]):
         truncated[-1] = True  # an episode cut by the end of recording: bootstrap from its last observation
+    actions = np.asarray(episode.actions)
+    if isinstance(action_space, spaces.Discrete):
+        actions = actions.astype(np.int64) - int(action_space.start)
     return (
         observations[:-1],
-        np.asarray(episode.actions),
+        actions,
         np.asarray(episode.rewards, dtype=np.float32),
         observations[1:],
         terminated,

@@ -13,12 +13,23 @@ from typing import Any
 
 from pydantic import Field, ValidationError, create_model
 
-from rlcore.config import SECTIONS, Params, apply_overrides, describe_validation_error, read_yaml_mapping
+from rlcore.config import (
+    SECTIONS,
+    Params,
+    apply_overrides,
+    describe_validation_error,
+    read_yaml_mapping,
+    short_repr,
+)
 from rlcore.errors import ConfigError, did_you_mean
 from rlcore.registry import algo_config_class, registered_algorithms
 
-DEFAULT_ALGORITHM = "ppo"
-"""The algorithm of a params tree whose ``algo`` section names none."""
+REQUIRED = {
+    "env": ("id", "the env to train on, e.g. env: {id: CartPole-v1}"),
+    "algo": ("name", "the algorithm, e.g. algo: {name: ppo}"),
+}
+"""The sections (and their key) every params tree must give: nothing falls back to a default env or algorithm.
+Every other section and key has a default (``rlcore.config``)."""
 
 
 @functools.cache
@@ -39,17 +50,22 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = 
 
 
 def validate_params(tree: dict[str, Any], source: str = "params") -> Params:
-    """Validate a params tree (not modified) against the model of the algorithm it names."""
-    algo = tree.get("algo", {})
-    if not isinstance(algo, dict):
-        raise ConfigError(f"{source}: algo: expected a section (mapping), got {algo!r}")
-    name = algo.get("name", DEFAULT_ALGORITHM)
+    """Validate a params tree (not modified) against the model of the algorithm it names (:data:`REQUIRED`)."""
+    for section, (key, what) in REQUIRED.items():
+        value = tree.get(section)
+        if value is None:
+            raise ConfigError(f"{source}: {section}: required section is missing ({what})")
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: {section}: expected a section (mapping), got {short_repr(value)}")
+        if value.get(key) is None:
+            raise ConfigError(f"{source}: {section}.{key}: required key is missing ({what})")
+    algo = tree["algo"]
+    name = algo["name"]
     known = registered_algorithms()
-    if name not in known:
+    if not isinstance(name, str) or name not in known:
         hint = did_you_mean(str(name), known)
-        raise ConfigError(f"{source}: algo.name: unknown algorithm {name!r}{hint}; known: {', '.join(known)}")
+        raise ConfigError(f"{source}: algo.name: unknown algorithm {short_repr(name)}{hint}; known: {', '.join(known)}")
     model = params_model(name)
-    tree = {**tree, "algo": {**algo, "name": name}}
     try:
         return model.model_validate(tree)
     except ValidationError as exc:

@@ -30,10 +30,12 @@ from torch.distributions import (
     Independent,
     Normal,
     TanhTransform,
+    Transform,
     TransformedDistribution,
 )
 
 from rlcore.config import PolicyConfig
+from rlcore.errors import ConfigError
 from rlcore.nets import ObsNormalizer, mlp
 
 
@@ -42,6 +44,15 @@ def action_dim(action_space: spaces.Space) -> int:
         return int(action_space.n)
     assert action_space.shape is not None
     return int(np.prod(action_space.shape))
+
+
+def require_bounded(action_space: spaces.Space, algo_name: str) -> None:
+    """Refuse (one line) a Box with an infinite bound for an algorithm whose actions are squashed into the bounds
+    (a tanh, then ``loc + scale * u``): with ``inf`` or ``-inf`` bounds ``loc`` is NaN and training is NaN."""
+    if isinstance(action_space, spaces.Box) and not (
+        np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))
+    ):
+        raise ConfigError(f"algo.name: {algo_name} squashes actions into their bounds, but {action_space} is unbounded")
 
 
 class Policy(nn.Module):
@@ -65,6 +76,10 @@ class Policy(nn.Module):
     def _register_action_bounds(self, action_space: spaces.Space) -> None:
         """Buffers ``action_loc`` and ``action_scale``: a = loc + scale * u maps u in [-1, 1] onto the Box bounds."""
         assert isinstance(action_space, spaces.Box)
+        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+            raise ValueError(
+                f"{type(self).__name__} squashes actions into their bounds, but {action_space} is unbounded"
+            )
         low = torch.as_tensor(action_space.low.reshape(-1), dtype=torch.float32)
         high = torch.as_tensor(action_space.high.reshape(-1), dtype=torch.float32)
         self.register_buffer("action_loc", (high + low) / 2)
@@ -235,10 +250,34 @@ class SquashedGaussianActor(Policy):
         return mean, log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
 
     def distribution(self, obs: torch.Tensor) -> Distribution:
+        """The distribution of actions in env units (tanh, then the affine map to the bounds)."""
+        return self._squashed(obs, to_bounds=True)
+
+    def squashed_distribution(self, obs: torch.Tensor) -> Distribution:
+        """The distribution of the squashed action ``u = tanh(x)`` in [-1, 1], before the affine map to the bounds.
+
+        SAC measures entropy and log-probabilities here (as the authors' code and SB3 do), so that its entropy
+        target means the same whatever the bounds: in env units every log-probability is shifted by
+        ``-sum(log(scale))``, which makes a target of ``-action_dim`` unreachable for narrow bounds and a
+        near-deterministic policy for wide ones. ``to_env(u)`` is the action the env gets.
+        """
+        return self._squashed(obs, to_bounds=False)
+
+    def _squashed(self, obs: torch.Tensor, to_bounds: bool) -> Distribution:
         mean, log_std = self._mean_log_std(obs)
-        squash = [TanhTransform(cache_size=1), AffineTransform(self.action_loc, self.action_scale, cache_size=1)]
+        squash: list[Transform] = [TanhTransform(cache_size=1)]
+        if to_bounds:
+            squash.append(AffineTransform(self.action_loc, self.action_scale, cache_size=1))
         base = Normal(mean, log_std.exp(), validate_args=False)
         return Independent(TransformedDistribution(base, squash, validate_args=False), 1, validate_args=False)
+
+    def to_env(self, unit: torch.Tensor) -> torch.Tensor:
+        """Squashed actions in [-1, 1] -> env units."""
+        return self.action_loc + self.action_scale * unit
+
+    def to_unit(self, actions: torch.Tensor) -> torch.Tensor:
+        """Env units -> the squashed [-1, 1] space (what the critics see)."""
+        return (actions - self.action_loc) / self.action_scale
 
     def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
         return self._mean_log_std(obs)[0]

@@ -22,9 +22,15 @@ def read_curve(tsv: Path, column: str = "mean_return") -> tuple[list[int], list[
 
 
 def plot_learning_curve(
-    tsv: Path, candidates: list[dict[str, Any]], selected: dict[str, Any], title: str, target: Path
+    tsv: Path,
+    candidates: list[dict[str, Any]],
+    selected: dict[str, Any],
+    test: dict[str, Any] | None,
+    title: str,
+    target: Path,
 ) -> None:
-    """Periodic-evaluation returns during training, and the evaluate stage's scores of each checkpoint."""
+    """Periodic-evaluation returns during training, each checkpoint's validation score (the evaluate stage), and
+    the selected model's test score with its 95% interval."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -33,7 +39,7 @@ def plot_learning_curve(
     steps, values = read_curve(tsv)
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     if steps:
-        ax.plot(steps, values, marker=".", label="training eval (mean return)")
+        ax.plot(steps, values, marker=".", label="periodic evaluation (mean return)")
     ax.errorbar(
         [c["step"] for c in candidates],
         [c["mean_return"] for c in candidates],
@@ -41,7 +47,7 @@ def plot_learning_curve(
         fmt="o",
         capsize=3,
         alpha=0.8,
-        label="evaluate stage (mean ± std)",
+        label="validation, evaluate stage (mean ± std)",
     )
     ax.scatter(
         [selected["step"]],
@@ -53,7 +59,19 @@ def plot_learning_curve(
         label="selected",
         zorder=5,
     )
-    ax.set_xlabel("env steps")
+    if test is not None:
+        mean = test["mean_return"]
+        ax.errorbar(
+            [selected["step"]],
+            [mean],
+            yerr=[[mean - test["ci95_low"]], [test["ci95_high"] - mean]],
+            fmt="D",
+            color="black",
+            capsize=5,
+            label=f"test, selected model (mean, 95% CI; {test['episodes']} episodes)",
+            zorder=6,
+        )
+    ax.set_xlabel(_unit(selected))
     ax.set_ylabel("episode return")
     ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -69,20 +87,32 @@ def write_report(
     name: str,
     env_id: str,
     algo: str,
-    selected: dict[str, Any],
-    reason: str,
+    selection: dict[str, Any],
     candidates: list[dict[str, Any]],
     summary: dict[str, Any] | None,
     plot_name: str,
 ) -> None:
+    """``reports/report.md``: the test score with its interval, the validation score selection used (and which
+    is which), how training went, the learning curve and every candidate's validation scores."""
+    test, validation = selection["test"], selection["validation"]
     lines = [
         f"# Run `{name}`: {algo} on {env_id}",
         "",
-        f"**Selected:** `{selected['checkpoint']}` — mean return **{selected['mean_return']:.1f}** "
-        f"± {selected['std_return']:.1f} over {selected['episodes']} episodes, "
-        f"after {selected['step']:,} {_unit(selected)}.",
+        f"**Test score: {test['mean_return']:.1f}** mean return, 95% CI [{test['ci95_low']:.1f}, "
+        f"{test['ci95_high']:.1f}], IQM {test['iqm_return']:.1f}, over {test['episodes']} test episodes "
+        f"(std {test['std_return']:.1f}, min {test['min_return']:.1f}, max {test['max_return']:.1f}; "
+        f"{test['truncated']} truncated).",
         "",
-        f"Why: {reason}.",
+        f"**Validation score: {validation['value']:.2f}** {validation['metric']} (mean return "
+        f"{validation['mean_return']:.1f}, 95% CI [{validation['ci95_low']:.1f}, {validation['ci95_high']:.1f}], "
+        f"over {validation['episodes']} validation episodes).",
+        "",
+        "The checkpoint was selected on the validation episodes and is reported on test episodes that neither "
+        "training, its periodic evaluations nor selection ran (the best of several checkpoints, scored on the "
+        "episodes that chose it, would look better than it is).",
+        "",
+        f"**Selected:** `{selection['checkpoint']}`, after {selection['step']:,} {_unit(selection)}. "
+        f"Why: {selection['reason']}.",
         "",
     ]
     if summary:
@@ -95,22 +125,39 @@ def write_report(
     lines += [
         f"![learning curve]({plot_name})",
         "",
-        f"| checkpoint | {_unit(selected)} | mean | std | min | max |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for c in sorted(candidates, key=lambda c: c["step"]):
-        mark = " **(selected)**" if c["checkpoint"] == selected["checkpoint"] else ""
-        lines.append(
-            f"| `{Path(c['checkpoint']).name}`{mark} | {c['step']:,} | {c['mean_return']:.1f} | "
-            f"{c['std_return']:.1f} | {c['min_return']:.1f} | {c['max_return']:.1f} |"
-        )
-    lines += [
+        "Validation scores of every checkpoint:",
+        "",
+        candidates_table(candidates, selection["checkpoint"]),
         "",
         "Exported model: `export/policy.onnx`, `export/policy.pt2`, card `export/model_card.json` "
         "(after the export stage).",
         "",
     ]
     write_text(target, "\n".join(lines))
+
+
+def candidates_table(candidates: list[dict[str, Any]], selected: str) -> str:
+    """Every candidate's validation scores as a markdown table (pandas), oldest first, the selected one marked."""
+    import pandas as pd
+
+    ordered = sorted(candidates, key=lambda c: c["step"])
+    unit = _unit(ordered[0]) if ordered else "env steps"
+    frame = pd.DataFrame(
+        {
+            "checkpoint": [
+                f"`{Path(c['checkpoint']).name}`" + (" **(selected)**" if c["checkpoint"] == selected else "")
+                for c in ordered
+            ],
+            unit: [f"{c['step']:,}" for c in ordered],
+            "mean": [c["mean_return"] for c in ordered],
+            "95% CI": [f"[{c['ci95_low']:.1f}, {c['ci95_high']:.1f}]" if "ci95_low" in c else "" for c in ordered],
+            "IQM": [c.get("iqm_return", float("nan")) for c in ordered],
+            "std": [c["std_return"] for c in ordered],
+            "min": [c["min_return"] for c in ordered],
+            "max": [c["max_return"] for c in ordered],
+        }
+    )
+    return str(frame.to_markdown(index=False, floatfmt=".1f", colalign=("left", "right", *["right"] * 6)))
 
 
 def _unit(record: dict[str, Any]) -> str:

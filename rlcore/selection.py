@@ -30,7 +30,7 @@ def select_best(candidates: list[dict[str, Any]], metric: str) -> tuple[dict[str
     unit = str(best.get("step_unit", "env_steps")).replace("_", " ")
     reason = (
         f"{best['checkpoint']} has the {'lowest' if lower_is_better else 'highest'} {metric} "
-        f"({best[metric]:.2f}; {best['episodes']} evaluation episodes, "
+        f"({best[metric]:.2f}; {best['episodes']} validation episodes, "
         f"trained for {best['step']} {unit}) of {len(candidates)} evaluated checkpoints"
     )
     if ties:

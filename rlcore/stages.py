@@ -19,12 +19,13 @@ from rlcore.collection import collect_dataset, env_record
 from rlcore.config import Params
 from rlcore.datasets import merge_datasets, read_metadata
 from rlcore.errors import RLCoreError
-from rlcore.evaluation import Evaluator
+from rlcore.evaluation import SCORE_KEYS, EvalResult, Evaluator
 from rlcore.export import export_policy, model_card, write_model_card
 from rlcore.io import read_json, sha256_file, write_json
 from rlcore.layout import Layout
 from rlcore.registry import policy_from_checkpoint
 from rlcore.report import plot_learning_curve, write_report
+from rlcore.seeds import describe, test_seeds, validation_seeds
 from rlcore.selection import select_best
 from rlcore.trainers import is_offline, train
 from rlcore.trainers.run_directory import command_line
@@ -46,7 +47,7 @@ def train_stage(
 
 
 def evaluate_stage(params: Params, root: Path) -> Path:
-    """Evaluate every checkpoint of ``runs/<name>/`` on ``eval.episodes`` seeded episodes.
+    """Evaluate every checkpoint of ``runs/<name>/`` on ``eval.episodes`` validation episodes (``rlcore.seeds``).
 
     Writes ``reports/evaluations.json``; returns its path.
     """
@@ -85,18 +86,28 @@ def write_evaluations(params: Params, root: Path, candidates: list[dict[str, Any
         {
             "run": layout.run_dir.relative_to(root).as_posix(),
             "env_id": params.env.id,
+            "split": "validation",
             "episodes": cfg.episodes,
             "deterministic": cfg.deterministic,
             "seed": cfg.seed,
+            "seeds": describe(validation_seeds(cfg.seed, cfg.episodes)),
+            "max_episode_steps": cfg.max_episode_steps,
             "candidates": candidates,
         },
     )
     return layout.evaluations
 
 
-def _evaluator(params: Params) -> Evaluator:
+def _evaluator(params: Params, split: str = "validation") -> Evaluator:
+    """The evaluator of the validation episodes (evaluate stage) or the test episodes (select stage)."""
     cfg = params.eval
-    return Evaluator(params.env, cfg.episodes, cfg.seed, cfg.deterministic, cfg.max_parallel_envs)
+    if split == "validation":
+        seeds = validation_seeds(cfg.seed, cfg.episodes)
+    else:
+        seeds = test_seeds(cfg.seed, cfg.test_episodes)
+    return Evaluator(
+        params.env, len(seeds), seeds.start, cfg.deterministic, cfg.max_parallel_envs, cfg.max_episode_steps
+    )
 
 
 def _evaluate_one(evaluator: Evaluator, params: Params, root: Path, path: Path) -> dict[str, Any]:
@@ -132,20 +143,32 @@ def step_counts(checkpoint: Checkpoint) -> dict[str, Any]:
 
 
 def select_stage(params: Params, root: Path) -> Path:
-    """Pick the best evaluated checkpoint into ``models/best/`` and write the metrics and report.
+    """Pick the best checkpoint on the validation scores, then score it on the test episodes.
 
-    Writes ``models/best/{policy.pt,selection.json}``, ``reports/{metrics.json,report.md,learning_curve.png}``.
+    Selection reads ``reports/evaluations.json`` (the evaluate stage's validation episodes); the selected policy
+    alone is then evaluated on ``eval.test_episodes`` test episodes that no other stage runs (``rlcore.seeds``):
+    the reported score. Choosing the best of N checkpoints on the same episodes it is reported on would
+    overstate it. Writes ``models/best/{policy.pt,selection.json}``,
+    ``reports/{metrics.json,report.md,learning_curve.png}``.
     """
+    torch.set_num_threads(params.torch_threads)
     layout = Layout(root, params.name, params.branch)
     if not layout.evaluations.is_file():
         raise RLCoreError(f"{layout.evaluations}: not found; run `rlcore evaluate` first")
     evaluations = read_json(layout.evaluations)
+    if evaluations["env_id"] != params.env.id:
+        raise RLCoreError(
+            f"{layout.evaluations}: evaluated on {evaluations['env_id']}, params say env.id {params.env.id}; "
+            "run `rlcore evaluate` again"
+        )
     candidates = evaluations["candidates"]
     best, reason = select_best(candidates, params.select.metric)
     source = root / best["checkpoint"]
     if sha256_file(source) != best["sha256"]:
         raise RLCoreError(f"{source}: changed since it was evaluated; run `rlcore evaluate` again")
     checkpoint = load_checkpoint(source)
+    test, seeds = _test_evaluation(params, checkpoint)
+    log.info("test score of %s: %s", source.name, test.summary())
     # The selected policy alone: weights and metadata, no optimizer or RNG state.
     save_checkpoint(
         layout.best_policy,
@@ -155,33 +178,67 @@ def select_stage(params: Params, root: Path) -> Path:
         checkpoint.meta,
         {"policy": checkpoint.tensors["policy"]},
     )
-    evaluation = {
-        k: best[k]
-        for k in ("episodes", "mean_return", "std_return", "median_return", "min_return", "max_return", "mean_length")
+    metric = params.select.metric
+    validation = {
+        "metric": metric,
+        "value": best[metric],
+        **{key: best[key] for key in SCORE_KEYS if key in best},
+        "seeds": evaluations.get("seeds"),
     }
     selection = {
         "checkpoint": best["checkpoint"],
         "sha256": best["sha256"],
         **{key: best[key] for key in STEP_KEYS},
-        "metric": params.select.metric,
+        "metric": metric,
         "reason": reason,
-        "evaluation": evaluation,
-        "eval_settings": {k: evaluations[k] for k in ("episodes", "deterministic", "seed")},
+        "validation": validation,
+        "test": {**test.scores(), "seeds": describe(seeds)},
+        "eval_settings": {
+            "episodes": evaluations["episodes"],
+            "test_episodes": params.eval.test_episodes,
+            "deterministic": params.eval.deterministic,
+            "seed": params.eval.seed,
+            "max_episode_steps": params.eval.max_episode_steps,
+        },
     }
     write_json(layout.selection, selection)
+    validation_keys = ("metric", "value", "episodes", "mean_return", "iqm_return", "ci95_low", "ci95_high")
     write_json(
-        layout.metrics, {**evaluation, **{key: best[key] for key in STEP_KEYS}, "checkpoint": best["checkpoint"]}
+        layout.metrics,
+        {
+            **test.scores(),
+            **{key: best[key] for key in STEP_KEYS},
+            "checkpoint": best["checkpoint"],
+            "validation": {key: validation[key] for key in validation_keys if key in validation},
+        },
     )
     summary: dict[str, Any] | None = read_json(layout.train_summary) if layout.train_summary.is_file() else None
     env_id, algo = evaluations["env_id"], checkpoint.algo
     plot_learning_curve(
-        layout.learning_curve_tsv, candidates, best, f"{algo} on {env_id} ({params.name})", layout.learning_curve_png
+        layout.learning_curve_tsv,
+        candidates,
+        best,
+        selection["test"],
+        f"{algo} on {env_id} ({params.name})",
+        layout.learning_curve_png,
     )
     write_report(
-        layout.report, params.name, env_id, algo, best, reason, candidates, summary, layout.learning_curve_png.name
+        layout.report, params.name, env_id, algo, selection, candidates, summary, layout.learning_curve_png.name
     )
     log.info("selected %s", reason)
     return layout.best
+
+
+def _test_evaluation(params: Params, checkpoint: Checkpoint) -> tuple[EvalResult, range]:
+    """The selected checkpoint's score on the test episodes, and their seeds."""
+    trained_on = checkpoint.meta["params"]["env"]["id"]
+    if trained_on != params.env.id:
+        raise RLCoreError(f"{checkpoint.path}: trained on {trained_on}, params say env.id {params.env.id}")
+    evaluator = _evaluator(params, "test")
+    try:
+        return evaluator.evaluate(policy_from_checkpoint(checkpoint)), evaluator.seeds
+    finally:
+        evaluator.close()
 
 
 def export_stage(params: Params, root: Path) -> Path:

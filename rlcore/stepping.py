@@ -22,7 +22,7 @@ class VectorStep:
 
     obs: np.ndarray
     actions: np.ndarray
-    """(N,) or (N, *action_shape), in the policy's convention (as chosen, before clipping)."""
+    """(N,) or (N, action_dim), in the policy's convention (flat; as chosen, before clipping)."""
     rewards: np.ndarray
     """(N,) float64."""
     next_obs: np.ndarray

@@ -2,8 +2,8 @@
 
 rlcore only declares a study and checks what it can on its own; ``flows/sweep/`` runs it with Optuna
 (rlcore never imports Optuna) and checks it against the params model and the env registry
-(``flows/sweep/plan.py``). This module imports only pydantic and PyYAML, so ``rlcore.config`` holds a
-:class:`SweepConfig` without an import cycle.
+(``flows/sweep/plan.py``). This module imports only pydantic, PyYAML and the leaf ``rlcore.strict``, so
+``rlcore.config`` holds a :class:`SweepConfig` without an import cycle.
 
 A study searches ``space``, a mapping from params keys to search dimensions, written either nested like
 the params tree or with dotted keys::
@@ -30,7 +30,9 @@ import re
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from rlcore.strict import StrictModel
 
 Metric = Literal["mean_return", "median_return", "min_return", "max_return", "std_return", "mean_length"]
 """What a trial can be scored by: the evaluate stage's numbers for the selected checkpoint."""
@@ -39,8 +41,8 @@ _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 _STUDY_KEYS = ("n_trials", "timeout_seconds", "workers", "storage", "study_name", "heartbeat_seconds")
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+class _Section(StrictModel):
+    """Unknown keys, non-finite floats and booleans as numbers are refused (``rlcore.strict``)."""
 
 
 def _g(value: float) -> str:
@@ -154,8 +156,8 @@ class SweepConfig(_Section):
     """Finished (complete or pruned) trials the study should have; null to run until ``timeout_seconds``."""
     timeout_seconds: float | None = Field(None, gt=0)
     """No new trial starts after this many seconds of this invocation (running trials finish)."""
-    workers: int = Field(1, ge=1)
-    """Trials run at once, each in its own process when > 1."""
+    workers: int = Field(1, ge=1, le=1024)
+    """Trials run at once, each in its own process when > 1 (at most 1024)."""
     sampler: Literal["tpe", "random", "cmaes", "grid"] = "tpe"
     sampler_options: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments of the Optuna sampler (e.g. ``n_startup_trials``)."""

@@ -58,6 +58,7 @@ def test_truncated_checkpoint_is_refused_with_its_file_name(tmp_path: Path):
         load_checkpoint(path)
 
 
+@pytest.mark.slow
 def test_resume_after_kill_continues_from_checkpoint_step(project: Path):
     overrides = sets(
         [

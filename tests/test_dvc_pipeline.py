@@ -114,16 +114,28 @@ def test_dvc_repro_runs_every_stage_and_writes_the_outputs(repo: dict) -> None:
         assert f"Running stage '{stage}'" in repo["first"].stdout
     assert sorted((root / "runs/quick/checkpoints").glob("*.pt"))
     assert (root / "reports/evaluations.json").is_file()
+    # The selected model's TEST score (eval.test_episodes episodes nothing else ran), with its interval, and the
+    # validation score that selection used.
     metrics = read_json(root / "reports/metrics.json")
-    assert {"mean_return", "std_return", "episodes", "env_steps"} <= metrics.keys()
-    assert (root / "reports/report.md").is_file()
+    test_keys = {"mean_return", "iqm_return", "ci95_low", "ci95_high", "std_return", "median_return", "min_return"}
+    test_keys |= {"max_return", "episodes", "truncated", "step", "step_unit", "env_steps", "gradient_steps"}
+    assert test_keys | {"checkpoint", "validation"} <= metrics.keys()
+    assert metrics["episodes"] == 100 and metrics["ci95_low"] <= metrics["mean_return"] <= metrics["ci95_high"]
+    validation = metrics["validation"]
+    assert {"metric", "value", "episodes", "mean_return", "iqm_return", "ci95_low", "ci95_high"} <= validation.keys()
+    assert validation["episodes"] == 3 and validation["metric"] == "mean_return"
+    report = (root / "reports/report.md").read_text()
+    assert f"**Test score: {metrics['mean_return']:.1f}**" in report
+    assert f"95% CI [{metrics['ci95_low']:.1f}, {metrics['ci95_high']:.1f}]" in report
     assert (root / "reports/learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (root / "models/best/policy.pt").is_file()
     assert (root / "models/best/selection.json").is_file()
     assert (root / "export/policy.onnx").is_file()
     assert (root / "export/policy.pt2").is_file()
     card = read_json(root / "export/model_card.json")
-    assert {"env", "algorithm", "params", "evaluation", "git", "command", "created"} <= card.keys()
+    assert {"env", "algorithm", "params", "evaluation", "validation", "git", "command", "created"} <= card.keys()
+    assert card["evaluation"]["mean_return"] == metrics["mean_return"]
+    assert card["validation"]["value"] == validation["value"]
     assert (root / "dvc.lock").is_file()
 
 
@@ -166,7 +178,7 @@ def test_changing_an_eval_param_reruns_evaluate_but_not_train(repo: dict) -> Non
     assert "Stage 'train' didn't change, skipping" in result.stdout
     after = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in (root / "runs/quick/checkpoints").glob("*.pt")}
     assert after == before
-    assert read_json(root / "reports/metrics.json")["episodes"] == 4
+    assert read_json(root / "reports/metrics.json")["validation"]["episodes"] == 4
     assert read_json(root / "reports/evaluations.json")["episodes"] == 4
 
 
@@ -225,6 +237,7 @@ def test_dataset_round_trips_through_a_dvc_remote_byte_for_byte(repo: dict, tmp_
     assert "training bc on" in result.stderr
 
 
+@pytest.mark.slow
 def test_training_in_a_fresh_git_repository_without_commits_logs_its_metrics(project: Path) -> None:
     """dvclive 3.49 raises on `git init` without a commit; the run must not fail for that."""
     from conftest import QUICK, rlcore, sets

@@ -67,7 +67,14 @@ def test_onnx_matches_torch_on_1000_raw_observations_with_normalization_inside(t
         assert key in card
 
 
-@pytest.mark.parametrize("preset", ["dqn-cartpole.yaml", "sac-pendulum.yaml", "sac-discrete-cartpole.yaml"])
+@pytest.mark.parametrize(
+    "preset",
+    [
+        "dqn-cartpole.yaml",
+        pytest.param("sac-pendulum.yaml", marks=pytest.mark.slow),
+        pytest.param("sac-discrete-cartpole.yaml", marks=pytest.mark.slow),
+    ],
+)
 def test_off_policy_exports_match_torch_greedy_actions(tmp_path: Path, preset: str):
     params = load_params(
         PROJECT / "configs" / preset,

@@ -79,6 +79,7 @@ def test_a_minari_dataset_converts_row_for_row_and_trains(project: Path, minari_
     ]
 
 
+@pytest.mark.slow
 def test_unsupported_or_unknown_minari_datasets_are_refused_in_one_line(project: Path, minari_home: Path) -> None:
     good = project / "data" / "dataset.parquet"
     good.parent.mkdir()

@@ -42,7 +42,14 @@ def test_discrete_sac_reaches_400_on_cartpole_within_50k_steps_seed_1(tmp_path: 
     assert metrics["mean_return"] >= 400, metrics
 
 
-@pytest.mark.parametrize("preset", ["dqn-cartpole.yaml", "sac-pendulum.yaml", "sac-discrete-cartpole.yaml"])
+@pytest.mark.parametrize(
+    "preset",
+    [
+        "dqn-cartpole.yaml",
+        pytest.param("sac-pendulum.yaml", marks=pytest.mark.slow),
+        pytest.param("sac-discrete-cartpole.yaml", marks=pytest.mark.slow),
+    ],
+)
 def test_off_policy_runs_are_deterministic(tmp_path: Path, preset: str):
     overrides = [
         "train.max_steps=1600",

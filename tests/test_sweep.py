@@ -116,8 +116,10 @@ def test_every_trial_records_its_command_params_git_revision_and_own_folder(prun
         assert (folder / "trial.json").is_file()
         assert sorted((folder / "seed_0" / "runs" / "ppo-cartpole" / "checkpoints").glob("*.pt"))
         if trial.state == TrialState.COMPLETE:
+            # The value is the validation score selection used; the test score is recorded beside it.
             metrics = yaml.safe_load((folder / "seed_0" / "reports" / "metrics.json").read_text())
-            assert metrics["mean_return"] == trial.value
+            assert metrics["validation"]["value"] == metrics["validation"]["mean_return"] == trial.value
+            assert metrics["mean_return"] == attrs["test_value"] == attrs["test_scores"][0]
             assert (folder / "seed_0" / "models" / "best" / "policy.pt").is_file()
 
 
@@ -138,6 +140,9 @@ def test_reports_hold_best_params_a_trial_table_plots_and_a_summary(pruning_stud
         assert (reports / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     summary = (reports / "summary.md").read_text()
     assert f"## Best: trial {study.best_trial.number}" in summary
+    best_test = study.best_trial.user_attrs["test_value"]
+    assert f"{study.best_value:.6g} (validation), test {best_test:.6g}" in summary
+    assert all((row["test_value"] is not None) == (row["state"] == "COMPLETE") for row in table)
     assert "pruned" in summary and "![history.png](history.png)" in summary
 
 
@@ -286,13 +291,21 @@ def test_a_trial_over_two_envs_averages_scores_normalized_to_each_target(project
     run_sweep(plan_sweep("params.yaml", overrides, project))
     (trial,) = load_study(project).trials
     folder = project / trial.user_attrs["folder"]
-    raw = {
-        env: yaml.safe_load((folder / env / "seed_0" / "reports" / "metrics.json").read_text())["mean_return"]
+    metrics = {
+        env: yaml.safe_load((folder / env / "seed_0" / "reports" / "metrics.json").read_text())
         for env in ("CartPole-v1", "Acrobot-v1")
     }
-    expected = [raw["CartPole-v1"] / 500, (raw["Acrobot-v1"] + 500) / 400]
+
+    def normalized(score: dict[str, float]) -> list[float]:
+        return [score["CartPole-v1"] / 500, (score["Acrobot-v1"] + 500) / 400]
+
+    # The value: validation scores (what selection used); the test scores beside them, normalized the same way.
+    expected = normalized({env: m["validation"]["mean_return"] for env, m in metrics.items()})
     assert trial.user_attrs["scores"] == pytest.approx(expected)
     assert trial.value == pytest.approx(sum(expected) / 2)
+    test = normalized({env: m["mean_return"] for env, m in metrics.items()})
+    assert trial.user_attrs["test_scores"] == pytest.approx(test)
+    assert trial.user_attrs["test_value"] == pytest.approx(sum(test) / 2)
 
 
 class RecordingExecutor:
@@ -321,6 +334,7 @@ def test_the_driver_runs_trials_through_a_trial_executor_and_tells_optuna_each_r
     for result, trial in zip(executor.results, trials, strict=True):
         assert isinstance(result, TrialResult) and result.state == "complete" and trial.state == TrialState.COMPLETE
         assert result.value == trial.value and result.scores == [result.value]
+        assert result.test_value == trial.user_attrs["test_value"] and result.test_scores == [result.test_value]
         assert result.env_steps == trial.user_attrs["env_steps"] == 8192
         assert result.worker_pid == os.getpid() == trial.user_attrs["worker_pid"]
         assert Path(result.folder) == project / trial.user_attrs["folder"]
@@ -329,7 +343,7 @@ def test_the_driver_runs_trials_through_a_trial_executor_and_tells_optuna_each_r
     assert list(table.columns) == [
         *("number", "state", "value", "duration_seconds", "datetime_start", "datetime_complete"),
         *("algo.lr", "algo.clip_range", "algo.ent_coef"),
-        *("env_steps", "counterfactual_env_steps", "worker_pid", "folder", "error"),
+        *("test_value", "env_steps", "counterfactual_env_steps", "worker_pid", "folder", "error"),
     ]
     assert table["env_steps"].tolist() == [8192, 8192] and table["value"].tolist() == [t.value for t in trials]
     assert table["folder"].tolist() == [t.user_attrs["folder"] for t in trials]
@@ -337,10 +351,10 @@ def test_the_driver_runs_trials_through_a_trial_executor_and_tells_optuna_each_r
 
 def test_the_sweep_package_imports_no_prefect_and_the_sweep_section_no_rlcore() -> None:
     """Worker processes import ``flows.sweep`` (never Prefect); ``rlcore.config`` imports ``rlcore.sweep_config``,
-    which imports nothing of rlcore back (no import cycle)."""
+    which imports nothing of rlcore back but the leaf ``rlcore.strict`` (no import cycle)."""
     code = (
         "import sys; import rlcore.sweep_config; "
-        "assert [m for m in sys.modules if m.startswith('rlcore.')] == ['rlcore.sweep_config'], sys.modules; "
+        "assert sorted(m for m in sys.modules if m.startswith('rlcore.')) == ['rlcore.strict', 'rlcore.sweep_config']; "
         "import flows.sweep; assert not [m for m in sys.modules if m.split('.')[0] == 'prefect']"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PROJECT)

@@ -3,9 +3,12 @@
 | file | what |
 |---|---|
 | ``best_params.yaml`` | the best trial's values as a params fragment (``rlcore sweep --apply`` merges it) |
-| ``trials.parquet``, ``trials.csv`` | every trial: number, state, value, duration, its params, env steps, folder |
+| ``trials.parquet``, ``trials.csv`` | every trial: number, state, value, test value, duration, params, env steps |
 | ``history.png``, ``importances.png``, ``parallel_coordinates.png`` | Optuna's matplotlib plots |
-| ``summary.md`` | the study, the counts, the best trial and how to reproduce it, pruning's savings |
+| ``summary.md`` | the counts, the best trial (value and test score), how to reproduce it, what pruning saved |
+
+A trial's value is the validation score of its selected checkpoints (what selection used); the test score
+(``test_value``, the selected models on test episodes) is reported beside it and never optimized.
 
 The trials table is Optuna's ``study.trials_dataframe()`` (pandas), its params columns decoded to params
 values, plus the user attributes rlcore records (env steps, worker PID, folder, error).
@@ -41,6 +44,7 @@ PLOTS = {
 COLUMNS = ["number", "state", "value", "duration_seconds", "datetime_start", "datetime_complete"]
 """The table's first columns; then each searched key, then :data:`USER_ATTRS`."""
 USER_ATTRS: dict[str, str | None] = {
+    "test_value": "Float64",
     "env_steps": "Int64",
     "counterfactual_env_steps": "Int64",
     "worker_pid": "Int64",
@@ -81,6 +85,11 @@ def trials_table(study: optuna.Study, sweep: SweepConfig) -> pd.DataFrame:
         if dtype is not None:
             table[key] = table[key].astype(dtype)
     return table
+
+
+def _number(value: Any) -> str:
+    """A score for the summary, ``-`` where there is none (e.g. a trial recorded before test scores existed)."""
+    return "-" if value is None or _missing(value) else f"{float(value):.6g}"
 
 
 def _iso(moment: Any) -> str | None:
@@ -132,8 +141,9 @@ def write_reports(study: optuna.Study, plan: SweepPlan) -> dict[str, Any]:
     best_values = decode(sweep, best.params) if best else {}
     if best is not None:
         header = (
-            f"# Best trial {best.number} of study {plan.study_name}: {sweep.metric} {best.value:.6g} "
-            f"({sweep.direction}).\n# Merge into params.yaml with `rlcore sweep --apply`.\n"
+            f"# Best trial {best.number} of study {plan.study_name}: {sweep.metric} {best.value:.6g} on validation "
+            f"episodes ({sweep.direction}); test {_number(best.user_attrs.get('test_value'))}.\n"
+            "# Merge into params.yaml with `rlcore sweep --apply`.\n"
         )
         write_text(
             out / "best_params.yaml",
@@ -147,7 +157,12 @@ def write_reports(study: optuna.Study, plan: SweepPlan) -> dict[str, Any]:
     line = (
         f"study {plan.study_name}: {finished} finished ({counts['complete']} complete, {counts['pruned']} pruned, "
         f"{counts['fail']} failed)"
-        + (f", best {sweep.metric} {best.value:.6g} (trial {best.number})" if best else ", no complete trial")
+        + (
+            f", best {sweep.metric} {best.value:.6g} on validation, test {_number(best.user_attrs.get('test_value'))} "
+            f"(trial {best.number})"
+            if best
+            else ", no complete trial"
+        )
         + f" -> {(out / 'summary.md').relative_to(plan.root).as_posix()}"
     )
     write_text(out / "summary.md", _summary(plan, counts, best, best_values, table, savings, notes))
@@ -155,7 +170,14 @@ def write_reports(study: optuna.Study, plan: SweepPlan) -> dict[str, Any]:
         "study": plan.study_name,
         "storage": plan.storage,
         "counts": counts,
-        "best": {"number": best.number, "value": best.value, "params": best_values} if best else None,
+        "best": {
+            "number": best.number,
+            "value": best.value,
+            "test_value": best.user_attrs.get("test_value"),
+            "params": best_values,
+        }
+        if best
+        else None,
         "savings": savings,
         "reports": str(out),
         "rows": records(table),
@@ -222,7 +244,8 @@ def _summary(
         "",
         "| | |",
         "|---|---|",
-        f"| objective | {sweep.direction} `{sweep.metric}` of the selected checkpoint, {runs} |",
+        f"| objective | {sweep.direction} `{sweep.metric}` of the selected checkpoint on the validation episodes, "
+        f"{runs} (the test score is reported beside it, never optimized) |",
         f"| search | {', '.join(f'`{k}`' for k in sweep.space)}; sampler `{sweep.sampler}`, pruner `{sweep.pruner}` |",
         f"| trials | {counts['complete']} complete, {counts['pruned']} pruned, {counts['fail']} failed "
         f"(requested: {plan.n_trials} finished) |",
@@ -234,8 +257,12 @@ def _summary(
         "",
     ]
     if best is not None:
+        test = _number(best.user_attrs.get("test_value"))
         lines += [
-            f"## Best: trial {best.number}, {sweep.metric} {best.value:.6g}",
+            f"## Best: trial {best.number}, {sweep.metric} {best.value:.6g} (validation), test {test}",
+            "",
+            f"The value is {sweep.metric} on the validation episodes that chose each run's checkpoint; the test "
+            f"score ({test}) is the same selected models on test episodes nothing else ran.",
             "",
             "```yaml",
             yaml.safe_dump(nested(best_values), sort_keys=False, default_flow_style=None).rstrip(),
@@ -248,12 +275,17 @@ def _summary(
     ranked = records(complete.sort_values("value", ascending=sweep.direction != "maximize", kind="stable").head(10))
     if ranked:
         keys = list(sweep.space)
-        lines += ["## Top trials", "", "| trial | value | " + " | ".join(keys) + " | env steps | seconds |"]
-        lines.append("|" + "---|" * (len(keys) + 4))
+        lines += [
+            "## Top trials",
+            "",
+            "| trial | value (validation) | test | " + " | ".join(keys) + " | env steps | seconds |",
+        ]
+        lines.append("|" + "---|" * (len(keys) + 5))
         for r in ranked:
             cells = [f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for k in keys]
+            test_cell = _number(r.get("test_value"))
             lines.append(
-                f"| {r['number']} | {r['value']:.6g} | " + " | ".join(cells) + f" | {r['env_steps']} | "
+                f"| {r['number']} | {r['value']:.6g} | {test_cell} | " + " | ".join(cells) + f" | {r['env_steps']} | "
                 f"{r['duration_seconds']} |"
             )
         lines.append("")

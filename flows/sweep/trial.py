@@ -3,7 +3,9 @@
 A trial trains one run per seed of ``sweep.seeds`` (per env of ``sweep.envs``, if given), each in its own
 stage root under the trial's folder (``<folder>/seed_<s>/`` or ``<folder>/<env>/seed_<s>/``, each with
 ``runs/``, ``reports/``, ``models/best/``), through the same stage functions as the pipeline. A run's
-score is ``sweep.metric`` of its selected checkpoint (normalized per env); the trial's value aggregates them.
+score is ``sweep.metric`` of its selected checkpoint on the **validation** episodes (the evaluate stage's, what
+selection used; normalized per env); the trial's value aggregates them. The selected model's **test** score
+(the select stage's test episodes) is recorded beside it (``test_scores``, ``test_value``) and never optimized.
 
 Pruning. Every periodic evaluation of run ``k`` is reported at step ``k * slot + i`` (``i``: the run's
 i-th evaluation; ``slot`` leaves room for all of them), and after each run but the last the aggregate of
@@ -79,7 +81,11 @@ class TrialResult:
     counterfactual_env_steps: int = 0
     """Env steps the same runs would have trained unpruned (pruned runs at their full budget)."""
     scores: list[float] = field(default_factory=list)
-    """Each finished run's score (normalized per env)."""
+    """Each finished run's validation score (normalized per env): what the value aggregates."""
+    test_scores: list[float] = field(default_factory=list)
+    """Each finished run's test score (normalized per env): recorded, never optimized."""
+    test_value: float | None = None
+    """The aggregate of ``test_scores`` of a complete trial (reported beside ``value``)."""
     folder: str = ""
     worker_pid: int = 0
     wall_seconds: float = 0.0
@@ -191,6 +197,8 @@ def run_trial(job: TrialJob) -> TrialResult:
     }
     write_json(folder / "trial.json", record)
     scores: list[float] = []
+    test_scores: list[float] = []
+    test_value: float | None = None
     env_steps = counterfactual = 0
     state: Literal["complete", "pruned", "fail"] = "complete"
     value: float | None = None
@@ -216,10 +224,15 @@ def run_trial(job: TrialJob) -> TrialResult:
                 counterfactual += int(summary["env_steps"])
                 evaluate_stage(params, root)
                 select_stage(params, root)
-                metrics = read_json(Layout(root, params.name).metrics)
-                score = float(metrics[sweep.metric])
+                selection = read_json(Layout(root, params.name).selection)
+                # The value: the validation score that selection used; the test score is only recorded.
+                score = float(selection["validation"][sweep.metric])
+                test_score = float(selection["test"][sweep.metric])
                 scores.append(run.env.normalize(score) if run.env else score)
-                record["runs"][k].update(score=scores[-1], raw_score=score)
+                test_scores.append(run.env.normalize(test_score) if run.env else test_score)
+                record["runs"][k].update(
+                    score=scores[-1], raw_score=score, test_score=test_scores[-1], raw_test_score=test_score
+                )
                 if k + 1 < len(runs):
                     trial.report(AGGREGATES[sweep.aggregate](scores), (k + 1) * slot)
                     if trial.should_prune():
@@ -228,13 +241,16 @@ def run_trial(job: TrialJob) -> TrialResult:
                         break
             else:
                 value = AGGREGATES[sweep.aggregate](scores)
+                test_value = AGGREGATES[sweep.aggregate](test_scores)
     except RLCoreError as exc:
-        state, value, error, pruned_at = "fail", None, str(exc), None
+        state, value, test_value, error, pruned_at = "fail", None, None, str(exc), None
     finished = time.time()
     attrs: dict[str, Any] = {
         "env_steps": env_steps,
         "counterfactual_env_steps": counterfactual if state != "fail" else env_steps,
         "scores": scores,
+        "test_scores": test_scores,
+        "test_value": test_value,
         "worker_pid": os.getpid(),
         "started_at": started,
         "finished_at": finished,
@@ -255,6 +271,8 @@ def run_trial(job: TrialJob) -> TrialResult:
         env_steps=env_steps,
         counterfactual_env_steps=attrs["counterfactual_env_steps"],
         scores=scores,
+        test_scores=test_scores,
+        test_value=test_value,
         folder=job.folder,
         worker_pid=attrs["worker_pid"],
         wall_seconds=attrs["wall_seconds"],

@@ -32,7 +32,8 @@ class PPOConfig(OnPolicyConfig):
     lr_schedule: ScheduleName = "linear"
     """``linear`` anneals the learning rate to 0 at ``train.max_steps``."""
     batch_size: int = Field(256, ge=1)
-    """Transitions per minibatch."""
+    """Transitions per minibatch. The valid steps of a rollout rarely divide evenly: a remainder of at least half
+    a batch is a minibatch of its own, a smaller one is spread over the others (``RolloutBuffer.minibatches``)."""
     n_epochs: int = Field(10, ge=1)
     """Passes over each rollout."""
     clip_range: float = Field(0.2, gt=0)
@@ -95,7 +96,7 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
                     break
 
                 adv = advantages[idx]
-                if cfg.normalize_advantage:
+                if cfg.normalize_advantage and adv.numel() > 1:  # the std of one sample is NaN
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
 
@@ -131,7 +132,10 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
 
 
 def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> float:
-    """1 - Var[targets - predictions] / Var[targets]: 1 is perfect, 0 no better than a constant."""
+    """1 - Var[targets - predictions] / Var[targets]: 1 is perfect, 0 no better than a constant (and 0 where the
+    variance is undefined: fewer than two targets)."""
+    if targets.numel() < 2:
+        return 0.0
     target_var = targets.var()
     if target_var.item() == 0:
         return 0.0

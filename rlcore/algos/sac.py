@@ -7,26 +7,26 @@ For each gradient step on a replay batch (s, a, R, s', discount), with twin crit
     L_pi = E_{a~pi(s)}[alpha * log pi(a|s) - min_i Q_i(s, a)]
     L_alpha = -log(alpha) * (target_entropy - H[pi(.|s)])      (when ent_coef is "auto")
     Q_target <- tau * Q + (1 - tau) * Q_target
-Box actions: a tanh-squashed Gaussian, expectations by one reparameterized sample. Discrete actions:
-a categorical, expectations computed exactly over the actions.
+Box actions: a tanh-squashed Gaussian, expectations by one reparameterized sample; log pi and the entropy
+are those of the squashed action u = tanh(x) in [-1, 1], before the affine map to the env's bounds (as in the
+authors' code and SB3), so the automatic target -action_dim means the same whatever the bounds, and the critics
+see u. Discrete actions: a categorical, expectations computed exactly over the actions.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from typing import Literal, cast
+from typing import Annotated, Literal, cast
 
-import numpy as np
 import torch
 from gymnasium import spaces
 from pydantic import Field
 
 from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
 from rlcore.config import PolicyConfig
-from rlcore.errors import ConfigError
 from rlcore.nets import TwinQ, polyak_update
-from rlcore.policies import CategoricalActor, Policy, SquashedGaussianActor
+from rlcore.policies import CategoricalActor, Policy, SquashedGaussianActor, require_bounded
 
 
 class SACConfig(OffPolicyConfig):
@@ -35,11 +35,12 @@ class SACConfig(OffPolicyConfig):
     """Adam learning rate of the critics and the entropy coefficient (and of the actor unless ``actor_lr``)."""
     actor_lr: float | None = Field(None, gt=0)
     """The actor's learning rate; null: ``lr``. A slower actor steadies discrete SAC."""
-    ent_coef: float | Literal["auto"] = "auto"
-    """The entropy coefficient alpha, or ``auto`` to tune it toward ``target_entropy``."""
+    ent_coef: Annotated[float, Field(gt=0)] | Literal["auto"] = "auto"
+    """The entropy coefficient alpha (> 0), or ``auto`` to tune it toward ``target_entropy``."""
     init_ent_coef: float = Field(1.0, gt=0)
     target_entropy: float | Literal["auto"] = "auto"
-    """``auto``: -action_dim for Box actions, ``target_entropy_scale * log(n)`` for n discrete actions."""
+    """``auto``: -action_dim for Box actions (entropy of the squashed action in [-1, 1]^action_dim, whatever the
+    bounds), ``target_entropy_scale * log(n)`` for n discrete actions."""
     target_entropy_scale: float = Field(0.5, gt=0, le=1)
     reward_scale: float = Field(1.0, gt=0)
     tau: float = Field(0.005, gt=0, le=1)
@@ -80,17 +81,16 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
         if isinstance(action_space, spaces.Discrete):
             return CategoricalActor(cast(spaces.Box, observation_space), action_space, config)
         assert isinstance(action_space, spaces.Box)  # the only other kind in action_spaces
-        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-            raise ConfigError(f"algo.name: sac squashes actions into their bounds, but {action_space} is unbounded")
+        require_bounded(action_space, SAC.name)
         return SquashedGaussianActor(cast(spaces.Box, observation_space), action_space, config)
 
-    def _q(self, critic: TwinQ, features: torch.Tensor, actions: torch.Tensor | None) -> torch.Tensor:
-        """Twin Q-values: (2, B, n_actions) for discrete actions, (2, B) for Box actions in env units
-        (the critics see them rescaled to [-1, 1])."""
+    def _q(self, critic: TwinQ, features: torch.Tensor, unit_actions: torch.Tensor | None) -> torch.Tensor:
+        """Twin Q-values: (2, B, n_actions) for discrete actions, (2, B) for Box actions given in the squashed
+        [-1, 1] space (``SquashedGaussianActor.to_unit`` of env units)."""
         if self.discrete:
             return critic(features)
-        assert isinstance(self.policy, SquashedGaussianActor) and actions is not None
-        return critic(features, (actions - self.policy.action_loc) / self.policy.action_scale)
+        assert unit_actions is not None
+        return critic(features, unit_actions)
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         cfg = self.config
@@ -104,7 +104,8 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
                 next_q = self._q(self.critic_target, next_features, None).min(dim=0).values
                 next_value = (next_probs * (next_q - alpha * next_log_probs)).sum(-1)
             else:
-                next_dist = self.policy.distribution(next_obs)
+                assert isinstance(self.policy, SquashedGaussianActor)
+                next_dist = self.policy.squashed_distribution(next_obs)
                 next_actions = next_dist.rsample()
                 next_q = self._q(self.critic_target, next_features, next_actions).min(dim=0).values
                 next_value = next_q - alpha * next_dist.log_prob(next_actions)
@@ -113,7 +114,8 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
         if self.discrete:
             q = self.critic.taken(features, batch["actions"])
         else:
-            q = self._q(self.critic, features, batch["actions"])
+            assert isinstance(self.policy, SquashedGaussianActor)
+            q = self._q(self.critic, features, self.policy.to_unit(batch["actions"]))
         critic_loss = (q - target).square().mean(dim=1).sum()
         self.optimizer_step(self.critic_optimizer, critic_loss, self.critic.parameters(), cfg.max_grad_norm)
 
@@ -125,8 +127,9 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
             actor_loss = (probs * (alpha * log_probs - q_pi)).sum(-1).mean()
             entropy = -(probs * log_probs).sum(-1).mean()
         else:
-            dist = self.policy.distribution(obs)
-            actions = dist.rsample()
+            assert isinstance(self.policy, SquashedGaussianActor)
+            dist = self.policy.squashed_distribution(obs)
+            actions = dist.rsample()  # in [-1, 1]: log_prob and the entropy are measured there
             log_prob = dist.log_prob(actions)
             q_pi = self._q(self.critic, features, actions).min(dim=0).values
             actor_loss = (alpha * log_prob - q_pi).mean()

@@ -24,7 +24,7 @@ from pydantic import Field
 from rlcore.algos.base import OfflineAlgorithm, OfflineConfig
 from rlcore.config import PolicyConfig
 from rlcore.nets import TwinQ, polyak_update
-from rlcore.policies import DeterministicActor
+from rlcore.policies import DeterministicActor, require_bounded
 
 
 class TD3BCConfig(OfflineConfig):
@@ -58,6 +58,7 @@ class TD3BC(OfflineAlgorithm[TD3BCConfig, DeterministicActor]):
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: TD3BCConfig
     ) -> DeterministicActor:
+        require_bounded(action_space, TD3BC.name)
         return DeterministicActor(cast(spaces.Box, observation_space), action_space, config)
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:

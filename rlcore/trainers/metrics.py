@@ -115,9 +115,10 @@ class MetricsLog:
     def flush(self, step: int, extra: dict[str, float]) -> None:
         """Write the averages since the last row, plus ``extra``, as one row at ``step``."""
         row = {key: total / self.counts[key] for key, total in self.sums.items()}
-        row.update(extra)
         for key, value in extra.items():
-            if not np.isfinite(value):
+            if np.isfinite(value):
+                row[key] = value
+            else:
                 self._count_non_finite(key, value, step)
         row[self.NON_FINITE] = float(self.non_finite)
         self.sums, self.counts, self.non_finite = {}, {}, 0

@@ -2,8 +2,11 @@
 
 Per vector step: uniformly random actions during the first ``algo.learning_starts`` env steps, the
 algorithm's exploration policy after; every ``algo.train_freq`` env steps, ``algo.gradient_steps_per_sample``
-gradient steps per env step collected since the last phase (fractions carry over). Evaluation,
-checkpoints, logging and stop conditions are the session's; the replay buffer is the source's.
+gradient steps per env step collected since the last phase (fractions carry over). Credit for gradient steps
+accrues only from ``learning_starts`` on, and only once the replay holds a batch: the first phase is one phase's
+worth, as in SB3 and CleanRL, not a burst of ``learning_starts x gradient_steps_per_sample`` steps on the
+warm-up's random data (and ``learning_starts: 0`` with n-step returns never samples an empty replay).
+Evaluation, checkpoints, logging and stop conditions are the session's; the replay buffer is the source's.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ def train_off_policy(
             else:
                 obs_t = torch.as_tensor(stepper.obs, dtype=torch.float32)
                 actions = algorithm.explore(obs_t, session.progress_fraction, session.generator).numpy()
+            steps_before = state.env_steps
             step = stepper.step(actions)
             replay.add(
                 step.obs,
@@ -54,8 +58,9 @@ def train_off_policy(
             session.episodes.step(step.rewards, step.valid, step.ended)
             session.after_env_steps(num_envs)
 
-            collected_since_update += num_envs
-            if state.env_steps >= cfg.learning_starts and collected_since_update >= cfg.train_freq:
+            if len(replay) >= cfg.batch_size:  # env steps from learning_starts on earn gradient steps
+                collected_since_update += max(0, state.env_steps - max(steps_before, cfg.learning_starts))
+            if collected_since_update >= cfg.train_freq:
                 gradient_credit += collected_since_update * cfg.gradient_steps_per_sample
                 collected_since_update = 0
                 if policy.obs_normalizer.enabled:

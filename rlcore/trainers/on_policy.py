@@ -39,7 +39,7 @@ def train_on_policy(
             n_steps,
             num_envs,
             tuple(session.observation_space.shape or ()),
-            () if discrete else tuple(session.action_space.shape or ()),
+            () if discrete else (policy.action_dim,),  # Box actions of any shape are flat vectors
             torch.int64 if discrete else torch.float32,
         )
         stop_reason = session.stops.budget(session.state)

@@ -137,11 +137,16 @@ class RunLock:
                 f"{self.path.parent}: another rlcore process (PID {holder}) is training this run; "
                 "wait for it to finish or stop it"
             ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
         self.handle = handle
+
+    def claim(self) -> None:
+        """Write this process's PID into the lock file (once the run really starts: a refused command
+        changes nothing in the folder)."""
+        assert self.handle is not None
+        self.handle.seek(0)
+        self.handle.truncate()
+        self.handle.write(f"{os.getpid()}\n")
+        self.handle.flush()
 
     def release(self) -> None:
         if self.handle is not None:
@@ -163,6 +168,10 @@ class RunDirectory:
         self.replay = self.root / "replay"
         self.summary = self.root / "train_summary.json"
         self.previous = self.root / ".previous"
+        # Moving a run aside, or back, takes one rename per entry: it happens in these folders, renamed at once when
+        # complete, so a kill halfway leaves a state the next start can finish (``_recover``).
+        self.moving_aside = self.root / ".previous.partial"
+        self.moving_back = self.root / ".previous.restoring"
         self.lock = RunLock(self.root / ".lock")
 
     @property
@@ -174,7 +183,9 @@ class RunDirectory:
         self.lock.acquire()
         try:
             self._recover()
-            return self._choose(params, resume_from)
+            checkpoint = self._choose(params, resume_from)
+            self.lock.claim()
+            return checkpoint
         except BaseException:
             self.lock.release()
             raise
@@ -217,10 +228,16 @@ class RunDirectory:
         return None
 
     def _recover(self) -> None:
-        """Finish what a killed process left: temporary files, and a replacement that never reached a checkpoint."""
-        for folder in (self.checkpoints, self.replay):
-            for stale in folder.glob(".*.tmp") if folder.is_dir() else []:
-                stale.unlink(missing_ok=True)  # we hold the lock: no live writer owns them
+        """Finish what a killed process left: temporary files, a run moved aside or back halfway, and a replacement
+        that never reached a checkpoint."""
+        stale = [path for folder in (self.root, self.checkpoints, self.replay) for path in folder.glob(".*.tmp")]
+        stale += self.live.rglob(".*.tmp")  # the curves and metrics.json rewritten by repair_curves
+        for path in stale:
+            path.unlink(missing_ok=True)  # we hold the lock: no live writer owns them
+        if self.moving_aside.exists():  # killed while moving the run aside: it was never replaced
+            self._put_back(self.moving_aside)
+        if self.moving_back.exists():  # killed while putting the previous run back: finish
+            self._put_back(self.moving_back)
         if self.previous.exists():
             if list_checkpoints(self.checkpoints):
                 shutil.rmtree(self.previous)
@@ -234,24 +251,30 @@ class RunDirectory:
         present = [path for path in self._contents if path.exists()]
         if present:
             shutil.rmtree(self.previous, ignore_errors=True)
-            self.previous.mkdir(parents=True)
+            self.moving_aside.mkdir(parents=True, exist_ok=True)
             for path in present:
-                os.replace(path, self.previous / path.name)
+                os.replace(path, self.moving_aside / path.name)
+            os.replace(self.moving_aside, self.previous)
         self.checkpoints.mkdir(parents=True, exist_ok=True)
 
     def restore_previous(self) -> None:
         """Put a moved-aside run back (the replacement produced no checkpoint)."""
         if not self.previous.exists() or list_checkpoints(self.checkpoints):
             return
-        for path in self._contents:
+        for path in self._contents:  # the new run's (every file of the previous run is in .previous/)
             if path.is_dir():
                 shutil.rmtree(path)
             else:
                 path.unlink(missing_ok=True)
-        for path in self.previous.iterdir():
-            os.replace(path, self.root / path.name)
-        self.previous.rmdir()
+        os.replace(self.previous, self.moving_back)
+        self._put_back(self.moving_back)
         log.info("restored the previous run in %s (the new one stopped before its first checkpoint)", self.root)
+
+    def _put_back(self, folder: Path) -> None:
+        """Move every entry of ``folder`` back into the run folder (none of them is there), then drop ``folder``."""
+        for path in folder.iterdir():
+            os.replace(path, self.root / path.name)
+        folder.rmdir()
 
     def _repair_for_resume(self, step: int) -> None:
         """Make the learning curves end at the checkpoint resumed from: rows logged after it are logged again

@@ -1,0 +1,121 @@
+"""Sizes that cannot be allocated, refused before training starts: an estimate of what a run keeps in memory
+(the networks with their gradients and Adam's moments, the rollout or replay buffer, a minibatch's activations,
+a streamed dataset's shuffle buffer) against the memory this machine has available now.
+
+The estimate is deliberately rough (float32 everywhere, a few copies where the code makes them) but never far
+below the truth, so a refused run would not have fit; a run that passes may still be refused by the OS if other
+processes take the memory meanwhile. Called by ``rlcore.trainers.session`` once the env's spaces are known and
+before anything is written, so a refused run keeps the previous one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from gymnasium import spaces
+
+from rlcore.errors import ConfigError
+
+FLOAT = 4
+"""Bytes per float32."""
+
+NETWORKS = {"ppo": (2, 0), "dqn": (1, 1), "sac": (3, 2), "bc": (1, 0), "td3bc": (3, 3), "iql": (4, 2)}
+"""Per algorithm: (networks trained with Adam, target copies). Unknown algorithms: the largest, (4, 3)."""
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate: ``MemAvailable``, or less under a cgroup (container) limit."""
+    found: list[int] = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+            found.append(max(int(limit) - used, 0))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def mlp_parameters(in_features: int, hidden_sizes: list[int], out_features: int) -> int:
+    widths = [in_features, *hidden_sizes, out_features]
+    return sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=False))
+
+
+def estimate(params: Any, observation_space: spaces.Space, action_space: spaces.Space) -> dict[str, tuple[int, str]]:
+    """Bytes per part of a run, keyed by the params key that sizes it: ``{key: (bytes, what)}``."""
+    obs_dim = int(math.prod(observation_space.shape or (1,)))
+    if isinstance(action_space, spaces.Discrete):
+        action_outputs, action_bytes, action_dim = int(action_space.n), 8, 1
+    else:
+        action_dim = int(math.prod(action_space.shape or (1,)))
+        action_outputs, action_bytes = 2 * action_dim, FLOAT * action_dim
+    algo = params.algo
+    hidden = list(params.policy.hidden_sizes)
+    trained, targets = NETWORKS.get(algo.name, (4, 3))
+    per_net = mlp_parameters(obs_dim + action_dim, hidden, max(action_outputs, 1) + 1)
+    # weights, gradients, Adam's two moments for trained networks; weights for targets; one more for checkpoints
+    parts = {
+        "policy.hidden_sizes": (
+            per_net * FLOAT * (4 * trained + targets + trained),
+            f"{trained + targets} networks of {per_net:,} parameters",
+        )
+    }
+    batch = int(getattr(algo, "batch_size", 256))
+    num_envs = int(params.env.num_envs)
+    if hasattr(algo, "n_steps"):  # on-policy: the rollout, and a minibatch no larger than it
+        rollout = int(algo.n_steps) * num_envs
+        per_step = FLOAT * obs_dim + action_bytes + 7 * FLOAT + 3
+        parts["algo.n_steps"] = (2 * rollout * per_step, f"a rollout of {rollout:,} transitions (n_steps x num_envs)")
+        batch = min(batch, rollout)
+    transition = 2 * FLOAT * obs_dim + action_bytes + 2 * FLOAT
+    if hasattr(algo, "buffer_size"):  # off-policy: the replay ring
+        size = int(algo.buffer_size)
+        parts["algo.buffer_size"] = (size * transition, f"a replay buffer of {size:,} transitions")
+    offline = not hasattr(algo, "n_steps") and not hasattr(algo, "buffer_size")
+    if offline and not params.dataset.in_memory:  # a streamed dataset: the shuffle buffer and the held-out part
+        size = int(params.dataset.buffer_transitions) + int(params.dataset.validation_limit)
+        parts["dataset.buffer_transitions"] = (size * transition, f"a shuffle buffer of {size:,} transitions")
+    # a minibatch: its transitions, and each layer's activations and their gradients in every trained network
+    layers = f"{len(hidden)} hidden layer{'s' if len(hidden) != 1 else ''} (widest {max(hidden):,})"
+    parts["algo.batch_size, policy.hidden_sizes"] = (
+        batch * (3 * transition + 2 * FLOAT * trained * (sum(hidden) + action_outputs + 1)),
+        f"minibatches of {batch:,} transitions through {layers}",
+    )
+    return parts
+
+
+def check_resources(params: Any, observation_space: spaces.Space, action_space: spaces.Space) -> None:
+    """Refuse, in one line naming the key and the estimate, a run whose buffers and networks cannot fit in the
+    memory available (:func:`available_memory`); does nothing where that is unknown."""
+    available = available_memory()
+    if available is None:
+        return
+    parts = estimate(params, observation_space, action_space)
+    total = sum(size for size, _ in parts.values())
+    if total <= available:
+        return
+    key, (size, what) = max(parts.items(), key=lambda item: item[1][0])
+    raise ConfigError(
+        f"{key}: about {_bytes(size)} of memory for {what} (the whole run: about {_bytes(total)}), more than the "
+        f"{_bytes(available)} available"
+    )
+
+
+def _bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if value < 1000 or unit == "PB":
+            return f"{value:.3g} {unit}"
+        value /= 1000
+    return f"{value:.3g} PB"

@@ -1,0 +1,655 @@
+"""Bad params input, refused cleanly: exit status 2, one ``error: ...`` line naming the key or file, no traceback,
+no hang, and nothing written or removed (a finished run stays byte for byte what it was).
+
+- Every one of the 72 cases a probe found not refused cleanly (``params-cases.jsonl``, a copy of
+  ``../shared/faults/params-cases.jsonl``), run in-process through ``flows.cli.main`` (what the ``rlcore`` command
+  runs), or named as valid input with the reason (:data:`VALID`).
+- A sample of them through the real ``rlcore`` command.
+- A hypothesis fuzzer: invalid values for every key of every algorithm's params tree (wrong types, signs and
+  bounds, non-finite floats, sizes that cannot be allocated), unknown keys at every level, and malformed files
+  (broken YAML, alias bombs, binary, other encodings): 500 examples, derandomized.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import io
+import json
+import math
+import os
+import shlex
+import shutil
+import signal
+import sys
+import time
+import traceback
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import annotated_types
+import pytest
+import yaml
+from conftest import PROJECT, rlcore
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from rlcore.params import load_params, params_model
+
+HERE = Path(__file__).parent
+CASES: list[dict[str, Any]] = [
+    json.loads(line) for line in (HERE / "params-cases.jsonl").read_text().splitlines() if line.strip()
+]
+TIME_LIMIT = 30
+"""Seconds a refusal may take (the probe's hangs ran 60 s)."""
+FINISHED_RUNS = ("ppo-cartpole", "dqn-cartpole", "sac-pendulum", "bc-cartpole", "default", "quick")
+PRESETS = {
+    "ppo": "params.yaml",
+    "dqn": "configs/dqn-cartpole.yaml",
+    "sac": "configs/sac-pendulum.yaml",
+    "bc": "offline.yaml",
+    "td3bc": "offline.yaml",
+    "iql": "offline.yaml",
+}
+"""The params file each algorithm's fuzzing starts from (td3bc and iql: offline.yaml with their own algo)."""
+
+# --- what each case must say ------------------------------------------------------------------------------------
+
+VALID = {
+    "UTF-8 BOM + params": "a UTF-8 byte-order mark is fine: the same params as without it",
+    "missing section policy": "sections other than env and algo default (README, Errors): policy's defaults",
+    "missing section train": "train defaults: 200,000 env steps, the documented budget",
+    "missing section eval": "eval defaults",
+    "missing section select": "select defaults (mean_return)",
+    "missing section export": "export defaults (ONNX and torch.export)",
+    "missing section sweep": "sweep is read only by `rlcore sweep`; it defaults",
+    "missing section deploy": "deploy is read only by the Prefect commands; it defaults",
+    "missing key seed": "seed defaults to 0 (reproducible)",
+    "missing key name": "name defaults to `default`: runs/default/",
+    "missing key torch_threads": "torch_threads defaults to 1",
+    "--set env.kwargs={render_mode: human}": "a render mode CartPole lists; rlcore never calls render()",
+    "--set algo.batch_size=1000000000": "a PPO minibatch larger than the rollout is the whole rollout "
+    "(RolloutBuffer.minibatches); nothing of that size is allocated",
+}
+"""Cases of params-cases.jsonl that are valid input, and why."""
+
+_UTF8 = "not a UTF-8 text params file"
+REFUSED: dict[str, tuple[str, ...]] = {
+    "empty file (0 bytes)": ("cases/case000.yaml", "params file is empty"),
+    "whitespace only": ("cases/case001.yaml", "params file is empty"),
+    "comment only": ("cases/case002.yaml", "params file is empty"),
+    "top-level null": ("cases/case006.yaml", "params file is empty"),
+    "billion laughs as seed": ("cases/case019.yaml", "alias bomb"),
+    "billion laughs as name": ("cases/case020.yaml", "alias bomb"),
+    "billion laughs as hidden_sizes": ("cases/case022.yaml", "alias bomb"),
+    "billion laughs as sweep choices": ("cases/case023.yaml", "alias bomb"),
+    "binary garbage 4KB": ("cases/case025.yaml", _UTF8),
+    "binary garbage with NULs": ("cases/case026.yaml", _UTF8),
+    "non-UTF-8 latin-1 name": ("cases/case027.yaml", _UTF8),
+    "non-UTF-8 latin-1 comment": ("cases/case028.yaml", _UTF8),
+    "UTF-16 with BOM": ("cases/case029.yaml", _UTF8, "UTF-16"),
+    "params path is a binary (.pt file)": ("models/best/policy.pt", _UTF8),
+    "params path is the parquet dataset": ("data/dataset.parquet", _UTF8),
+    "missing section env": ("cases/case039.yaml", "env: required section is missing"),
+    "missing section algo": ("cases/case041.yaml", "algo: required section is missing"),
+    "sac-pendulum preset without algo section": ("cases/case051.yaml", "algo: required section is missing"),
+    "--set seed=-1": ("seed:",),
+    "--set seed=18446744073709551616": ("seed:",),
+    "--set seed=true": ("seed:", "boolean"),
+    "--set name='" + "a" * 300 + "'": ("name:", "100"),
+    "--set name='..'": ("name:",),
+    "--set name='.'": ("name:",),
+    "--set name='-rf'": ("name:",),
+    "--set torch_threads=1000000000": ("torch_threads:",),
+    "--set env.id=raisingmod:X-v0": ("env.id:", "raisingmod", "RuntimeError"),
+    "--set env.id=syntaxmod:X-v0": ("env.id:", "syntaxmod", "SyntaxError"),
+    "--set env.id=CarRacing-v3": ("env.id:", "gymnasium[box2d]"),
+    "--set env.id=LunarLander-v3": ("env.id:", "gymnasium[box2d]"),
+    "--set env.id=HalfCheetah-v5": ("env.id:", "gymnasium[mujoco]"),
+    "--set env.id=GymV26Environment-v0": ("env.id:", "shimmy"),
+    "--set env.id=phys2d/CartPole-v1": ("env.id:", "jax"),
+    "--set env.id=tabular/Blackjack-v0": ("env.id:", "jax"),
+    "--set env.kwargs={render_mode: bogus}": ("env.kwargs.render_mode",),
+    "--set env.kwargs={max_episode_steps: -1}": ("env.kwargs.max_episode_steps",),
+    "--set env.kwargs={max_episode_steps: abc}": ("env.kwargs.max_episode_steps",),
+    "--set env.kwargs={sutton_barto_reward: [1]}": ("env.kwargs.sutton_barto_reward",),
+    "--set env.kwargs={max_episode_steps: 0}": ("env.kwargs.max_episode_steps",),
+    "--set env.num_envs=1000000000": ("env.num_envs:",),
+    "--set policy.hidden_sizes=[1000000000]": ("policy.hidden_sizes", "memory"),
+    "--set policy.hidden_sizes=[100000, 100000]": ("policy.hidden_sizes", "memory"),
+    "--set policy.log_std_init=.nan": ("policy.log_std_init:",),
+    "--set policy.log_std_init=.inf": ("policy.log_std_init:",),
+    "--set policy.log_std_init=1e308": ("policy.log_std_init:",),
+    "--set algo.lr=.inf": ("algo.lr:",),
+    "--set algo.lr=1e308": ("algo.lr:",),
+    "--set algo.n_steps=1000000000": ("algo.n_steps:", "memory"),
+    "--set algo.clip_range=.inf": ("algo.clip_range:",),
+    "--set algo.ent_coef=.inf": ("algo.ent_coef:",),
+    "--set algo.vf_coef=.inf": ("algo.vf_coef:",),
+    "--set train.eval_episodes=1000000000": ("train.eval_episodes:",),
+    "--set train.target_return=.nan": ("train.target_return:",),
+    "--set eval.seed=-1": ("eval.seed:",),
+    "DQN huge buffer_size": ("algo.buffer_size:", "memory"),
+    "DQN gradient_steps_per_sample 1e9": ("algo.gradient_steps_per_sample:",),
+    "SAC ent_coef -1": ("algo.ent_coef:",),
+    "SAC target_entropy nan": ("algo.target_entropy:",),
+    "SAC env.kwargs g=abc": ("env.kwargs.g:",),
+}
+"""Cases refused, with what their one line must hold (the key or the file, and what was wrong)."""
+
+SUBPROCESS_SAMPLE = (
+    "billion laughs as seed",  # hung 60 s
+    "binary garbage 4KB",  # UnicodeDecodeError traceback
+    "--set env.id=LunarLander-v3",  # DependencyNotInstalled traceback
+    "DQN huge buffer_size",  # refused by the memory estimate, after the env is built
+)
+
+
+# --- the project a case runs in ---------------------------------------------------------------------------------
+
+
+def _bomb(levels: int = 9) -> str:
+    """A "billion laughs" YAML flow sequence: 9**levels strings, a few hundred bytes."""
+    items = [f"&a0 [{', '.join(['lol'] * 9)}]"]
+    items += [f"&a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels + 1)]
+    return "[" + ", ".join(items) + "]"
+
+
+def _params_text(preset: str = "params.yaml") -> str:
+    return (PROJECT / preset).read_text()
+
+
+def _with_value(path: tuple[str, ...], yaml_text: str, preset: str = "params.yaml") -> str:
+    """``preset`` with the value at ``path`` replaced by the YAML text ``yaml_text`` (verbatim)."""
+    tree = yaml.safe_load(_params_text(preset))
+    node = tree
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = "PLACEHOLDER_VALUE"
+    return yaml.safe_dump(tree, sort_keys=False).replace("PLACEHOLDER_VALUE", yaml_text)
+
+
+def generated_file(label: str) -> bytes:
+    """The params files the probe did not keep, made again from their label."""
+    text = _params_text()
+    bombs = {
+        "billion laughs as seed": ("seed",),
+        "billion laughs as name": ("name",),
+        "billion laughs as hidden_sizes": ("policy", "hidden_sizes"),
+    }
+    if label in bombs:
+        return _with_value(bombs[label], _bomb()).encode()
+    if label == "billion laughs as sweep choices":
+        space = "{algo.ent_coef: {type: categorical, choices: " + _bomb() + "}}"
+        return _with_value(("sweep", "space"), space).encode()
+    if label == "non-UTF-8 latin-1 name":
+        tree = yaml.safe_load(text)
+        tree["name"] = "caf\u00e9"
+        return yaml.safe_dump(tree, sort_keys=False, allow_unicode=True).encode("latin-1")
+    if label == "non-UTF-8 latin-1 comment":
+        return ("# caf\u00e9\n" + text).encode("latin-1", errors="replace")
+    if label == "UTF-16 with BOM":
+        return text.encode("utf-16")
+    if label == "UTF-8 BOM + params":
+        return b"\xef\xbb\xbf" + text.encode()
+    raise AssertionError(f"no file for {label!r}")
+
+
+def case_args(case: dict[str, Any], root: Path) -> list[str]:
+    """The case's command line (without ``rlcore``), with its params file written under ``root``."""
+    args = shlex.split(case["cmd"])[1:]
+    if "--params" in args:
+        name = args[args.index("--params") + 1]
+        if name.startswith("cases/"):
+            path = root / name
+            path.parent.mkdir(exist_ok=True)
+            if case.get("file_text") is not None:
+                path.write_text(case["file_text"])
+            elif case.get("file_base64") is not None:
+                path.write_bytes(base64.b64decode(case["file_base64"]))
+            else:
+                path.write_bytes(generated_file(case["label"]))
+    return args
+
+
+def fake_finished_run(run_dir: Path) -> None:
+    """What a finished run leaves that a refused command must not touch: checkpoints, the summary, the curve."""
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "dvclive").mkdir()
+    for step in (4096, 8192):
+        (run_dir / "checkpoints" / f"step_{step:010d}.pt").write_bytes(os.urandom(512))
+    (run_dir / "train_summary.json").write_text(json.dumps({"env_steps": 8192, "stop_reason": "budget"}))
+    (run_dir / "dvclive" / "metrics.json").write_text(json.dumps({"step": 8192, "eval": {"mean_return": 500.0}}))
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Env modules named by ``env.id=module:Env-v0`` whose import raises (importable while the tests run)."""
+    folder = tmp_path_factory.mktemp("modules")
+    (folder / "raisingmod.py").write_text('raise RuntimeError("raisingmod: boom at import")\n')
+    (folder / "syntaxmod.py").write_text("def broken(:\n    pass\n")
+    sys.path.insert(0, str(folder))
+    yield folder
+    sys.path.remove(str(folder))
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory, modules: Path) -> Path:
+    """A project with the presets, finished runs for every preset's name, a selected model and a dataset."""
+    root = tmp_path_factory.mktemp("template") / "project"
+    root.mkdir()
+    for name in ("params.yaml", "offline.yaml", "dvc.yaml", ".dvcignore", "prefect.toml"):
+        shutil.copy(PROJECT / name, root / name)
+    shutil.copytree(PROJECT / "configs", root / "configs")
+    for name in FINISHED_RUNS:
+        fake_finished_run(root / "runs" / name)
+    (root / "models" / "best").mkdir(parents=True)
+    import torch
+
+    torch.save({"policy": {"weight": torch.zeros(4, 2)}, "meta": {"algo": "ppo"}}, root / "models/best/policy.pt")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (root / "data").mkdir()
+    pq.write_table(pa.table({"episode_id": [0, 0], "reward": [1.0, 1.0]}), root / "data/dataset.parquet")
+    return root
+
+
+@pytest.fixture
+def project(template: Path, tmp_path: Path) -> Path:
+    return shutil.copytree(template, tmp_path / "project")
+
+
+def snapshot(root: Path, ignore: tuple[str, ...] = ()) -> dict[str, str]:
+    """sha256 of every file under ``root`` (hidden ones too), and every folder."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        name = path.relative_to(root).as_posix()
+        if name in ignore:
+            continue
+        found[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "<folder>"
+    return found
+
+
+# --- running the CLI in-process ----------------------------------------------------------------------------------
+
+
+class Hang(BaseException):
+    """Raised by the alarm: a BaseException, so no ``except Exception`` in the code under test swallows it."""
+
+
+class Outcome:
+    def __init__(self, args: list[str], status: Any, stdout: str, stderr: str, seconds: float) -> None:
+        self.args, self.status, self.stdout, self.stderr, self.seconds = args, status, stdout, stderr, seconds
+
+    def __repr__(self) -> str:
+        return (
+            f"rlcore {shlex.join(self.args)[:300]} -> exit {self.status} after {self.seconds:.1f} s\n"
+            f"stdout: {self.stdout[-2000:]}\nstderr: {self.stderr[-4000:]}"
+        )
+
+
+def run_in_process(args: list[str], cwd: Path, limit: int = TIME_LIMIT) -> Outcome:
+    """``flows.cli.main(args)`` (the ``rlcore`` command's entry point) in ``cwd``, stopped after ``limit`` seconds;
+    an exception that escapes it is what the command would print as a traceback."""
+    from flows.cli import main
+
+    def alarm(signum: int, frame: types.FrameType | None) -> None:
+        raise Hang(f"still running after {limit} s")
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    previous_dir, previous_handler = Path.cwd(), signal.signal(signal.SIGALRM, alarm)
+    started = time.monotonic()
+    status: Any
+    try:
+        os.chdir(cwd)
+        signal.alarm(limit)
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                status = main(args)
+            except SystemExit as exc:
+                status = exc.code
+            except Hang:
+                status = "hang"
+            except BaseException:
+                stderr.write(traceback.format_exc())
+                status = 1
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous_handler)
+        os.chdir(previous_dir)
+    return Outcome(args, status, stdout.getvalue(), stderr.getvalue(), time.monotonic() - started)
+
+
+def assert_refused(outcome: Outcome, *fragments: str) -> str:
+    """Exit 2, exactly one line on stderr, ``error: ...`` holding every fragment, no traceback, in time."""
+    assert outcome.status != "hang", outcome
+    assert "Traceback" not in outcome.stderr + outcome.stdout, outcome
+    assert outcome.status == 2, outcome
+    lines = [line for line in outcome.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, outcome
+    assert lines[0].startswith("error: "), outcome
+    for fragment in fragments:
+        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
+    assert outcome.seconds < TIME_LIMIT, outcome
+    return lines[0]
+
+
+# --- the 72 cases -------------------------------------------------------------------------------------------------
+
+
+def test_every_case_is_either_refused_or_named_valid() -> None:
+    labels = [case["label"] for case in CASES]
+    assert len(labels) == 72 == len(set(labels))
+    assert set(labels) == set(REFUSED) | set(VALID)
+    assert not set(REFUSED) & set(VALID)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["label"] in REFUSED], ids=lambda c: c["label"][:60])
+def test_case_is_refused_in_one_line_and_writes_nothing(case: dict[str, Any], project: Path) -> None:
+    args = case_args(case, project)
+    before = snapshot(project)
+    outcome = run_in_process(args, project)
+    assert_refused(outcome, *REFUSED[case["label"]])
+    assert snapshot(project) == before, "a refused command changed the project"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["label"] in VALID], ids=lambda c: c["label"][:60])
+def test_case_is_valid_input(case: dict[str, Any], project: Path) -> None:
+    """Valid input (see :data:`VALID` for why): the params load; a missing section or key has its defaults."""
+    args = case_args(case, project)
+    params_file = args[args.index("--params") + 1] if "--params" in args else "params.yaml"
+    overrides = [args[i + 1] for i, arg in enumerate(args) if arg == "--set"]
+    with contextlib.chdir(project):
+        params = load_params(params_file, overrides)
+        reference = load_params("params.yaml")
+    label = case["label"]
+    if label.startswith("missing section ") or label.startswith("missing key "):
+        key = label.split()[-1]
+        defaults = params_model(params.algo.name).model_fields[key].get_default(call_default_factory=True)
+        assert getattr(params, key) == defaults
+        assert key not in yaml.safe_load(case["file_text"])
+    elif label == "UTF-8 BOM + params":
+        assert params == reference
+    elif label == "--set algo.batch_size=1000000000":
+        import gymnasium as gym
+
+        from rlcore.resources import check_resources
+
+        env = gym.make(params.env.id)
+        check_resources(params, env.observation_space, env.action_space)  # nothing of that size is allocated
+    else:
+        assert params.env.kwargs == {"render_mode": "human"}
+
+
+@pytest.mark.parametrize("label", SUBPROCESS_SAMPLE)
+def test_a_sample_through_the_real_command(label: str, project: Path, modules: Path) -> None:
+    from conftest import one_line_error
+
+    case = next(c for c in CASES if c["label"] == label)
+    args = case_args(case, project)
+    before = snapshot(project)
+    started = time.monotonic()
+    result = rlcore(*args, cwd=project, check=False, timeout=TIME_LIMIT + 30)
+    assert time.monotonic() - started < TIME_LIMIT + 30
+    one_line_error(result, *REFUSED[label])
+    assert snapshot(project) == before
+
+
+# --- the fuzzer ---------------------------------------------------------------------------------------------------
+
+
+def _members(annotation: Any) -> list[Any]:
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [member for arg in get_args(annotation) for member in _members(arg)]
+    return [annotation]
+
+
+def _bounds(field: Any) -> dict[str, float]:
+    """gt/ge/lt/le of a field, from its own metadata and from an ``Annotated`` member of a union."""
+    metadata = list(field.metadata)
+    for arg in get_args(field.annotation):
+        if get_origin(arg) is Annotated:
+            for extra in get_args(arg)[1:]:
+                metadata.extend(getattr(extra, "metadata", [extra]))
+    found: dict[str, float] = {}
+    for item in metadata:
+        for name in ("gt", "ge", "lt", "le"):
+            if isinstance(item, getattr(annotated_types, name.capitalize())):
+                found[name] = getattr(item, name)
+    return found
+
+
+def leaves(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Every key of the params tree with its pydantic field; a section is a key too (its value must be a mapping)."""
+    for name, field in model.model_fields.items():
+        path = (*prefix, name)
+        annotation = field.annotation
+        yield path, field
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from leaves(annotation, path)
+
+
+NAME_LIKE = {
+    ("name",): ["..", ".", "-rf", "a" * 101, "a/b", "", "x y"],
+    ("branch",): ["..", "-x", "a/b", "b" * 101],
+    ("env", "id"): ["NoSuchEnv-v0", "nosuchmodule:X-v0", "LunarLander-v3", "CartPole-v99"],
+    ("env", "kwargs"): [
+        {"bogus_kwarg_zz": 1},
+        {"max_episode_steps": 0},
+        {"max_episode_steps": "abc"},
+        {"max_episode_steps": 1.5},
+        {"render_mode": "bogus"},
+    ],
+    ("env", "wrappers"): [
+        [{"wrapper": "no.such.Wrapper"}],
+        [{"wrapper": "gymnasium.wrappers.ClipReward", "x": 1}],
+        "x",
+    ],
+    ("policy", "hidden_sizes"): [[], [0], [-3], [10**12], [100_000, 100_000], [1] * 101, ["wide"]],
+    ("algo", "name"): ["bogus", 5, ["ppo"], None],
+}
+"""Invalid values of keys whose type alone does not say what is invalid."""
+HUGE = {"n_steps": 10**12, "buffer_size": 10**12}
+"""Sizes that cannot be allocated (refused by the memory estimate, once the env's spaces are known)."""
+
+
+def invalid_values(path: tuple[str, ...], field: Any) -> st.SearchStrategy[Any]:
+    """Values ``path`` must refuse, from its type and bounds."""
+    choices: list[Any] = list(NAME_LIKE.get(path, []))
+    strategies: list[st.SearchStrategy[Any]] = []
+    members = _members(field.annotation)
+    literal = [m for m in members if get_origin(m) is Literal]
+    numeric = [m for m in members if m in (int, float)]
+    if path[-1] in HUGE and path[0] == "algo":
+        choices.append(HUGE[path[-1]])
+    if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+        choices += [5, "text", [1, 2]]
+    elif numeric:
+        choices += ["abc", [1, 2], {"a": 1}]
+        if bool not in members:
+            choices.append(True)
+        if float in numeric:
+            choices += [math.nan, math.inf, -math.inf, "nan", "1e999"]
+        else:
+            choices.append(1.5)
+        bounds = _bounds(field)
+        if "ge" in bounds:
+            strategies.append(st.integers(max_value=math.ceil(bounds["ge"]) - 1, min_value=-(10**30)))
+        if "gt" in bounds:
+            strategies.append(st.integers(max_value=math.floor(bounds["gt"]), min_value=-(10**30)))
+        if "le" in bounds:
+            strategies.append(st.integers(min_value=math.floor(bounds["le"]) + 1, max_value=10**30))
+        if "lt" in bounds:
+            strategies.append(st.integers(min_value=math.ceil(bounds["lt"]), max_value=10**30))
+    elif literal:
+        choices += ["bogus-choice", 7, [1]]
+    elif bool in members:
+        choices += ["maybe", 2, [True], {"a": 1}]
+    elif str in members:
+        choices += [[1], {"a": 1}, 12345]
+    else:
+        origins = {get_origin(m) for m in members}
+        if list in origins or dict in origins:
+            choices += [5, "text"] + ([{"a": 1}] if list in origins else [[1, 2]])
+            for member in members:
+                item = get_args(member)[0] if get_origin(member) is list and get_args(member) else None
+                if item in (int, float):
+                    choices.append(["x"])
+                elif item is str:
+                    choices.append([12345])
+    if choices:
+        strategies.append(st.sampled_from(choices))
+    assert strategies, f"no invalid value for {'.'.join(path)}"
+    return st.one_of(strategies)
+
+
+FIELDS = [
+    (algo, path, field)
+    for algo in PRESETS
+    for path, field in leaves(params_model(algo))
+    if path != ("branch",) or algo == "ppo"
+]
+
+
+def base_tree(algo: str) -> dict[str, Any]:
+    tree = yaml.safe_load(_params_text(PRESETS[algo]))
+    if algo == "td3bc":
+        tree["env"] = {"id": "Pendulum-v1"}
+    if algo in ("td3bc", "iql"):
+        tree["algo"] = {"name": algo}
+    return tree
+
+
+def set_path(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    node = tree
+    for part in path[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    node[path[-1]] = value
+
+
+def yaml_text(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True, width=10**9).removesuffix("\n...\n").strip()
+
+
+@pytest.fixture(scope="module")
+def fuzz_project(template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return shutil.copytree(template, tmp_path_factory.mktemp("fuzz") / "project")
+
+
+FUZZ_FILE = "fuzz.yaml"
+FUZZ = settings(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+def refused_and_untouched(root: Path, args: list[str], content: bytes | None = None) -> str:
+    """Write the fuzz params file (if any), run ``args``, assert the refusal and that nothing else changed."""
+    if content is not None:
+        (root / FUZZ_FILE).write_bytes(content)
+    before = snapshot(root, ignore=(FUZZ_FILE,))
+    outcome = run_in_process(args, root)
+    after = snapshot(root, ignore=(FUZZ_FILE,))
+    assert after == before, f"{outcome!r}\nchanged: {sorted(set(after.items()) ^ set(before.items()))[:10]}"
+    return assert_refused(outcome)
+
+
+@settings(FUZZ, max_examples=300)
+@given(data=st.data())
+def test_fuzz_invalid_values_are_refused(fuzz_project: Path, data: st.DataObject) -> None:
+    algo, path, field = data.draw(st.sampled_from(FIELDS), label="key")
+    value = data.draw(invalid_values(path, field), label="value")
+    as_override = data.draw(st.booleans(), label="as --set")
+    tree = base_tree(algo)
+    key = ".".join(path)
+    if as_override and algo in ("ppo", "dqn", "sac", "bc"):
+        args = ["train", "--params", PRESETS[algo], "--set", f"{key}={yaml_text(value)}"]
+        line = refused_and_untouched(fuzz_project, args)
+    else:
+        set_path(tree, path, value)
+        content = yaml.safe_dump(tree, sort_keys=False, allow_unicode=True).encode()
+        line = refused_and_untouched(fuzz_project, ["train", "--params", FUZZ_FILE], content)
+    assert path[0] in line, line  # the key, or its section (a check across keys names the section's other key)
+
+
+STAGES = ["train", "evaluate", "select", "export", "collect"]
+
+
+@settings(FUZZ, max_examples=100)
+@given(data=st.data())
+def test_fuzz_unknown_keys_are_refused_at_every_level(fuzz_project: Path, data: st.DataObject) -> None:
+    algo = data.draw(st.sampled_from(sorted(PRESETS)), label="algo")
+    sections = [()] + [path for path, field in leaves(params_model(algo)) if _is_section(field)]
+    section = data.draw(st.sampled_from(sections), label="section")
+    name = data.draw(st.sampled_from(["bogus_key", "lrr", "n_step_s", "Seed", "env_id", "x" * 50]), label="name")
+    tree = base_tree(algo)
+    set_path(tree, (*section, name), data.draw(st.sampled_from([1, "a", None, [1], {"b": 2}]), label="value"))
+    stage = data.draw(st.sampled_from(STAGES), label="stage")
+    content = yaml.safe_dump(tree, sort_keys=False).encode()
+    line = refused_and_untouched(fuzz_project, [stage, "--params", FUZZ_FILE], content)
+    assert "unknown key" in line and name in line, line
+
+
+def _is_section(field: Any) -> bool:
+    return isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+
+
+BREAKERS = [
+    "bogus_zz: [unclosed\n",
+    "bogus_zz: {a: 1\n",
+    "\tbogus_zz: 1\n",
+    "bogus_zz: *undefined_alias\n",
+    "bogus_zz: 'unterminated\n",
+    "bogus_zz: &loop [*loop]\n",
+    "bogus_zz: !!python/object/apply:os.system [ls]\n",
+    f"bogus_zz: {_bomb()}\n",
+    "- a list item among keys\n",
+    "bogus_zz: a: b\n",
+    "? [unhashable, key]\n: 1\n",
+    'bogus_zz: "\\q"\n',
+    "bogus_zz: " + "[" * 200 + "]" * 200 + "\n",
+    "bogus_zz: \x07\n",
+    "%YAML 9.9\n---\n",
+    "bogus_zz: 2001-13-45\n",
+    "bogus_zz: !!int abc\n",
+    "bogus_zz: !!timestamp bogus\n",
+    "--- !!map\n---\n",
+]
+
+
+@st.composite
+def malformed_files(draw: st.DrawFn) -> bytes:
+    """A params file that is broken: YAML that does not parse or holds an unknown key, binary, other encodings."""
+    kind = draw(st.sampled_from(["breaker", "binary", "text", "encoding", "empty"]))
+    text = _params_text(draw(st.sampled_from(sorted(set(PRESETS.values())))))
+    if kind == "breaker":
+        lines = text.splitlines(keepends=True)
+        at = draw(st.integers(0, len(lines)))
+        return "".join([*lines[:at], draw(st.sampled_from(BREAKERS)), *lines[at:]]).encode()
+    if kind == "binary":
+        return draw(st.binary(max_size=4096))
+    if kind == "text":
+        return draw(st.text(max_size=500)).encode("utf-8", errors="surrogatepass")
+    if kind == "encoding":
+        encoding = draw(st.sampled_from(["utf-16", "utf-16-be", "utf-32", "cp1252"]))
+        return ("# r\u00e9sum\u00e9\n" + text).encode(encoding, errors="replace")
+    return draw(st.sampled_from([b"", b"\n\n", b"# only a comment\n", b"null\n", b"~\n", b"---\n...\n"]))
+
+
+@settings(FUZZ, max_examples=100)
+@given(content=malformed_files(), stage=st.sampled_from(STAGES))
+def test_fuzz_malformed_files_are_refused(fuzz_project: Path, content: bytes, stage: str) -> None:
+    line = refused_and_untouched(fuzz_project, [stage, "--params", FUZZ_FILE], content)
+    assert FUZZ_FILE in line, line
