@@ -217,10 +217,10 @@ class Workspace:
             proc = start(command, self.root, log)
             events = {0: 0.0}
             pending = list(ALGOS[algo].steps)
-            while proc.poll() is None or pending:
+            while True:
                 while pending and (run_dir / "checkpoints" / checkpoint_name(pending[0])).exists():
                     events[pending.pop(0)] = time.perf_counter() - started
-                if proc.poll() is not None and pending:
+                if not pending or proc.poll() is not None:
                     break
                 time.sleep(0.005)
             assert proc.wait() == 0, log.read_text()

@@ -32,6 +32,9 @@ from rlcore.checkpoints import load_checkpoint, save_checkpoint
 from rlcore.errors import CheckpointError
 
 from .run_support import (
+
+# Each test starts two or three real `rlcore` processes (~10 s): outside the fast subset.
+pytestmark = pytest.mark.slow
     DVC,
     checkpoint_name,
     checkpoint_steps,
