@@ -32,9 +32,6 @@ from rlcore.checkpoints import load_checkpoint, save_checkpoint
 from rlcore.errors import CheckpointError
 
 from .run_support import (
-
-# Each test starts two or three real `rlcore` processes (~10 s): outside the fast subset.
-pytestmark = pytest.mark.slow
     DVC,
     checkpoint_name,
     checkpoint_steps,
@@ -49,6 +46,9 @@ pytestmark = pytest.mark.slow
     wait_until,
     write_params,
 )
+
+# Each test starts two or three real `rlcore` processes (~10 s): outside the fast subset.
+pytestmark = pytest.mark.slow
 
 RUN = [*QUICK, "train.progress_bar=off", "eval.test_episodes=10"]
 STEPS = [1024, 2048, 3072, 4096]
