@@ -20,7 +20,7 @@ from typing import Any, Literal
 import torch
 
 from rlcore.errors import CheckpointError
-from rlcore.io import atomic_path
+from rlcore.io import atomic_path, json_safe
 
 FORMAT = "rlcore-checkpoint"
 VERSION = 1
@@ -90,7 +90,7 @@ def save_checkpoint(
     path: Path, algo: str, step: int, step_unit: StepUnit, meta: dict[str, Any], tensors: dict[str, Any]
 ) -> None:
     """Write atomically: a crash mid-write leaves the previous checkpoints untouched and loadable."""
-    meta_json = json.dumps(meta, allow_nan=False)
+    meta_json = json.dumps(json_safe(meta), allow_nan=False)  # a diverged run's NaN scores become null
     payload = {
         "format": FORMAT,
         "version": VERSION,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,8 +62,20 @@ def write_text(target: Path, text: str) -> None:
         tmp.write_text(text)
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, ±inf: a diverged loss or return) as None, since JSON has none."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
+
+
 def write_json(target: Path, data: Any) -> None:
-    write_text(target, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
+    """Strict JSON, atomically; non-finite floats are written as null."""
+    write_text(target, json.dumps(json_safe(data), indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
 def read_json(path: Path) -> Any:
