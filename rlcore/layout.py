@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlcore.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -64,3 +66,18 @@ class Layout:
     @property
     def export(self) -> Path:
         return self.root / "export" / self.branch if self.branch else self.root / "export"
+
+
+def project_path(root: Path, value: str, key: str) -> Path:
+    """Where a path from params points: a relative path is inside the project ``root`` and may not climb out of
+    it (``../elsewhere``); an absolute path is the user's explicit choice and taken as given."""
+    path = Path(value)
+    if path.is_absolute():
+        return path
+    resolved = (root / path).resolve()
+    if not resolved.is_relative_to(Path(root).resolve()):
+        raise ConfigError(
+            f"{key}: {value!r} points outside the project ({resolved}); give a path inside it, or an absolute "
+            "path to write elsewhere on purpose"
+        )
+    return root / path

@@ -122,6 +122,9 @@ def write_report(
             f"stop reason: {summary['stop_reason']}.",
             "",
         ]
+        lines += [f"**Warning:** {warning}." for warning in summary.get("warnings", [])]
+        if summary.get("warnings"):
+            lines.append("")
     lines += [
         f"![learning curve]({plot_name})",
         "",

@@ -22,7 +22,7 @@ from rlcore.errors import RLCoreError
 from rlcore.evaluation import SCORE_KEYS, EvalResult, Evaluator
 from rlcore.export import export_policy, model_card, write_model_card
 from rlcore.io import read_json, sha256_file, write_json
-from rlcore.layout import Layout
+from rlcore.layout import Layout, project_path
 from rlcore.registry import policy_from_checkpoint
 from rlcore.report import plot_learning_curve, write_report
 from rlcore.seeds import describe, test_seeds, validation_seeds
@@ -283,7 +283,7 @@ def collect_stage(params: Params, root: Path) -> Path:
 
 def shard_path(params: Params, root: Path, index: int) -> Path:
     """Where shard ``index`` is written: ``collect.output`` itself for one shard, else ``<output>.shards/``."""
-    output = root / params.collect.output
+    output = project_path(root, params.collect.output, "collect.output")
     count = params.collect.shards
     if count == 1:
         return output
@@ -358,7 +358,7 @@ def merge_collected_shards(params: Params, root: Path) -> Path:
     metadata["shards"] = [
         {"seed": shard["seed"], "episodes": shard["episodes"], "transitions": shard["transitions"]} for shard in shards
     ]
-    output = root / cfg.output
+    output = project_path(root, cfg.output, "collect.output")
     merged = merge_datasets(paths, output, metadata, cfg.row_group_size)
     shutil.rmtree(paths[0].parent)
     log.info(

@@ -324,3 +324,14 @@ def test_dask_without_a_prefect_server_is_refused_before_any_flow_starts(project
 def test_deploy_serve_without_a_prefect_server_is_refused(project: Path) -> None:
     result = rlcore("deploy", "serve", cwd=project, check=False, env={"PREFECT_API_URL": ""})
     one_line_error(result, "deploy serve needs a running Prefect server", "set PREFECT_API_URL")
+
+
+def test_a_relative_output_path_that_climbs_out_of_the_project_is_refused(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
+    result = rlcore(
+        "collect", *sets(["collect.policy=random", "collect.output=../elsewhere/x.parquet"]), cwd=project, check=False
+    )
+    one_line_error(result, "collect.output:", "points outside the project")
+    assert not (tmp_path / "elsewhere").exists()
