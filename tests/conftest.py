@@ -20,6 +20,22 @@ os.environ["DASK_LOGGING__DISTRIBUTED"] = "warning"
 
 RLCORE = str(Path(sys.executable).parent / "rlcore")
 
+# Mirrors the output entries of the project's .gitignore (a temporary project commits only its sources).
+GITIGNORE = "/runs/\n/models/\n/export/\n/data/\n/dvclive/\n/reports/*\n!/reports/.gitkeep\n"
+
+
+def tool_env() -> dict[str, str]:
+    """The environment for git and dvc in a temporary project: the venv's tools first, no analytics, an author."""
+    return {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "DVC_NO_ANALYTICS": "1",
+        "GIT_AUTHOR_NAME": "rlcore tests",
+        "GIT_AUTHOR_EMAIL": "tests@rlcore.invalid",
+        "GIT_COMMITTER_NAME": "rlcore tests",
+        "GIT_COMMITTER_EMAIL": "tests@rlcore.invalid",
+    }
+
 # Small, fast runs: CartPole, a few thousand steps, frequent checkpoints.
 QUICK = [
     "name=quick",

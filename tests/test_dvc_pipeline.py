@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,28 +17,14 @@ from typing import Any
 
 import pytest
 import yaml
-
-PROJECT = Path(__file__).resolve().parents[1]
+from conftest import GITIGNORE, PROJECT, tool_env
 
 BIN = Path(sys.executable).parent
 DVC = str(BIN / "dvc")
 STAGES = ("train", "evaluate", "select", "export")
 OFFLINE_STAGES = ("collect", "train_offline", "evaluate_offline", "select_offline", "export_offline")
 
-# Mirrors the output entries of the project's .gitignore (the tmp project commits only sources and dvc.lock).
-GITIGNORE = "/runs/\n/models/\n/export/\n/data/\n/dvclive/\n/reports/*\n!/reports/.gitkeep\n"
-
-
-def _env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "DVC_NO_ANALYTICS": "1",
-        "GIT_AUTHOR_NAME": "rlcore tests",
-        "GIT_AUTHOR_EMAIL": "tests@rlcore.invalid",
-        "GIT_COMMITTER_NAME": "rlcore tests",
-        "GIT_COMMITTER_EMAIL": "tests@rlcore.invalid",
-    }
+_env = tool_env
 
 
 def run(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:

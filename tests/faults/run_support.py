@@ -15,25 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from conftest import PROJECT, RLCORE
+from conftest import GITIGNORE, PROJECT, RLCORE, tool_env
 
 BIN = Path(sys.executable).parent
 DVC = str(BIN / "dvc")
 
-# Mirrors the output entries of the project's .gitignore (a temporary project commits only its sources).
-GITIGNORE = "/runs/\n/models/\n/export/\n/data/\n/dvclive/\n/reports/*\n!/reports/.gitkeep\n"
-
-
-def env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "DVC_NO_ANALYTICS": "1",
-        "GIT_AUTHOR_NAME": "rlcore tests",
-        "GIT_AUTHOR_EMAIL": "tests@rlcore.invalid",
-        "GIT_COMMITTER_NAME": "rlcore tests",
-        "GIT_COMMITTER_EMAIL": "tests@rlcore.invalid",
-    }
+env = tool_env
 
 
 def run(*args: str, cwd: Path, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
