@@ -31,11 +31,8 @@ class VectorStep:
     truncated: np.ndarray
     valid: np.ndarray
     """(N,) bool: False where the step only reset an env that had ended (not a transition)."""
-
-    @property
-    def ended(self) -> np.ndarray:
-        """(N,) bool: an episode ended at this step (terminated or truncated)."""
-        return np.logical_or(self.terminated, self.truncated)
+    ended: np.ndarray
+    """(N,) bool: an episode ended at this step (terminated or truncated); computed once, read per env."""
 
 
 class VectorStepper:
@@ -58,14 +55,16 @@ class VectorStepper:
         """Send ``actions`` (policy convention) to the envs; returns the step with its validity mask."""
         actions = np.asarray(actions)
         next_obs, rewards, terminated, truncated, _ = self.env.step(to_env_actions(actions, self.action_space))
+        terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
         step = VectorStep(
             obs=self.obs,
             actions=actions,
             rewards=np.asarray(rewards, dtype=np.float64),
             next_obs=np.asarray(next_obs),
-            terminated=np.asarray(terminated, dtype=bool),
-            truncated=np.asarray(truncated, dtype=bool),
+            terminated=terminated,
+            truncated=truncated,
             valid=~self._prev_ended,
+            ended=terminated | truncated,
         )
         self._prev_ended = step.ended
         self.obs = step.next_obs
