@@ -66,7 +66,7 @@ def rlcore_updates_per_second(seed: int, fill: int, warmup: int, updates: int) -
     observation_space, action_space = env.observation_space, env.action_space
     algo_cls = algorithm_class(cfg.name)
     policy = algo_cls.make_policy(observation_space, action_space, params.policy, cfg)
-    algorithm = algo_cls(policy, cfg, observation_space, action_space)
+    algorithm = algo_cls(policy, cfg)
     replay = ReplayBuffer(
         cfg.buffer_size, observation_space.shape, action_space.shape, np.float32, 1, cfg.gamma, cfg.n_step
     )

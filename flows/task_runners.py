@@ -14,6 +14,7 @@ from typing import Any
 from prefect.task_runners import TaskRunner
 
 from rlcore.config import DeployConfig
+from rlcore.dask_cluster import local_cluster_kwargs as dask_local_cluster_kwargs
 
 
 def dask_task_runner(deploy: DeployConfig) -> TaskRunner:
@@ -26,19 +27,8 @@ def dask_task_runner(deploy: DeployConfig) -> TaskRunner:
 
 
 def local_cluster_kwargs(deploy: DeployConfig) -> dict[str, Any]:
-    """A LocalCluster that listens on 127.0.0.1 only, with no dashboard.
-
-    ``dashboard_address=None`` alone is not enough: the scheduler still starts its HTTP server (health and
-    metrics routes) on port 8787; here it takes an ephemeral loopback port instead.
-    """
-    return {
-        "n_workers": deploy.dask_workers,
-        "processes": True,
-        "threads_per_worker": 1,
-        "host": "127.0.0.1",
-        "dashboard_address": None,
-        "scheduler_kwargs": {"dashboard": False, "dashboard_address": "127.0.0.1:0"},
-    }
+    """A LocalCluster of ``deploy.dask_workers`` processes on 127.0.0.1, with no dashboard."""
+    return dask_local_cluster_kwargs(deploy.dask_workers)
 
 
 def retry_options(deploy: DeployConfig) -> dict[str, Any]:
