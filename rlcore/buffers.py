@@ -1,9 +1,11 @@
-"""On-policy rollout storage: preallocated (T, N, ...) tensors filled one vector step at a time."""
+"""On-policy storage: rollouts filled one vector step at a time, and actors' trajectories batched for a learner."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
 
+import numpy as np
 import torch
 
 
@@ -67,3 +69,50 @@ class RolloutBuffer:
         """A stored field with (T, N) flattened to (T * N,)."""
         tensor: torch.Tensor = getattr(self, name)
         return tensor.reshape(self.num_steps * self.num_envs, *tensor.shape[2:])
+
+
+@dataclass
+class TrajectoryBatch:
+    """Trajectories of ``T`` vector steps from actors, side by side: ``N`` is the sum of their envs.
+
+    Made by :meth:`stack` from what actors send (NumPy arrays of the same names, one trajectory each).
+    ``obs`` has ``T + 1`` rows: the last is the observation after the last step, for the bootstrap value
+    (with next-step autoreset, the row after a step that ended an episode is that episode's last observation).
+    """
+
+    obs: torch.Tensor
+    """(T + 1, N, *obs_shape) float32."""
+    actions: torch.Tensor
+    """(T, N) int64 or (T, N, *action_shape), the policy's convention."""
+    behaviour_log_probs: torch.Tensor
+    """(T, N) log mu(a_t | s_t) of the copy of the policy the actor acted with."""
+    rewards: torch.Tensor
+    """(T, N) float32."""
+    terminated: torch.Tensor
+    """(T, N) bool."""
+    episode_end: torch.Tensor
+    """(T, N) bool: terminated or truncated."""
+    valid: torch.Tensor
+    """(T, N) bool: False at autoreset steps (no transition; never trained on)."""
+    versions: torch.Tensor
+    """(N,) int64: the weights version each env's trajectory was made with."""
+
+    @classmethod
+    def stack(cls, trajectories: Sequence[dict[str, np.ndarray]]) -> TrajectoryBatch:
+        """Concatenate trajectories along the env axis (``versions`` are per trajectory, repeated per env)."""
+        columns: dict[str, torch.Tensor] = {}
+        for field in fields(cls):
+            if field.name == "versions":
+                continue
+            arrays = [np.asarray(item[field.name]) for item in trajectories]
+            tensor = torch.from_numpy(np.concatenate(arrays, axis=1))
+            if tensor.dtype == torch.float64:
+                tensor = tensor.float()
+            columns[field.name] = tensor
+        versions = [np.full(np.shape(item["rewards"])[1], int(item["version"])) for item in trajectories]
+        return cls(**columns, versions=torch.from_numpy(np.concatenate(versions)))
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps the batch holds (autoreset steps included, as the other trainers count them)."""
+        return int(self.rewards.numel())

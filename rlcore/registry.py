@@ -8,9 +8,11 @@ from __future__ import annotations
 from gymnasium import spaces
 from pydantic import ValidationError
 
+from rlcore.algos.a2c import A2C
 from rlcore.algos.base import AlgoConfig, Algorithm
 from rlcore.algos.bc import BC
 from rlcore.algos.dqn import DQN
+from rlcore.algos.impala import IMPALA
 from rlcore.algos.iql import IQL
 from rlcore.algos.ppo import PPO
 from rlcore.algos.sac import SAC
@@ -21,7 +23,7 @@ from rlcore.envs import space_from_description
 from rlcore.errors import CheckpointError, ConfigError
 from rlcore.policies import Policy
 
-ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (PPO, DQN, SAC, BC, TD3BC, IQL)}
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (PPO, A2C, IMPALA, DQN, SAC, BC, TD3BC, IQL)}
 
 
 def registered_algorithms() -> list[str]:

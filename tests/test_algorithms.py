@@ -20,8 +20,14 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from rlcore.algos.base import Algorithm, OfflineAlgorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
-from rlcore.buffers import RolloutBuffer
+from rlcore.algos.base import (
+    ActorLearnerAlgorithm,
+    Algorithm,
+    OfflineAlgorithm,
+    OffPolicyAlgorithm,
+    OnPolicyAlgorithm,
+)
+from rlcore.buffers import RolloutBuffer, TrajectoryBatch
 from rlcore.config import PolicyConfig
 from rlcore.nets import TwinQ
 from rlcore.registry import ALGORITHMS
@@ -45,6 +51,7 @@ CONFIG_OVERRIDES: dict[type[Algorithm], dict[str, Any]] = {
     OnPolicyAlgorithm: {"n_steps": N_STEPS, "batch_size": 8, "n_epochs": 2},
     OffPolicyAlgorithm: {"batch_size": BATCH},
     OfflineAlgorithm: {"batch_size": BATCH},
+    ActorLearnerAlgorithm: {},
 }
 """Small fields set where the algorithm's config has them; everything else is the default."""
 
@@ -60,6 +67,16 @@ EXPECTED_METRICS: dict[str, set[str] | dict[str, set[str]]] = {
         "clip_range",
         "epochs",
     },
+    "a2c": {"policy_loss", "value_loss", "entropy", "explained_variance", "learning_rate"},
+    "impala": {
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "explained_variance",
+        "mean_rho",
+        "clipped_rho_fraction",
+        "learning_rate",
+    },
     "dqn": {"loss", "q_mean", "epsilon"},
     "sac": {"critic_loss", "actor_loss", "alpha", "entropy", "q_mean"},
     "bc": {"discrete": {"loss", "accuracy"}, "box": {"loss", "mean_abs_error"}},
@@ -70,7 +87,7 @@ EXPECTED_METRICS: dict[str, set[str] | dict[str, set[str]]] = {
 
 
 def family(algo_cls: type[Algorithm]) -> type[Algorithm]:
-    for base in (OnPolicyAlgorithm, OffPolicyAlgorithm, OfflineAlgorithm):
+    for base in (OnPolicyAlgorithm, OffPolicyAlgorithm, OfflineAlgorithm, ActorLearnerAlgorithm):
         if issubclass(algo_cls, base):
             return base
     raise AssertionError(f"{algo_cls.__name__} belongs to no algorithm family")
@@ -103,6 +120,8 @@ def make_batch(algorithm: Algorithm, kind: str) -> Any:
     fam = family(type(algorithm))
     if fam is OnPolicyAlgorithm:
         return make_rollout(algorithm, kind, generator)
+    if fam is ActorLearnerAlgorithm:
+        return make_trajectories(algorithm, kind, generator)
     batch = {
         "obs": torch.randn(BATCH, obs_dim, generator=generator),
         "actions": random_actions(kind, (BATCH,), generator),
@@ -141,6 +160,25 @@ def make_rollout(algorithm: Algorithm, kind: str, generator: torch.Generator) ->
         rollout.next_values[-1] = policy.value(torch.randn(N_ENVS, obs_dim, generator=generator))
     rollout.advantages, rollout.returns = algorithm.advantages(rollout)
     return rollout
+
+
+def make_trajectories(algorithm: Algorithm, kind: str, generator: torch.Generator) -> TrajectoryBatch:
+    """Two actors' trajectories as the actor-learner trainer stacks them: behaviour log-probabilities from a
+    perturbed copy of the policy (a lagging actor), a terminated and a truncated episode, an autoreset step."""
+    obs_dim = SPACES[kind][0].shape[0]
+    obs = torch.randn(N_STEPS + 1, N_ENVS, obs_dim, generator=generator)
+    actions = random_actions(kind, (N_STEPS, N_ENVS), generator)
+    flat_actions = actions.reshape(N_STEPS * N_ENVS, *actions.shape[2:])
+    with torch.no_grad():
+        log_probs = algorithm.policy.distribution(obs[:-1].reshape(-1, obs_dim)).log_prob(flat_actions)
+    behaviour = log_probs.view(N_STEPS, N_ENVS) + 0.1 * torch.randn(N_STEPS, N_ENVS, generator=generator)
+    terminated = torch.zeros(N_STEPS, N_ENVS, dtype=torch.bool)
+    episode_end, valid = terminated.clone(), torch.ones(N_STEPS, N_ENVS, dtype=torch.bool)
+    terminated[3, 0] = episode_end[3, 0] = True
+    episode_end[5, 2] = True
+    valid[6, 2] = False
+    rewards = torch.randn(N_STEPS, N_ENVS, generator=generator) * valid
+    return TrajectoryBatch(obs, actions, behaviour, rewards, terminated, episode_end, valid, torch.tensor([3, 3, 2, 2]))
 
 
 def updates_per_case(algorithm: Algorithm) -> int:

@@ -9,6 +9,7 @@ family by subclassing it, and is one file in ``rlcore/algos/`` plus one entry in
 | on-policy  | OnPolicyConfig    | ``advantages(rollout)``, ``update(rollout, ...)``     | trainers/on_policy  |
 | off-policy | OffPolicyConfig   | ``explore(obs, ...)``, ``update(batch, ...)``         | trainers/off_policy |
 | offline    | OfflineConfig     | ``update(batch, ...)``, ``validate(held_out)``        | trainers/offline    |
+| actor-learner | ActorLearnerConfig | ``update(trajectories, ...)``                     | trainers/actor_learner |
 
 Population-based learners (evolution strategies) will add a fourth family the same way: a config base,
 an abstract class with ``ask``/``tell``-like methods, and a trainer that runs its rollouts.
@@ -21,14 +22,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import torch
 from gymnasium import spaces
 from pydantic import Field, model_validator
 from torch import nn
 
-from rlcore.buffers import RolloutBuffer
+from rlcore.buffers import RolloutBuffer, TrajectoryBatch
 from rlcore.config import AlgoConfig, PolicyConfig
 from rlcore.policies import Policy
 from rlcore.returns import gae
@@ -40,6 +41,8 @@ __all__ = [
     "OffPolicyConfig",
     "OfflineAlgorithm",
     "OfflineConfig",
+    "ActorLearnerAlgorithm",
+    "ActorLearnerConfig",
     "OnPolicyAlgorithm",
     "OnPolicyConfig",
 ]
@@ -94,6 +97,36 @@ class OfflineConfig(AlgoConfig):
     lr: float = Field(3e-4, gt=0)
     batch_size: int = Field(256, ge=1)
     """Dataset transitions per gradient step."""
+
+
+class ActorLearnerConfig(AlgoConfig):
+    """Keys of the actor-learner loop: actors roll out a lagging copy of the policy while one learner updates it.
+
+    Each actor steps its own ``env.num_envs`` envs, so ``num_actors * env.num_envs`` envs run in all. An actor
+    sends a trajectory of ``trajectory_length`` vector steps tagged with the version of the weights it acted
+    with; the learner updates on ``batch_trajectories`` of them at a time and publishes new weights after each
+    update.
+    """
+
+    gamma: float = Field(0.99, gt=0, le=1)
+    num_actors: int = Field(2, ge=1, le=256)
+    """Actor processes (or Dask tasks, or in-process actors with ``runner: dev``)."""
+    trajectory_length: int = Field(32, ge=1)
+    """Vector steps per trajectory."""
+    batch_trajectories: int = Field(2, ge=1)
+    """Trajectories per learner update."""
+    queue_size: int = Field(8, ge=1)
+    """Trajectories received and waiting for the learner; while it is full the learner reads no more, and
+    actors block on sending."""
+    max_policy_lag: int = Field(8, ge=0)
+    """A trajectory made with weights more than this many updates old is dropped (counted in
+    ``train/dropped_trajectories``); V-trace corrects the lag below it."""
+    runner: Literal["dev", "local", "dask"] = "local"
+    """Where actors run: ``dev`` in the learner's process one after another (reproducible, for debugging),
+    ``local`` one subprocess each, ``dask`` one long-running task each on a Dask cluster
+    (``deploy.dask_address``, or a LocalCluster of ``num_actors`` workers on 127.0.0.1 started for the run)."""
+    actor_timeout_seconds: float = Field(120.0, gt=0)
+    """An actor that sends nothing for this long is reported and replaced."""
 
 
 ConfigT = TypeVar("ConfigT", bound=AlgoConfig)
@@ -230,3 +263,11 @@ class OfflineAlgorithm(Algorithm[ConfigT, PolicyT]):
     def validate(self, held_out: dict[str, torch.Tensor]) -> dict[str, float]:
         """Metrics on held-out episodes, recorded with every checkpoint; none unless a member defines them."""
         return {}
+
+
+class ActorLearnerAlgorithm(Algorithm[ConfigT, PolicyT]):
+    """Learns from trajectories that actors made with an older copy of its policy (IMPALA)."""
+
+    @abstractmethod
+    def update(self, batch: TrajectoryBatch, progress: float) -> dict[str, float]:
+        """One learner step on a batch of trajectories (behaviour log-probabilities and weight versions inside)."""

@@ -1,10 +1,12 @@
 """Proximal Policy Optimization (Schulman et al., 2017), clipped-surrogate variant.
 
 For each rollout (collected by the on-policy trainer, advantages from GAE, the family's default):
+    (normalize_rewards: rewards divided by the running std of the discounted return before GAE)
     for epoch in 1..K:
         for each minibatch:
             r = pi(a|s) / pi_old(a|s)
             L_clip = -E[min(r * A, clip(r, 1 - eps, 1 + eps) * A)]
+                     (dual_clip c: for A < 0, max(min(...), c * A) instead; Ye et al., 2020)
             L_value = E[(V(s) - R)^2]      (optionally clipped around the old value)
             loss = L_clip + c_v * L_value - c_e * H[pi(.|s)]
             stop early once the approximate KL to pi_old exceeds 1.5 * target_kl
@@ -22,6 +24,8 @@ from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig
 from rlcore.buffers import RolloutBuffer
 from rlcore.config import PolicyConfig
 from rlcore.policies import ActorCritic
+from rlcore.returns import gae
+from rlcore.reward_scaling import RewardScaler
 from rlcore.schedules import ScheduleName, scheduled
 
 
@@ -47,6 +51,15 @@ class PPOConfig(OnPolicyConfig):
     target_kl: float | None = Field(None, gt=0)
     """Stop the update's epochs early once the approximate KL exceeds 1.5 x this; null to never stop."""
     adam_eps: float = Field(1e-5, gt=0)
+    dual_clip: float | None = Field(None, gt=1)
+    """Dual-clip PPO (Ye et al., 2020): for negative advantages the clipped objective is also bounded below by
+    ``dual_clip * A``, so a ratio far above 1 + clip_range cannot make one bad sample dominate the loss. Must be
+    > 1 (the paper uses 3); null: off."""
+    normalize_rewards: bool = False
+    """Divide rewards by the running standard deviation of the discounted return before GAE (SB3's VecNormalize
+    reward scaling; ``rlcore.reward_scaling``). The statistics are saved in checkpoints, not in the policy."""
+    reward_clip: float | None = Field(10.0, gt=0)
+    """With normalize_rewards: clip scaled rewards to [-reward_clip, reward_clip]; null: no clipping."""
 
     @model_validator(mode="after")
     def _batch_fits(self) -> PPOConfig:
@@ -63,12 +76,31 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
     def __init__(self, policy: ActorCritic, config: PPOConfig) -> None:
         super().__init__(policy, config)
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, eps=config.adam_eps, fused=True)
+        self.reward_scaler = RewardScaler(config.gamma, config.reward_clip) if config.normalize_rewards else None
 
     @staticmethod
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: PPOConfig
     ) -> ActorCritic:
         return ActorCritic(cast(spaces.Box, observation_space), action_space, config)
+
+    @torch.no_grad()
+    def advantages(self, rollout: RolloutBuffer) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAE, on scaled rewards with normalize_rewards (which updates the scaler's statistics: once per rollout).
+        The rollout's rewards stay the env's."""
+        if self.reward_scaler is None:
+            return super().advantages(rollout)
+        cfg = self.config
+        rewards = self.reward_scaler.scale(rollout.rewards, rollout.episode_end, rollout.valid)
+        return gae(
+            rewards,
+            rollout.values,
+            rollout.next_values,
+            rollout.terminated,
+            rollout.episode_end,
+            cfg.gamma,
+            cfg.gae_lambda,
+        )
 
     def update(self, rollout: RolloutBuffer, progress: float, generator: torch.Generator) -> dict[str, float]:
         """K epochs of minibatch updates on one rollout. ``progress`` in [0, 1] drives the schedules."""
@@ -98,7 +130,7 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
                 adv = advantages[idx]
                 if cfg.normalize_advantage and adv.numel() > 1:  # the std of one sample is NaN
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
+                policy_loss = -clipped_surrogate(ratio, adv, clip, cfg.dual_clip).mean()
 
                 values = self.policy.value(obs[idx])
                 if cfg.clip_range_vf is not None:
@@ -129,6 +161,20 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
             epochs=float(epochs_done),
         )
         return metrics
+
+
+def clipped_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, clip: float, dual_clip: float | None
+) -> torch.Tensor:
+    """PPO's per-sample objective (to maximize), (B,) from ratios pi/pi_old and advantages, each (B,).
+
+    min(r * A, clip(r, 1 - clip, 1 + clip) * A); with ``dual_clip`` c > 1, where A < 0 it is bounded below by
+    c * A: max(min(r * A, clip(r) * A), c * A) (Ye et al., 2020), e.g. r = 5, A = -1, c = 3 gives -3, not -5.
+    """
+    surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages)
+    if dual_clip is None:
+        return surrogate
+    return torch.where(advantages < 0, torch.max(surrogate, dual_clip * advantages), surrogate)
 
 
 def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> float:

@@ -6,9 +6,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlcore.algos.base import Algorithm, OfflineAlgorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
+from rlcore.algos.base import (
+    ActorLearnerAlgorithm,
+    Algorithm,
+    OfflineAlgorithm,
+    OffPolicyAlgorithm,
+    OnPolicyAlgorithm,
+)
 from rlcore.config import Params
 from rlcore.registry import algorithm_class
+from rlcore.trainers.actor_learner import train_actor_learner
 from rlcore.trainers.off_policy import train_off_policy
 from rlcore.trainers.offline import train_offline
 from rlcore.trainers.on_policy import train_on_policy
@@ -21,6 +28,7 @@ TRAINERS: dict[type[Algorithm[Any, Any]], Trainer] = {
     OnPolicyAlgorithm: train_on_policy,  # type: ignore[type-abstract]
     OffPolicyAlgorithm: train_off_policy,  # type: ignore[type-abstract]
     OfflineAlgorithm: train_offline,  # type: ignore[type-abstract]
+    ActorLearnerAlgorithm: train_actor_learner,  # type: ignore[type-abstract]
 }
 """Family -> its trainer."""
 

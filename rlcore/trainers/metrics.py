@@ -30,6 +30,11 @@ class EpisodeStats:
             self.running_return[ended] = 0.0
             self.running_length[ended] = 0
 
+    def add(self, returns: np.ndarray, lengths: np.ndarray) -> None:
+        """Episodes counted elsewhere (an actor process), ``returns`` and ``lengths`` (E,)."""
+        self.returns += np.asarray(returns, dtype=np.float64).tolist()
+        self.lengths += np.asarray(lengths, dtype=np.int64).tolist()
+
     def drain(self) -> dict[str, float]:
         if not self.returns:
             return {}

@@ -1,0 +1,127 @@
+"""Advantage Actor-Critic (Mnih et al., 2016), synchronous: A3C's update with the envs stepped in lockstep.
+
+For each rollout of n_steps vector steps over N envs (collected by the on-policy trainer):
+    for each valid step t:                              (the paper's loop from t - 1 down to t_start)
+        R_t = r_t + gamma * R_{t+1}, starting from V(s_end) after the rollout (0 after a terminal state)
+              (advantage_estimator: n_step; or GAE's target A_t + V(s_t), the default)
+        A_t = R_t - V(s_t)
+    L_policy = -E_t[log pi(a_t|s_t) * A_t]
+    L_value  = E_t[(V(s_t) - R_t)^2]
+    loss = L_policy + c_v * L_value - c_e * H[pi(.|s_t)]
+    one RMSprop (or Adam) step on loss, gradient norm clipped
+
+One gradient step per rollout, on all of its valid steps: unlike PPO, no epochs, no minibatches, no ratio.
+Stable-Baselines3's A2C uses GAE with gae_lambda = 1.0 by default: lambda = 1 sums the TD errors up to the
+rollout's or the episode's end, which is the n-step return above (the ``n_step`` estimator gives the same
+targets). rlcore's default is the family's gae_lambda (0.95).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal, cast
+
+import torch
+from gymnasium import spaces
+from pydantic import Field
+from torch import nn
+
+from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig
+from rlcore.algos.ppo import PPO, explained_variance
+from rlcore.buffers import RolloutBuffer
+from rlcore.config import PolicyConfig
+from rlcore.policies import ActorCritic
+from rlcore.returns import n_step_returns
+from rlcore.schedules import ScheduleName, scheduled
+
+RMSPROP_ALPHA = 0.99
+"""RMSprop's squared-gradient averaging weight, as in the paper's shared RMSprop and SB3's A2C."""
+
+
+class A2CConfig(OnPolicyConfig):
+    name: Literal["a2c"] = "a2c"
+    n_steps: int = Field(5, ge=1)
+    """Vector steps per rollout (and per gradient step); SB3's default 5."""
+    lr: float = Field(7e-4, gt=0)
+    """Learning rate at the start of training."""
+    lr_schedule: ScheduleName = "constant"
+    """``linear`` anneals the learning rate to 0 at ``train.max_steps``."""
+    optimizer: Literal["rmsprop", "adam"] = "rmsprop"
+    """``rmsprop`` (alpha 0.99) as the paper and SB3; ``adam`` as PPO."""
+    optimizer_eps: float = Field(1e-5, gt=0)
+    """The optimizer's epsilon (SB3's ``rms_prop_eps``)."""
+    advantage_estimator: Literal["gae", "n_step"] = "gae"
+    """``gae``: GAE with ``gae_lambda`` (SB3's A2C: lambda 1.0); ``n_step``: the paper's n-step return with
+    n = ``n_steps``, every step bootstrapping from the value after the rollout (``rlcore.returns.n_step_returns``)."""
+    normalize_advantage: bool = False
+    """Standardize the rollout's advantages (not in the paper; SB3's default is off too)."""
+    ent_coef: float = Field(0.0, ge=0)
+    vf_coef: float = Field(0.5, ge=0)
+    max_grad_norm: float | None = Field(0.5, gt=0)
+
+
+def make_optimizer(parameters: Iterable[nn.Parameter], config: A2CConfig) -> torch.optim.Optimizer:
+    if config.optimizer == "adam":
+        return torch.optim.Adam(parameters, lr=config.lr, eps=config.optimizer_eps, fused=True)
+    return torch.optim.RMSprop(parameters, lr=config.lr, alpha=RMSPROP_ALPHA, eps=config.optimizer_eps)
+
+
+class A2C(OnPolicyAlgorithm[A2CConfig, ActorCritic]):
+    name = "a2c"
+    Config = A2CConfig
+    action_spaces = PPO.action_spaces  # the same actor-critic policies, so the same spaces
+
+    def __init__(self, policy: ActorCritic, config: A2CConfig) -> None:
+        super().__init__(policy, config)
+        self.optimizer = make_optimizer(policy.parameters(), config)
+
+    @staticmethod
+    def make_policy(
+        observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: A2CConfig
+    ) -> ActorCritic:
+        return ActorCritic(cast(spaces.Box, observation_space), action_space, config)
+
+    @torch.no_grad()
+    def advantages(self, rollout: RolloutBuffer) -> tuple[torch.Tensor, torch.Tensor]:
+        """(advantages, value targets), each (T, N): GAE, or n-step returns with n = ``n_steps``."""
+        cfg = self.config
+        if cfg.advantage_estimator == "n_step":
+            return n_step_returns(
+                rollout.rewards,
+                rollout.values,
+                rollout.next_values,
+                rollout.terminated,
+                rollout.episode_end,
+                cfg.gamma,
+                cfg.n_steps,
+            )
+        return super().advantages(rollout)
+
+    def update(self, rollout: RolloutBuffer, progress: float, generator: torch.Generator) -> dict[str, float]:
+        """One gradient step on the rollout's valid steps. ``progress`` in [0, 1] drives the learning rate."""
+        cfg = self.config
+        lr = scheduled(cfg.lr, cfg.lr_schedule, progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+        valid = rollout.flat_valid_indices()
+        obs, actions = rollout.flat("obs")[valid], rollout.flat("actions")[valid]
+        advantages, returns = rollout.flat("advantages")[valid], rollout.flat("returns")[valid]
+        if cfg.normalize_advantage and advantages.numel() > 1:  # the std of one sample is NaN
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+        dist = self.policy.distribution(obs)
+        policy_loss = -(dist.log_prob(actions) * advantages).mean()
+        value_loss = (returns - self.policy.value(obs)).square().mean()
+        entropy = dist.entropy().mean()
+        loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+        self.optimizer_step(self.optimizer, loss, self.policy.parameters(), cfg.max_grad_norm)
+        self.gradient_steps += 1
+
+        return {
+            "policy_loss": policy_loss.item(),
+            "value_loss": value_loss.item(),
+            "entropy": entropy.item(),
+            "explained_variance": explained_variance(rollout.flat("values")[valid], returns),
+            "learning_rate": lr,
+        }
