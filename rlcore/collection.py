@@ -13,7 +13,7 @@ import torch
 from gymnasium import spaces
 from tqdm import tqdm
 
-from rlcore.actions import random_actions
+from rlcore.actions import random_actions, sub_action_sizes
 from rlcore.config import EnvConfig
 from rlcore.datasets import DatasetWriter
 from rlcore.envs import describe_space, make_vector_env
@@ -40,9 +40,12 @@ class _Episode:
 
 
 def random_log_prob(action_space: spaces.Space) -> float:
-    """log-probability of any action under the uniform policy."""
+    """log-probability of any action under the uniform policy (of :func:`rlcore.actions.random_actions`)."""
     if isinstance(action_space, spaces.Discrete):
         return -math.log(int(action_space.n))
+    sizes = sub_action_sizes(action_space)
+    if sizes is not None:  # independent uniform sub-actions
+        return -float(np.sum(np.log(sizes)))
     assert isinstance(action_space, spaces.Box)
     return -float(np.sum(np.log(action_space.high - action_space.low)))
 
@@ -131,7 +134,6 @@ def _roll_out(
     generator: torch.Generator,
     seed: int,
 ) -> None:
-    discrete = isinstance(action_space, spaces.Discrete)
     uniform_log_prob = random_log_prob(action_space)
     in_progress = [_Episode() for _ in range(num_envs)]
     obs = stepper.reset(seed)
@@ -174,8 +176,7 @@ def _roll_out(
                 random = random_actions(action_space, num_envs, rng)
                 actions = np.where(explore.reshape(-1, *([1] * (np.ndim(actions) - 1))), random, actions)
                 log_probs[:] = np.nan
-            if not discrete:  # store what the env executes
-                assert isinstance(action_space, spaces.Box)
+            if isinstance(action_space, spaces.Box):  # store what the env executes
                 low, high = action_space.low.reshape(-1), action_space.high.reshape(-1)  # actions are flat
                 actions = np.clip(actions, low, high).astype(np.float32)
             step = stepper.step(actions)

@@ -9,12 +9,21 @@ episodes):
 | ``episode_id`` | int64 | episode number, unique in the file |
 | ``step`` | int32 | index of the transition in its episode, from 0 |
 | ``observation`` | fixed_size_list<float32>[obs_dim] | observation before the action, flattened |
-| ``action`` | int64 (Discrete) or fixed_size_list<float32>[action_dim] (Box) | the action taken |
+| ``action`` | see below | the action taken, in the policy's convention (``rlcore.actions``) |
 | ``reward`` | float32 | reward received |
 | ``next_observation`` | fixed_size_list<float32>[obs_dim] | observation after the action (an episode's last) |
 | ``terminated`` | bool | the episode reached a terminal state (no value after it) |
 | ``truncated`` | bool | the episode was cut (time limit, or the end of collection): bootstrap |
 | ``log_prob`` | float32, nullable | log-probability of the action under the behaviour policy, where known |
+
+The ``action`` column by action space:
+
+| action space | Arrow type | values |
+|---|---|---|
+| ``Discrete(n, start)`` | int64 | index from 0 (the env's value minus ``start``) |
+| ``MultiDiscrete(nvec, start)``, 1-D | fixed_size_list<int64>[len(nvec)] | sub-action i: 0 to nvec[i] - 1 |
+| ``MultiBinary(n)``, 1-D | fixed_size_list<int64>[n] | each bit 0 or 1 |
+| ``Box`` of any shape | fixed_size_list<float32>[prod(shape)] | flattened in C order, clipped to the bounds |
 
 File metadata key ``rlcore`` holds JSON: ``schema_version``, ``env`` (id, kwargs), ``observation_space``,
 ``action_space``, ``policy`` (provenance: kind, path, sha256, epsilon), ``seed``, ``episodes``,
@@ -42,6 +51,7 @@ import pyarrow.parquet as pq
 import torch
 from gymnasium import spaces
 
+from rlcore.actions import action_layout, sub_action_sizes
 from rlcore.errors import RLCoreError
 from rlcore.io import AtomicTarget, atomic_path
 
@@ -68,7 +78,7 @@ class DatasetError(RLCoreError):
 
 class RowsDigest:
     """sha256 of a dataset's rows as training reads them: each of :data:`DIGEST_COLUMNS` in row order, in the
-    dtype it is decoded to (int64 ids, steps and discrete actions, float32 vectors flattened, bool flags), so
+    dtype it is decoded to (int64 ids, steps and integer actions, float32 vectors flattened, bool flags), so
     the digest depends on the values and their order only, not on the row groups, encodings or integer widths
     of the file. Hashes one column per sha256, combined at the end."""
 
@@ -96,7 +106,7 @@ def _canonical(column: pa.ChunkedArray) -> np.ndarray:
     kind = column.type
     if pa.types.is_fixed_size_list(kind):
         values = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
-        return np.asarray(values, dtype=np.float32)
+        return np.asarray(values, dtype=np.int64 if pa.types.is_integer(kind.value_type) else np.float32)
     values = column.to_numpy()
     if pa.types.is_integer(kind):
         return np.asarray(values, dtype=np.int64)
@@ -107,11 +117,9 @@ def _canonical(column: pa.ChunkedArray) -> np.ndarray:
 
 def arrow_schema(obs_dim: int, action_space: spaces.Space) -> pa.Schema:
     vector = pa.list_(pa.float32(), obs_dim)
-    if isinstance(action_space, spaces.Discrete):
-        action = pa.int64()
-    else:
-        assert action_space.shape is not None
-        action = pa.list_(pa.float32(), int(np.prod(action_space.shape)))
+    shape, dtype = action_layout(action_space)
+    value = pa.int64() if dtype == torch.int64 else pa.float32()
+    action = pa.list_(value, shape[0]) if shape else value
     return pa.schema(
         [
             pa.field("episode_id", pa.int64(), nullable=False),
@@ -144,7 +152,7 @@ class DatasetWriter:
     ) -> None:
         self.path = Path(path)
         self.obs_dim = int(np.prod(observation_space.shape))
-        self.discrete = isinstance(action_space, spaces.Discrete)
+        self.action_dtype = _numpy_action_dtype(action_space)
         self.schema = arrow_schema(self.obs_dim, action_space)
         self.metadata = dict(metadata)
         self.row_group_size = row_group_size
@@ -166,14 +174,14 @@ class DatasetWriter:
         truncated: np.ndarray,
         log_probs: np.ndarray | None,
     ) -> None:
-        """One complete episode, T transitions: obs/next_obs (T, *obs_shape), actions (T,) or (T, action_dim)."""
+        """One complete episode, T transitions: obs/next_obs (T, *obs_shape), actions (T,) or (T, k)."""
         length = len(rewards)
         self._pending.append(
             {
                 "episode_id": np.full(length, self.episodes, dtype=np.int64),
                 "step": np.arange(length, dtype=np.int32),
                 "observation": np.asarray(obs, dtype=np.float32).reshape(length, self.obs_dim),
-                "action": np.asarray(actions, dtype=np.int64 if self.discrete else np.float32).reshape(length, -1),
+                "action": np.asarray(actions, dtype=self.action_dtype).reshape(length, -1),
                 "reward": np.asarray(rewards, dtype=np.float32),
                 "next_observation": np.asarray(next_obs, dtype=np.float32).reshape(length, self.obs_dim),
                 "terminated": np.asarray(terminated, dtype=bool),
@@ -205,7 +213,9 @@ class DatasetWriter:
                 columns[name] = pa.array(values, type=pa.float32(), mask=np.isnan(values))
             elif pa.types.is_fixed_size_list(field.type):
                 flat = np.concatenate(parts).reshape(-1)
-                columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), field.type.list_size)
+                columns[name] = pa.FixedSizeListArray.from_arrays(
+                    pa.array(flat, field.type.value_type), field.type.list_size
+                )
             else:
                 columns[name] = pa.array(np.concatenate(parts).reshape(-1), type=field.type)
         self._writer.write(pa.table(columns, schema=self.schema))
@@ -242,7 +252,8 @@ class _RowGroupWriter:
     def __init__(self, path: Path, schema: pa.Schema, row_group_size: int) -> None:
         # Dictionary encoding does nothing for float vectors but cost time; byte-stream-split helps zstd on floats.
         floats = ["observation.list.element", "next_observation.list.element", "reward", "log_prob"]
-        if pa.types.is_fixed_size_list(schema.field("action").type):
+        action = schema.field("action").type
+        if pa.types.is_fixed_size_list(action) and pa.types.is_floating(action.value_type):
             floats.append("action.list.element")
         self.parquet = pq.ParquetWriter(
             path,
@@ -338,8 +349,8 @@ def merge_datasets(
 @dataclass
 class OfflineData:
     """Transitions as NumPy arrays, rows in file order: obs/next_obs (N, *obs_shape) float32,
-    actions (N,) int64 or (N, action_dim) float32, rewards (N,) float32, terminated/truncated (N,) bool,
-    episode_id (N,) int64."""
+    actions (N,) int64 (Discrete), (N, k) int64 (MultiDiscrete, MultiBinary) or (N, action_dim) float32 (Box),
+    rewards (N,) float32, terminated/truncated (N,) bool, episode_id (N,) int64."""
 
     obs: np.ndarray
     actions: np.ndarray
@@ -533,20 +544,22 @@ def read_row_group(
 
 def _allocate(rows: int, obs_dim: int, action_space: spaces.Space) -> dict[str, np.ndarray]:
     """Empty arrays for ``rows`` decoded rows, in the dtypes training reads (and :class:`RowsDigest` hashes)."""
-    discrete = isinstance(action_space, spaces.Discrete)
-    assert action_space.shape is not None
+    action_shape, _ = action_layout(action_space)
     return {
         "episode_id": np.empty(rows, np.int64),
         "step": np.empty(rows, np.int64),
         "observation": np.empty((rows, obs_dim), np.float32),
-        "action": np.empty(
-            (rows,) if discrete else (rows, int(np.prod(action_space.shape))), np.int64 if discrete else np.float32
-        ),
+        "action": np.empty((rows, *action_shape), _numpy_action_dtype(action_space)),
         "reward": np.empty(rows, np.float32),
         "next_observation": np.empty((rows, obs_dim), np.float32),
         "terminated": np.empty(rows, bool),
         "truncated": np.empty(rows, bool),
     }
+
+
+def _numpy_action_dtype(action_space: spaces.Space) -> type[np.generic]:
+    """int64 (Discrete, MultiDiscrete, MultiBinary) or float32 (Box): how actions are stored."""
+    return np.int64 if action_layout(action_space)[1] == torch.int64 else np.float32
 
 
 def _read_row_group(path: Path, parquet: pq.ParquetFile, group: int, columns: list[str] | None = None) -> pa.Table:
@@ -632,9 +645,18 @@ def _check_columns(path: Path, schema: pa.Schema, obs_dim: int, action_space: sp
                 f"observations have {obs_dim}"
             )
     kind = schema.field("action").type
+    sizes = sub_action_sizes(action_space)
     if isinstance(action_space, spaces.Discrete):
         if not pa.types.is_integer(kind):
             raise DatasetError(f"{path}: column 'action' has type {kind}, but {env_id} has discrete actions (int64)")
+    elif sizes is not None:
+        if not (
+            pa.types.is_fixed_size_list(kind) and pa.types.is_integer(kind.value_type) and kind.list_size == len(sizes)
+        ):
+            raise DatasetError(
+                f"{path}: column 'action' has type {kind}, but {env_id} has {type(action_space).__name__} actions "
+                f"(fixed_size_list<int64>[{len(sizes)}])"
+            )
     else:
         assert action_space.shape is not None
         size = int(np.prod(action_space.shape))
@@ -719,6 +741,17 @@ class _Checks:
                 raise DatasetError(
                     f"{path}: action {int(actions[row])} is outside {self.env_id}'s "
                     f"{int(self.action_space.n)} discrete actions (row {self.rows + row})"
+                )
+        sizes = sub_action_sizes(self.action_space)
+        if sizes is not None:
+            actions, limit = arrays["action"], np.asarray(sizes)
+            bad = ((actions < 0) | (actions >= limit)).any(axis=1)
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                sub = int(np.flatnonzero((actions[row] < 0) | (actions[row] >= limit))[0])
+                raise DatasetError(
+                    f"{path}: action {actions[row].tolist()} has sub-action {sub} = {int(actions[row, sub])}, outside "
+                    f"0..{sizes[sub] - 1} of {self.env_id}'s {type(self.action_space).__name__} (row {self.rows + row})"
                 )
 
     def _layout(self, arrays: dict[str, np.ndarray]) -> None:

@@ -115,17 +115,33 @@ def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Sp
             f"env.id: {env_id} has image observations ({observation_space.dtype} {observation_space.shape}); "
             "rlcore does not support pixels yet"
         )
-    if not isinstance(action_space, spaces.Discrete | spaces.Box):
+    if not isinstance(action_space, spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary | spaces.Box):
         raise ConfigError(
             f"env.id: {env_id} has a {type(action_space).__name__} action space; "
-            "rlcore supports Discrete and Box actions"
+            "rlcore supports Discrete, MultiDiscrete, MultiBinary and Box actions"
+        )
+    if isinstance(action_space, spaces.MultiDiscrete | spaces.MultiBinary) and len(action_space.shape) != 1:
+        # A policy's sub-actions are one flat row; a nested layout would need its own reshaping everywhere.
+        raise ConfigError(
+            f"env.id: {env_id} has a {len(action_space.shape)}-D {type(action_space).__name__} action space "
+            f"(shape {action_space.shape}); rlcore supports 1-D MultiDiscrete and MultiBinary actions"
         )
 
 
 def describe_space(space: gym.Space) -> dict[str, Any]:
-    """A JSON-safe description of a Box or Discrete space (infinite bounds become null)."""
+    """A JSON-safe description of a Box, Discrete, MultiDiscrete or MultiBinary space (infinite bounds become
+    null)."""
     if isinstance(space, spaces.Discrete):
         return {"type": "discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete):
+        return {
+            "type": "multi_discrete",
+            "nvec": space.nvec.tolist(),
+            "start": space.start.tolist(),
+            "dtype": str(space.dtype),
+        }
+    if isinstance(space, spaces.MultiBinary):
+        return {"type": "multi_binary", "n": int(space.n) if isinstance(space.n, int) else list(space.n)}
     if isinstance(space, spaces.Box):
 
         def bounds(values: np.ndarray) -> list[float | None]:
@@ -145,6 +161,11 @@ def space_from_description(description: dict[str, Any]) -> gym.Space:
     """Inverse of :func:`describe_space`."""
     if description["type"] == "discrete":
         return spaces.Discrete(description["n"], start=description.get("start", 0))
+    if description["type"] == "multi_discrete":
+        nvec = np.array(description["nvec"], dtype=np.int64)
+        return spaces.MultiDiscrete(nvec, dtype=description["dtype"], start=np.array(description["start"]))
+    if description["type"] == "multi_binary":
+        return spaces.MultiBinary(description["n"])
     shape = tuple(description["shape"])
 
     dtype = np.dtype(description["dtype"])

@@ -1,9 +1,10 @@
 """Export a policy for serving: ONNX (checked with onnxruntime), a torch.export program, and a model card.
 
 The exported graph takes *raw* observations ``obs: (batch, *obs_shape) float32`` (normalization is
-inside) and returns ``action`` (the greedy action: int64 index for Discrete, clipped float vector for
-Box) and ``scores`` (what the greedy action is read from: logits, Q-values, or a mean before clipping or
-tanh; see the model card). The batch size is dynamic.
+inside) and returns ``action``, one greedy action per observation in the policy's convention
+(``rlcore.actions``: an int64 index for Discrete, an int64 row of sub-actions for MultiDiscrete and MultiBinary,
+a clipped float vector for Box), and ``scores`` (what the greedy action is read from: logits, Q-values, or a mean
+before clipping or tanh; see the model card). The batch size is dynamic.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from gymnasium import spaces
 from torch import nn
 
+from rlcore.actions import sub_action_sizes
 from rlcore.config import EnvConfig
 from rlcore.envs import make_vector_env, space_from_description
 from rlcore.errors import RLCoreError
@@ -42,7 +45,8 @@ class ExportError(RLCoreError):
 
 
 class GreedyPolicy(nn.Module):
-    """raw obs -> (greedy action, scores); what gets exported for a stateless policy."""
+    """raw obs -> (greedy action, scores); what gets exported for a stateless policy. Box actions are clipped to
+    ``action_low``/``action_high``; integer actions (no bounds given) pass through."""
 
     low: torch.Tensor
     high: torch.Tensor
@@ -50,14 +54,14 @@ class GreedyPolicy(nn.Module):
     def __init__(self, policy: Policy, action_low: np.ndarray | None, action_high: np.ndarray | None) -> None:
         super().__init__()
         self.policy = policy
-        self.discrete = policy.discrete
-        if not self.discrete:
-            assert action_low is not None and action_high is not None
+        self.clips = action_low is not None
+        if action_low is not None:
+            assert action_high is not None
             self.register_buffer("low", torch.as_tensor(action_low.reshape(-1), dtype=torch.float32))
             self.register_buffer("high", torch.as_tensor(action_high.reshape(-1), dtype=torch.float32))
 
     def clip(self, action: torch.Tensor) -> torch.Tensor:
-        return action if self.discrete else torch.maximum(torch.minimum(action, self.high), self.low)
+        return torch.maximum(torch.minimum(action, self.high), self.low) if self.clips else action
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         action, scores, _ = self.policy.greedy(obs, None)
@@ -82,7 +86,7 @@ class ExportResult:
     """The graph's inputs and outputs, described for the model card."""
 
 
-def describe_interface(policy: Policy) -> dict[str, Any]:
+def describe_interface(policy: Policy, action_space: spaces.Space) -> dict[str, Any]:
     """What the exported graph takes and returns (and, for a policy with a state, the state's shape and start)."""
     inputs = {"obs": "float32 (batch, *observation_space.shape), raw observations (normalization is inside)"}
     outputs = {
@@ -90,6 +94,18 @@ def describe_interface(policy: Policy) -> dict[str, Any]:
         "scores": "float32 (batch, action_dim): what the greedy action is read from: logits (categorical), "
         "Q-values (dqn), the Gaussian mean before clipping (ppo, bc, iql) or the mean before tanh (sac, td3bc)",
     }
+    sizes = sub_action_sizes(action_space)
+    if isinstance(action_space, spaces.MultiDiscrete):
+        outputs["action"] = (
+            f"greedy action: int64 (batch, {len(sizes or ())}), sub-action i the argmax of its logits, an index "
+            "from 0 (add action_space.start[i] for the env's value)"
+        )
+        outputs["scores"] = (
+            f"float32 (batch, {sum(sizes or ())}): the sub-actions' logits side by side, split by action_space.nvec"
+        )
+    elif isinstance(action_space, spaces.MultiBinary):
+        outputs["action"] = f"greedy action: int64 (batch, {len(sizes or ())}), bit i is 1 where its logit is > 0"
+        outputs["scores"] = f"float32 (batch, {len(sizes or ())}): one logit per bit"
     interface: dict[str, Any] = {"inputs": inputs, "outputs": outputs}
     initial = policy.initial_state(1)
     if initial is not None:
@@ -154,8 +170,8 @@ def export_policy(
     so a failed export never replaces a good one.
     """
     action_space = space_from_description(meta["spaces"]["action"])
-    low = getattr(action_space, "low", None)
-    high = getattr(action_space, "high", None)
+    low = action_space.low if isinstance(action_space, spaces.Box) else None
+    high = action_space.high if isinstance(action_space, spaces.Box) else None
     stateful = policy.initial_state(1) is not None
     model = (GreedyStatefulPolicy if stateful else GreedyPolicy)(policy, low, high).eval()
     env = meta["params"]["env"]
@@ -180,7 +196,7 @@ def export_policy(
                 loaded = torch.export.load(staging / "policy.pt2").module()
             with torch.no_grad():
                 outputs = [t.numpy() for t in loaded(*tensors)]
-            parity["torch_export_max_abs_diff"] = _check(expected, outputs, tolerance, "policy.pt2")
+            parity["torch_export_max_abs_diff"] = _check(expected, outputs, tolerance, "policy.pt2", action_space)
         if onnx:
             with _quiet_exporters():
                 torch.onnx.export(
@@ -195,14 +211,16 @@ def export_policy(
                     external_data=False,
                     verbose=False,
                 )
-            parity["onnx_max_abs_diff"] = _check_onnx(staging / "policy.onnx", inputs, expected, tolerance)
+            parity["onnx_max_abs_diff"] = _check_onnx(
+                staging / "policy.onnx", inputs, expected, tolerance, action_space
+            )
         files = {}
         for path in sorted(staging.iterdir()):
             files[path.name] = sha256_file(path)
             os.replace(path, out_dir / path.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return ExportResult(files, parity, describe_interface(policy))
+    return ExportResult(files, parity, describe_interface(policy, action_space))
 
 
 @contextlib.contextmanager
@@ -224,7 +242,9 @@ def _quiet_exporters() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def _check(expected: list[np.ndarray], outputs: list[np.ndarray], tolerance: float, what: str) -> float:
+def _check(
+    expected: list[np.ndarray], outputs: list[np.ndarray], tolerance: float, what: str, action_space: spaces.Space
+) -> float:
     """Max |exported - torch| over the outputs (action, scores, and next_state where there is one)."""
     (expected_action, expected_scores, *expected_rest), (action, scores, *rest) = expected, outputs
     diff = float(np.max(np.abs(expected_scores - scores)))
@@ -234,7 +254,7 @@ def _check(expected: list[np.ndarray], outputs: list[np.ndarray], tolerance: flo
     if np.issubdtype(expected_action.dtype, np.integer):
         # Argmax may legitimately flip where two logits are closer than the tolerance.
         mismatched = expected_action != action
-        close = np.sort(expected_scores, axis=-1)[:, -1] - np.sort(expected_scores, axis=-1)[:, -2] <= tolerance
+        close = _greedy_margins(expected_scores, action_space) <= tolerance
         if np.any(mismatched & ~close):
             raise ExportError(f"{what}: greedy actions differ from torch on {int(mismatched.sum())} observations")
         action_diff = 0.0
@@ -244,16 +264,35 @@ def _check(expected: list[np.ndarray], outputs: list[np.ndarray], tolerance: flo
     return worst
 
 
-def _check_onnx(path: Path, inputs: dict[str, np.ndarray], expected: list[np.ndarray], tolerance: float) -> float:
+def _greedy_margins(scores: np.ndarray, action_space: spaces.Space) -> np.ndarray:
+    """How far each greedy choice is from flipping, shaped like the action: the gap between the best two logits
+    (Discrete: (B,); MultiDiscrete: per sub-action, (B, k)), or |logit| (MultiBinary: a bit flips at 0, (B, n))."""
+    if isinstance(action_space, spaces.MultiBinary):
+        return np.abs(scores)
+    sizes = sub_action_sizes(action_space)
+    chunks = np.split(scores, np.cumsum(sizes)[:-1], axis=-1) if sizes is not None else [scores]
+    gaps = []
+    for chunk in chunks:
+        if chunk.shape[-1] < 2:  # a single choice never flips
+            gaps.append(np.full(chunk.shape[:-1], np.inf))
+            continue
+        top = np.sort(chunk, axis=-1)
+        gaps.append(top[..., -1] - top[..., -2])
+    return np.stack(gaps, axis=-1) if sizes is not None else gaps[0]
+
+
+def _check_onnx(
+    path: Path, inputs: dict[str, np.ndarray], expected: list[np.ndarray], tolerance: float, action_space: spaces.Space
+) -> float:
     import onnx
     import onnxruntime
 
     onnx.checker.check_model(str(path))
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [output.name for output in session.get_outputs()]
-    worst = _check(expected, session.run(names, inputs), tolerance, "policy.onnx")
+    worst = _check(expected, session.run(names, inputs), tolerance, "policy.onnx", action_space)
     single = session.run(names, {name: values[:1] for name, values in inputs.items()})
-    return max(worst, _check([e[:1] for e in expected], single, tolerance, "policy.onnx (batch 1)"))
+    return max(worst, _check([e[:1] for e in expected], single, tolerance, "policy.onnx (batch 1)", action_space))
 
 
 def git_revision(cwd: Path) -> dict[str, Any]:

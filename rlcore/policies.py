@@ -3,9 +3,11 @@
 Every policy takes *raw* observations: normalization is a module inside it, so a saved or exported
 policy carries its statistics and nobody ships them beside it. The interface (:class:`Policy`):
 
-- ``act_scores(obs)``: (B, action_dim) what the greedy action is read from: logits (categorical policies),
+- ``act_scores(obs)``: (B, action_dim) what the greedy action is read from: logits (categorical policies; for
+  MultiDiscrete the sub-actions' logits side by side, (B, sum(nvec)); for MultiBinary one logit per bit),
   Q-values (DQN), the Gaussian mean (PPO, BC, IQL), or the pre-tanh mean (SAC, TD3+BC);
-- ``deterministic_action(obs)``: the greedy action in env units, (B,) int64 or (B, action_dim) float;
+- ``deterministic_action(obs)``: the greedy action in the policy's convention (``rlcore.actions``): (B,) int64
+  (Discrete), (B, k) int64 (MultiDiscrete, MultiBinary) or (B, action_dim) float (Box);
 - ``sample_action(obs, generator)``: a stochastic action for evaluation and exploration;
 - ``distribution(obs)``: the action distribution of a stochastic policy (PPO's, SAC's, BC's, IQL's actors).
 
@@ -25,6 +27,7 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import (
     AffineTransform,
+    Bernoulli,
     Categorical,
     Distribution,
     Independent,
@@ -33,15 +36,21 @@ from torch.distributions import (
     Transform,
     TransformedDistribution,
 )
+from torch.distributions.constraints import Constraint
 
+from rlcore.actions import sub_action_sizes
 from rlcore.config import PolicyConfig
 from rlcore.errors import ConfigError
 from rlcore.nets import ObsNormalizer, mlp
 
 
 def action_dim(action_space: spaces.Space) -> int:
+    """The width of a policy's action output: n (Discrete), sum(nvec) (MultiDiscrete: every sub-action's logits),
+    n (MultiBinary: a logit per bit), the flat size (Box). How actions are stored: ``rlcore.actions.action_layout``."""
     if isinstance(action_space, spaces.Discrete):
         return int(action_space.n)
+    if isinstance(action_space, spaces.MultiDiscrete):
+        return int(action_space.nvec.sum())
     assert action_space.shape is not None
     return int(np.prod(action_space.shape))
 
@@ -143,26 +152,137 @@ def _sample_categorical(logits: torch.Tensor, generator: torch.Generator | None)
     return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
 
 
+_SampleShape = torch.Size | list[int] | tuple[int, ...]
+
+
+class MultiCategorical(Distribution):
+    """Independent categoricals, one per sub-action, the i-th over ``nvec[i]`` choices (MultiDiscrete actions).
+
+    torch.distributions has no batched categorical over rows of different sizes, so the logits (B, sum(nvec)) are
+    split by ``nvec`` into one :class:`Categorical` each. The sub-actions are independent: ``log_prob`` and
+    ``entropy`` are sums over them, (B,); samples and the ``mode`` (each sub-action's argmax) are (B, k) int64.
+    """
+
+    arg_constraints: ClassVar[dict[str, Constraint]] = {}  # none of its own: each Categorical has its logits
+
+    def __init__(self, logits: torch.Tensor, nvec: tuple[int, ...]) -> None:
+        self.nvec = nvec
+        self.parts = [Categorical(logits=chunk, validate_args=False) for chunk in logits.split(nvec, dim=-1)]
+        super().__init__(logits.shape[:-1], torch.Size([len(nvec)]), validate_args=False)
+
+    def sample(self, sample_shape: _SampleShape = torch.Size()) -> torch.Tensor:  # noqa: B008 (torch's signature)
+        return torch.stack([part.sample(sample_shape) for part in self.parts], dim=-1)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """``value``: (..., k) int64 sub-actions -> (...,) summed log-probabilities."""
+        return torch.stack(
+            [part.log_prob(v) for part, v in zip(self.parts, value.unbind(-1), strict=True)], dim=-1
+        ).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return torch.stack([part.entropy() for part in self.parts], dim=-1).sum(-1)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return torch.stack([part.logits.argmax(dim=-1) for part in self.parts], dim=-1)
+
+
+class MultiBernoulli(Independent):
+    """Independent Bernoullis over logits (B, n), one per bit (MultiBinary actions): ``Independent(Bernoulli, 1)``
+    with actions as int64 0/1, like every other integer action (``rlcore.actions``), and ``mode`` = logits > 0."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        self.logits = logits
+        super().__init__(Bernoulli(logits=logits, validate_args=False), 1, validate_args=False)
+
+    def sample(self, sample_shape: _SampleShape = torch.Size()) -> torch.Tensor:  # noqa: B008 (torch's signature)
+        return super().sample(sample_shape).long()
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """``value``: (..., n) 0/1 (int64 or float) -> (...,) summed log-probabilities."""
+        return super().log_prob(value.to(self.logits.dtype))
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return (self.logits > 0).long()
+
+
+class SubActions:
+    """Independent sub-actions read from one score vector (MultiDiscrete, MultiBinary): what an actor does with
+    its scores (B, action_dim) to get a distribution, the greedy action and a sample (B, k) int64."""
+
+    def distribution(self, scores: torch.Tensor) -> Distribution:
+        raise NotImplementedError
+
+    def greedy(self, scores: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def sample(self, scores: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class CategoricalSubActions(SubActions):
+    """A categorical per sub-action: the scores are the sub-actions' logits side by side, (B, sum(nvec))."""
+
+    def __init__(self, nvec: tuple[int, ...]) -> None:
+        self.nvec = nvec
+
+    def distribution(self, scores: torch.Tensor) -> Distribution:
+        return MultiCategorical(scores, self.nvec)
+
+    def greedy(self, scores: torch.Tensor) -> torch.Tensor:
+        return torch.stack([chunk.argmax(dim=-1) for chunk in scores.split(self.nvec, dim=-1)], dim=-1)
+
+    def sample(self, scores: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        chunks = scores.split(self.nvec, dim=-1)
+        return torch.stack([_sample_categorical(chunk, generator) for chunk in chunks], dim=-1)
+
+
+class BernoulliSubActions(SubActions):
+    """A Bernoulli per bit: the scores are the bits' logits, (B, n); greedy is logit > 0."""
+
+    def distribution(self, scores: torch.Tensor) -> Distribution:
+        return MultiBernoulli(scores)
+
+    def greedy(self, scores: torch.Tensor) -> torch.Tensor:
+        return (scores > 0).long()
+
+    def sample(self, scores: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        return (torch.rand(scores.shape, generator=generator) < torch.sigmoid(scores)).long()
+
+
+def sub_actions(action_space: spaces.Space) -> SubActions | None:
+    """The sub-action head of a MultiDiscrete or MultiBinary space; None for Discrete and Box."""
+    if isinstance(action_space, spaces.MultiBinary):
+        return BernoulliSubActions()
+    sizes = sub_action_sizes(action_space)
+    return None if sizes is None else CategoricalSubActions(sizes)
+
+
 class ActorCritic(Policy):
     """Separate actor and critic MLPs (the on-policy family: PPO).
 
-    Discrete actions: a categorical over logits. Box actions: a diagonal Gaussian with a learned,
-    state-independent log standard deviation; sampled actions are clipped to the bounds only
-    when sent to the env, so log-probabilities stay those of the sampled values.
+    Discrete actions: a categorical over logits. MultiDiscrete: a categorical per sub-action
+    (:class:`MultiCategorical`); MultiBinary: a Bernoulli per bit (:class:`MultiBernoulli`). Box actions: a
+    diagonal Gaussian with a learned, state-independent log standard deviation; sampled actions are clipped to the
+    bounds only when sent to the env, so log-probabilities stay those of the sampled values.
     """
 
     has_distribution = True
 
     def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
         super().__init__(observation_space, action_space, config)
+        self.sub_actions = sub_actions(action_space)
         self.actor = mlp(self.obs_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
         self.critic = mlp(self.obs_dim, config.hidden_sizes, 1, config.activation, out_gain=1.0)
-        if not self.discrete:
+        if isinstance(action_space, spaces.Box):
             self.log_std = nn.Parameter(torch.full((self.action_dim,), float(config.log_std_init)))
 
     def distribution(self, obs: torch.Tensor) -> Distribution:
         """The action distribution for ``obs``: (B, *obs_shape) raw observations."""
         scores = self.actor(self.features(obs))
+        if self.sub_actions is not None:
+            return self.sub_actions.distribution(scores)
         if self.discrete:
             return Categorical(logits=scores, validate_args=False)
         normal = Normal(scores, self.log_std.exp().expand_as(scores), validate_args=False)
@@ -177,10 +297,14 @@ class ActorCritic(Policy):
 
     def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
         scores = self.act_scores(obs)
+        if self.sub_actions is not None:
+            return self.sub_actions.greedy(scores)
         return scores.argmax(dim=-1) if self.discrete else scores
 
     def sample_action(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         scores = self.act_scores(obs)
+        if self.sub_actions is not None:
+            return self.sub_actions.sample(scores, generator)
         if self.discrete:
             return _sample_categorical(scores, generator)
         return scores + self.log_std.exp() * torch.randn(scores.shape, generator=generator)

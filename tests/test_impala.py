@@ -183,5 +183,5 @@ def test_impala_preset_with_two_actor_processes_reaches_475_on_the_test_score(tm
     select_stage(params, tmp_path)
     metrics = read_json(tmp_path / "reports" / "metrics.json")
     assert metrics["episodes"] == 100
-    assert metrics["env_steps"] <= params.train.max_steps + 2 * 8 * 32
+    assert metrics["env_steps"] <= params.train.max_steps + 2 * 8 * 8
     assert metrics["mean_return"] >= 475, metrics

@@ -71,7 +71,7 @@ class PPOConfig(OnPolicyConfig):
 class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
     name = "ppo"
     Config = PPOConfig
-    action_spaces = (spaces.Discrete, spaces.Box)
+    action_spaces = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Box)
 
     def __init__(self, policy: ActorCritic, config: PPOConfig) -> None:
         super().__init__(policy, config)

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
-from gymnasium import spaces
 
+from rlcore.actions import action_layout
 from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig
 from rlcore.buffers import RolloutBuffer
 from rlcore.config import Params
@@ -34,13 +34,9 @@ def train_on_policy(
         n_steps, num_envs = cfg.n_steps, params.env.num_envs
         obs = source.reset(session.state.env_steps)
         policy.obs_normalizer.update(torch.as_tensor(obs, dtype=torch.float32))
-        discrete = isinstance(session.action_space, spaces.Discrete)
+        action_shape, action_dtype = action_layout(session.action_space)  # Box actions of any shape are flat
         rollout = RolloutBuffer(
-            n_steps,
-            num_envs,
-            tuple(session.observation_space.shape or ()),
-            () if discrete else (policy.action_dim,),  # Box actions of any shape are flat vectors
-            torch.int64 if discrete else torch.float32,
+            n_steps, num_envs, tuple(session.observation_space.shape or ()), action_shape, action_dtype
         )
         stop_reason = session.stops.budget(session.state)
         while stop_reason is None:
