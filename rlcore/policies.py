@@ -42,6 +42,7 @@ from rlcore.actions import sub_action_sizes
 from rlcore.config import PolicyConfig
 from rlcore.errors import ConfigError
 from rlcore.nets import ObsNormalizer, mlp
+from rlcore.value_transforms import ValueHead, ValueHeadConfig
 
 
 def action_dim(action_space: spaces.Space) -> int:
@@ -260,7 +261,11 @@ def sub_actions(action_space: spaces.Space) -> SubActions | None:
 
 
 class ActorCritic(Policy):
-    """Separate actor and critic MLPs (the on-policy family: PPO).
+    """Separate actor and critic MLPs (the on-policy and actor-learner families: PPO, A2C, IMPALA).
+
+    The critic is a :class:`rlcore.value_transforms.ValueHead`: a scalar output by default, optionally in
+    Pohlen et al.'s transformed units or categorical over a support (``algo.value_head``); :meth:`value` always
+    answers in reward units and :meth:`value_loss` is the head's own loss.
 
     Discrete actions: a categorical over logits. MultiDiscrete: a categorical per sub-action
     (:class:`MultiCategorical`); MultiBinary: a Bernoulli per bit (:class:`MultiBernoulli`). Box actions: a
@@ -270,11 +275,18 @@ class ActorCritic(Policy):
 
     has_distribution = True
 
-    def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
+    def __init__(
+        self,
+        observation_space: spaces.Box,
+        action_space: spaces.Space,
+        config: PolicyConfig,
+        value_head: ValueHeadConfig | None = None,
+    ) -> None:
         super().__init__(observation_space, action_space, config)
         self.sub_actions = sub_actions(action_space)
         self.actor = mlp(self.obs_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
-        self.critic = mlp(self.obs_dim, config.hidden_sizes, 1, config.activation, out_gain=1.0)
+        self.critic = ValueHead(self.obs_dim, config.hidden_sizes, config.activation, value_head or ValueHeadConfig())
+        self._register_load_state_dict_pre_hook(_critic_keys_before_value_heads)
         if isinstance(action_space, spaces.Box):
             self.log_std = nn.Parameter(torch.full((self.action_dim,), float(config.log_std_init)))
 
@@ -289,8 +301,19 @@ class ActorCritic(Policy):
         return Independent(normal, 1, validate_args=False)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """State values, (B,)."""
-        return self.critic(self.features(obs)).squeeze(-1)
+        """State values in reward units, (B,)."""
+        return self.critic(self.features(obs))
+
+    def value_loss(
+        self,
+        obs: torch.Tensor,
+        targets: torch.Tensor,
+        old_values: torch.Tensor | None = None,
+        clip_range: float | None = None,
+    ) -> torch.Tensor:
+        """The critic's mean loss against ``targets`` (B,) in reward units (``ValueHead.loss``: squared error,
+        clipped around ``old_values`` when ``clip_range`` is given, or a cross-entropy for categorical heads)."""
+        return self.critic.loss(self.features(obs), targets, old_values, clip_range)
 
     def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
         return self.actor(self.features(obs))
@@ -308,6 +331,14 @@ class ActorCritic(Policy):
         if self.discrete:
             return _sample_categorical(scores, generator)
         return scores + self.log_std.exp() * torch.randn(scores.shape, generator=generator)
+
+
+def _critic_keys_before_value_heads(state: dict[str, torch.Tensor], prefix: str, *args: object) -> None:
+    """Checkpoints written before critics became value heads name the critic's layers ``critic.<i>.*``; they are
+    ``critic.net.<i>.*`` now (the same MLP). Renamed on load, so older checkpoints still load."""
+    old = f"{prefix}critic."
+    for key in [key for key in state if key.startswith(old) and key[len(old) : len(old) + 1].isdigit()]:
+        state[f"{prefix}critic.net.{key[len(old) :]}"] = state.pop(key)
 
 
 class QPolicy(Policy):

@@ -51,8 +51,8 @@ def tiny_a2c(**config: object) -> A2C:
     policy = A2C.make_policy(OBS_SPACE, spaces.Discrete(2), PolicyConfig(hidden_sizes=[2]), algo)
     set_weights(policy.actor[0], [[0.5, -0.3], [0.2, 0.8]], [0.1, -0.1])
     set_weights(policy.actor[2], [[1.0, -1.0], [0.5, 0.25]], [0.0, 0.2])
-    set_weights(policy.critic[0], [[-0.4, 0.6], [0.3, 0.1]], [0.0, 0.05])
-    set_weights(policy.critic[2], [[1.5, -0.5]], [0.25])
+    set_weights(policy.critic.net[0], [[-0.4, 0.6], [0.3, 0.1]], [0.0, 0.05])
+    set_weights(policy.critic.net[2], [[1.5, -0.5]], [0.25])
     return A2C(policy, algo)
 
 

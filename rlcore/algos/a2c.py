@@ -79,7 +79,7 @@ class A2C(OnPolicyAlgorithm[A2CConfig, ActorCritic]):
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: A2CConfig
     ) -> ActorCritic:
-        return ActorCritic(cast(spaces.Box, observation_space), action_space, config)
+        return ActorCritic(cast(spaces.Box, observation_space), action_space, config, algo.value_head)
 
     @torch.no_grad()
     def advantages(self, rollout: RolloutBuffer) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,7 +112,7 @@ class A2C(OnPolicyAlgorithm[A2CConfig, ActorCritic]):
 
         dist = self.policy.distribution(obs)
         policy_loss = -(dist.log_prob(actions) * advantages).mean()
-        value_loss = (returns - self.policy.value(obs)).square().mean()
+        value_loss = self.policy.value_loss(obs, returns)
         entropy = dist.entropy().mean()
         loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
         self.optimizer_step(self.optimizer, loss, self.policy.parameters(), cfg.max_grad_norm)

@@ -33,6 +33,7 @@ from rlcore.buffers import RolloutBuffer, TrajectoryBatch
 from rlcore.config import AlgoConfig, PolicyConfig
 from rlcore.policies import Policy
 from rlcore.returns import gae
+from rlcore.value_transforms import ValueHeadConfig
 
 __all__ = [
     "AlgoConfig",
@@ -56,6 +57,8 @@ class OnPolicyConfig(AlgoConfig):
     gamma: float = Field(0.99, gt=0, le=1)
     gae_lambda: float = Field(0.95, ge=0, le=1)
     """GAE's lambda: 0 is the one-step TD error, 1 the Monte Carlo return minus the value."""
+    value_head: ValueHeadConfig = Field(default_factory=ValueHeadConfig)
+    """The critic's output: a scalar (default), in signed-sqrt units, or categorical over a support."""
 
 
 class OffPolicyConfig(AlgoConfig):
@@ -126,7 +129,9 @@ class ActorLearnerConfig(AlgoConfig):
     ``local`` one subprocess each, ``dask`` one long-running task each on a Dask cluster
     (``deploy.dask_address``, or a LocalCluster of ``num_actors`` workers on 127.0.0.1 started for the run)."""
     actor_timeout_seconds: float = Field(120.0, gt=0)
-    """An actor that sends nothing for this long is reported and replaced."""
+    """An actor that holds work but sends nothing for this long is reported and replaced."""
+    value_head: ValueHeadConfig = Field(default_factory=ValueHeadConfig)
+    """The critic's output: a scalar (default), in signed-sqrt units, or categorical over a support."""
 
 
 ConfigT = TypeVar("ConfigT", bound=AlgoConfig)

@@ -6,7 +6,9 @@ trainer runs them: in-process, subprocesses, or Dask tasks). For each batch of t
     V(s_0..s_T) <- the learner's critic on every observation (s_T: after the last step, for the bootstrap)
     log rho_t   <- log pi(a_t|s_t) - log mu(a_t|s_t)            (mu's log-probs travel with the trajectory)
     v_s, A_t    <- V-trace(log rho, r, V, rho_bar, c_bar)      (rlcore.returns.vtrace: targets, pg advantages)
-    loss = -E[log pi(a_t|s_t) A_t] + c_v * E[(v_s - V(s_t))^2] / 2 - c_e * H[pi(.|s_t)]
+    loss = -E[log pi(a_t|s_t) A_t] + c_v * L_value(V(s_t), v_s) / 2 - c_e * H[pi(.|s_t)]
+
+(L_value: the squared error, or the critic's own loss for transformed or categorical value heads)
 
 over the valid (non-reset) steps, one gradient step per batch.
 """
@@ -66,7 +68,7 @@ class IMPALA(ActorLearnerAlgorithm[IMPALAConfig, ActorCritic]):
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: IMPALAConfig
     ) -> ActorCritic:
-        return ActorCritic(cast(spaces.Box, observation_space), action_space, config)
+        return ActorCritic(cast(spaces.Box, observation_space), action_space, config, algo.value_head)
 
     def update(self, batch: TrajectoryBatch, progress: float) -> dict[str, float]:
         cfg = self.config
@@ -75,7 +77,8 @@ class IMPALA(ActorLearnerAlgorithm[IMPALAConfig, ActorCritic]):
             group["lr"] = lr
         steps, envs = batch.rewards.shape
         obs = batch.obs[:-1].reshape(steps * envs, *batch.obs.shape[2:])
-        all_values = self.policy.value(batch.obs.reshape((steps + 1) * envs, *batch.obs.shape[2:]))
+        with torch.no_grad():  # V-trace's inputs; the critic learns through its own loss below
+            all_values = self.policy.value(batch.obs.reshape((steps + 1) * envs, *batch.obs.shape[2:]))
         all_values = all_values.reshape(steps + 1, envs)
         values = all_values[:-1]
         dist = self.policy.distribution(obs)
@@ -98,7 +101,7 @@ class IMPALA(ActorLearnerAlgorithm[IMPALAConfig, ActorCritic]):
         if cfg.normalize_advantage and advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         policy_loss = -(log_probs[valid] * advantages).mean()
-        value_loss = 0.5 * (targets.vs[valid] - values[valid]).square().mean()
+        value_loss = 0.5 * self.policy.value_loss(obs[valid.reshape(-1)], targets.vs[valid])
         entropy = dist.entropy().reshape(steps, envs)[valid].mean()
         loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
         self.optimizer_step(self.optimizer, loss, self.policy.parameters(), cfg.max_grad_norm)
@@ -108,7 +111,7 @@ class IMPALA(ActorLearnerAlgorithm[IMPALAConfig, ActorCritic]):
             "policy_loss": policy_loss.item(),
             "value_loss": value_loss.item(),
             "entropy": entropy.item(),
-            "explained_variance": explained_variance(values.detach()[valid], targets.vs[valid]),
+            "explained_variance": explained_variance(values[valid], targets.vs[valid]),
             "mean_rho": rhos.mean().item(),
             "clipped_rho_fraction": (rhos > cfg.rho_clip).float().mean().item() if math.isfinite(cfg.rho_clip) else 0.0,
             "learning_rate": lr,

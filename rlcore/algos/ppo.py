@@ -7,7 +7,8 @@ For each rollout (collected by the on-policy trainer, advantages from GAE, the f
             r = pi(a|s) / pi_old(a|s)
             L_clip = -E[min(r * A, clip(r, 1 - eps, 1 + eps) * A)]
                      (dual_clip c: for A < 0, max(min(...), c * A) instead; Ye et al., 2020)
-            L_value = E[(V(s) - R)^2]      (optionally clipped around the old value)
+            L_value = E[(V(s) - R)^2]      (optionally clipped around the old value; the critic's own loss for
+                                            transformed or categorical value heads)
             loss = L_clip + c_v * L_value - c_e * H[pi(.|s)]
             stop early once the approximate KL to pi_old exceeds 1.5 * target_kl
 """
@@ -82,7 +83,7 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: PPOConfig
     ) -> ActorCritic:
-        return ActorCritic(cast(spaces.Box, observation_space), action_space, config)
+        return ActorCritic(cast(spaces.Box, observation_space), action_space, config, algo.value_head)
 
     @torch.no_grad()
     def advantages(self, rollout: RolloutBuffer) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,10 +133,7 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 policy_loss = -clipped_surrogate(ratio, adv, clip, cfg.dual_clip).mean()
 
-                values = self.policy.value(obs[idx])
-                if cfg.clip_range_vf is not None:
-                    values = old_values[idx] + (values - old_values[idx]).clamp(-cfg.clip_range_vf, cfg.clip_range_vf)
-                value_loss = (returns[idx] - values).square().mean()
+                value_loss = self.policy.value_loss(obs[idx], returns[idx], old_values[idx], cfg.clip_range_vf)
                 entropy = dist.entropy().mean()
 
                 loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
