@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,39 +32,17 @@ from common import (  # noqa: E402
     add_peer,
     emit,
     median,
+    rlcore_throughput,
     rlcore_time_to_target,
     sb3_available,
     sb3_time_to_target,
     stdout_to_stderr,
 )
 
-from rlcore.params import load_params  # noqa: E402
-from rlcore.trainers import train  # noqa: E402
-
 TARGET = 475.0
 PRESET = ROOT / "configs" / "a2c-cartpole.yaml"
 ZOO_TIMESTEPS = 500_000
 """RL Zoo's ``n_timesteps`` for A2C on CartPole-v1: the SB3 peer's budget."""
-
-
-def rlcore_throughput(seed: int, steps: int) -> float:
-    params = load_params(
-        PRESET,
-        [
-            f"seed={seed}",
-            "train.target_return=null",
-            f"train.max_steps={steps}",
-            f"train.eval_every={steps}",
-            "train.eval_episodes=1",
-            "train.max_wall_seconds=null",
-            "train.progress_bar=off",
-        ],
-    )
-    with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr():
-        started = time.perf_counter()
-        summary = train(params, Path(tmp) / "run")
-        elapsed = time.perf_counter() - started
-    return summary["env_steps"] / elapsed
 
 
 def sb3_run(seed: int, eval_every: int, throughput_steps: int) -> dict[str, Any]:
@@ -98,7 +75,7 @@ def main() -> None:
     runs = [
         rlcore_time_to_target(PRESET, seed, TARGET, args.eval_every, ["train.max_steps=300000"]) for seed in args.seeds
     ]
-    throughput = [rlcore_throughput(seed, args.throughput_steps) for seed in args.seeds]
+    throughput = [rlcore_throughput(PRESET, seed, args.throughput_steps) for seed in args.seeds]
     result: dict[str, Any] = {
         "benchmark": "a2c_cartpole",
         "params": "configs/a2c-cartpole.yaml",

@@ -65,6 +65,30 @@ def rlcore_time_to_target(
     return first_reaching(summary["evaluations"], target)
 
 
+def rlcore_throughput(params_file: Path, seed: int, steps: int) -> float:
+    """Training env steps per second of ``params_file`` on a fixed budget, with one evaluation at the end only."""
+    from rlcore.params import load_params
+    from rlcore.trainers import train
+
+    params = load_params(
+        params_file,
+        [
+            f"seed={seed}",
+            "train.target_return=null",
+            f"train.max_steps={steps}",
+            f"train.eval_every={steps}",
+            "train.eval_episodes=1",
+            "train.max_wall_seconds=null",
+            "train.progress_bar=off",
+        ],
+    )
+    with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr():
+        started = time.perf_counter()
+        summary = train(params, Path(tmp) / "run")
+        elapsed = time.perf_counter() - started
+    return float(summary["env_steps"]) / elapsed
+
+
 def sb3_available() -> bool:
     try:
         import stable_baselines3  # noqa: F401

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,36 +29,13 @@ from common import (  # noqa: E402
     add_peer,
     emit,
     median,
+    rlcore_throughput,
     rlcore_time_to_target,
     sb3_available,
     sb3_time_to_target,
-    stdout_to_stderr,
 )
 
-from rlcore.params import load_params  # noqa: E402
-from rlcore.trainers import train  # noqa: E402
-
 TARGET = 475.0
-
-
-def rlcore_throughput(seed: int, steps: int) -> float:
-    params = load_params(
-        ROOT / "params.yaml",
-        [
-            f"seed={seed}",
-            "train.target_return=null",
-            f"train.max_steps={steps}",
-            f"train.eval_every={steps}",
-            "train.eval_episodes=1",
-            "train.max_wall_seconds=null",
-            "train.progress_bar=off",
-        ],
-    )
-    with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr():
-        started = time.perf_counter()
-        summary = train(params, Path(tmp) / "run")
-        elapsed = time.perf_counter() - started
-    return summary["env_steps"] / elapsed
 
 
 def sb3_run(seed: int, eval_every: int) -> dict[str, Any]:
@@ -108,7 +84,7 @@ def main() -> None:
         rlcore_time_to_target(ROOT / "params.yaml", seed, TARGET, args.eval_every, ["train.max_steps=300000"])
         for seed in args.seeds
     ]
-    throughput = [rlcore_throughput(seed, args.throughput_steps) for seed in args.seeds]
+    throughput = [rlcore_throughput(ROOT / "params.yaml", seed, args.throughput_steps) for seed in args.seeds]
     result: dict[str, Any] = {
         "benchmark": "ppo_cartpole",
         "target_return": TARGET,
