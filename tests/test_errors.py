@@ -4,6 +4,11 @@ The contract for every user error: exit status 2, no traceback, and exactly one 
 ``error: ...``, that names the key or file and says what was expected. And a failed command
 never overwrites good output: the checkpoints, the selected model, the reports and the export
 stay byte for byte what they were.
+
+The commands run in this process (``cli_support.run_in_process``: the console script's entry point, its stdout and
+stderr captured, process-wide state put back), which spares each test the ~2 s start-up of a real process. The
+Prefect refusals still run the real ``rlcore`` executable: Prefect reads ``PREFECT_API_URL`` once per process, and
+they keep the console script itself (exit status and stderr of a real process) covered.
 """
 
 from __future__ import annotations
@@ -14,10 +19,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_support import Outcome, run_in_process
 from conftest import PROJECT, QUICK, one_line_error, rlcore, sets
 
 CHECKPOINTS = Path("runs/quick/checkpoints")
 OUTPUT_DIRS = ("runs", "models", "reports", "export")
+COMMAND_SECONDS = 600
+"""Time limit of one command (``conftest.rlcore``'s): some of these train, evaluate or export before they fail."""
+
+
+def in_process(*args: str, cwd: Path) -> Outcome:
+    """``rlcore ARGS`` in ``cwd``, run in this process; read the result as that of the real command."""
+    return run_in_process(list(args), cwd, limit=COMMAND_SECONDS)
 
 
 def outputs(root: Path) -> dict[str, str]:
@@ -43,7 +56,8 @@ def pipeline_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("params.yaml", "dvc.yaml", ".dvcignore", "prefect.toml"):
         shutil.copy(PROJECT / name, root / name)
     for stage in ("train", "evaluate", "select", "export"):
-        rlcore(stage, *sets(QUICK), cwd=root)
+        outcome = in_process(stage, *sets(QUICK), cwd=root)
+        assert outcome.returncode == 0, outcome
     assert len(list((root / CHECKPOINTS).glob("step_*.pt"))) == 4
     return root
 
@@ -66,7 +80,7 @@ def test_unknown_params_key_suggests_the_closest_key(project: Path) -> None:
     text = params.read_text()
     assert text.count("\n  lr: ") == 1
     params.write_text(text.replace("\n  lr: ", "\n  lrr: "))
-    result = rlcore("train", cwd=project, check=False)
+    result = in_process("train", cwd=project)
     one_line_error(result, "params.yaml", "unknown key 'algo.lrr'", "did you mean 'algo.lr'")
 
 
@@ -75,57 +89,57 @@ def test_misspelt_section_suggests_the_section(project: Path) -> None:
     text = params.read_text()
     assert text.count("\ntrain:") == 1
     params.write_text(text.replace("\ntrain:", "\ntrian:"))
-    result = rlcore("train", cwd=project, check=False)
+    result = in_process("train", cwd=project)
     one_line_error(result, "params.yaml", "unknown key 'trian'", "did you mean 'train'")
 
 
 def test_wrong_type_names_the_key_and_the_value(project: Path) -> None:
-    result = rlcore("train", "--set", "train.max_steps=abc", cwd=project, check=False)
+    result = in_process("train", "--set", "train.max_steps=abc", cwd=project)
     one_line_error(result, "train.max_steps", "integer", "'abc'")
 
 
 def test_negative_learning_rate_says_it_must_be_positive(project: Path) -> None:
-    result = rlcore("train", "--set", "algo.lr=-0.1", cwd=project, check=False)
+    result = in_process("train", "--set", "algo.lr=-0.1", cwd=project)
     one_line_error(result, "algo.lr:", "must be > 0", "-0.1")
 
 
 def test_unknown_env_id_suggests_a_registered_one(project: Path) -> None:
-    result = rlcore("train", "--set", "env.id=CartPol-v1", cwd=project, check=False)
+    result = in_process("train", "--set", "env.id=CartPol-v1", cwd=project)
     one_line_error(result, "env.id", "'CartPol-v1'", "did you mean 'CartPole-v1'")
 
 
 def test_unknown_algorithm_lists_the_known_ones(project: Path) -> None:
     from rlcore.registry import registered_algorithms
 
-    result = rlcore("train", "--set", "algo.name=ppx", cwd=project, check=False)
+    result = in_process("train", "--set", "algo.name=ppx", cwd=project)
     one_line_error(result, "algo.name", "unknown algorithm 'ppx'", f"known: {', '.join(registered_algorithms())}")
 
 
 def test_missing_params_file_is_named(project: Path) -> None:
-    result = rlcore("train", "--params", "nope.yaml", cwd=project, check=False)
+    result = in_process("train", "--params", "nope.yaml", cwd=project)
     one_line_error(result, "nope.yaml", "params file not found")
 
 
 def test_params_file_that_is_not_yaml_is_named_with_the_line(project: Path) -> None:
     (project / "broken.yaml").write_text("seed: 0\nalgo: [1, 2\n")
-    result = rlcore("train", "--params", "broken.yaml", cwd=project, check=False)
+    result = in_process("train", "--params", "broken.yaml", cwd=project)
     one_line_error(result, "broken.yaml", "not valid YAML", "(line ")
 
 
 def test_params_file_that_is_not_a_mapping_is_named(project: Path) -> None:
     (project / "list.yaml").write_text("- seed\n- algo\n")
-    result = rlcore("train", "--params", "list.yaml", cwd=project, check=False)
+    result = in_process("train", "--params", "list.yaml", cwd=project)
     one_line_error(result, "list.yaml", "expected a mapping", "got list")
 
 
 @pytest.mark.parametrize("item", ["algo.lr", pytest.param("=0.1", marks=pytest.mark.slow)])
 def test_set_without_key_and_equals_sign_shows_the_expected_form(project: Path, item: str) -> None:
-    result = rlcore("train", "--set", item, cwd=project, check=False)
+    result = in_process("train", "--set", item, cwd=project)
     one_line_error(result, f"--set {item!r}", "expected KEY=VALUE")
 
 
 def test_set_below_a_value_says_it_is_not_a_section(project: Path) -> None:
-    result = rlcore("train", "--set", "env.id.version=2", cwd=project, check=False)
+    result = in_process("train", "--set", "env.id.version=2", cwd=project)
     one_line_error(result, "--set env.id.version", "env.id is a value, not a section")
 
 
@@ -138,7 +152,7 @@ def test_evaluate_names_a_truncated_checkpoint_and_keeps_the_evaluations(finishe
     truncate_to_half(truncated)
     before = outputs(finished)
     # -q: evaluate logs one line per checkpoint it evaluated before reaching the broken one.
-    result = rlcore("-q", "evaluate", *sets(QUICK), cwd=finished, check=False)
+    result = in_process("-q", "evaluate", *sets(QUICK), cwd=finished)
     one_line_error(result, f"{CHECKPOINTS / truncated.name}:", "truncated or corrupt")
     assert outputs(finished) == before
 
@@ -150,7 +164,7 @@ def test_resume_from_a_truncated_checkpoint_names_it_and_keeps_the_others(finish
     before = outputs(finished)
     assert len([key for key in before if key.startswith(f"{CHECKPOINTS.as_posix()}/step_")]) == 4
     resume_from = (CHECKPOINTS / truncated.name).as_posix()
-    result = rlcore("train", *sets(QUICK), "--resume-from", resume_from, cwd=finished, check=False)
+    result = in_process("train", *sets(QUICK), "--resume-from", resume_from, cwd=finished)
     one_line_error(result, f"{resume_from}:", "truncated or corrupt")
     assert outputs(finished) == before
 
@@ -162,7 +176,7 @@ def test_resuming_an_interrupted_run_falls_back_past_its_truncated_latest_checkp
     truncate_to_half(truncated)
     kept = truncated.read_bytes()
     earlier = sorted(truncated.parent.glob("step_*.pt"))[-2]
-    result = rlcore("train", *sets(QUICK), cwd=finished, check=False)
+    result = in_process("train", *sets(QUICK), cwd=finished)
     assert result.returncode == 0, result.stderr
     # Said, naming the file; resumed from the newest readable checkpoint; the damaged file kept aside.
     assert f"{truncated.name}: not a readable checkpoint" in result.stderr
@@ -174,7 +188,7 @@ def test_resuming_an_interrupted_run_falls_back_past_its_truncated_latest_checkp
 @pytest.mark.slow
 def test_resume_from_a_missing_checkpoint_is_named(finished: Path) -> None:
     before = outputs(finished)
-    result = rlcore("train", *sets(QUICK), "--resume-from", "elsewhere/step.pt", cwd=finished, check=False)
+    result = in_process("train", *sets(QUICK), "--resume-from", "elsewhere/step.pt", cwd=finished)
     one_line_error(result, "elsewhere/step.pt:", "checkpoint not found")
     assert outputs(finished) == before
 
@@ -186,7 +200,7 @@ def test_resume_from_another_algorithms_checkpoint_is_refused(finished: Path) ->
     payload["algo"] = "dqn"
     torch.save(payload, finished / "from_dqn.pt")
     before = outputs(finished)
-    result = rlcore("train", *sets(QUICK), "--resume-from", "from_dqn.pt", cwd=finished, check=False)
+    result = in_process("train", *sets(QUICK), "--resume-from", "from_dqn.pt", cwd=finished)
     one_line_error(result, "from_dqn.pt:", "written by algorithm 'dqn'", "params say 'ppo'")
     # Resuming from outside the run's folder replaces the run: a refused checkpoint must not.
     assert outputs(finished) == before
@@ -195,7 +209,7 @@ def test_resume_from_another_algorithms_checkpoint_is_refused(finished: Path) ->
 @pytest.mark.slow
 def test_env_kwargs_the_env_refuses_keep_the_finished_run(finished: Path) -> None:
     before = outputs(finished)
-    result = rlcore("train", *sets([*QUICK, "env.kwargs.no_such_arg=1"]), cwd=finished, check=False)
+    result = in_process("train", *sets([*QUICK, "env.kwargs.no_such_arg=1"]), cwd=finished)
     one_line_error(result, "env.kwargs", "CartPole-v1", "no_such_arg")
     assert outputs(finished) == before
 
@@ -207,7 +221,7 @@ def test_env_kwargs_the_env_refuses_keep_the_finished_run(finished: Path) -> Non
 def test_bad_export_param_keeps_the_export(finished: Path) -> None:
     before = outputs(finished)
     assert {"export/policy.onnx", "export/model_card.json", "reports/metrics.json"} <= before.keys()
-    result = rlcore("export", *sets([*QUICK, "export.parity_tolerance=-1"]), cwd=finished, check=False)
+    result = in_process("export", *sets([*QUICK, "export.parity_tolerance=-1"]), cwd=finished)
     one_line_error(result, "export.parity_tolerance", "must be > 0", "-1")
     assert outputs(finished) == before
 
@@ -216,7 +230,7 @@ def test_bad_export_param_keeps_the_export(finished: Path) -> None:
 def test_bad_select_metric_keeps_the_selected_model_and_metrics(finished: Path) -> None:
     before = outputs(finished)
     assert {"models/best/policy.pt", "reports/metrics.json", "export/policy.onnx"} <= before.keys()
-    result = rlcore("select", *sets([*QUICK, "select.metric=bogus"]), cwd=finished, check=False)
+    result = in_process("select", *sets([*QUICK, "select.metric=bogus"]), cwd=finished)
     one_line_error(result, "select.metric", "'bogus'", "'mean_return'")
     assert outputs(finished) == before
 
@@ -226,7 +240,7 @@ def test_export_names_a_truncated_best_policy_and_keeps_the_export(finished: Pat
     truncate_to_half(finished / "models/best/policy.pt")
     before = outputs(finished)
     assert {"export/policy.onnx", "export/policy.pt2", "export/model_card.json"} <= before.keys()
-    result = rlcore("export", *sets(QUICK), cwd=finished, check=False)
+    result = in_process("export", *sets(QUICK), cwd=finished)
     one_line_error(result, "models/best/policy.pt:", "truncated or corrupt")
     assert outputs(finished) == before
 
@@ -235,7 +249,7 @@ def test_export_names_a_truncated_best_policy_and_keeps_the_export(finished: Pat
 def test_failed_parity_check_keeps_the_previous_export(finished: Path) -> None:
     before = outputs(finished)
     # ONNX Runtime and torch differ by ~1e-7 in float32: no real export meets this tolerance.
-    result = rlcore("export", *sets([*QUICK, "export.parity_tolerance=1e-30"]), cwd=finished, check=False)
+    result = in_process("export", *sets([*QUICK, "export.parity_tolerance=1e-30"]), cwd=finished)
     one_line_error(result, "policy.onnx", "exceeds export.parity_tolerance")
     # Byte-identical, and no staging folder left behind in export/.
     assert outputs(finished) == before
@@ -246,25 +260,23 @@ def test_failed_parity_check_keeps_the_previous_export(finished: Path) -> None:
 
 
 def test_replay_buffer_smaller_than_the_batch_is_refused(project: Path) -> None:
-    result = rlcore(
+    result = in_process(
         "train",
         "--params",
         str(PROJECT / "configs" / "dqn-cartpole.yaml"),
         *sets(["algo.buffer_size=32", "algo.batch_size=64"]),
         cwd=project,
-        check=False,
     )
     one_line_error(result, "algo.buffer_size", ">= algo.batch_size (64)", "got 32")
 
 
 def test_batch_size_of_zero_is_refused(project: Path) -> None:
-    result = rlcore(
+    result = in_process(
         "train",
         "--params",
         str(PROJECT / "configs" / "sac-pendulum.yaml"),
         *sets(["algo.batch_size=0"]),
         cwd=project,
-        check=False,
     )
     one_line_error(result, "algo.batch_size", "must be >= 1", "got 0")
 
@@ -274,25 +286,23 @@ def test_batch_size_of_zero_is_refused(project: Path) -> None:
     [("0", "must be > 0"), ("1.5", "must be <= 1"), pytest.param("-0.1", "must be > 0", marks=pytest.mark.slow)],
 )
 def test_tau_outside_zero_one_is_refused(project: Path, tau: str, expected: str) -> None:
-    result = rlcore(
+    result = in_process(
         "train",
         "--params",
         str(PROJECT / "configs" / "sac-pendulum.yaml"),
         *sets([f"algo.tau={tau}"]),
         cwd=project,
-        check=False,
     )
     one_line_error(result, "algo.tau", expected, f"got {tau}")
 
 
 def test_dqn_on_a_box_action_space_is_refused_before_any_output(project: Path) -> None:
-    result = rlcore(
+    result = in_process(
         "train",
         "--params",
         str(PROJECT / "configs" / "dqn-cartpole.yaml"),
         *sets(["env.id=Pendulum-v1", "env.num_envs=1"]),
         cwd=project,
-        check=False,
     )
     one_line_error(result, "algo.name", "dqn needs a Discrete action space", "Pendulum-v1", "Box")
     assert not (project / "runs").exists()
@@ -302,7 +312,7 @@ def test_dqn_on_a_box_action_space_is_refused_before_any_output(project: Path) -
 def test_algorithm_mismatch_keeps_a_finished_run(finished: Path) -> None:
     before = outputs(finished)
     dqn = str(PROJECT / "configs" / "dqn-cartpole.yaml")
-    result = rlcore("train", "--params", dqn, *sets([*QUICK, "env.id=Pendulum-v1"]), cwd=finished, check=False)
+    result = in_process("train", "--params", dqn, *sets([*QUICK, "env.id=Pendulum-v1"]), cwd=finished)
     one_line_error(result, "dqn needs a Discrete action space")
     assert outputs(finished) == before
 
@@ -330,8 +340,8 @@ def test_a_relative_output_path_that_climbs_out_of_the_project_is_refused(tmp_pa
     project = tmp_path / "project"
     project.mkdir()
     (project / "params.yaml").write_text((PROJECT / "params.yaml").read_text())
-    result = rlcore(
-        "collect", *sets(["collect.policy=random", "collect.output=../elsewhere/x.parquet"]), cwd=project, check=False
+    result = in_process(
+        "collect", *sets(["collect.policy=random", "collect.output=../elsewhere/x.parquet"]), cwd=project
     )
     one_line_error(result, "collect.output:", "points outside the project")
     assert not (tmp_path / "elsewhere").exists()
