@@ -23,11 +23,13 @@ class RolloutBuffer:
         obs_shape: tuple[int, ...],
         action_shape: tuple[int, ...],
         action_dtype: torch.dtype,
+        obs_dtype: torch.dtype = torch.float32,
     ) -> None:
         self.num_steps = num_steps
         self.num_envs = num_envs
         shape = (num_steps, num_envs)
-        self.obs = torch.zeros(shape + obs_shape)
+        self.obs = torch.zeros(shape + obs_shape, dtype=obs_dtype)
+        """(T, N, *obs_shape) in the observations' storage dtype (``rlcore.observations``: uint8 frames stay uint8)."""
         self.actions = torch.zeros(shape + action_shape, dtype=action_dtype)
         self.log_probs = torch.zeros(shape)
         self.values = torch.zeros(shape)
@@ -81,7 +83,7 @@ class TrajectoryBatch:
     """
 
     obs: torch.Tensor
-    """(T + 1, N, *obs_shape) float32."""
+    """(T + 1, N, *obs_shape) in the observations' storage dtype: float32 for floats, uint8 frames as uint8."""
     actions: torch.Tensor
     """(T, N) int64 or (T, N, *action_shape), the policy's convention."""
     behaviour_log_probs: torch.Tensor
@@ -99,7 +101,8 @@ class TrajectoryBatch:
 
     @classmethod
     def stack(cls, trajectories: Sequence[dict[str, np.ndarray]]) -> TrajectoryBatch:
-        """Concatenate trajectories along the env axis (``versions`` are per trajectory, repeated per env)."""
+        """Concatenate trajectories along the env axis (``versions`` are per trajectory, repeated per env).
+        float64 arrays become float32; integer and boolean arrays (frames) keep their dtype."""
         columns: dict[str, torch.Tensor] = {}
         for field in fields(cls):
             if field.name == "versions":

@@ -6,7 +6,7 @@ import logging
 import math
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,6 +17,7 @@ from rlcore.actions import random_actions, sub_action_sizes
 from rlcore.config import EnvConfig
 from rlcore.datasets import DatasetWriter
 from rlcore.envs import describe_space, make_vector_env
+from rlcore.observations import obs_tensor
 from rlcore.policies import Policy, reset_state
 from rlcore.stepping import VectorStepper
 
@@ -82,9 +83,8 @@ def collect_dataset(
         "num_envs": num_envs,
         **(extra_metadata or {}),
     }
-    writer = DatasetWriter(
-        path, cast(spaces.Box, env.single_observation_space), action_space, metadata, row_group_size
-    )  # make_vector_env admits Box observations only
+    # Observations are written in their storage dtype: uint8 frames as bytes (rlcore.datasets).
+    writer = DatasetWriter(path, env.single_observation_space, action_space, metadata, row_group_size)
     try:
         # Distribution.sample() draws from torch's global generator: seed it for this collection alone, so a
         # shard's data depend on its seed only, not on what ran before it in the process.
@@ -162,7 +162,7 @@ def _roll_out(
                 actions = random_actions(action_space, num_envs, rng)
                 log_probs[:] = uniform_log_prob
             else:
-                obs_t = torch.as_tensor(obs, dtype=torch.float32)
+                obs_t = obs_tensor(obs)
                 with torch.no_grad():
                     if deterministic or state is not None or not policy.has_distribution:
                         action_t, state = policy.act(obs_t, state, deterministic, generator)

@@ -25,6 +25,15 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from rlcore.env_settings import (
+    MEAN_OVER_SETTINGS,
+    EvalSetting,
+    Lesson,
+    Parameters,
+    check_curriculum,
+    check_eval_settings,
+    check_parameter_names,
+)
 from rlcore.errors import ConfigError, did_you_mean
 from rlcore.seeds import MAX_EVAL_EPISODES, MAX_TRAIN_STEPS, PERIODIC_EPISODES_PER_SEED, SEED_LIMIT
 from rlcore.strict import StrictModel
@@ -75,6 +84,19 @@ class EnvConfig(StrictModel):
     wrappers: list[WrapperConfig] = Field(default_factory=list)
     """Gymnasium wrappers applied, in this order, to every sub-env wherever the env is built (training,
     evaluation, collection, export checks). Needs ``sync`` or ``async`` vectorization (``auto`` picks ``sync``)."""
+    parameters: Parameters = Field(default_factory=dict)
+    """Env parameters applied at every episode reset of every sub-env: name -> a number (or true/false) or a sampler
+    (``{sampler: uniform, low, high}``, ``gaussian`` ``mean``/``std``, ``multirange_uniform`` ``intervals``;
+    ``rlcore.env_settings``), drawn per episode from the episode's seed. A name is a constructor keyword of the env
+    (the sub-env is rebuilt at its episode boundary) or a numeric attribute of the unwrapped env
+    (``rlcore.env_parameters``); anything else is refused at load. Like wrappers, needs sync or async vectorization."""
+    parameters_adapter: str | None = None
+    """``module:function`` called as ``function(env, values)`` (the unwrapped env, every drawn value by name) instead
+    of rlcore's own rules, for envs whose physics live elsewhere (MuJoCo model fields)."""
+    curriculum: list[Lesson] = Field(default_factory=list)
+    """Lessons in order, ``{name, parameters, until: {measure: eval_return | progress, threshold, min_lesson_steps,
+    smoothing}}``: a lesson's parameters override ``parameters`` key by key; every lesson but the last ends by its
+    ``until`` (``rlcore.curriculum``). The training distribution (evaluation, collection) is the last lesson's."""
 
     @field_validator("id")
     @classmethod
@@ -113,7 +135,41 @@ class EnvConfig(StrictModel):
                 "env.vectorization: env.wrappers wrap each sub-env, which needs sync or async (or auto), "
                 "not vector_entry_point"
             )
+        if (self.parameters or self.curriculum) and self.vectorization == "vector_entry_point":
+            raise ValueError(
+                "env.vectorization: env.parameters and env.curriculum apply to each sub-env, which needs sync or "
+                "async (or auto), not vector_entry_point"
+            )
         return self
+
+    @field_validator("parameters")
+    @classmethod
+    def _parameter_names(cls, parameters: dict[str, Any]) -> dict[str, Any]:
+        return check_parameter_names(parameters)
+
+    @field_validator("parameters_adapter")
+    @classmethod
+    def _adapter_importable(cls, path: str | None) -> str | None:
+        from rlcore.env_ids import import_object
+
+        if path is not None and not callable(import_object(path)):
+            raise ValueError(f"{path} is not a function (expected module:function(env, values))")
+        return path
+
+    @model_validator(mode="after")
+    def _parameters_reach_the_env(self) -> EnvConfig:
+        """Every parameter of ``parameters`` and of each lesson is one the env has (``rlcore.env_parameters``)."""
+        check_curriculum(self.curriculum)
+        self.check_parameters(self.parameters, "env.parameters")
+        for index, lesson in enumerate(self.curriculum):
+            self.check_parameters(lesson.parameters, f"env.curriculum.{index}.parameters")
+        return self
+
+    def check_parameters(self, parameters: Parameters, key: str) -> None:
+        """``ValueError`` (one line, ``<key>.<name>: ...``) for a parameter this env does not have."""
+        from rlcore.env_parameters import check_parameters
+
+        check_parameters(self.id, self.kwargs, self.parameters_adapter, parameters, key)
 
 
 class PolicyConfig(StrictModel):
@@ -127,6 +183,12 @@ class PolicyConfig(StrictModel):
     """Normalized observations are clipped to [-obs_clip, obs_clip]."""
     log_std_init: float = Field(0.0, ge=-20, le=20)
     """Initial log standard deviation of the Gaussian head (Box action spaces only), in [-20, 20]."""
+    encoder: Literal["auto", "flatten", "nature_cnn", "small_cnn"] = "auto"
+    """What turns observations into features (``rlcore.encoders``): ``auto`` picks from the space (flatten for
+    vectors, one-hot for Discrete, the Nature CNN for images of at least 36x36 pixels, a small CNN for smaller
+    ones, one per key of a Dict); a name forces it for the images."""
+    image_channels: Literal["auto", "first", "last"] = "auto"
+    """Where an image's channel axis is: ``auto`` takes the first axis when it is shorter than the last."""
 
     @field_validator("hidden_sizes")
     @classmethod
@@ -197,6 +259,19 @@ class EvalConfig(StrictModel):
     """Every evaluation episode (periodic ones during training too) is stopped after this many steps and counted
     as truncated. Null: the env's time limit (``env.kwargs.max_episode_steps``, else gymnasium's registered one);
     required when the env has none."""
+    video: bool = False
+    """The select stage records the selected model's first test episode to ``reports/episode.gif``, linked from the
+    report (``rlcore.video``; the env must render ``rgb_array`` frames, else a warning and no video)."""
+    settings: list[EvalSetting] = Field(default_factory=list)
+    """Named settings ``{name, parameters}`` every evaluate and select stage also scores under, on the same
+    validation and test episodes (the parameters apply on top of the env's own defaults, not ``env.parameters``):
+    ``reports/metrics.json``'s ``settings`` block, a table and a bar chart in the report."""
+
+    @field_validator("settings")
+    @classmethod
+    def _settings_named_once(cls, settings: list[EvalSetting]) -> list[EvalSetting]:
+        check_eval_settings(settings)
+        return settings
 
 
 class SelectConfig(StrictModel):
@@ -205,6 +280,9 @@ class SelectConfig(StrictModel):
     )
     """Returns and accuracy: highest wins; ``validation_loss`` (offline runs): lowest wins. Ties go to the
     earlier checkpoint."""
+    setting: str | None = None
+    """Which evaluation ``metric`` is read from: null, the training distribution; the name of one of
+    ``eval.settings``; or ``mean``, the mean of the metric over ``eval.settings``."""
 
 
 class ExportConfig(StrictModel):
@@ -381,6 +459,28 @@ class Params(StrictModel):
         if not 0 <= seed < SEED_LIMIT:
             raise ValueError(f"must be in [0, 2**32) (training seeds stay below the evaluation ranges), got {seed}")
         return seed
+
+    @model_validator(mode="after")
+    def _settings_reach_the_env(self) -> Params:
+        for index, setting in enumerate(self.eval.settings):
+            self.env.check_parameters(setting.parameters, f"eval.settings.{index}.parameters")
+        chosen = self.select.setting
+        names = [setting.name for setting in self.eval.settings]
+        if chosen is not None:
+            if chosen not in [*names, MEAN_OVER_SETTINGS]:
+                listed = ", ".join(repr(name) for name in names) or "none declared"
+                raise ValueError(
+                    f"select.setting: {chosen!r} is not one of eval.settings ({listed}) nor 'mean' (their mean)"
+                    + did_you_mean(chosen, names)
+                )
+            if chosen == MEAN_OVER_SETTINGS and not names:
+                raise ValueError("select.setting: 'mean' is the mean over eval.settings, and none are declared")
+            if self.select.metric.startswith("validation_"):
+                raise ValueError(
+                    f"select.setting: {self.select.metric} is measured on the dataset's held-out episodes, under no "
+                    "env setting; set select.setting: null"
+                )
+        return self
 
     @model_validator(mode="after")
     def _evaluation_episodes_end(self) -> Params:

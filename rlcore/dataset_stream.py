@@ -57,7 +57,7 @@ class RowGroupStream:
     def __init__(
         self,
         path: Path,
-        observation_space: spaces.Box,
+        observation_space: spaces.Space,
         action_space: spaces.Space,
         env_id: str,
         buffer_transitions: int,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import math
 import re
@@ -55,6 +56,27 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
+def _register_minatar() -> None:
+    import minatar.gym
+
+    minatar.gym.register_envs()
+    for env_id in [env_id for env_id in gym.registry if env_id.startswith("MinAtar/")]:
+        # The same games and kwargs, built by the subclass that takes seeds of any size (rlcore.minatar_env).
+        spec = gym.registry[env_id]
+        gym.registry[env_id] = dataclasses.replace(spec, entry_point="rlcore.minatar_env:MinAtarEnv")
+
+
+def _register_ale() -> None:
+    import ale_py
+
+    gym.register_envs(ale_py)
+
+
+_NAMESPACES = {"MinAtar": (_register_minatar, "minatar"), "ALE": (_register_ale, "ale-py")}
+"""Namespaces of packages whose envs are registered by a call (gymnasium 1.x loads no plugins): an id in one of them
+(``MinAtar/Breakout-v1``, ``ALE/Pong-v5``) registers its package's envs on first use, in every process."""
+
+
 def env_spec(env_id: str) -> Any:
     """Gymnasium's registered spec of ``env_id``; for ``module:Env-v0`` the module is imported first (it registers
     the env) and the spec is ``Env-v0``'s (``gym.spec`` itself does not read the module prefix; ``gym.make`` does).
@@ -65,6 +87,13 @@ def env_spec(env_id: str) -> Any:
             importlib.import_module(module)
         except (Exception, SystemExit) as exc:  # whatever the module raises: a syntax error, its own checks
             raise ValueError(f"cannot import module {module!r} named in the env id: {_one_line(exc)}") from None
+    namespace = env_id.partition("/")[0] if "/" in env_id else None
+    if namespace in _NAMESPACES and env_id not in gym.registry:
+        register, package = _NAMESPACES[namespace]
+        try:
+            register()
+        except ImportError:
+            raise ValueError(f'{env_id} needs `pip install "{package}"`') from None
     return gym.spec(env_id)
 
 

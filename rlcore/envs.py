@@ -20,40 +20,91 @@ from gymnasium.vector import AutoresetMode
 
 from rlcore.config import EnvConfig
 from rlcore.env_ids import env_spec, import_object
+from rlcore.env_parameters import EnvParameters
+from rlcore.env_settings import Parameters, lesson_parameters
 from rlcore.errors import ConfigError
+from rlcore.observations import PackDictObservations, PackedDict, observation_problem
 
 
 class EpisodeSettings(Protocol):
     """Per-episode env settings (parameter randomization, curriculum lessons): the hook where they apply.
 
-    ``apply`` is called on every sub-env right before each of its resets, with that sub-env's own
-    generator, so settings drawn for an episode depend on the env's seed and episode count only.
+    ``apply`` is called on every sub-env's base env right before each of its resets, with that sub-env's own
+    generator, so settings drawn for an episode depend on the env's seed and episode count only. It returns a new
+    base env to use from this reset on (a parameter only the constructor takes changed), or None.
     """
 
-    def apply(self, env: gym.Env, rng: np.random.Generator) -> None: ...
+    def apply(self, env: gym.Env, rng: np.random.Generator) -> gym.Env | None: ...
+
+
+SETTINGS_STREAM = 0x5E771465
+"""Mixed into a sub-env's reset seed for its settings generator. Gymnasium seeds the env's own generator with the
+reset seed itself; drawing the settings from that same stream would tie an episode's parameters to its initial state
+(CartPole draws both with ``uniform``)."""
 
 
 class ApplyEpisodeSettings(gym.Wrapper):
-    """Calls :meth:`EpisodeSettings.apply` before every reset of the env it wraps."""
+    """Calls :meth:`EpisodeSettings.apply` before every reset of the env it wraps (the outermost wrapper, so
+    ``vector_env.set_attr("episode_settings", ...)`` replaces the settings of every sub-env, in any process).
+
+    The generator is re-seeded at every seeded reset from ``(seed, SETTINGS_STREAM)`` and goes on through the
+    autoresets after it: episode ``j`` after a reset with seed ``s`` always gets the same draws. A base env that
+    ``apply`` rebuilt replaces the old one inside the wrapper stack, which stays as it is (time limits, the user's
+    wrappers), so the vector env sees one ordinary reset.
+    """
 
     def __init__(self, env: gym.Env, settings: EpisodeSettings) -> None:
         super().__init__(env)
-        self.settings = settings
-        self.settings_rng = np.random.default_rng(0)
+        self.episode_settings = settings
+        self.settings_rng = np.random.default_rng([0, SETTINGS_STREAM])
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         if seed is not None:
-            self.settings_rng = np.random.default_rng(seed)
-        self.settings.apply(self.env.unwrapped, self.settings_rng)
+            self.settings_rng = np.random.default_rng([seed, SETTINGS_STREAM])
+        replacement = self.episode_settings.apply(self.env.unwrapped, self.settings_rng)
+        if replacement is not None:
+            self._replace_base(replacement)
         return self.env.reset(seed=seed, options=options)
+
+    def _replace_base(self, replacement: gym.Env) -> None:
+        holder: gym.Wrapper = self
+        while isinstance(holder.env, gym.Wrapper):
+            holder = holder.env
+        old = holder.env
+        if (replacement.observation_space, replacement.action_space) != (old.observation_space, old.action_space):
+            raise RuntimeError(f"env parameters changed the spaces of {old}: they must not")
+        holder.env = replacement
+        old.close()
+
+
+def training_settings(env: EnvConfig) -> EpisodeSettings | None:
+    """The settings of the training distribution: ``env.parameters`` overridden by the last curriculum lesson's
+    (what training ends under); None when the env has no parameters."""
+    if not (env.parameters or env.curriculum):
+        return None
+    return settings_for(env, lesson_parameters(env.parameters, env.curriculum, len(env.curriculum) - 1))
+
+
+def settings_for(env: EnvConfig, parameters: Parameters) -> EpisodeSettings:
+    """Per-episode settings drawing ``parameters`` for ``env`` (its id, kwargs and ``parameters_adapter``)."""
+    return EnvParameters(env.id, env.kwargs, parameters, env.parameters_adapter)
+
+
+def use_settings(vector_env: gym.vector.VectorEnv, settings: EpisodeSettings) -> None:
+    """Give every sub-env of ``vector_env`` (built with settings) ``settings``: each uses them from its next reset."""
+    set_attr = getattr(vector_env, "set_attr", None)  # Sync and Async envs have it (wrappers pass it on)
+    if set_attr is None:
+        raise TypeError(f"{vector_env} cannot change its sub-envs' settings (no set_attr)")
+    set_attr("episode_settings", settings)
 
 
 def make_vector_env(
     env: EnvConfig, num_envs: int, episode_settings: EpisodeSettings | None = None
 ) -> gym.vector.VectorEnv:
     """The only way rlcore builds an env: ``num_envs`` copies of ``env.id`` with ``env.kwargs``, each wrapped
-    in ``env.wrappers`` (and ``episode_settings``, when given). Seed it through ``reset(seed=...)``: sub-env
-    ``i`` gets ``seed + i`` (gymnasium's rule).
+    in ``env.wrappers`` and in ``episode_settings`` (by default the training distribution's,
+    :func:`training_settings`: ``env.parameters``; none for an env without parameters). Seed it through
+    ``reset(seed=...)``: sub-env ``i`` gets ``seed + i`` (gymnasium's rule).
 
     ``auto`` vectorization picks the env's own batched implementation (``vector_entry_point``) when it exists
     and nothing wraps the sub-envs: for CartPole that is a single NumPy step for all envs, ~10x faster than
@@ -63,11 +114,14 @@ def make_vector_env(
     wrappers: list[Callable[[gym.Env], gym.Wrapper]] = [
         functools.partial(import_object(item.wrapper), **item.kwargs) for item in env.wrappers
     ]
+    if episode_settings is None:
+        episode_settings = training_settings(env)
     if episode_settings is not None:
         wrappers.append(functools.partial(ApplyEpisodeSettings, settings=episode_settings))
     mode = env.vectorization
+    spec = env_spec(env.id)  # also registers ids of known packages (MinAtar, ALE) in this process
     if mode == "auto":
-        mode = "vector_entry_point" if env_spec(env.id).vector_entry_point is not None and not wrappers else "sync"
+        mode = "vector_entry_point" if spec.vector_entry_point is not None and not wrappers else "sync"
     try:
         vector_env = gym.make_vec(
             env.id, num_envs=num_envs, vectorization_mode=mode, wrappers=wrappers or None, **env.kwargs
@@ -87,6 +141,8 @@ def make_vector_env(
     except BaseException:
         vector_env.close()
         raise
+    if isinstance(vector_env.single_observation_space, spaces.Dict):
+        return PackDictObservations(vector_env)  # one flat vector per observation (rlcore.observations)
     return vector_env
 
 
@@ -104,17 +160,9 @@ def check_autoreset(env_id: str, vector_env: gym.vector.VectorEnv) -> None:
 
 
 def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space) -> None:
-    if not isinstance(observation_space, spaces.Box):
-        raise ConfigError(
-            f"env.id: {env_id} has a {type(observation_space).__name__} observation space; "
-            "rlcore supports Box observations"
-        )
-    if observation_space.dtype == np.uint8 and len(observation_space.shape) >= 2:
-        # Pixels flattened into an MLP without scaling train badly, and silently: refuse until rlcore has a CNN.
-        raise ConfigError(
-            f"env.id: {env_id} has image observations ({observation_space.dtype} {observation_space.shape}); "
-            "rlcore does not support pixels yet"
-        )
+    problem = observation_problem(observation_space)
+    if problem is not None:
+        raise ConfigError(f"env.id: {env_id} has {problem}")
     if not isinstance(action_space, spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary | spaces.Box):
         raise ConfigError(
             f"env.id: {env_id} has a {type(action_space).__name__} action space; "
@@ -130,7 +178,11 @@ def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Sp
 
 def describe_space(space: gym.Space) -> dict[str, Any]:
     """A JSON-safe description of a Box, Discrete, MultiDiscrete or MultiBinary space (infinite bounds become
-    null)."""
+    null), or of a packed Dict (``rlcore.observations.PackedDict``: ``{"type": "dict", "spaces": {key: ...}}``, keys
+    in packing order)."""
+    if isinstance(space, PackedDict | spaces.Dict):
+        dict_space = space.dict_space if isinstance(space, PackedDict) else space
+        return {"type": "dict", "spaces": {key: describe_space(leaf) for key, leaf in dict_space.spaces.items()}}
     if isinstance(space, spaces.Discrete):
         return {"type": "discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, spaces.MultiDiscrete):
@@ -158,7 +210,10 @@ def describe_space(space: gym.Space) -> dict[str, Any]:
 
 
 def space_from_description(description: dict[str, Any]) -> gym.Space:
-    """Inverse of :func:`describe_space`."""
+    """Inverse of :func:`describe_space` (a ``dict`` description gives the packed space rlcore's policies read)."""
+    if description["type"] == "dict":
+        leaves = [(key, space_from_description(leaf)) for key, leaf in description["spaces"].items()]
+        return PackedDict(spaces.Dict(leaves))  # a list keeps the recorded key order
     if description["type"] == "discrete":
         return spaces.Discrete(description["n"], start=description.get("start", 0))
     if description["type"] == "multi_discrete":

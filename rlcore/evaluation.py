@@ -17,7 +17,7 @@ import torch
 
 from rlcore.actions import to_env_actions
 from rlcore.config import EnvConfig
-from rlcore.envs import make_vector_env
+from rlcore.envs import EpisodeSettings, make_vector_env, use_settings
 from rlcore.errors import ConfigError
 from rlcore.policies import Policy
 
@@ -151,6 +151,9 @@ class Evaluator:
     is reset with ``seed + b * batch`` (the vector env adds the sub-env's index). No episode runs longer than
     ``max_episode_steps`` (null: the env's time limit; see :func:`episode_cap`): one that reaches it is
     stopped and counted as truncated.
+
+    Episodes run under ``settings`` (per-episode env parameters, drawn from each episode's seed: the same draws every
+    call), by default the training distribution's (``rlcore.envs.training_settings``).
     """
 
     def __init__(
@@ -161,13 +164,18 @@ class Evaluator:
         deterministic: bool = True,
         max_parallel_envs: int = 32,
         max_episode_steps: int | None = None,
+        settings: EpisodeSettings | None = None,
     ) -> None:
         self.episodes = episodes
         self.seed = seed
         self.deterministic = deterministic
         self.max_episode_steps = episode_cap(env, max_episode_steps)
         self.batch = min(episodes, max_parallel_envs)
-        self.env: gym.vector.VectorEnv = make_vector_env(env, self.batch)
+        self.env: gym.vector.VectorEnv = make_vector_env(env, self.batch, settings)
+
+    def use_settings(self, settings: EpisodeSettings) -> None:
+        """Evaluate under ``settings`` from the next call on (an evaluator built with settings: a curriculum's)."""
+        use_settings(self.env, settings)
 
     @property
     def seeds(self) -> range:

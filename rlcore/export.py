@@ -1,10 +1,11 @@
 """Export a policy for serving: ONNX (checked with onnxruntime), a torch.export program, and a model card.
 
-The exported graph takes *raw* observations ``obs: (batch, *obs_shape) float32`` (normalization is
-inside) and returns ``action``, one greedy action per observation in the policy's convention
-(``rlcore.actions``: an int64 index for Discrete, an int64 row of sub-actions for MultiDiscrete and MultiBinary,
-a clipped float vector for Box), and ``scores`` (what the greedy action is read from: logits, Q-values, or a mean
-before clipping or tanh; see the model card). The batch size is dynamic.
+The exported graph takes *raw* observations ``obs: (batch, *obs_shape)`` as the env gives them (float32 for float
+vectors, ``uint8``/``bool`` frames as they are, int64 Discrete values, packed ``Dict`` vectors; normalization, scaling
+and encoding are inside: ``rlcore.observations``, ``rlcore.encoders``) and returns ``action``, one greedy action
+per observation in the policy's convention (``rlcore.actions``: an int64 index for Discrete, an int64 row of
+sub-actions for MultiDiscrete and MultiBinary, a clipped float vector for Box), and ``scores`` (what the greedy action
+is read from: logits, Q-values, or a mean before clipping or tanh; see the model card). The batch size is dynamic.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from rlcore.config import EnvConfig
 from rlcore.envs import make_vector_env, space_from_description
 from rlcore.errors import RLCoreError
 from rlcore.io import sha256_file, write_json
+from rlcore.observations import obs_tensor, observation_input
 from rlcore.policies import Policy, reset_state
 from rlcore.stepping import VectorStepper
 
@@ -88,7 +90,7 @@ class ExportResult:
 
 def describe_interface(policy: Policy, action_space: spaces.Space) -> dict[str, Any]:
     """What the exported graph takes and returns (and, for a policy with a state, the state's shape and start)."""
-    inputs = {"obs": "float32 (batch, *observation_space.shape), raw observations (normalization is inside)"}
+    inputs = {"obs": observation_input(policy.observation_space)}
     outputs = {
         "action": "greedy action: int64 (batch,) for discrete, float32 (batch, *shape) clipped for box",
         "scores": "float32 (batch, action_dim): what the greedy action is read from: logits (categorical), "
@@ -121,14 +123,14 @@ def describe_interface(policy: Policy, action_space: spaces.Space) -> dict[str, 
 
 
 def parity_observations(env_config: EnvConfig, policy: Policy, count: int, seed: int) -> np.ndarray:
-    """``count`` real observations, (count, *obs_shape) float32, from sampling the policy in its env."""
+    """``count`` real observations, (count, *obs_shape) in their storage dtype, from sampling the policy in its env."""
     return parity_inputs(env_config, policy, count, seed)["obs"]
 
 
 def parity_inputs(env_config: EnvConfig, policy: Policy, count: int, seed: int) -> dict[str, np.ndarray]:
     """The exported graph's inputs at ``count`` real steps of the policy sampled in its env: ``obs``
-    (count, *obs_shape) float32, and for a policy with a state the ``state`` it carried into each step
-    (reset where an episode began), so parity is checked along real sequences."""
+    (count, *obs_shape) in their storage dtype (``rlcore.observations``), and for a policy with a state the
+    ``state`` it carried into each step (reset where an episode began), so parity is checked along real sequences."""
     num_envs = min(count, 16)
     env = make_vector_env(env_config, num_envs)
     stepper = VectorStepper(env)
@@ -139,10 +141,10 @@ def parity_inputs(env_config: EnvConfig, policy: Policy, count: int, seed: int) 
     state = policy.initial_state(num_envs)
     with torch.no_grad():
         while sum(len(batch) for batch in observations) < count:
-            observations.append(np.asarray(obs, dtype=np.float32))
+            observations.append(obs_tensor(obs).numpy())  # as the env gives them: uint8 frames stay uint8
             if state is not None:
                 states.append(state.numpy().astype(np.float32))
-            action, state = policy.act(torch.as_tensor(obs, dtype=torch.float32), state, False, generator)
+            action, state = policy.act(obs_tensor(obs), state, False, generator)
             step = stepper.step(action.numpy())
             obs = step.next_obs
             state = reset_state(policy, state, ~step.valid)
@@ -319,13 +321,25 @@ def model_card(
         "name": params["name"],
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "algorithm": params["algo"]["name"],
-        "env": {"id": params["env"]["id"], "kwargs": params["env"]["kwargs"]},
+        "env": {
+            "id": params["env"]["id"],
+            "kwargs": params["env"]["kwargs"],
+            # The training distribution: per-episode parameters, and the curriculum's lessons (the last one's last).
+            "parameters": params["env"].get("parameters", {}),
+            "curriculum": [lesson["name"] for lesson in params["env"].get("curriculum", [])],
+        },
         "observation_space": meta["spaces"]["observation"],
         "action_space": meta["spaces"]["action"],
         "interface": result.interface,
         # The test score (episodes nothing else ran) and, apart, the validation score that selection used.
         "evaluation": selection["test"],
         "validation": selection["validation"],
+        # The settings it was tested under (eval.settings: parameters on top of the env's defaults), each with its
+        # test score on the same test episodes.
+        "evaluation_settings": {
+            name: {"parameters": entry["parameters"], "test": entry["test"]}
+            for name, entry in selection.get("settings", {}).items()
+        },
         "selected_checkpoint": selection["checkpoint"],
         "selection_reason": selection["reason"],
         "training": {

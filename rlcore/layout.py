@@ -52,6 +52,11 @@ class Layout:
         return self.reports / "learning_curve.png"
 
     @property
+    def settings_png(self) -> Path:
+        """The selected model's test scores under each of ``eval.settings`` (only when some are declared)."""
+        return self.reports / "settings.png"
+
+    @property
     def best(self) -> Path:
         return self.root / "models" / self.branch / "best" if self.branch else self.root / "models" / "best"
 

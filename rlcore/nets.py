@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -13,27 +14,42 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "el
 class ObsNormalizer(nn.Module):
     """Running mean and variance of observations (parallel Welford), applied as ``clip((x - mu) / sigma)``.
 
-    Statistics are buffers, so they are saved with the weights and exported with the graph.
+    Statistics are buffers, so they are saved with the weights and exported with the graph. ``mask`` (the
+    observation's shape, bool) limits normalization to some elements (the float vector keys of a packed ``Dict``;
+    ``rlcore.encoders.float_mask``), the others pass through unchanged; None: every element. A mask with no
+    element set disables normalization (images and discrete values are never normalized).
     """
 
     mean: torch.Tensor
     var: torch.Tensor
     count: torch.Tensor
+    mask: torch.Tensor | None
 
-    def __init__(self, shape: tuple[int, ...], clip: float, enabled: bool, epsilon: float = 1e-8) -> None:
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        clip: float,
+        enabled: bool,
+        epsilon: float = 1e-8,
+        mask: np.ndarray | None = None,
+    ) -> None:
         super().__init__()
-        self.enabled = enabled
+        self.enabled = enabled and (mask is None or bool(mask.any()))
         self.clip = clip
         self.epsilon = epsilon
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
         self.register_buffer("count", torch.tensor(epsilon, dtype=torch.float64))
+        partial = mask is not None and self.enabled and not bool(mask.all())
+        # Not persistent: the mask follows from the space, so checkpoints keep the keys they always had.
+        self.register_buffer("mask", torch.as_tensor(mask) if partial else None, persistent=False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if not self.enabled:
             return obs
         std = torch.sqrt(self.var + self.epsilon).to(obs.dtype)
-        return torch.clamp((obs - self.mean.to(obs.dtype)) / std, -self.clip, self.clip)
+        normalized = torch.clamp((obs - self.mean.to(obs.dtype)) / std, -self.clip, self.clip)
+        return normalized if self.mask is None else torch.where(self.mask, normalized, obs)
 
     @torch.no_grad()
     def update(self, batch: torch.Tensor) -> None:
@@ -112,18 +128,33 @@ class EnsembleMLP(nn.Module):
 
 class TwinQ(EnsembleMLP):
     """Two Q-networks evaluated together, as SAC, TD3 and IQL use them (min over the pair against
-    overestimation). They read the policy's features (normalized, flattened observations).
+    overestimation), on features from their own ``encoder`` (:meth:`encode`; ``rlcore.encoders``) of the policy's
+    normalized observations. The encoder is the critics', not the actor's: trained by the critics' loss and
+    copied with them into a target network (SB3's default for off-policy algorithms). For vector observations it
+    is a flatten with no weights, so the critics read exactly the actor's input.
 
     Discrete actions: Q(s, .) for every action, (2, B, n_actions). Box actions: Q(s, a) with ``a``
     concatenated to the features, (2, B); each algorithm decides the units of ``a`` it feeds.
     """
 
     def __init__(
-        self, obs_features: int, action_dim: int, discrete: bool, hidden_sizes: list[int], activation: str
+        self,
+        obs_features: int,
+        action_dim: int,
+        discrete: bool,
+        hidden_sizes: list[int],
+        activation: str,
+        encoder: nn.Module | None = None,
     ) -> None:
+        """``encoder`` maps observations to ``obs_features`` features; None: they are features already."""
         in_features = obs_features if discrete else obs_features + action_dim
         super().__init__(2, in_features, hidden_sizes, action_dim if discrete else 1, activation)
         self.discrete = discrete
+        self.encoder = encoder if encoder is not None else nn.Flatten()
+
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        """Normalized observations (B, *obs_shape) -> the critics' features (B, obs_features)."""
+        return self.encoder(obs)
 
     def forward(self, features: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
         """``features``: (B, obs_features); ``actions``: (B, action_dim) for Box actions, unused for discrete."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
@@ -40,6 +41,7 @@ from torch.distributions.constraints import Constraint
 
 from rlcore.actions import sub_action_sizes
 from rlcore.config import PolicyConfig
+from rlcore.encoders import Encoder, build_encoder, float_mask
 from rlcore.errors import ConfigError
 from rlcore.nets import ObsNormalizer, mlp
 from rlcore.value_transforms import ValueHead, ValueHeadConfig
@@ -75,13 +77,21 @@ class Policy(nn.Module):
     has_distribution: ClassVar[bool] = False
     """Whether :meth:`distribution` is defined (stochastic actors)."""
 
-    def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
+    def __init__(self, observation_space: gym.Space, action_space: spaces.Space, config: PolicyConfig) -> None:
         super().__init__()
         self.config = config
+        self.observation_space = observation_space
         self.discrete = isinstance(action_space, spaces.Discrete)
-        self.obs_dim = int(np.prod(observation_space.shape))
         self.action_dim = action_dim(action_space)
-        self.obs_normalizer = ObsNormalizer(tuple(observation_space.shape), config.obs_clip, config.normalize_obs)
+        self.obs_normalizer = ObsNormalizer(
+            tuple(observation_space.shape or ()),
+            config.obs_clip,
+            config.normalize_obs,
+            mask=float_mask(observation_space),
+        )
+        self.encoder = build_encoder(observation_space, config.encoder, config.image_channels)
+        self.feature_dim = self.encoder.out_features
+        """Width of :meth:`features`: what the heads read."""
 
     def _register_action_bounds(self, action_space: spaces.Space) -> None:
         """Buffers ``action_loc`` and ``action_scale``: a = loc + scale * u maps u in [-1, 1] onto the Box bounds."""
@@ -96,8 +106,12 @@ class Policy(nn.Module):
         self.register_buffer("action_scale", (high - low) / 2)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """Normalized, flattened observations: (B, obs_dim)."""
-        return self.obs_normalizer(obs).flatten(start_dim=1)
+        """Raw observations (B, *obs_shape), normalized and encoded (``rlcore.encoders``): (B, feature_dim)."""
+        return self.encoder(self.obs_normalizer(obs))
+
+    def new_encoder(self) -> Encoder:
+        """A freshly initialized encoder of the same architecture as this policy's (for an algorithm's critics)."""
+        return build_encoder(self.observation_space, self.config.encoder, self.config.image_channels)
 
     def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -261,7 +275,11 @@ def sub_actions(action_space: spaces.Space) -> SubActions | None:
 
 
 class ActorCritic(Policy):
-    """Separate actor and critic MLPs (the on-policy and actor-learner families: PPO, A2C, IMPALA).
+    """Actor and critic MLPs on one shared encoder (the on-policy and actor-learner families: PPO, A2C, IMPALA).
+
+    The encoder is shared (as SB3's and CleanRL's Atari PPO share their CNN): one pass over the pixels serves both
+    heads, and the critic's loss, the denser signal, trains the features the actor reads. For vector observations
+    it is a flatten with no weights, so the actor and critic networks are as separate as they always were.
 
     The critic is a :class:`rlcore.value_transforms.ValueHead`: a scalar output by default, optionally in
     Pohlen et al.'s transformed units or categorical over a support (``algo.value_head``); :meth:`value` always
@@ -277,22 +295,28 @@ class ActorCritic(Policy):
 
     def __init__(
         self,
-        observation_space: spaces.Box,
+        observation_space: gym.Space,
         action_space: spaces.Space,
         config: PolicyConfig,
         value_head: ValueHeadConfig | None = None,
     ) -> None:
         super().__init__(observation_space, action_space, config)
         self.sub_actions = sub_actions(action_space)
-        self.actor = mlp(self.obs_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
-        self.critic = ValueHead(self.obs_dim, config.hidden_sizes, config.activation, value_head or ValueHeadConfig())
+        self.actor = mlp(self.feature_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
+        head = value_head or ValueHeadConfig()
+        self.critic = ValueHead(self.feature_dim, config.hidden_sizes, config.activation, head)
         self._register_load_state_dict_pre_hook(_critic_keys_before_value_heads)
         if isinstance(action_space, spaces.Box):
             self.log_std = nn.Parameter(torch.full((self.action_dim,), float(config.log_std_init)))
 
     def distribution(self, obs: torch.Tensor) -> Distribution:
         """The action distribution for ``obs``: (B, *obs_shape) raw observations."""
-        scores = self.actor(self.features(obs))
+        return self.distribution_of(self.features(obs))
+
+    def distribution_of(self, features: torch.Tensor) -> Distribution:
+        """The action distribution for :meth:`features` (B, feature_dim): a caller that also needs the critic
+        (PPO's update, rollouts) encodes the observations once for both heads."""
+        scores = self.actor(features)
         if self.sub_actions is not None:
             return self.sub_actions.distribution(scores)
         if self.discrete:
@@ -304,6 +328,10 @@ class ActorCritic(Policy):
         """State values in reward units, (B,)."""
         return self.critic(self.features(obs))
 
+    def value_of(self, features: torch.Tensor) -> torch.Tensor:
+        """State values in reward units, (B,), for :meth:`features` (B, feature_dim)."""
+        return self.critic(features)
+
     def value_loss(
         self,
         obs: torch.Tensor,
@@ -313,7 +341,17 @@ class ActorCritic(Policy):
     ) -> torch.Tensor:
         """The critic's mean loss against ``targets`` (B,) in reward units (``ValueHead.loss``: squared error,
         clipped around ``old_values`` when ``clip_range`` is given, or a cross-entropy for categorical heads)."""
-        return self.critic.loss(self.features(obs), targets, old_values, clip_range)
+        return self.value_loss_of(self.features(obs), targets, old_values, clip_range)
+
+    def value_loss_of(
+        self,
+        features: torch.Tensor,
+        targets: torch.Tensor,
+        old_values: torch.Tensor | None = None,
+        clip_range: float | None = None,
+    ) -> torch.Tensor:
+        """:meth:`value_loss` for :meth:`features` (B, feature_dim)."""
+        return self.critic.loss(features, targets, old_values, clip_range)
 
     def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
         return self.actor(self.features(obs))
@@ -350,7 +388,7 @@ class QPolicy(Policy):
 
     def __init__(
         self,
-        observation_space: spaces.Box,
+        observation_space: gym.Space,
         action_space: spaces.Space,
         config: PolicyConfig,
         dueling: bool = False,
@@ -360,7 +398,7 @@ class QPolicy(Policy):
         self.dueling = dueling
         self.eval_epsilon = eval_epsilon
         out = self.action_dim + 1 if dueling else self.action_dim
-        self.q = mlp(self.obs_dim, config.hidden_sizes, out, config.activation, out_gain=1.0)
+        self.q = mlp(self.feature_dim, config.hidden_sizes, out, config.activation, out_gain=1.0)
 
     def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
         """Q-values, (B, n_actions)."""
@@ -395,10 +433,10 @@ class SquashedGaussianActor(Policy):
 
     has_distribution = True
 
-    def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
+    def __init__(self, observation_space: gym.Space, action_space: spaces.Space, config: PolicyConfig) -> None:
         super().__init__(observation_space, action_space, config)
         self._register_action_bounds(action_space)
-        self.trunk = mlp(self.obs_dim, config.hidden_sizes, 2 * self.action_dim, config.activation, out_gain=0.01)
+        self.trunk = mlp(self.feature_dim, config.hidden_sizes, 2 * self.action_dim, config.activation, out_gain=0.01)
 
     def _mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std = self.trunk(self.features(obs)).chunk(2, dim=-1)
@@ -451,9 +489,9 @@ class CategoricalActor(Policy):
 
     has_distribution = True
 
-    def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
+    def __init__(self, observation_space: gym.Space, action_space: spaces.Space, config: PolicyConfig) -> None:
         super().__init__(observation_space, action_space, config)
-        self.logits = mlp(self.obs_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
+        self.logits = mlp(self.feature_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
 
     def distribution(self, obs: torch.Tensor) -> Distribution:
         return Categorical(logits=self.act_scores(obs), validate_args=False)
@@ -476,9 +514,9 @@ class GaussianActor(Policy):
 
     has_distribution = True
 
-    def __init__(self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> None:
+    def __init__(self, observation_space: gym.Space, action_space: spaces.Space, config: PolicyConfig) -> None:
         super().__init__(observation_space, action_space, config)
-        self.mean = mlp(self.obs_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
+        self.mean = mlp(self.feature_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
         self.log_std = nn.Parameter(torch.full((self.action_dim,), float(config.log_std_init)))
 
     def distribution(self, obs: torch.Tensor) -> Distribution:
@@ -502,12 +540,12 @@ class DeterministicActor(Policy):
     of ``noise_std`` (a share of the half-range) and clips to the bounds."""
 
     def __init__(
-        self, observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig, noise_std: float = 0.1
+        self, observation_space: gym.Space, action_space: spaces.Space, config: PolicyConfig, noise_std: float = 0.1
     ) -> None:
         super().__init__(observation_space, action_space, config)
         self._register_action_bounds(action_space)
         self.noise_std = noise_std
-        self.mu = mlp(self.obs_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
+        self.mu = mlp(self.feature_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
 
     def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
         return self.mu(self.features(obs))
@@ -525,7 +563,7 @@ class DeterministicActor(Policy):
         return self.action_loc + self.action_scale * noisy
 
 
-def stochastic_actor(observation_space: spaces.Box, action_space: spaces.Space, config: PolicyConfig) -> Policy:
+def stochastic_actor(observation_space: gym.Space, action_space: spaces.Space, config: PolicyConfig) -> Policy:
     """A categorical actor for Discrete actions, a Gaussian one for Box actions (BC, IQL)."""
     if isinstance(action_space, spaces.Discrete):
         return CategoricalActor(observation_space, action_space, config)

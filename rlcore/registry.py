@@ -12,10 +12,12 @@ from rlcore.algos.a2c import A2C
 from rlcore.algos.base import AlgoConfig, Algorithm
 from rlcore.algos.bc import BC
 from rlcore.algos.dqn import DQN
+from rlcore.algos.es import ES
 from rlcore.algos.impala import IMPALA
 from rlcore.algos.iql import IQL
 from rlcore.algos.ppo import PPO
 from rlcore.algos.sac import SAC
+from rlcore.algos.svpg import SVPG
 from rlcore.algos.td3bc import TD3BC
 from rlcore.checkpoints import Checkpoint
 from rlcore.config import PolicyConfig
@@ -23,7 +25,9 @@ from rlcore.envs import space_from_description
 from rlcore.errors import CheckpointError, ConfigError
 from rlcore.policies import Policy
 
-ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (PPO, A2C, IMPALA, DQN, SAC, BC, TD3BC, IQL)}
+ALGORITHMS: dict[str, type[Algorithm]] = {
+    cls.name: cls for cls in (PPO, A2C, IMPALA, DQN, SAC, BC, TD3BC, IQL, ES, SVPG)
+}
 
 
 def registered_algorithms() -> list[str]:

@@ -28,9 +28,11 @@ def plot_learning_curve(
     test: dict[str, Any] | None,
     title: str,
     target: Path,
+    lessons: list[dict[str, Any]] | None = None,
 ) -> None:
-    """Periodic-evaluation returns during training, each checkpoint's validation score (the evaluate stage), and
-    the selected model's test score with its 95% interval."""
+    """Periodic-evaluation returns during training, each checkpoint's validation score (the evaluate stage), the
+    selected model's test score with its 95% interval, and where each curriculum lesson started (``lessons``:
+    ``[{lesson, step}, ...]``, the train summary's)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -71,6 +73,13 @@ def plot_learning_curve(
             label=f"test, selected model (mean, 95% CI; {test['episodes']} episodes)",
             zorder=6,
         )
+    for number, start in enumerate(lessons or []):
+        ax.axvline(
+            start["step"], color="gray", linestyle="--", linewidth=1, label="lesson starts" if number == 0 else None
+        )
+        ax.annotate(
+            f" {start['lesson']}", (start["step"], 1.0), xycoords=("data", "axes fraction"), va="top", fontsize=7
+        )
     ax.set_xlabel(_unit(selected))
     ax.set_ylabel("episode return")
     ax.set_title(title)
@@ -91,9 +100,13 @@ def write_report(
     candidates: list[dict[str, Any]],
     summary: dict[str, Any] | None,
     plot_name: str,
+    video_name: str | None = None,
+    settings_plot: str | None = None,
 ) -> None:
     """``reports/report.md``: the test score with its interval, the validation score selection used (and which
-    is which), how training went, the learning curve and every candidate's validation scores."""
+    is which), how training went (and when each curriculum lesson started), the learning curve (and ``video_name``,
+    a video of the first test episode, when recorded), the scores under ``eval.settings`` (a table and
+    ``settings_plot``) and every candidate's validation scores."""
     test, validation = selection["test"], selection["validation"]
     lines = [
         f"# Run `{name}`: {algo} on {env_id}",
@@ -103,7 +116,8 @@ def write_report(
         f"(std {test['std_return']:.1f}, min {test['min_return']:.1f}, max {test['max_return']:.1f}; "
         f"{test['truncated']} truncated).",
         "",
-        f"**Validation score: {validation['value']:.2f}** {validation['metric']} (mean return "
+        f"**Validation score: {validation['value']:.2f}** {validation['metric']}{_setting_words(validation)} "
+        "(mean return "
         f"{validation['mean_return']:.1f}, 95% CI [{validation['ci95_low']:.1f}, {validation['ci95_high']:.1f}], "
         f"over {validation['episodes']} validation episodes).",
         "",
@@ -125,9 +139,22 @@ def write_report(
         lines += [f"**Warning:** {warning}." for warning in summary.get("warnings", [])]
         if summary.get("warnings"):
             lines.append("")
+        if summary.get("curriculum"):
+            lines += ["Curriculum lessons (`env.curriculum`), when each started:", "", lessons_table(summary), ""]
+    lines += [f"![learning curve]({plot_name})", ""]
+    if video_name:
+        lines += [f"The selected model's first test episode: ![first test episode]({video_name})", ""]
+    if selection.get("settings"):
+        lines += [
+            "Scores under `eval.settings` (each setting's parameters on top of the env's defaults; the same test "
+            "and validation episode seeds as the training distribution):",
+            "",
+            settings_table(selection),
+            "",
+        ]
+        if settings_plot:
+            lines += [f"![scores under eval.settings]({settings_plot})", ""]
     lines += [
-        f"![learning curve]({plot_name})",
-        "",
         "Validation scores of every checkpoint:",
         "",
         candidates_table(candidates, selection["checkpoint"]),
@@ -137,6 +164,81 @@ def write_report(
         "",
     ]
     write_text(target, "\n".join(lines))
+
+
+def _setting_words(validation: dict[str, Any]) -> str:
+    setting = validation.get("setting")
+    if setting is None:
+        return ""
+    return ", mean over eval.settings," if setting == "mean" else f" under setting `{setting}`"
+
+
+def lessons_table(summary: dict[str, Any]) -> str:
+    """When each curriculum lesson started (the train summary's ``curriculum.started``), as a markdown table."""
+    started = summary["curriculum"]["started"]
+    unit = _unit(summary)
+    rows = [f"| lesson | started at ({unit}) |", "|---|---:|"]
+    rows += [f"| `{entry['lesson']}` | {entry['step']:,} |" for entry in started]
+    return "\n".join(rows)
+
+
+def _setting_rows(selection: dict[str, Any]) -> list[tuple[str, str, dict[str, Any], dict[str, Any] | None]]:
+    """(name, parameters, test scores, validation scores) of the training distribution, then of each setting."""
+    validation = selection["validation"]  # the training distribution's only when selection read it there
+    rows: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
+        (
+            "training distribution",
+            "env.parameters",
+            selection["test"],
+            validation if validation.get("setting") is None else None,
+        )
+    ]
+    for name, entry in selection.get("settings", {}).items():
+        parameters = ", ".join(f"{key}: {value}" for key, value in entry["parameters"].items()) or "env defaults"
+        rows.append((name, parameters, entry["test"], entry["validation"]))
+    return rows
+
+
+def settings_table(selection: dict[str, Any]) -> str:
+    """The selected model's test (and validation) mean return under the training distribution and each setting."""
+    rows = [
+        "| setting | parameters | test mean return | test 95% CI | episodes | validation mean |",
+        "|---|---|---:|---|---:|---:|",
+    ]
+    for name, parameters, test, validation in _setting_rows(selection):
+        valid = f"{validation['mean_return']:.1f}" if validation and "mean_return" in validation else ""
+        rows.append(
+            f"| {name} | {parameters} | {test['mean_return']:.1f} | [{test['ci95_low']:.1f}, {test['ci95_high']:.1f}] "
+            f"| {test['episodes']} | {valid} |"
+        )
+    return "\n".join(rows)
+
+
+def plot_settings(selection: dict[str, Any], title: str, target: Path) -> None:
+    """A bar chart of the selected model's test mean return under the training distribution and each setting, with
+    95% bootstrap intervals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = _setting_rows(selection)
+    names = [name for name, *_ in rows]
+    means = [test["mean_return"] for _, _, test, _ in rows]
+    errors = [
+        [m - test["ci95_low"] for m, (_, _, test, _) in zip(means, rows, strict=True)],
+        [test["ci95_high"] - m for m, (_, _, test, _) in zip(means, rows, strict=True)],
+    ]
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(rows) + 2), 3.6), dpi=110)
+    ax.bar(range(len(rows)), means, yerr=errors, capsize=4, color=["#4c72b0"] + ["#dd8452"] * (len(rows) - 1))
+    ax.set_xticks(range(len(rows)), names, rotation=15, ha="right", fontsize=8)
+    ax.set_ylabel("test mean return (95% CI)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    with atomic_path(target) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
 
 
 def candidates_table(candidates: list[dict[str, Any]], selected: str) -> str:

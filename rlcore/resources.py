@@ -16,9 +16,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+import torch
 from gymnasium import spaces
 
+from rlcore.encoders import build_encoder
 from rlcore.errors import ConfigError
+from rlcore.observations import storage_dtype
 
 FLOAT = 4
 """Bytes per float32."""
@@ -52,9 +56,21 @@ def mlp_parameters(in_features: int, hidden_sizes: list[int], out_features: int)
     return sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=False))
 
 
+def encoder_size(observation_space: gym.Space, policy: Any) -> tuple[int, int, str]:
+    """(parameters, output features, class name) of the encoder ``policy`` (``policy.encoder``) gives these
+    observations. Built on the meta device to be counted (no memory: a huge image's CNN is refused, not allocated),
+    under a forked RNG so the estimate leaves the run's random numbers alone."""
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        encoder = build_encoder(observation_space, policy.encoder, policy.image_channels)
+    return sum(p.numel() for p in encoder.parameters()), encoder.out_features, type(encoder).__name__
+
+
 def estimate(params: Any, observation_space: spaces.Space, action_space: spaces.Space) -> dict[str, tuple[int, str]]:
-    """Bytes per part of a run, keyed by the params key that sizes it: ``{key: (bytes, what)}``."""
-    obs_dim = int(math.prod(observation_space.shape or (1,)))
+    """Bytes per part of a run, keyed by the params key that sizes it: ``{key: (bytes, what)}``. Observations count
+    in their storage dtype (uint8 frames: a byte a pixel); an image encoder's weights count in every network."""
+    obs_size = int(math.prod(observation_space.shape or (1,)))
+    obs_bytes = obs_size * storage_dtype(observation_space).itemsize
+    encoder_parameters, features, encoder_name = encoder_size(observation_space, params.policy)
     if isinstance(action_space, spaces.Discrete):
         action_outputs, action_bytes, action_dim = int(action_space.n), 8, 1
     else:
@@ -63,7 +79,7 @@ def estimate(params: Any, observation_space: spaces.Space, action_space: spaces.
     algo = params.algo
     hidden = list(params.policy.hidden_sizes)
     trained, targets = NETWORKS.get(algo.name, (4, 3))
-    per_net = mlp_parameters(obs_dim + action_dim, hidden, max(action_outputs, 1) + 1)
+    per_net = encoder_parameters + mlp_parameters(features + action_dim, hidden, max(action_outputs, 1) + 1)
     # weights, gradients, Adam's two moments for trained networks; weights for targets; one more for checkpoints
     parts = {
         "policy.hidden_sizes": (
@@ -75,10 +91,10 @@ def estimate(params: Any, observation_space: spaces.Space, action_space: spaces.
     num_envs = int(params.env.num_envs)
     if hasattr(algo, "n_steps"):  # on-policy: the rollout, and a minibatch no larger than it
         rollout = int(algo.n_steps) * num_envs
-        per_step = FLOAT * obs_dim + action_bytes + 7 * FLOAT + 3
+        per_step = obs_bytes + action_bytes + 7 * FLOAT + 3
         parts["algo.n_steps"] = (2 * rollout * per_step, f"a rollout of {rollout:,} transitions (n_steps x num_envs)")
         batch = min(batch, rollout)
-    transition = 2 * FLOAT * obs_dim + action_bytes + 2 * FLOAT
+    transition = 2 * obs_bytes + action_bytes + 2 * FLOAT
     if hasattr(algo, "buffer_size"):  # off-policy: the replay ring
         size = int(algo.buffer_size)
         parts["algo.buffer_size"] = (size * transition, f"a replay buffer of {size:,} transitions")
@@ -88,8 +104,12 @@ def estimate(params: Any, observation_space: spaces.Space, action_space: spaces.
         parts["dataset.buffer_transitions"] = (size * transition, f"a shuffle buffer of {size:,} transitions")
     # a minibatch: its transitions, and each layer's activations and their gradients in every trained network
     layers = f"{len(hidden)} hidden layer{'s' if len(hidden) != 1 else ''} (widest {max(hidden):,})"
+    if encoder_parameters:
+        layers = f"a {encoder_name} encoder and {layers}"
+    # an image encoder: the frames cast to float32, scaled, and convolution outputs of about their size
+    encoded = 3 * obs_size if encoder_parameters else 0
     parts["algo.batch_size, policy.hidden_sizes"] = (
-        batch * (3 * transition + 2 * FLOAT * trained * (sum(hidden) + action_outputs + 1)),
+        batch * (3 * transition + 2 * FLOAT * trained * (encoded + sum(hidden) + action_outputs + 1)),
         f"minibatches of {batch:,} transitions through {layers}",
     )
     return parts

@@ -18,18 +18,22 @@ from rlcore.checkpoints import Checkpoint, list_checkpoints, load_checkpoint, sa
 from rlcore.collection import collect_dataset, env_record
 from rlcore.config import Params
 from rlcore.datasets import merge_datasets, read_metadata
+from rlcore.env_settings import describe_parameters
+from rlcore.envs import settings_for
 from rlcore.errors import RLCoreError
-from rlcore.evaluation import SCORE_KEYS, EvalResult, Evaluator
+from rlcore.evaluation import SCORE_KEYS, EvalResult, Evaluator, episode_cap
 from rlcore.export import export_policy, model_card, write_model_card
 from rlcore.io import read_json, sha256_file, write_json
 from rlcore.layout import Layout, project_path
+from rlcore.policies import Policy
 from rlcore.registry import policy_from_checkpoint
-from rlcore.report import plot_learning_curve, write_report
+from rlcore.report import plot_learning_curve, plot_settings, write_report
 from rlcore.seeds import describe, test_seeds, validation_seeds
-from rlcore.selection import select_best
+from rlcore.selection import select_best, view_scores
 from rlcore.trainers import is_offline, train
 from rlcore.trainers.run_directory import command_line
 from rlcore.trainers.stopping import EvaluationCallback
+from rlcore.video import record_episode
 
 log = logging.getLogger("rlcore")
 
@@ -47,7 +51,8 @@ def train_stage(
 
 
 def evaluate_stage(params: Params, root: Path) -> Path:
-    """Evaluate every checkpoint of ``runs/<name>/`` on ``eval.episodes`` validation episodes (``rlcore.seeds``).
+    """Evaluate every checkpoint of ``runs/<name>/`` on ``eval.episodes`` validation episodes (``rlcore.seeds``),
+    under the training distribution and under each of ``eval.settings`` (the same episode seeds).
 
     Writes ``reports/evaluations.json``; returns its path.
     """
@@ -56,11 +61,11 @@ def evaluate_stage(params: Params, root: Path) -> Path:
     checkpoints = list_checkpoints(layout.checkpoints)
     if not checkpoints:
         raise RLCoreError(f"{layout.checkpoints}: no checkpoints to evaluate; run `rlcore train` first")
-    evaluator = _evaluator(params)
+    evaluators = _evaluators(params)
     try:
-        candidates = [_evaluate_one(evaluator, params, root, path) for _, path in checkpoints]
+        candidates = [_evaluate_one(evaluators, params, root, path) for _, path in checkpoints]
     finally:
-        evaluator.close()
+        _close(evaluators)
     return write_evaluations(params, root, candidates)
 
 
@@ -70,11 +75,16 @@ def evaluate_checkpoint(params: Params, root: Path, path: Path) -> dict[str, Any
     The evaluator re-seeds on every call, so the result does not depend on what else it evaluated.
     """
     torch.set_num_threads(params.torch_threads)
-    evaluator = _evaluator(params)
+    evaluators = _evaluators(params)
     try:
-        return _evaluate_one(evaluator, params, root, Path(path))
+        return _evaluate_one(evaluators, params, root, Path(path))
     finally:
-        evaluator.close()
+        _close(evaluators)
+
+
+def declared_settings(params: Params) -> list[dict[str, Any]]:
+    """``eval.settings`` as plain data (what ``evaluations.json`` records it was evaluated under)."""
+    return [{"name": s.name, "parameters": describe_parameters(s.parameters)} for s in params.eval.settings]
 
 
 def write_evaluations(params: Params, root: Path, candidates: list[dict[str, Any]]) -> Path:
@@ -92,32 +102,65 @@ def write_evaluations(params: Params, root: Path, candidates: list[dict[str, Any
             "seed": cfg.seed,
             "seeds": describe(validation_seeds(cfg.seed, cfg.episodes)),
             "max_episode_steps": cfg.max_episode_steps,
+            "settings": declared_settings(params),
             "candidates": candidates,
         },
     )
     return layout.evaluations
 
 
-def _evaluator(params: Params, split: str = "validation") -> Evaluator:
-    """The evaluator of the validation episodes (evaluate stage) or the test episodes (select stage)."""
+def _evaluator(params: Params, split: str = "validation", setting: str | None = None) -> Evaluator:
+    """The evaluator of the validation episodes (evaluate stage) or the test episodes (select stage), under the
+    training distribution (``setting`` None) or the named one of ``eval.settings``."""
     cfg = params.eval
     if split == "validation":
         seeds = validation_seeds(cfg.seed, cfg.episodes)
     else:
         seeds = test_seeds(cfg.seed, cfg.test_episodes)
+    settings = None
+    if setting is not None:
+        settings = settings_for(params.env, next(s for s in cfg.settings if s.name == setting).parameters)
     return Evaluator(
-        params.env, len(seeds), seeds.start, cfg.deterministic, cfg.max_parallel_envs, cfg.max_episode_steps
+        params.env, len(seeds), seeds.start, cfg.deterministic, cfg.max_parallel_envs, cfg.max_episode_steps, settings
     )
 
 
-def _evaluate_one(evaluator: Evaluator, params: Params, root: Path, path: Path) -> dict[str, Any]:
+def _evaluators(params: Params, split: str = "validation") -> dict[str | None, Evaluator]:
+    """None -> the training distribution's evaluator, then one per ``eval.settings`` entry, by name, in order."""
+    evaluators: dict[str | None, Evaluator] = {}
+    try:
+        for name in [None, *(setting.name for setting in params.eval.settings)]:
+            evaluators[name] = _evaluator(params, split, name)
+    except BaseException:
+        _close(evaluators)
+        raise
+    return evaluators
+
+
+def _close(evaluators: dict[str | None, Evaluator]) -> None:
+    for evaluator in evaluators.values():
+        evaluator.close()
+
+
+def _under_settings(evaluators: dict[str | None, Evaluator], policy: Policy) -> dict[str, EvalResult]:
+    """``policy``'s result under each named setting (the same episode seeds as the training distribution's)."""
+    return {name: evaluator.evaluate(policy) for name, evaluator in evaluators.items() if name is not None}
+
+
+def _evaluate_one(evaluators: dict[str | None, Evaluator], params: Params, root: Path, path: Path) -> dict[str, Any]:
     checkpoint = load_checkpoint(path)
     if checkpoint.meta["params"]["env"]["id"] != params.env.id:
         raise RLCoreError(
             f"{path}: trained on {checkpoint.meta['params']['env']['id']}, params say env.id {params.env.id}"
         )
-    result = evaluator.evaluate(policy_from_checkpoint(checkpoint))
+    policy = policy_from_checkpoint(checkpoint)
+    result = evaluators[None].evaluate(policy)
     log.info("evaluated %s: %s", path.name, result.summary())
+    settings = {name: under.scores() for name, under in _under_settings(evaluators, policy).items()}
+    for name, scores in settings.items():
+        log.info(
+            "evaluated %s under %s: %.1f over %d episodes", path.name, name, scores["mean_return"], scores["episodes"]
+        )
     return {
         "checkpoint": path.relative_to(root).as_posix(),
         "sha256": sha256_file(path),
@@ -126,6 +169,7 @@ def _evaluate_one(evaluator: Evaluator, params: Params, root: Path, path: Path) 
         **result.to_dict(),
         # Offline runs: validation on held-out episodes, measured when the checkpoint was written.
         **{f"validation_{k}": v for k, v in checkpoint.meta.get("validation", {}).items()},
+        **({"settings": settings} if settings else {}),
     }
 
 
@@ -161,14 +205,22 @@ def select_stage(params: Params, root: Path) -> Path:
             f"{layout.evaluations}: evaluated on {evaluations['env_id']}, params say env.id {params.env.id}; "
             "run `rlcore evaluate` again"
         )
+    if evaluations.get("settings", []) != declared_settings(params):
+        raise RLCoreError(
+            f"{layout.evaluations}: evaluated under other eval.settings than the params declare; "
+            "run `rlcore evaluate` again"
+        )
     candidates = evaluations["candidates"]
-    best, reason = select_best(candidates, params.select.metric)
+    chosen = params.select.setting
+    best, reason = select_best(candidates, params.select.metric, chosen)
     source = root / best["checkpoint"]
     if sha256_file(source) != best["sha256"]:
         raise RLCoreError(f"{source}: changed since it was evaluated; run `rlcore evaluate` again")
     checkpoint = load_checkpoint(source)
-    test, seeds = _test_evaluation(params, checkpoint)
+    test, seeds, test_settings = _test_evaluation(params, checkpoint)
     log.info("test score of %s: %s", source.name, test.summary())
+    for name, result in test_settings.items():
+        log.info("test score of %s under %s: %s", source.name, name, result.summary())
     # The selected policy alone: weights and metadata, no optimizer or RNG state.
     save_checkpoint(
         layout.best_policy,
@@ -179,11 +231,21 @@ def select_stage(params: Params, root: Path) -> Path:
         {"policy": checkpoint.tensors["policy"]},
     )
     metric = params.select.metric
+    chosen_scores = view_scores(best, chosen)
     validation = {
         "metric": metric,
-        "value": best[metric],
-        **{key: best[key] for key in SCORE_KEYS if key in best},
+        "value": chosen_scores[metric],
+        "setting": chosen,
+        **{key: chosen_scores[key] for key in SCORE_KEYS if key in chosen_scores},
         "seeds": evaluations.get("seeds"),
+    }
+    settings = {
+        setting.name: {
+            "parameters": describe_parameters(setting.parameters),
+            "validation": best["settings"][setting.name],
+            "test": test_settings[setting.name].scores(),
+        }
+        for setting in params.eval.settings
     }
     selection = {
         "checkpoint": best["checkpoint"],
@@ -193,6 +255,7 @@ def select_stage(params: Params, root: Path) -> Path:
         "reason": reason,
         "validation": validation,
         "test": {**test.scores(), "seeds": describe(seeds)},
+        **({"settings": settings} if settings else {}),
         "eval_settings": {
             "episodes": evaluations["episodes"],
             "test_episodes": params.eval.test_episodes,
@@ -202,7 +265,17 @@ def select_stage(params: Params, root: Path) -> Path:
         },
     }
     write_json(layout.selection, selection)
-    validation_keys = ("metric", "value", "episodes", "mean_return", "iqm_return", "ci95_low", "ci95_high")
+    validation_keys: tuple[str, ...] = (
+        "metric",
+        "value",
+        "episodes",
+        "mean_return",
+        "iqm_return",
+        "ci95_low",
+        "ci95_high",
+    )
+    if chosen is not None:
+        validation_keys = ("setting", *validation_keys)
     write_json(
         layout.metrics,
         {
@@ -210,10 +283,17 @@ def select_stage(params: Params, root: Path) -> Path:
             **{key: best[key] for key in STEP_KEYS},
             "checkpoint": best["checkpoint"],
             "validation": {key: validation[key] for key in validation_keys if key in validation},
+            # Test scores of the selected model under each of eval.settings (the same test episode seeds).
+            **(
+                {"settings": {name: _short_scores(entry["test"]) for name, entry in settings.items()}}
+                if settings
+                else {}
+            ),
         },
     )
     summary: dict[str, Any] | None = read_json(layout.train_summary) if layout.train_summary.is_file() else None
     env_id, algo = evaluations["env_id"], checkpoint.algo
+    lessons = (summary or {}).get("curriculum", {}).get("started")
     plot_learning_curve(
         layout.learning_curve_tsv,
         candidates,
@@ -221,24 +301,52 @@ def select_stage(params: Params, root: Path) -> Path:
         selection["test"],
         f"{algo} on {env_id} ({params.name})",
         layout.learning_curve_png,
+        lessons,
     )
+    layout.settings_png.unlink(missing_ok=True)  # a chart of settings no longer declared
+    if settings:
+        plot_settings(selection, f"{algo} on {env_id} ({params.name}): test episodes", layout.settings_png)
+    video = _record_video(params, checkpoint, seeds, layout.reports / "episode.gif") if params.eval.video else None
     write_report(
-        layout.report, params.name, env_id, algo, selection, candidates, summary, layout.learning_curve_png.name
+        layout.report,
+        params.name,
+        env_id,
+        algo,
+        selection,
+        candidates,
+        summary,
+        layout.learning_curve_png.name,
+        video.name if video else None,
+        layout.settings_png.name if settings else None,
     )
     log.info("selected %s", reason)
     return layout.best
 
 
-def _test_evaluation(params: Params, checkpoint: Checkpoint) -> tuple[EvalResult, range]:
-    """The selected checkpoint's score on the test episodes, and their seeds."""
+def _short_scores(scores: dict[str, Any]) -> dict[str, Any]:
+    """What ``reports/metrics.json`` keeps of a setting's test scores."""
+    return {key: scores[key] for key in ("mean_return", "ci95_low", "ci95_high", "episodes")}
+
+
+def _record_video(params: Params, checkpoint: Checkpoint, seeds: range, path: Path) -> Path | None:
+    """``eval.video``: the selected model's first test episode (its seed, the evaluation's cap) as a GIF."""
+    cap = episode_cap(params.env, params.eval.max_episode_steps)
+    policy = policy_from_checkpoint(checkpoint)
+    return record_episode(params.env, policy, seeds.start, params.eval.deterministic, cap, path)
+
+
+def _test_evaluation(params: Params, checkpoint: Checkpoint) -> tuple[EvalResult, range, dict[str, EvalResult]]:
+    """The selected checkpoint's score on the test episodes, their seeds, and its score under each of
+    ``eval.settings`` on the same episodes."""
     trained_on = checkpoint.meta["params"]["env"]["id"]
     if trained_on != params.env.id:
         raise RLCoreError(f"{checkpoint.path}: trained on {trained_on}, params say env.id {params.env.id}")
-    evaluator = _evaluator(params, "test")
+    evaluators = _evaluators(params, "test")
     try:
-        return evaluator.evaluate(policy_from_checkpoint(checkpoint)), evaluator.seeds
+        policy = policy_from_checkpoint(checkpoint)
+        return evaluators[None].evaluate(policy), evaluators[None].seeds, _under_settings(evaluators, policy)
     finally:
-        evaluator.close()
+        _close(evaluators)
 
 
 def export_stage(params: Params, root: Path) -> Path:

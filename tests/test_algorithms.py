@@ -26,10 +26,19 @@ from rlcore.algos.base import (
     OfflineAlgorithm,
     OffPolicyAlgorithm,
     OnPolicyAlgorithm,
+    PopulationAlgorithm,
 )
 from rlcore.buffers import RolloutBuffer, TrajectoryBatch
 from rlcore.config import PolicyConfig
 from rlcore.nets import TwinQ
+from rlcore.population.tasks import (
+    PairResults,
+    ParticleSegment,
+    PerturbedPairs,
+    RolloutResult,
+    RolloutTask,
+    SegmentResult,
+)
 from rlcore.registry import ALGORITHMS
 
 SPACES: dict[str, tuple[spaces.Box, spaces.Space]] = {
@@ -52,6 +61,13 @@ CONFIG_OVERRIDES: dict[type[Algorithm], dict[str, Any]] = {
     OffPolicyAlgorithm: {"batch_size": BATCH},
     OfflineAlgorithm: {"batch_size": BATCH},
     ActorLearnerAlgorithm: {},
+    PopulationAlgorithm: {
+        "population_size": 8,
+        "pairs_per_task": 3,
+        "noise_table_size": 100_000,
+        "num_particles": 3,
+        "n_steps": N_STEPS,
+    },
 }
 """Small fields set where the algorithm's config has them; everything else is the default."""
 
@@ -82,12 +98,32 @@ EXPECTED_METRICS: dict[str, set[str] | dict[str, set[str]]] = {
     "bc": {"discrete": {"loss", "accuracy"}, "box": {"loss", "mean_abs_error"}},
     "td3bc": {"critic_loss", "actor_loss", "q_mean"},
     "iql": {"value_loss", "critic_loss", "actor_loss", "advantage_mean"},
+    "es": {
+        "return_mean",
+        "return_max",
+        "return_min",
+        "gradient_norm",
+        "update_ratio",
+        "weights_norm",
+        "aborted_rollouts",
+        "learning_rate",
+    },
+    "svpg": {
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "explained_variance",
+        "kernel_bandwidth",
+        "kernel_mean",
+        "best_particle",
+        "learning_rate",
+    },
 }
 """The keys each algorithm's ``update`` returns (a newly registered algorithm adds its entry here)."""
 
 
 def family(algo_cls: type[Algorithm]) -> type[Algorithm]:
-    for base in (OnPolicyAlgorithm, OffPolicyAlgorithm, OfflineAlgorithm, ActorLearnerAlgorithm):
+    for base in (OnPolicyAlgorithm, OffPolicyAlgorithm, OfflineAlgorithm, ActorLearnerAlgorithm, PopulationAlgorithm):
         if issubclass(algo_cls, base):
             return base
     raise AssertionError(f"{algo_cls.__name__} belongs to no algorithm family")
@@ -122,6 +158,8 @@ def make_batch(algorithm: Algorithm, kind: str) -> Any:
         return make_rollout(algorithm, kind, generator)
     if fam is ActorLearnerAlgorithm:
         return make_trajectories(algorithm, kind, generator)
+    if fam is PopulationAlgorithm:
+        return make_population_results(algorithm, kind, generator)
     batch = {
         "obs": torch.randn(BATCH, obs_dim, generator=generator),
         "actions": random_actions(kind, (BATCH,), generator),
@@ -181,6 +219,49 @@ def make_trajectories(algorithm: Algorithm, kind: str, generator: torch.Generato
     return TrajectoryBatch(obs, actions, behaviour, rewards, terminated, episode_end, valid, torch.tensor([3, 3, 2, 2]))
 
 
+def make_population_results(
+    algorithm: Algorithm, kind: str, generator: torch.Generator
+) -> tuple[list[RolloutTask], list[RolloutResult]]:
+    """The algorithm's tasks for one iteration and made-up results for them, as workers would return: ES's pairs
+    (distinct returns, some rollouts aborted, observation moments), SVPG's segments (a terminated and a truncated
+    episode, an autoreset step)."""
+    assert isinstance(algorithm, PopulationAlgorithm)
+    tasks = algorithm.ask(seed=7, first_env_seed=0)
+    obs_dim = SPACES[kind][0].shape[0]
+    results: list[RolloutResult] = []
+    for task in tasks:
+        if isinstance(task, PerturbedPairs):
+            pairs = len(task.offsets)
+            lengths = torch.randint(1, 50, (pairs, 2), generator=generator).numpy()
+            results.append(
+                PairResults(
+                    task.first_pair,
+                    (torch.randn(pairs, 2, generator=generator) * 10).double().numpy(),
+                    lengths,
+                    lengths == 49,
+                    torch.randn(pairs, 2, obs_dim, generator=generator).double().numpy(),
+                    torch.rand(pairs, 2, obs_dim, generator=generator).double().numpy(),
+                )
+            )
+        else:
+            assert isinstance(task, ParticleSegment)
+            batch = make_trajectories(algorithm, kind, generator)
+            results.append(
+                SegmentResult(
+                    task.particle,
+                    batch.obs.numpy(),
+                    batch.actions.numpy(),
+                    batch.rewards.numpy(),
+                    batch.terminated.numpy(),
+                    batch.episode_end.numpy(),
+                    batch.valid.numpy(),
+                    np.array([12.0]),
+                    np.array([4]),
+                )
+            )
+    return tasks, results
+
+
 def updates_per_case(algorithm: Algorithm) -> int:
     """Updates until every network has been stepped: TD3+BC's actor learns every ``policy_delay`` updates."""
     return int(getattr(algorithm.config, "policy_delay", 1))
@@ -189,6 +270,9 @@ def updates_per_case(algorithm: Algorithm) -> int:
 def update(algorithm: Algorithm, batch: Any) -> dict[str, float]:
     if isinstance(algorithm, OnPolicyAlgorithm):
         return algorithm.update(batch, progress=0.0, generator=torch.Generator().manual_seed(0))
+    if isinstance(algorithm, PopulationAlgorithm):
+        tasks, results = batch
+        return algorithm.tell(tasks, results, 0.0)
     return algorithm.update(batch, 0.0)
 
 

@@ -336,14 +336,15 @@ def test_minari_discrete_actions_with_a_start_are_stored_from_0(tmp_path: Path, 
     assert to_env_actions(data.actions, action_space).tolist() == env_actions.tolist()  # ... back to the env's
 
 
-def test_image_observations_are_refused_in_one_line():
-    image = spaces.Box(0, 255, (210, 160, 3), np.uint8)
-    with pytest.raises(
-        ConfigError,
-        match=r"^env.id: ALE/Pong-v5 has image observations \(uint8 \(210, 160, 3\)\); rlcore does not support pixels",
-    ):
-        check_spaces("ALE/Pong-v5", image, spaces.Discrete(6))
+def test_image_observations_are_accepted_and_other_observation_spaces_refused_in_one_line():
+    # Images have a CNN encoder since issue 14 (rlcore/encoders.py); Tuple observations are still refused.
+    check_spaces("ALE/Pong-v5", spaces.Box(0, 255, (210, 160, 3), np.uint8), spaces.Discrete(6))
     check_spaces("CartPole-v1", CARTPOLE_OBS, spaces.Discrete(2))  # vectors are fine
+    pair = spaces.Tuple((spaces.Discrete(2), spaces.Discrete(3)))
+    with pytest.raises(
+        ConfigError, match=r"^env.id: Pair-v0 has a Tuple observation space; rlcore supports Box, Discrete and Dict"
+    ):
+        check_spaces("Pair-v0", pair, spaces.Discrete(2))
 
 
 def test_datasets_keep_box_actions_with_a_2d_shape_flat(tmp_path: Path):

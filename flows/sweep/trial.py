@@ -40,6 +40,7 @@ from rlcore.evaluation import EvalResult
 from rlcore.io import read_json, write_json
 from rlcore.layout import Layout
 from rlcore.params import validate_params
+from rlcore.selection import scores_on_test
 from rlcore.stages import evaluate_stage, select_stage, train_stage
 from rlcore.sweep_config import SweepConfig, SweepEnv, overrides_for, yaml_text
 
@@ -225,9 +226,10 @@ def run_trial(job: TrialJob) -> TrialResult:
                 evaluate_stage(params, root)
                 select_stage(params, root)
                 selection = read_json(Layout(root, params.name).selection)
-                # The value: the validation score that selection used; the test score is only recorded.
+                # The value: the validation score that selection used (under select.setting: one of eval.settings, or
+                # their mean); the test score, read the same way, is only recorded.
                 score = float(selection["validation"][sweep.metric])
-                test_score = float(selection["test"][sweep.metric])
+                test_score = float(scores_on_test(selection)[sweep.metric])
                 scores.append(run.env.normalize(score) if run.env else score)
                 test_scores.append(run.env.normalize(test_score) if run.env else test_score)
                 record["runs"][k].update(

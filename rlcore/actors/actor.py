@@ -17,6 +17,7 @@ import torch
 
 from rlcore.algos.base import ActorLearnerConfig
 from rlcore.envs import make_vector_env
+from rlcore.observations import obs_tensor
 from rlcore.params import validate_params
 from rlcore.policies import Policy
 from rlcore.registry import algorithm_class
@@ -97,7 +98,7 @@ class Actor:
         finished_returns: list[float] = []
         finished_lengths: list[int] = []
         for _ in range(steps):
-            obs_t = torch.as_tensor(stepper.obs, dtype=torch.float32)
+            obs_t = obs_tensor(stepper.obs)  # in its storage dtype: frames travel as uint8
             dist = self.policy.distribution(obs_t)
             action = dist.sample()
             step = stepper.step(action.numpy())
@@ -115,7 +116,7 @@ class Actor:
                 finished_lengths += self._running_length[step.ended].tolist()
                 self._running_return[step.ended] = 0.0
                 self._running_length[step.ended] = 0
-        obs.append(np.asarray(stepper.obs, dtype=np.float32))
+        obs.append(obs_tensor(stepper.obs).numpy())
         return {
             "obs": np.stack(obs),
             "actions": np.stack(actions),

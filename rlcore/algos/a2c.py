@@ -19,7 +19,7 @@ targets). rlcore's default is the family's gae_lambda (0.95).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal, cast
+from typing import Literal
 
 import torch
 from gymnasium import spaces
@@ -79,7 +79,7 @@ class A2C(OnPolicyAlgorithm[A2CConfig, ActorCritic]):
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: A2CConfig
     ) -> ActorCritic:
-        return ActorCritic(cast(spaces.Box, observation_space), action_space, config, algo.value_head)
+        return ActorCritic(observation_space, action_space, config, algo.value_head)
 
     @torch.no_grad()
     def advantages(self, rollout: RolloutBuffer) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,9 +110,10 @@ class A2C(OnPolicyAlgorithm[A2CConfig, ActorCritic]):
         if cfg.normalize_advantage and advantages.numel() > 1:  # the std of one sample is NaN
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
-        dist = self.policy.distribution(obs)
+        features = self.policy.features(obs)  # encoded once for both heads
+        dist = self.policy.distribution_of(features)
         policy_loss = -(dist.log_prob(actions) * advantages).mean()
-        value_loss = self.policy.value_loss(obs, returns)
+        value_loss = self.policy.value_loss_of(features, returns)
         entropy = dist.entropy().mean()
         loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
         self.optimizer_step(self.optimizer, loss, self.policy.parameters(), cfg.max_grad_norm)

@@ -10,9 +10,7 @@ family by subclassing it, and is one file in ``rlcore/algos/`` plus one entry in
 | off-policy | OffPolicyConfig   | ``explore(obs, ...)``, ``update(batch, ...)``         | trainers/off_policy |
 | offline    | OfflineConfig     | ``update(batch, ...)``, ``validate(held_out)``        | trainers/offline    |
 | actor-learner | ActorLearnerConfig | ``update(trajectories, ...)``                     | trainers/actor_learner |
-
-Population-based learners (evolution strategies) will add a fourth family the same way: a config base,
-an abstract class with ``ask``/``tell``-like methods, and a trainer that runs its rollouts.
+| population | PopulationConfig  | ``members()``, ``ask(seed, ...)``, ``tell(tasks, results)`` | trainers/population |
 
 Every algorithm's optimizers, extra networks (critics, targets), tensors (SAC's log alpha) and step
 counter are saved and restored by :meth:`Algorithm.state_dict` from its attributes: nothing to write by hand.
@@ -32,6 +30,7 @@ from torch import nn
 from rlcore.buffers import RolloutBuffer, TrajectoryBatch
 from rlcore.config import AlgoConfig, PolicyConfig
 from rlcore.policies import Policy
+from rlcore.population.tasks import RolloutResult, RolloutTask
 from rlcore.returns import gae
 from rlcore.value_transforms import ValueHeadConfig
 
@@ -46,6 +45,8 @@ __all__ = [
     "ActorLearnerConfig",
     "OnPolicyAlgorithm",
     "OnPolicyConfig",
+    "PopulationAlgorithm",
+    "PopulationConfig",
 ]
 
 
@@ -132,6 +133,23 @@ class ActorLearnerConfig(AlgoConfig):
     """An actor that holds work but sends nothing for this long is reported and replaced."""
     value_head: ValueHeadConfig = Field(default_factory=ValueHeadConfig)
     """The critic's output: a scalar (default), in signed-sqrt units, or categorical over a support."""
+
+
+class PopulationConfig(AlgoConfig):
+    """Keys of the population loop: each iteration the algorithm asks for rollout tasks (perturbations of its
+    parameters, or its particles' segments), workers run them, and the algorithm is told the results.
+
+    Where the tasks run is ``runner``, as for actor-learner runs: ``dev`` in the learner's process, ``local`` in
+    ``num_workers`` spawned subprocesses, ``dask`` as tasks on ``deploy.dask_address`` (or on a LocalCluster of
+    ``num_workers`` processes on 127.0.0.1 started for the run). Results are ordered by task, not by arrival.
+    """
+
+    runner: Literal["dev", "local", "dask"] = "local"
+    """Where rollout tasks run (see above); a lost worker's tasks are run again."""
+    num_workers: int = Field(2, ge=1, le=256)
+    """Worker processes of the ``local`` runner, and of the LocalCluster of the ``dask`` runner."""
+    worker_timeout_seconds: float = Field(120.0, gt=0)
+    """A ``local`` worker that holds a task but answers nothing this long is replaced; its tasks are re-issued."""
 
 
 ConfigT = TypeVar("ConfigT", bound=AlgoConfig)
@@ -276,3 +294,41 @@ class ActorLearnerAlgorithm(Algorithm[ConfigT, PolicyT]):
     @abstractmethod
     def update(self, batch: TrajectoryBatch, progress: float) -> dict[str, float]:
         """One learner step on a batch of trajectories (behaviour log-probabilities and weight versions inside)."""
+
+
+class PopulationAlgorithm(Algorithm[ConfigT, PolicyT]):
+    """Learns from whole rollouts of a population of parameter vectors (ES's perturbations, SVPG's particles).
+
+    Per iteration the trainer publishes :meth:`members` (their weights, once), runs the tasks :meth:`ask`
+    returns on its runner, and hands the results, in task order, to :meth:`tell`. ``policy`` is what evaluation,
+    checkpoints and export see: ES's mean, or a copy of SVPG's best particle. ``iterations`` is saved.
+    """
+
+    def __init__(self, policy: PolicyT, config: ConfigT) -> None:
+        super().__init__(policy, config)
+        self.iterations = 0
+        """Iterations told so far: the weights version workers see, and with the run's seed the seed of ``ask``."""
+
+    @classmethod
+    def check_params(cls, params: Any) -> None:
+        """Refuse (``ConfigError``, one line) params this algorithm cannot run with, before anything is written."""
+
+    @abstractmethod
+    def members(self) -> list[Policy]:
+        """The policies whose weights the tasks need, in the order tasks name them (all of one architecture)."""
+
+    @abstractmethod
+    def ask(self, seed: int, first_env_seed: int) -> list[RolloutTask]:
+        """This iteration's tasks. ``seed`` is the iteration's own (from the run's seed and ``iterations``);
+        ``first_env_seed`` the first training-range env seed the tasks may use (``rlcore.seeds``)."""
+
+    @abstractmethod
+    def tell(self, tasks: list[RolloutTask], results: list[RolloutResult], progress: float) -> dict[str, float]:
+        """Update from the results of :meth:`ask`'s tasks (``results[i]`` is ``tasks[i]``'s); counts the iteration."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "iterations": self.iterations}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.iterations = int(state["iterations"])

@@ -8,7 +8,7 @@ Validation (held-out episodes): the same loss, and action accuracy (discrete) or
 
 from __future__ import annotations
 
-from typing import Literal, cast
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +43,7 @@ class BC(OfflineAlgorithm[BCConfig, Policy]):
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: BCConfig
     ) -> Policy:
-        return stochastic_actor(cast(spaces.Box, observation_space), action_space, config)
+        return stochastic_actor(observation_space, action_space, config)
 
     def loss(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss, quality): quality is accuracy for discrete actions, mean absolute error for Box actions."""

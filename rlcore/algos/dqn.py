@@ -12,7 +12,7 @@ Acting: epsilon-greedy, epsilon annealed linearly over the first exploration_fra
 from __future__ import annotations
 
 import copy
-from typing import Literal, cast
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +52,7 @@ class DQN(OffPolicyAlgorithm[DQNConfig, QPolicy]):
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: DQNConfig
     ) -> QPolicy:
-        return QPolicy(cast(spaces.Box, observation_space), action_space, config, dueling=algo.dueling)
+        return QPolicy(observation_space, action_space, config, dueling=algo.dueling)
 
     def epsilon(self, progress: float) -> float:
         cfg = self.config

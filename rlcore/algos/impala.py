@@ -16,7 +16,7 @@ over the valid (non-reset) steps, one gradient step per batch.
 from __future__ import annotations
 
 import math
-from typing import Literal, cast
+from typing import Literal
 
 import torch
 from gymnasium import spaces
@@ -68,7 +68,7 @@ class IMPALA(ActorLearnerAlgorithm[IMPALAConfig, ActorCritic]):
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: IMPALAConfig
     ) -> ActorCritic:
-        return ActorCritic(cast(spaces.Box, observation_space), action_space, config, algo.value_head)
+        return ActorCritic(observation_space, action_space, config, algo.value_head)
 
     def update(self, batch: TrajectoryBatch, progress: float) -> dict[str, float]:
         cfg = self.config
@@ -81,7 +81,8 @@ class IMPALA(ActorLearnerAlgorithm[IMPALAConfig, ActorCritic]):
             all_values = self.policy.value(batch.obs.reshape((steps + 1) * envs, *batch.obs.shape[2:]))
         all_values = all_values.reshape(steps + 1, envs)
         values = all_values[:-1]
-        dist = self.policy.distribution(obs)
+        features = self.policy.features(obs)  # encoded once for both heads
+        dist = self.policy.distribution_of(features)
         actions = batch.actions.reshape(steps * envs, *batch.actions.shape[2:])
         log_probs = dist.log_prob(actions).reshape(steps, envs)
         log_rhos = log_importance_weights(dist, batch.behaviour_log_probs.reshape(-1), actions).reshape(steps, envs)
@@ -101,7 +102,7 @@ class IMPALA(ActorLearnerAlgorithm[IMPALAConfig, ActorCritic]):
         if cfg.normalize_advantage and advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         policy_loss = -(log_probs[valid] * advantages).mean()
-        value_loss = 0.5 * self.policy.value_loss(obs[valid.reshape(-1)], targets.vs[valid])
+        value_loss = 0.5 * self.policy.value_loss_of(features[valid.reshape(-1)], targets.vs[valid])
         entropy = dist.entropy().reshape(steps, envs)[valid].mean()
         loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
         self.optimizer_step(self.optimizer, loss, self.policy.parameters(), cfg.max_grad_norm)

@@ -11,7 +11,7 @@ Discrete actions: Q(s, .) over all actions and a categorical policy; Box actions
 from __future__ import annotations
 
 import copy
-from typing import Literal, cast
+from typing import Literal
 
 import torch
 from gymnasium import spaces
@@ -42,10 +42,14 @@ class IQL(OfflineAlgorithm[IQLConfig, Policy]):
     def __init__(self, policy: Policy, config: IQLConfig) -> None:
         super().__init__(policy, config)
         net = policy.config
-        # Box actions enter the critics in env units.
-        self.critic = TwinQ(policy.obs_dim, policy.action_dim, policy.discrete, net.hidden_sizes, net.activation)
+        # Box actions enter the critics in env units. The critics have an encoder of their own (see TwinQ), trained
+        # by their loss; V reads the critics' features without training them.
+        encoder = policy.new_encoder()
+        self.critic = TwinQ(
+            encoder.out_features, policy.action_dim, policy.discrete, net.hidden_sizes, net.activation, encoder
+        )
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.value = mlp(policy.obs_dim, net.hidden_sizes, 1, net.activation, out_gain=1.0)
+        self.value = mlp(encoder.out_features, net.hidden_sizes, 1, net.activation, out_gain=1.0)
         self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, fused=True)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.lr, fused=True)
         self.value_optimizer = torch.optim.Adam(self.value.parameters(), lr=config.lr, fused=True)
@@ -54,7 +58,7 @@ class IQL(OfflineAlgorithm[IQLConfig, Policy]):
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: IQLConfig
     ) -> Policy:
-        return stochastic_actor(cast(spaces.Box, observation_space), action_space, config)
+        return stochastic_actor(observation_space, action_space, config)
 
     def _log_prob(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """log pi(a|s) of the dataset's actions: (B,)."""
@@ -65,14 +69,14 @@ class IQL(OfflineAlgorithm[IQLConfig, Policy]):
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         cfg = self.config
         obs, actions = batch["obs"], batch["actions"]
+        normalized = self.policy.obs_normalizer(obs)
         with torch.no_grad():
-            features = self.policy.features(obs)
-            next_features = self.policy.features(batch["next_obs"])
-            target_q = self.critic_target.taken(features, actions).min(dim=0).values
-            next_v = self.value(next_features).squeeze(-1)
+            target_q = self.critic_target.taken(self.critic_target.encode(normalized), actions).min(dim=0).values
+            next_v = self.value(self.critic.encode(self.policy.obs_normalizer(batch["next_obs"]))).squeeze(-1)
             td_target = batch["rewards"] + cfg.gamma * (~batch["terminated"]).float() * next_v
 
-        v = self.value(features).squeeze(-1)
+        features = self.critic.encode(normalized)
+        v = self.value(features.detach()).squeeze(-1)
         diff = target_q - v
         value_loss = (torch.abs(cfg.expectile - (diff < 0).float()) * diff.square()).mean()
         self.optimizer_step(self.value_optimizer, value_loss)

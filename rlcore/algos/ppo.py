@@ -15,7 +15,7 @@ For each rollout (collected by the on-policy trainer, advantages from GAE, the f
 
 from __future__ import annotations
 
-from typing import Literal, cast
+from typing import Literal
 
 import torch
 from gymnasium import spaces
@@ -83,7 +83,7 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: PPOConfig
     ) -> ActorCritic:
-        return ActorCritic(cast(spaces.Box, observation_space), action_space, config, algo.value_head)
+        return ActorCritic(observation_space, action_space, config, algo.value_head)
 
     @torch.no_grad()
     def advantages(self, rollout: RolloutBuffer) -> tuple[torch.Tensor, torch.Tensor]:
@@ -119,7 +119,8 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
         approx_kl, minibatches, epochs_done, stopped_early = 0.0, 0, 0, False
         for _ in range(cfg.n_epochs):
             for idx in rollout.minibatches(cfg.batch_size, generator):
-                dist = self.policy.distribution(obs[idx])
+                features = self.policy.features(obs[idx])  # encoded once for both heads
+                dist = self.policy.distribution_of(features)
                 log_ratio = dist.log_prob(actions[idx]) - old_log_probs[idx]
                 ratio = log_ratio.exp()
                 with torch.no_grad():
@@ -133,7 +134,7 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 policy_loss = -clipped_surrogate(ratio, adv, clip, cfg.dual_clip).mean()
 
-                value_loss = self.policy.value_loss(obs[idx], returns[idx], old_values[idx], cfg.clip_range_vf)
+                value_loss = self.policy.value_loss_of(features, returns[idx], old_values[idx], cfg.clip_range_vf)
                 entropy = dist.entropy().mean()
 
                 loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy

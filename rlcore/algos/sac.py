@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Annotated, Literal, cast
+from typing import Annotated, Literal
 
 import torch
 from gymnasium import spaces
@@ -60,9 +60,10 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
         super().__init__(policy, config)
         self.discrete = policy.discrete
         n = policy.action_dim
-        # Critics have the actor's torso shape and read the actor's normalized observations.
-        net = policy.config
-        self.critic = TwinQ(policy.obs_dim, n, self.discrete, net.hidden_sizes, net.activation)
+        # Critics have the actor's torso shape and read the actor's normalized observations through an encoder of
+        # their own (``TwinQ``): for pixels, the critics' loss trains their CNN and the actor's loss the actor's.
+        net, encoder = policy.config, policy.new_encoder()
+        self.critic = TwinQ(encoder.out_features, n, self.discrete, net.hidden_sizes, net.activation, encoder)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         if config.target_entropy == "auto":
             self.target_entropy = config.target_entropy_scale * math.log(n) if self.discrete else -float(n)
@@ -79,10 +80,10 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: SACConfig
     ) -> Policy:
         if isinstance(action_space, spaces.Discrete):
-            return CategoricalActor(cast(spaces.Box, observation_space), action_space, config)
+            return CategoricalActor(observation_space, action_space, config)
         assert isinstance(action_space, spaces.Box)  # the only other kind in action_spaces
         require_bounded(action_space, SAC.name)
-        return SquashedGaussianActor(cast(spaces.Box, observation_space), action_space, config)
+        return SquashedGaussianActor(observation_space, action_space, config)
 
     def _q(self, critic: TwinQ, features: torch.Tensor, unit_actions: torch.Tensor | None) -> torch.Tensor:
         """Twin Q-values: (2, B, n_actions) for discrete actions, (2, B) for Box actions given in the squashed
@@ -96,8 +97,9 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
         cfg = self.config
         alpha = self.log_alpha.exp().detach()
         obs, next_obs = batch["obs"], batch["next_obs"]
+        normalize = self.policy.obs_normalizer
         with torch.no_grad():
-            features, next_features = self.policy.features(obs), self.policy.features(next_obs)
+            next_features = self.critic_target.encode(normalize(next_obs))
             if self.discrete:
                 next_logits = self.policy.act_scores(next_obs)
                 next_probs, next_log_probs = next_logits.softmax(-1), next_logits.log_softmax(-1)
@@ -111,6 +113,7 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
                 next_value = next_q - alpha * next_dist.log_prob(next_actions)
             target = cfg.reward_scale * batch["rewards"] + batch["discounts"] * next_value
 
+        features = self.critic.encode(normalize(obs))
         if self.discrete:
             q = self.critic.taken(features, batch["actions"])
         else:
@@ -120,6 +123,7 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
         self.optimizer_step(self.critic_optimizer, critic_loss, self.critic.parameters(), cfg.max_grad_norm)
 
         self.critic.requires_grad_(False)  # the actor's loss needs dQ/da, not gradients of the critics' weights
+        features = features.detach()
         if self.discrete:
             logits = self.policy.act_scores(obs)
             probs, log_probs = logits.softmax(-1), logits.log_softmax(-1)

@@ -14,7 +14,7 @@ States are normalized with the dataset's mean and std (``policy.normalize_obs: t
 from __future__ import annotations
 
 import copy
-from typing import Literal, cast
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -45,8 +45,8 @@ class TD3BC(OfflineAlgorithm[TD3BCConfig, DeterministicActor]):
 
     def __init__(self, policy: DeterministicActor, config: TD3BCConfig) -> None:
         super().__init__(policy, config)
-        net = policy.config
-        self.critic = TwinQ(policy.obs_dim, policy.action_dim, False, net.hidden_sizes, net.activation)
+        net, encoder = policy.config, policy.new_encoder()  # the critics' own encoder (see TwinQ)
+        self.critic = TwinQ(encoder.out_features, policy.action_dim, False, net.hidden_sizes, net.activation, encoder)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_target = copy.deepcopy(policy).requires_grad_(False)
         self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, fused=True)
@@ -59,19 +59,19 @@ class TD3BC(OfflineAlgorithm[TD3BCConfig, DeterministicActor]):
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: TD3BCConfig
     ) -> DeterministicActor:
         require_bounded(action_space, TD3BC.name)
-        return DeterministicActor(cast(spaces.Box, observation_space), action_space, config)
+        return DeterministicActor(observation_space, action_space, config)
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         cfg = self.config
         policy = self.policy
         actions = ((batch["actions"] - policy.action_loc) / policy.action_scale).reshape(-1, policy.action_dim)
         with torch.no_grad():
-            features = policy.features(batch["obs"])
-            next_features = policy.features(batch["next_obs"])
+            next_features = self.critic_target.encode(policy.obs_normalizer(batch["next_obs"]))
             noise = (torch.randn_like(actions) * cfg.policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip)
             next_actions = (self.actor_target.unit_action(batch["next_obs"]) + noise).clamp(-1.0, 1.0)
             next_q = self.critic_target(next_features, next_actions).min(dim=0).values
             target = batch["rewards"] + cfg.gamma * (~batch["terminated"]).float() * next_q
+        features = self.critic.encode(policy.obs_normalizer(batch["obs"]))
         q = self.critic(features, actions)
         critic_loss = (q - target).square().mean(dim=1).sum()
         self.optimizer_step(self.critic_optimizer, critic_loss)
@@ -80,7 +80,7 @@ class TD3BC(OfflineAlgorithm[TD3BCConfig, DeterministicActor]):
         if self.gradient_steps % cfg.policy_delay == 0:
             self.critic.requires_grad_(False)
             pi = policy.unit_action(batch["obs"])
-            q_pi = self.critic(features, pi)[0]
+            q_pi = self.critic(features.detach(), pi)[0]
             lam = cfg.alpha / q_pi.abs().mean().detach().clamp(min=1e-6)
             actor_loss = -lam * q_pi.mean() + F.mse_loss(pi, actions)
             self.optimizer_step(self.actor_optimizer, actor_loss)

@@ -12,6 +12,7 @@ from rlcore.algos.base import (
     OfflineAlgorithm,
     OffPolicyAlgorithm,
     OnPolicyAlgorithm,
+    PopulationAlgorithm,
 )
 from rlcore.config import Params
 from rlcore.registry import algorithm_class
@@ -19,6 +20,7 @@ from rlcore.trainers.actor_learner import train_actor_learner
 from rlcore.trainers.off_policy import train_off_policy
 from rlcore.trainers.offline import train_offline
 from rlcore.trainers.on_policy import train_on_policy
+from rlcore.trainers.population import train_population
 from rlcore.trainers.stopping import EvaluationCallback
 
 Trainer = Callable[[Params, Path, EvaluationCallback | None, Path | None], dict[str, Any]]
@@ -29,6 +31,7 @@ TRAINERS: dict[type[Algorithm[Any, Any]], Trainer] = {
     OffPolicyAlgorithm: train_off_policy,  # type: ignore[type-abstract]
     OfflineAlgorithm: train_offline,  # type: ignore[type-abstract]
     ActorLearnerAlgorithm: train_actor_learner,  # type: ignore[type-abstract]
+    PopulationAlgorithm: train_population,  # type: ignore[type-abstract]
 }
 """Family -> its trainer."""
 

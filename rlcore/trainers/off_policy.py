@@ -20,6 +20,7 @@ import torch
 from rlcore.actions import random_actions
 from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
 from rlcore.config import Params
+from rlcore.observations import obs_tensor
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import ReplaySource
 from rlcore.trainers.stopping import EvaluationCallback
@@ -42,7 +43,7 @@ def train_off_policy(
             if state.env_steps < cfg.learning_starts:
                 actions = random_actions(session.action_space, num_envs, session.rng)
             else:
-                obs_t = torch.as_tensor(stepper.obs, dtype=torch.float32)
+                obs_t = obs_tensor(stepper.obs)
                 actions = algorithm.explore(obs_t, session.progress_fraction, session.generator).numpy()
             steps_before = state.env_steps
             step = stepper.step(actions)

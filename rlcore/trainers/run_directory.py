@@ -72,6 +72,9 @@ class RunState:
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     """What the user should know about the run (e.g. a collapsed policy), in the summary and the report."""
+    curriculum: dict[str, Any] | None = None
+    """The curriculum's state (``rlcore.curriculum``: the lesson, its start, its smoothed signal, when each lesson
+    started), restored on resume; None without ``env.curriculum``."""
 
     @property
     def steps(self) -> int:
@@ -89,6 +92,7 @@ class RunState:
             "next_log": self.next_log,
             "evaluations": self.evaluations,
             "warnings": self.warnings,
+            "curriculum": self.curriculum,
         }
 
     @classmethod
@@ -104,6 +108,7 @@ class RunState:
             meta["next_log"],
             meta["evaluations"],
             meta.get("warnings", []),
+            meta.get("curriculum"),
         )
 
 
@@ -316,7 +321,7 @@ class RunDirectory:
 
     def finish(self, state: RunState, stop_reason: str) -> dict[str, Any]:
         rate_key = f"{state.unit}_per_second"
-        summary = {
+        summary: dict[str, Any] = {
             "step_unit": state.unit,
             "env_steps": state.env_steps,
             "gradient_steps": state.gradient_steps,
@@ -328,6 +333,8 @@ class RunDirectory:
             "evaluations": state.evaluations,
             "warnings": state.warnings,
         }
+        if state.curriculum is not None:
+            summary["curriculum"] = state.curriculum
         write_json(self.summary, summary)
         return summary
 

@@ -18,10 +18,11 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlcore.algos.base import Algorithm
+from rlcore.algos.base import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 from rlcore.config import Params
-from rlcore.envs import describe_space
-from rlcore.errors import RLCoreError
+from rlcore.curriculum import Curriculum
+from rlcore.envs import describe_space, settings_for
+from rlcore.errors import ConfigError, RLCoreError
 from rlcore.evaluation import Evaluator
 from rlcore.registry import algorithm_class, check_action_space
 from rlcore.resources import check_resources
@@ -29,7 +30,7 @@ from rlcore.seeds import periodic_seeds
 from rlcore.trainers.metrics import EpisodeStats, MetricsLog
 from rlcore.trainers.progress import Progress
 from rlcore.trainers.run_directory import RunDirectory, RunState, log, train_fingerprint
-from rlcore.trainers.sources import DataSource
+from rlcore.trainers.sources import DataSource, EnvSource
 from rlcore.trainers.stopping import EvaluationCallback, StopConditions
 
 SourceT = TypeVar("SourceT", bound=DataSource)
@@ -50,12 +51,26 @@ def seed_everything(seed: int, threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+def check_curriculum_support(params: Params, algo_cls: type[Algorithm[Any, Any]]) -> None:
+    """A curriculum changes the trainer's own envs: on-policy and off-policy runs have them; actor-learner and
+    population runs step theirs in other processes, offline runs none (one-line ``ConfigError``)."""
+    if params.env.curriculum and not issubclass(algo_cls, OnPolicyAlgorithm | OffPolicyAlgorithm):
+        raise ConfigError(
+            f"env.curriculum: {params.algo.name} does not train on the trainer's own envs (actor processes, "
+            "population workers or a dataset); curricula work with on-policy and off-policy algorithms "
+            "(env.parameters work with all)"
+        )
+
+
 class TrainingSession(Generic[SourceT]):
     """Everything around a trainer's loop. Use as a context manager; call :meth:`finish` at the end.
 
     Attributes a loop uses: ``source`` (its experience), ``policy``, ``algorithm``, ``state`` (counters),
     ``generator`` (torch, for minibatches and sampling), ``rng`` (NumPy, for replay sampling and random
     actions), ``episodes`` (training-episode statistics) and ``checkpoint`` (the one resumed from, or None).
+
+    With ``env.curriculum`` the session also owns the :class:`Curriculum`: the training envs and the periodic
+    evaluations run under the current lesson, which advances at periodic evaluations and is saved in checkpoints.
     """
 
     def __init__(
@@ -79,6 +94,7 @@ class TrainingSession(Generic[SourceT]):
         self._closers: list[Callable[[], None]] = [self.evaluator.close]
         try:
             check_action_space(params.algo.name, params.env.id, self.action_space)
+            check_curriculum_support(params, algo_cls)
             check_resources(params, self.observation_space, self.action_space)  # sizes that cannot be allocated
             self.policy = algo_cls.make_policy(self.observation_space, self.action_space, params.policy, params.algo)
             self.source = make_source(params, self.observation_space, self.action_space)
@@ -105,6 +121,14 @@ class TrainingSession(Generic[SourceT]):
         self.state = RunState(self.source.unit, next_eval=params.train.eval_every, next_log=params.train.log_every)
         if self.checkpoint is not None:
             self._restore()
+        self.curriculum: Curriculum | None = None
+        if params.env.curriculum:
+            self.curriculum = Curriculum(params.env, params.train.max_steps)
+            if self.state.curriculum is not None:  # resumed: the lesson the run was in
+                self.curriculum.load_state_dict(self.state.curriculum)
+                log.info("in lesson %r (started at step %d)", self.curriculum.lesson.name, self.curriculum.lesson_start)
+            self.state.curriculum = self.curriculum.state_dict()
+            self._use_lesson()
         self.source.start(self.checkpoint is None, self.policy.obs_normalizer)
         self.episodes = EpisodeStats(params.env.num_envs)
         self.stops = StopConditions(params.train, on_evaluation)
@@ -128,6 +152,13 @@ class TrainingSession(Generic[SourceT]):
         self.source.restore(self.run.root, checkpoint.step)
         unit = self.state.unit.removesuffix("s").replace("_", " ")  # "env step" / "gradient step"
         log.info("resuming %s from %s at %s %d", self.run.root, checkpoint.path.name, unit, checkpoint.step)
+
+    def _use_lesson(self) -> None:
+        """The training envs and the periodic evaluations run under the current lesson from their next reset."""
+        assert self.curriculum is not None and isinstance(self.source, EnvSource)
+        settings = settings_for(self.params.env, self.curriculum.parameters())
+        self.source.use_settings(settings)
+        self.evaluator.use_settings(settings)
 
     @property
     def progress_fraction(self) -> float:
@@ -194,18 +225,30 @@ class TrainingSession(Generic[SourceT]):
         result = self.evaluator.evaluate(self.policy)
         validation = self.source.validate(self.algorithm)
         state.wall_seconds = time.perf_counter() - self._started
+        lesson: dict[str, Any] = {}
+        lesson_curve: dict[str, float] = {}
+        final_lesson = True
+        if self.curriculum is not None:  # the lesson this evaluation ran under; the next one may start now
+            lesson, final_lesson = {"lesson": self.curriculum.lesson.name}, self.curriculum.final
+            lesson_curve = {"curriculum/lesson": float(self.curriculum.index)}
+            advanced = self.curriculum.observe(state.steps, result.mean_return)
+            state.curriculum = self.curriculum.state_dict()
+            if advanced is not None:
+                log.info("%s", advanced)
+                self._use_lesson()
         state.evaluations.append(
             {
                 state.unit: state.steps,
                 "wall_seconds": round(state.wall_seconds, 3),
                 "mean_return": result.mean_return,
                 "std_return": result.std_return,
+                **lesson,
                 **{f"validation_{k}": v for k, v in validation.items()},
             }
         )
         # The curve's row first: a kill before the checkpoint is written resumes from the previous one, and
         # the rows after that are cut (RunDirectory), so the row is logged again, never lost or doubled.
-        curves = {"eval/mean_return": result.mean_return, "eval/std_return": result.std_return}
+        curves = {"eval/mean_return": result.mean_return, "eval/std_return": result.std_return, **lesson_curve}
         self.metrics.log(state.steps, {**curves, **{f"validation/{k}": v for k, v in validation.items()}})
         state.next_log = self.metrics.next_row
         self.source.save(self.run.root, state.steps)
@@ -223,7 +266,7 @@ class TrainingSession(Generic[SourceT]):
         self.source.after_checkpoint(self.run.root, state.steps)
         self._last_checkpoint = state.steps
         self.progress.evaluation(state.steps, result, state.steps / max(state.wall_seconds, 1e-9))
-        return self.stops.after_evaluation(state, result)
+        return self.stops.after_evaluation(state, result, final_lesson)
 
     def finish(self, stop_reason: str) -> dict[str, Any]:
         """Final evaluation + checkpoint if the last one is stale, then the summary (marks the run finished)."""

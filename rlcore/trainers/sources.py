@@ -25,9 +25,10 @@ from rlcore.checkpoints import StepUnit
 from rlcore.config import Params
 from rlcore.dataset_stream import InMemoryBatches, RowGroupStream
 from rlcore.datasets import OfflineData, load_dataset, transition_count
-from rlcore.envs import make_vector_env
+from rlcore.envs import EpisodeSettings, make_vector_env, use_settings
 from rlcore.io import file_digests
 from rlcore.nets import ObsNormalizer
+from rlcore.observations import storage_dtype
 from rlcore.policies import action_dim
 from rlcore.replay import ReplayBuffer
 from rlcore.seeds import training_seed
@@ -78,8 +79,13 @@ class EnvSource(DataSource):
         self.stepper = VectorStepper(self.env)
 
     def reset(self, env_steps: int) -> np.ndarray:
-        """Reset every env; seeded from the step count, so a resumed run is itself reproducible."""
+        """Reset every env; seeded from the step count, so a resumed run is itself reproducible (per-episode env
+        parameters too: they are drawn from each sub-env's reset seed, ``rlcore.envs.ApplyEpisodeSettings``)."""
         return self.stepper.reset(training_seed(self.params.seed, env_steps))
+
+    def use_settings(self, settings: EpisodeSettings) -> None:
+        """Train under ``settings`` (a curriculum lesson) from each sub-env's next reset."""
+        use_settings(self.env, settings)
 
     def close(self) -> None:
         self.env.close()
@@ -102,6 +108,7 @@ class ReplaySource(EnvSource):
             params.env.num_envs,
             cfg.gamma,
             cfg.n_step,
+            storage_dtype(observation_space),  # uint8 frames stay uint8
         )
 
     @staticmethod
@@ -142,7 +149,6 @@ class DatasetSource(DataSource):
         cfg = params.dataset
         self._dataset_params = cfg.model_dump(mode="json")
         self.path = Path(cfg.path)
-        assert isinstance(observation_space, spaces.Box)
         self.batches: InMemoryBatches | RowGroupStream
         self.held_out: OfflineData | None
         if cfg.in_memory:

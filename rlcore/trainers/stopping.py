@@ -17,9 +17,11 @@ class StopConditions:
         self.train = train
         self.on_evaluation = on_evaluation
 
-    def after_evaluation(self, state: RunState, result: EvalResult) -> str | None:
+    def after_evaluation(self, state: RunState, result: EvalResult, final_lesson: bool = True) -> str | None:
+        """``final_lesson``: the evaluation ran under the curriculum's last lesson (or there is no curriculum); the
+        target return counts only then (an easy first lesson must not end training)."""
         target = self.train.target_return
-        if target is not None and result.mean_return >= target:
+        if target is not None and final_lesson and result.mean_return >= target:
             return f"reached target return {target:g} (eval mean {result.mean_return:.1f})"
         if self.on_evaluation is not None and self.on_evaluation(state.steps, result):
             return "stopped by the evaluation callback"

@@ -15,16 +15,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import io
 import json
 import math
 import os
 import shlex
 import shutil
-import signal
 import sys
 import time
-import traceback
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +30,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import annotated_types
 import pytest
 import yaml
-from conftest import PROJECT, rlcore
+from cli_support import TIME_LIMIT, assert_refused, run_in_process
+from conftest import PROJECT, one_line_error, rlcore
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -44,8 +42,6 @@ HERE = Path(__file__).parent
 CASES: list[dict[str, Any]] = [
     json.loads(line) for line in (HERE / "params-cases.jsonl").read_text().splitlines() if line.strip()
 ]
-TIME_LIMIT = 30
-"""Seconds a refusal may take (the probe's hangs ran 60 s)."""
 FINISHED_RUNS = ("ppo-cartpole", "dqn-cartpole", "sac-pendulum", "bc-cartpole", "default", "quick")
 PRESETS = {
     "ppo": "params.yaml",
@@ -72,6 +68,8 @@ VALID = {
     "missing key name": "name defaults to `default`: runs/default/",
     "missing key torch_threads": "torch_threads defaults to 1",
     "--set env.kwargs={render_mode: human}": "a render mode CartPole lists; rlcore never calls render()",
+    "--set env.id=HalfCheetah-v5": "the envs extra (in dev) installs gymnasium[mujoco] since "
+    "issue 14, so PPO trains on it; without MuJoCo the refusal names gymnasium[mujoco], as the box2d cases show",
     "--set algo.batch_size=1000000000": "a PPO minibatch larger than the rollout is the whole rollout "
     "(RolloutBuffer.minibatches); nothing of that size is allocated",
 }
@@ -109,7 +107,6 @@ REFUSED: dict[str, tuple[str, ...]] = {
     "--set env.id=syntaxmod:X-v0": ("env.id:", "syntaxmod", "SyntaxError"),
     "--set env.id=CarRacing-v3": ("env.id:", "gymnasium[box2d]"),
     "--set env.id=LunarLander-v3": ("env.id:", "gymnasium[box2d]"),
-    "--set env.id=HalfCheetah-v5": ("env.id:", "gymnasium[mujoco]"),
     "--set env.id=GymV26Environment-v0": ("env.id:", "shimmy"),
     "--set env.id=phys2d/CartPole-v1": ("env.id:", "jax"),
     "--set env.id=tabular/Blackjack-v0": ("env.id:", "jax"),
@@ -275,70 +272,6 @@ def snapshot(root: Path, ignore: tuple[str, ...] = ()) -> dict[str, str]:
     return found
 
 
-# --- running the CLI in-process ----------------------------------------------------------------------------------
-
-
-class Hang(BaseException):
-    """Raised by the alarm: a BaseException, so no ``except Exception`` in the code under test swallows it."""
-
-
-class Outcome:
-    def __init__(self, args: list[str], status: Any, stdout: str, stderr: str, seconds: float) -> None:
-        self.args, self.status, self.stdout, self.stderr, self.seconds = args, status, stdout, stderr, seconds
-
-    def __repr__(self) -> str:
-        return (
-            f"rlcore {shlex.join(self.args)[:300]} -> exit {self.status} after {self.seconds:.1f} s\n"
-            f"stdout: {self.stdout[-2000:]}\nstderr: {self.stderr[-4000:]}"
-        )
-
-
-def run_in_process(args: list[str], cwd: Path, limit: int = TIME_LIMIT) -> Outcome:
-    """``flows.cli.main(args)`` (the ``rlcore`` command's entry point) in ``cwd``, stopped after ``limit`` seconds;
-    an exception that escapes it is what the command would print as a traceback."""
-    from flows.cli import main
-
-    def alarm(signum: int, frame: types.FrameType | None) -> None:
-        raise Hang(f"still running after {limit} s")
-
-    stdout, stderr = io.StringIO(), io.StringIO()
-    previous_dir, previous_handler = Path.cwd(), signal.signal(signal.SIGALRM, alarm)
-    started = time.monotonic()
-    status: Any
-    try:
-        os.chdir(cwd)
-        signal.alarm(limit)
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            try:
-                status = main(args)
-            except SystemExit as exc:
-                status = exc.code
-            except Hang:
-                status = "hang"
-            except BaseException:
-                stderr.write(traceback.format_exc())
-                status = 1
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous_handler)
-        os.chdir(previous_dir)
-    return Outcome(args, status, stdout.getvalue(), stderr.getvalue(), time.monotonic() - started)
-
-
-def assert_refused(outcome: Outcome, *fragments: str) -> str:
-    """Exit 2, exactly one line on stderr, ``error: ...`` holding every fragment, no traceback, in time."""
-    assert outcome.status != "hang", outcome
-    assert "Traceback" not in outcome.stderr + outcome.stdout, outcome
-    assert outcome.status == 2, outcome
-    lines = [line for line in outcome.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, outcome
-    assert lines[0].startswith("error: "), outcome
-    for fragment in fragments:
-        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
-    assert outcome.seconds < TIME_LIMIT, outcome
-    return lines[0]
-
-
 # --- the 72 cases -------------------------------------------------------------------------------------------------
 
 
@@ -382,14 +315,22 @@ def test_case_is_valid_input(case: dict[str, Any], project: Path) -> None:
 
         env = gym.make(params.env.id)
         check_resources(params, env.observation_space, env.action_space)  # nothing of that size is allocated
+    elif label == "--set env.id=HalfCheetah-v5":
+        pytest.importorskip("mujoco")
+        import gymnasium as gym
+
+        from rlcore.envs import check_spaces
+        from rlcore.resources import check_resources
+
+        env = gym.make(params.env.id)
+        check_spaces(params.env.id, env.observation_space, env.action_space)
+        check_resources(params, env.observation_space, env.action_space)
     else:
         assert params.env.kwargs == {"render_mode": "human"}
 
 
 @pytest.mark.parametrize("label", SUBPROCESS_SAMPLE)
 def test_a_sample_through_the_real_command(label: str, project: Path, modules: Path) -> None:
-    from conftest import one_line_error
-
     case = next(c for c in CASES if c["label"] == label)
     args = case_args(case, project)
     before = snapshot(project)

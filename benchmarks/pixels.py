@@ -1,0 +1,283 @@
+"""Benchmark: the pixel and MuJoCo presets (issue 14), rlcore beside SB3 where SB3 has the algorithm.
+
+Prints one JSON line per case. Each rlcore run is the pipeline's own train -> evaluate -> select on the preset with
+``--steps`` env steps (no early stop; a checkpoint every ``--steps / 5``), scored on ``--test-episodes`` test
+episodes of the selected checkpoint; wall seconds are training's (periodic evaluations included).
+
+    python benchmarks/pixels.py ppo-minatar   [--steps 1000000] [--seeds 0] [--no-peer]
+    python benchmarks/pixels.py dqn-minatar   [--steps 1000000]
+    python benchmarks/pixels.py sac-halfcheetah [--steps 100000]
+    python benchmarks/pixels.py ppo-hopper    [--steps 1000000]
+    python benchmarks/pixels.py ppo-pong      [--steps 16384]      # throughput only: env-steps/s, no evaluation
+    python benchmarks/pixels.py frames-dataset [--steps 10000]     # Parquet size and speed of Atari frame stacks
+
+SB3 peers (the ``bench`` extra), same process, one thread:
+- ``ppo-minatar``: SB3 PPO with the preset's hyperparameters and the same network (MinAtar CNN, 16 3x3 filters and
+  128 units, heads [64]: SB3's NatureCNN needs 36x36 images), 16 envs; 100 deterministic test episodes.
+- ``sac-halfcheetah``: SB3 SAC with RL Zoo's HalfCheetah hyperparameters (learning_starts 10,000, SB3's defaults
+  otherwise: [256, 256], lr 3e-4, batch 256, one gradient step per env step).
+- ``ppo-pong``: SB3 PPO ``CnnPolicy`` with RL Zoo's Atari hyperparameters, ``make_atari_env`` + ``VecFrameStack(4)``,
+  8 envs: training env-steps/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import ROOT, SB3_MISSING, emit, sb3_available, stdout_to_stderr  # noqa: E402
+
+PRESETS = {
+    "ppo-minatar": "ppo-minatar-breakout",
+    "dqn-minatar": "dqn-minatar-breakout",
+    "sac-halfcheetah": "sac-halfcheetah",
+    "ppo-hopper": "ppo-hopper",
+    "ppo-pong": "ppo-atari-pong",
+}
+
+
+def rlcore_run(preset: str, seed: int, steps: int, test_episodes: int, evaluate: bool) -> dict[str, Any]:
+    """Train (and unless ``evaluate`` is false, evaluate and select) the preset on a fixed budget."""
+    import torch
+
+    from rlcore.io import read_json
+    from rlcore.params import load_params
+    from rlcore.stages import evaluate_stage, select_stage, train_stage
+
+    every = steps if not evaluate else max(steps // 5, 1)
+    params = load_params(
+        ROOT / "configs" / f"{preset}.yaml",
+        [
+            f"seed={seed}",
+            f"train.max_steps={steps}",
+            f"train.eval_every={every}",
+            "train.target_return=null",
+            "train.max_wall_seconds=null",
+            "train.progress_bar=off",
+            f"eval.test_episodes={test_episodes}",
+            # throughput only: the one periodic evaluation at the end capped at 10 steps, so it costs nothing
+            *([] if evaluate else ["train.eval_episodes=1", "eval.max_episode_steps=10"]),
+        ],
+    )
+    torch.set_num_threads(params.torch_threads)
+    with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr():
+        root = Path(tmp)
+        train_stage(params, root)
+        summary = read_json(root / "runs" / params.name / "train_summary.json")
+        result: dict[str, Any] = {
+            "env_steps": summary["env_steps"],
+            "train_wall_seconds": round(summary["wall_seconds"], 1),
+            "env_steps_per_second": round(summary["env_steps_per_second"], 1),
+        }
+        if evaluate:
+            evaluate_stage(params, root)
+            select_stage(params, root)
+            metrics = read_json(root / "reports" / "metrics.json")
+            result.update(
+                test_mean_return=round(metrics["mean_return"], 2),
+                test_ci95=[round(metrics["ci95_low"], 2), round(metrics["ci95_high"], 2)],
+                test_episodes=metrics["episodes"],
+                selected_env_steps=metrics["env_steps"],
+            )
+    return result
+
+
+def sb3_evaluate(model: Any, env_id: str, seed: int, episodes: int, **make_kwargs: Any) -> dict[str, Any]:
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    env = make_vec_env(env_id, n_envs=1, seed=seed + 10_000, **make_kwargs)
+    returns, _ = evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=True, return_episode_rewards=True)
+    env.close()
+    return {"test_mean_return": round(statistics.mean(returns), 2), "test_episodes": len(returns)}
+
+
+def sb3_ppo_minatar(seed: int, steps: int, test_episodes: int) -> dict[str, Any]:
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+    from torch import nn
+
+    from rlcore.env_ids import env_spec
+
+    env_spec("MinAtar/Breakout-v1")  # registers MinAtar's ids (seeds below 2**32 here: SB3 seeds from seed)
+
+    class MinAtarCNN(BaseFeaturesExtractor):  # type: ignore[misc]
+        """conv 16 3x3 + 128 units on (10, 10, C) bool frames, as rlcore's SmallCNN."""
+
+        def __init__(self, observation_space: gym.spaces.Box) -> None:
+            super().__init__(observation_space, 128)
+            height, width, channels = observation_space.shape
+            self.net = nn.Sequential(
+                nn.Conv2d(channels, 16, 3), nn.ReLU(), nn.Flatten(), nn.Linear(16 * (height - 2) * (width - 2), 128),
+                nn.ReLU(),
+            )  # fmt: skip
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return self.net(obs.permute(0, 3, 1, 2).float())
+
+    env = make_vec_env("MinAtar/Breakout-v1", n_envs=16, seed=seed)
+    model = PPO(
+        "MlpPolicy",
+        env,
+        learning_rate=lambda progress: 5e-4 * progress,
+        n_steps=128,
+        batch_size=256,
+        n_epochs=4,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_range=0.2,
+        ent_coef=0.01,
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+        policy_kwargs={
+            "features_extractor_class": MinAtarCNN,
+            "net_arch": {"pi": [64], "vf": [64]},
+            "activation_fn": nn.ReLU,
+            "normalize_images": False,
+        },
+        seed=seed,
+        device="cpu",
+    )
+    started = time.perf_counter()
+    with stdout_to_stderr():
+        model.learn(total_timesteps=steps)
+    seconds = time.perf_counter() - started
+    return {
+        "env_steps": steps,
+        "train_wall_seconds": round(seconds, 1),
+        "env_steps_per_second": round(steps / seconds, 1),
+        **sb3_evaluate(model, "MinAtar/Breakout-v1", seed, test_episodes, env_kwargs={"max_episode_steps": 10_000}),
+    }
+
+
+def sb3_sac_halfcheetah(seed: int, steps: int, test_episodes: int) -> dict[str, Any]:
+    from stable_baselines3 import SAC
+
+    model = SAC("MlpPolicy", "HalfCheetah-v5", learning_starts=10_000, seed=seed, device="cpu")
+    started = time.perf_counter()
+    with stdout_to_stderr():
+        model.learn(total_timesteps=steps)
+    seconds = time.perf_counter() - started
+    return {
+        "env_steps": steps,
+        "train_wall_seconds": round(seconds, 1),
+        "env_steps_per_second": round(steps / seconds, 1),
+        **sb3_evaluate(model, "HalfCheetah-v5", seed, test_episodes),
+    }
+
+
+def sb3_ppo_pong(seed: int, steps: int) -> dict[str, Any]:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    from rlcore.env_ids import env_spec
+
+    env_spec("ALE/Pong-v5")
+    kwargs = {"frameskip": 1, "repeat_action_probability": 0.0}
+    env = VecFrameStack(make_atari_env("ALE/Pong-v5", n_envs=8, seed=seed, env_kwargs=kwargs), n_stack=4)
+    model = PPO(
+        "CnnPolicy", env, n_steps=128, n_epochs=4, batch_size=256, learning_rate=2.5e-4, clip_range=0.1,
+        vf_coef=0.5, ent_coef=0.01, seed=seed, device="cpu",
+    )  # fmt: skip
+    started = time.perf_counter()
+    with stdout_to_stderr():
+        model.learn(total_timesteps=steps)
+    seconds = time.perf_counter() - started
+    return {"env_steps": steps, "train_wall_seconds": round(seconds, 1), "env_steps_per_second": round(steps / seconds)}
+
+
+def frames_dataset(transitions: int, seed: int) -> dict[str, Any]:
+    """Dataset size and speed for Atari frame stacks: ``transitions`` random-policy steps of the Pong preset's env
+    ((4, 84, 84) uint8) written by ``collect`` (frames as fixed_size_binary), read back whole; beside it the same
+    frames as fixed_size_list<uint8>, written and read with the same Parquet options, for the layout decision."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rlcore.collection import collect_dataset
+    from rlcore.datasets import load_dataset
+    from rlcore.envs import make_vector_env
+    from rlcore.params import load_params
+
+    params = load_params(ROOT / "configs" / "ppo-atari-pong.yaml", [])
+    probe = make_vector_env(params.env, 1)
+    spaces = probe.single_observation_space, probe.single_action_space
+    probe.close()
+    with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr():
+        path = Path(tmp) / "frames.parquet"
+        started = time.perf_counter()
+        collect_dataset(path, params.env, None, {"kind": "random"}, 8, transitions, None, 0.0, False, seed, 4096)
+        collect_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        data = load_dataset(path, *spaces, params.env.id)
+        read_seconds = time.perf_counter() - started
+        frame = int(np.prod(data.obs.shape[1:]))
+
+        def as_list(values: np.ndarray) -> pa.Array:
+            return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1), pa.uint8()), frame)
+
+        table = pa.table({"observation": as_list(data.obs), "next_observation": as_list(data.next_obs)})
+        listed = Path(tmp) / "lists.parquet"
+        started = time.perf_counter()
+        pq.write_table(table, listed, compression="zstd", use_dictionary=False, row_group_size=4096)
+        list_write = time.perf_counter() - started
+        started = time.perf_counter()
+        pq.read_table(listed).column("observation").combine_chunks().flatten().to_numpy()
+        list_read = time.perf_counter() - started
+        raw = 2 * len(data) * frame
+        return {
+            "transitions": len(data),
+            "raw_frames_mb": round(raw / 2**20, 1),
+            "binary_file_mb": round(path.stat().st_size / 2**20, 1),
+            "collect_seconds": round(collect_seconds, 1),
+            "read_seconds": round(read_seconds, 2),
+            "uint8_list_frames_only_file_mb": round(listed.stat().st_size / 2**20, 1),
+            "uint8_list_write_seconds": round(list_write, 2),
+            "uint8_list_read_one_column_seconds": round(list_read, 2),
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("case", choices=[*sorted(PRESETS), "frames-dataset"])
+    parser.add_argument("--steps", type=int, default=None, help="env-step budget (default: the preset's)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--test-episodes", type=int, default=100)
+    parser.add_argument("--no-peer", action="store_true", help="skip SB3")
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    if args.case == "frames-dataset":
+        emit({"benchmark": args.case, **frames_dataset(args.steps or 10_000, args.seeds[0])})
+        return
+    preset = PRESETS[args.case]
+    defaults = {"ppo-pong": 16_384, "sac-halfcheetah": 100_000}
+    steps = args.steps or defaults.get(args.case, 1_000_000)
+    evaluate = args.case != "ppo-pong"
+    result: dict[str, Any] = {"benchmark": args.case, "preset": f"configs/{preset}.yaml", "steps": steps}
+    result["rlcore"] = {seed: rlcore_run(preset, seed, steps, args.test_episodes, evaluate) for seed in args.seeds}
+    peers = {"ppo-minatar": sb3_ppo_minatar, "sac-halfcheetah": sb3_sac_halfcheetah}
+    if not args.no_peer and (args.case in peers or args.case == "ppo-pong"):
+        if not sb3_available():
+            result["sb3"] = SB3_MISSING
+        elif args.case == "ppo-pong":
+            result["sb3"] = {seed: sb3_ppo_pong(seed, steps) for seed in args.seeds}
+        else:
+            result["sb3"] = {seed: peers[args.case](seed, steps, args.test_episodes) for seed in args.seeds}
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()
