@@ -23,6 +23,7 @@ from gymnasium import spaces
 from rlcore.encoders import build_encoder
 from rlcore.errors import ConfigError
 from rlcore.observations import storage_dtype
+from rlcore.replay import EPISODE_RESERVE
 
 FLOAT = 4
 """Bytes per float32."""
@@ -95,9 +96,11 @@ def estimate(params: Any, observation_space: spaces.Space, action_space: spaces.
         parts["algo.n_steps"] = (2 * rollout * per_step, f"a rollout of {rollout:,} transitions (n_steps x num_envs)")
         batch = min(batch, rollout)
     transition = 2 * obs_bytes + action_bytes + 2 * FLOAT
-    if hasattr(algo, "buffer_size"):  # off-policy: the replay ring
+    if hasattr(algo, "buffer_size"):  # off-policy: the replay ring, observations stored once (rlcore.replay)
         size = int(algo.buffer_size)
-        parts["algo.buffer_size"] = (size * transition, f"a replay buffer of {size:,} transitions")
+        rows = size + size // EPISODE_RESERVE + 2 * num_envs * (int(getattr(algo, "n_step", 1)) + 1)
+        replay_bytes = rows * obs_bytes + size * (action_bytes + 2 * FLOAT + 16)
+        parts["algo.buffer_size"] = (replay_bytes, f"a replay buffer of {size:,} transitions")
     offline = not hasattr(algo, "n_steps") and not hasattr(algo, "buffer_size")
     if offline and not params.dataset.in_memory:  # a streamed dataset: the shuffle buffer and the held-out part
         size = int(params.dataset.buffer_transitions) + int(params.dataset.validation_limit)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -33,38 +34,44 @@ def no_flags(num_envs: int) -> np.ndarray:
     return np.zeros(num_envs, dtype=bool)
 
 
-def fill(buffer: ReplayBuffer, vector_steps: int, num_envs: int, seed: int = 0) -> None:
-    """Add ``vector_steps`` random vector steps (some episode ends, some invalid rows)."""
+def fill(buffer: ReplayBuffer, vector_steps: int, num_envs: int, seed: int = 0, continuing: bool = False) -> None:
+    """Add ``vector_steps`` random vector steps (some episode ends, some invalid rows). ``continuing``: each
+    step's obs is the previous step's next_obs (episodes go on; stored once), else unrelated draws."""
     rng = np.random.default_rng(seed)
-    obs_shape = buffer.obs.shape[1:]
+    obs_shape = buffer.observations.shape[1:]
     action_shape = buffer.actions.shape[1:]
+    next_obs = rng.standard_normal((num_envs, *obs_shape)).astype(np.float32)
     for _ in range(vector_steps):
+        obs = next_obs if continuing else rng.standard_normal((num_envs, *obs_shape)).astype(np.float32)
+        next_obs = rng.standard_normal((num_envs, *obs_shape)).astype(np.float32)
         if np.issubdtype(buffer.actions.dtype, np.integer):
             actions = rng.integers(0, 5, size=(num_envs, *action_shape)).astype(buffer.actions.dtype)
         else:
             actions = rng.uniform(-1, 1, size=(num_envs, *action_shape)).astype(buffer.actions.dtype)
         buffer.add(
-            rng.standard_normal((num_envs, *obs_shape)).astype(np.float32),
+            obs,
             actions,
             rng.standard_normal(num_envs).astype(np.float32),
-            rng.standard_normal((num_envs, *obs_shape)).astype(np.float32),
-            rng.random(num_envs) < 0.1,
-            rng.random(num_envs) < 0.1,
-            rng.random(num_envs) < 0.9,
+            next_obs,
+            np.zeros(num_envs, bool) if continuing else rng.random(num_envs) < 0.1,
+            np.zeros(num_envs, bool) if continuing else rng.random(num_envs) < 0.1,
+            np.ones(num_envs, bool) if continuing else rng.random(num_envs) < 0.9,
         )
 
 
 def stored_rows(buffer: ReplayBuffer) -> list[tuple]:
-    """The filled rows as hashable tuples (obs, action, reward, next_obs, discount)."""
+    """The stored transitions, oldest first, as hashable tuples (obs, action, reward, next_obs, discount)."""
+    slots = buffer.slots()
+    obs, next_obs = buffer.observation(buffer.obs_write[slots]), buffer.observation(buffer.next_write[slots])
     return [
         (
-            tuple(buffer.obs[i].tolist()),
-            buffer.actions[i].tolist(),
-            float(buffer.rewards[i]),
-            tuple(buffer.next_obs[i].tolist()),
-            float(buffer.discounts[i]),
+            tuple(obs[i].tolist()),
+            buffer.actions[slot].tolist(),
+            float(buffer.rewards[slot]),
+            tuple(next_obs[i].tolist()),
+            float(buffer.discounts[slot]),
         )
-        for i in range(len(buffer))
+        for i, slot in enumerate(slots)
     ]
 
 
@@ -112,10 +119,13 @@ def test_sampled_transitions_are_exactly_ones_added_across_wrap_around(
             else:
                 invalid.add(float(counters[env]))
 
-    assert len(buffer) == min(len(added), capacity)
-    recent = set(added[-capacity:])
+    # These observations never repeat (next_obs is not the next obs), so each transition needs two rows: the
+    # buffer keeps the most recent transitions whose rows fit, oldest first, and at least the capacity's
+    # share of its observation rows.
+    assert min(len(added), (buffer.obs_capacity - 2 * num_envs) // 2, capacity) <= len(buffer) <= capacity
     stored = stored_rows(buffer)
-    assert set(stored) == recent
+    assert stored == added[len(added) - len(buffer) :]
+    recent = set(stored)
     assert all(row[0][0] not in invalid for row in stored)
     if not added:
         return
@@ -130,6 +140,97 @@ def test_sampled_transitions_are_exactly_ones_added_across_wrap_around(
         )
         assert row in recent, f"sampled {row} is not among the {capacity} most recent transitions added"
         assert row[0][0] not in invalid
+
+
+def reference_transitions(steps: list[tuple], num_envs: int, n_step: int) -> list[tuple]:
+    """What a buffer storing both observations of every transition would hold, in insertion order: the n-step
+    windows of ``rlcore.replay`` written out plainly. ``steps``: (obs, actions, rewards, next_obs, terminated,
+    truncated, valid) per vector step."""
+    gamma32, out = float(np.float32(GAMMA)), []
+    windows: list[list[tuple]] = [[] for _ in range(num_envs)]
+
+    def emit(window: list[tuple], next_obs: tuple, terminal: bool) -> None:
+        ret = float(np.float32(sum(GAMMA**k * r for k, (_, _, r) in enumerate(window))))
+        discount = 0.0 if terminal else float(np.float32(GAMMA ** len(window)))
+        out.append((window[0][0], window[0][1], ret, next_obs, discount))
+
+    for obs, actions, rewards, next_obs, terminated, truncated, valid in steps:
+        for env in np.flatnonzero(valid):
+            if n_step == 1:
+                discount = 0.0 if terminated[env] else gamma32
+                out.append((tuple(obs[env].tolist()), int(actions[env]), float(rewards[env]),
+                            tuple(next_obs[env].tolist()), discount))  # fmt: skip
+                continue
+            window = windows[env]
+            window.append((tuple(obs[env].tolist()), int(actions[env]), float(rewards[env])))
+            if terminated[env] or truncated[env]:
+                while window:
+                    emit(window, tuple(next_obs[env].tolist()), bool(terminated[env]))
+                    window.pop(0)
+            elif len(window) == n_step:
+                emit(window, tuple(next_obs[env].tolist()), False)
+                window.pop(0)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    capacity=st.integers(8, 80),
+    num_envs=st.integers(1, 4),
+    n_step=st.sampled_from([1, 3]),
+    vector_steps=st.integers(1, 150),
+    data=st.data(),
+)
+def test_episodes_of_ten_steps_store_each_observation_once_and_keep_capacity_transitions(
+    capacity: int, num_envs: int, n_step: int, vector_steps: int, data: st.DataObject
+) -> None:
+    """Envs stepped as gymnasium's next-step autoreset does: episodes of 10 steps (ended by termination or
+    truncation, drawn), then a reset step that is no transition. An episode's obs is its previous next_obs,
+    so the buffer writes 11 rows per 10 transitions, holds exactly the last ``capacity`` transitions and
+    samples what a buffer of two copies per transition would."""
+    buffer = make_buffer(capacity=capacity, num_envs=num_envs, n_step=n_step)
+    episode, t = np.zeros(num_envs, int), data.draw(st.lists(st.integers(0, 9), min_size=num_envs, max_size=num_envs))
+    t = np.array(t)
+    resetting = np.zeros(num_envs, dtype=bool)
+    current = np.stack([np.arange(num_envs), episode, t], axis=1).astype(np.float32)
+    steps = []
+    for step in range(vector_steps):
+        ends = t == 9
+        terminated = ends & np.array(data.draw(st.lists(st.booleans(), min_size=num_envs, max_size=num_envs)))
+        truncated = ends & ~terminated
+        episode_next = np.where(resetting, episode + 1, episode)
+        t_next = np.where(resetting, 0, np.minimum(t + 1, 9))
+        next_obs = np.stack([np.arange(num_envs), episode_next, t_next], axis=1).astype(np.float32)
+        actions = np.full(num_envs, step, dtype=np.int64)
+        rewards = (t + 1).astype(np.float32)
+        valid = ~resetting
+        entry = (current, actions, rewards, next_obs, terminated & valid, truncated & valid, valid)
+        buffer.add(*entry)
+        steps.append(entry)
+        resetting = valid & ends
+        episode, t, current = episode_next, t_next, next_obs
+
+    expected = reference_transitions(steps, num_envs, n_step)
+    assert len(buffer) == min(len(expected), capacity)
+    assert stored_rows(buffer) == expected[len(expected) - len(buffer) :]
+    valid_steps = sum(int(entry[-1].sum()) for entry in steps)
+    episodes_started = sum(int(entry[-1].sum()) for entry in steps[:1]) + sum(
+        int((entry[-1] & ~prev[-1]).sum()) for prev, entry in itertools.pairwise(steps)
+    )
+    assert buffer.obs_writes == valid_steps + episodes_started  # one row per step, one more per episode start
+    if expected:
+        batch = buffer.sample(64, np.random.default_rng(0))
+        stored = set(stored_rows(buffer))
+        for i in range(64):
+            row = (tuple(batch["obs"][i].tolist()), int(batch["actions"][i]), float(batch["rewards"][i]),
+                   tuple(batch["next_obs"][i].tolist()), float(batch["discounts"][i]))  # fmt: skip
+            assert row in stored
+
+
+def test_observation_storage_is_one_and_an_eighth_rows_per_transition() -> None:
+    buffer = make_buffer(capacity=80_000, num_envs=16, n_step=1, obs_shape=(4, 84, 84))
+    assert buffer.obs_capacity == 90_000 + 2 * 16 * 2
+    assert buffer.observations.shape == (90_064, 4, 84, 84)
 
 
 # --- 2. termination vs truncation ------------------------------------------------------------------------------------
@@ -148,7 +249,7 @@ def test_terminated_stores_zero_discount_and_truncated_or_normal_store_gamma() -
         valid=np.ones(3, dtype=bool),
     )
     assert len(buffer) == 3
-    by_env = {int(buffer.obs[i, 0]): float(buffer.discounts[i]) for i in range(3)}
+    by_env = {int(row[0][0]): row[4] for row in stored_rows(buffer)}
     assert by_env == {0: 0.0, 1: float(np.float32(GAMMA)), 2: float(np.float32(GAMMA))}
     assert buffer.discounts.dtype == np.float32
 
@@ -182,16 +283,11 @@ def run_two_env_episode(end: str) -> ReplayBuffer:
 def transitions_of(buffer: ReplayBuffer, env: int) -> dict[int, tuple]:
     """env's stored transitions keyed by start time t: (action, reward, next_obs, discount)."""
     out = {}
-    for i in range(len(buffer)):
-        if buffer.obs[i, 0] == env:
-            t = int(buffer.obs[i, 1])
+    for obs, action, reward, next_obs, discount in stored_rows(buffer):
+        if obs[0] == env:
+            t = int(obs[1])
             assert t not in out, f"start t={t} of env {env} stored twice"
-            out[t] = (
-                int(buffer.actions[i]),
-                float(buffer.rewards[i]),
-                tuple(buffer.next_obs[i].tolist()),
-                float(buffer.discounts[i]),
-            )
+            out[t] = (int(action), reward, next_obs, discount)
     return out
 
 
@@ -248,28 +344,38 @@ def test_n_step_windows_of_interleaved_env_stay_separate(end: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("n_step", "action_shape", "action_dtype", "vector_steps"),
+    ("n_step", "action_shape", "action_dtype", "vector_steps", "continuing"),
     [
-        (1, (), np.int64, 40),  # discrete, wrapped around several times
-        (3, (2,), np.float32, 40),  # continuous, n-step, wrapped
-        (1, (), np.int64, 3),  # not yet full
+        (1, (), np.int64, 40, False),  # discrete, wrapped around several times
+        (3, (2,), np.float32, 40, False),  # continuous, n-step, wrapped
+        (1, (), np.int64, 3, False),  # not yet full
+        (3, (), np.int64, 40, True),  # one long episode: full, wrapped, nothing dropped
     ],
 )
 def test_save_load_round_trip_is_bit_identical(
-    tmp_path: Path, n_step: int, action_shape: tuple[int, ...], action_dtype: type, vector_steps: int
+    tmp_path: Path,
+    n_step: int,
+    action_shape: tuple[int, ...],
+    action_dtype: type,
+    vector_steps: int,
+    continuing: bool,
 ) -> None:
     config = dict(capacity=17, num_envs=2, n_step=n_step, action_shape=action_shape, action_dtype=action_dtype)
     original = make_buffer(**config)
-    fill(original, vector_steps, num_envs=2)
-    if vector_steps == 40:
-        assert len(original) == original.capacity and original.pos != 0  # wrapped, ring not aligned
+    fill(original, vector_steps, num_envs=2, continuing=continuing)
+    if continuing:
+        assert len(original) == original.capacity and original.pos != 0
+    elif vector_steps == 40:
+        # wrapped, ring not aligned; fill's observations never repeat, so rows ran out first: transitions dropped
+        assert original.added > original.capacity and original.pos != 0 and len(original) < original.capacity
     path = tmp_path / "replay" / "step_123.npz"
     original.save(path, env_steps=123)
 
     loaded = make_buffer(**config)
     assert loaded.load(path) == 123
     assert (loaded.pos, loaded.size) == (original.pos, original.size)
-    for name in FIELDS:
+    assert (loaded.oldest, loaded.obs_writes) == (original.oldest, original.obs_writes)
+    for name in ("observations", "actions", "rewards", "discounts", "obs_write", "next_write"):
         a, b = getattr(original, name), getattr(loaded, name)
         assert a.dtype == b.dtype and a.shape == b.shape, name
         assert a.tobytes() == b.tobytes(), name

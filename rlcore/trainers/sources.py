@@ -30,7 +30,7 @@ from rlcore.io import file_digests
 from rlcore.nets import ObsNormalizer
 from rlcore.observations import storage_dtype
 from rlcore.policies import action_dim
-from rlcore.replay import ReplayBuffer
+from rlcore.replay import OlderReplayFormatError, ReplayBuffer
 from rlcore.seeds import training_seed
 from rlcore.stepping import VectorStepper
 
@@ -135,7 +135,11 @@ class ReplaySource(EnvSource):
         if not path.is_file():
             log.warning("no replay buffer saved for env step %d (%s): resuming with an empty buffer", step, path)
             return
-        self.replay.load(path)
+        try:
+            self.replay.load(path)
+        except OlderReplayFormatError as exc:
+            log.warning("%s: resuming with an empty buffer", exc)
+            return
         log.info("restored %d replay transitions from %s", len(self.replay), path.name)
 
 
