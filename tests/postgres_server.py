@@ -47,9 +47,12 @@ def postgres_server(startup_timeout: float = 60) -> Iterator[str]:
     )
     port = free_port()
     log = base / "postgres.log"
+    # 300 connections: a SIGKILLed sweep's connections stay open on the server until it notices they are gone,
+    # and the re-run's processes (each an engine pool plus Optuna's heartbeat thread) connect meanwhile; at 100 a
+    # loaded machine ran out ("sorry, too many clients already").
     server = subprocess.Popen(
         [*as_postgres, postgres, "-D", str(data), "-p", str(port), "-k", str(base)]
-        + ["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=100"],
+        + ["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=300"],
         stdout=subprocess.DEVNULL,
         stderr=open(log, "w"),  # noqa: SIM115 - the server's own log; read on failure
         start_new_session=True,

@@ -265,7 +265,9 @@ class LocalRunner(Runner):
         try:
             trajectory = conn.recv()
         except (EOFError, OSError, pickle.UnpicklingError):
-            code = self._processes[actor_id].exitcode
+            process = self._processes[actor_id]
+            process.join(timeout=2.0)  # a closed pipe is most often a dead actor: wait for its exit code
+            code = process.exitcode
             self._replace(actor_id, f"died (exit code {code})" if code is not None else "broke its pipe")
             return
         self._received[actor_id] += 1
