@@ -11,6 +11,9 @@ episodes of the selected checkpoint; wall seconds are training's (periodic evalu
     python benchmarks/pixels.py ppo-pong      [--steps 16384]      # throughput only: env-steps/s, no evaluation
     python benchmarks/pixels.py frames-dataset [--steps 10000]     # Parquet size and speed of Atari frame stacks
 
+``--curve-points 20 --figure benchmarks/figures/<case>.png`` also draws each run's periodic-evaluation curve (the
+``curve`` field of the JSON line).
+
 SB3 peers (the ``bench`` extra), same process, one thread:
 - ``ppo-minatar``: SB3 PPO with the preset's hyperparameters and the same network (MinAtar CNN, 16 3x3 filters and
   128 units, heads [64]: SB3's NatureCNN needs 36x36 images), 16 envs; 100 deterministic test episodes.
@@ -43,15 +46,18 @@ PRESETS = {
 }
 
 
-def rlcore_run(preset: str, seed: int, steps: int, test_episodes: int, evaluate: bool) -> dict[str, Any]:
-    """Train (and unless ``evaluate`` is false, evaluate and select) the preset on a fixed budget."""
+def rlcore_run(
+    preset: str, seed: int, steps: int, test_episodes: int, evaluate: bool, curve_points: int = 5
+) -> dict[str, Any]:
+    """Train (and unless ``evaluate`` is false, evaluate and select) the preset on a fixed budget, with a periodic
+    evaluation (and a checkpoint) every ``steps / curve_points`` env steps: the learning curve."""
     import torch
 
     from rlcore.io import read_json
     from rlcore.params import load_params
     from rlcore.stages import evaluate_stage, select_stage, train_stage
 
-    every = steps if not evaluate else max(steps // 5, 1)
+    every = steps if not evaluate else max(steps // curve_points, 1)
     params = load_params(
         ROOT / "configs" / f"{preset}.yaml",
         [
@@ -75,6 +81,8 @@ def rlcore_run(preset: str, seed: int, steps: int, test_episodes: int, evaluate:
             "env_steps": summary["env_steps"],
             "train_wall_seconds": round(summary["wall_seconds"], 1),
             "env_steps_per_second": round(summary["env_steps_per_second"], 1),
+            # periodic evaluations (their own seed block, never the test episodes): [env steps, mean return]
+            "curve": [[row["env_steps"], round(row["mean_return"], 2)] for row in summary["evaluations"]],
         }
         if evaluate:
             evaluate_stage(params, root)
@@ -248,6 +256,26 @@ def frames_dataset(transitions: int, seed: int) -> dict[str, Any]:
         }
 
 
+def plot_curves(runs: dict[int, dict[str, Any]], title: str, path: Path) -> None:
+    """One line per seed: periodic-evaluation mean return against env steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 3.5))
+    for seed, run in runs.items():
+        steps, returns = zip(*run["curve"], strict=True)
+        axes.plot(steps, returns, marker="o", label=f"seed {seed}")
+    axes.set(xlabel="env steps", ylabel="mean return (10 episodes)", title=title)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("case", choices=[*sorted(PRESETS), "frames-dataset"])
@@ -255,6 +283,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--test-episodes", type=int, default=100)
     parser.add_argument("--no-peer", action="store_true", help="skip SB3")
+    parser.add_argument("--curve-points", type=int, default=5, help="periodic evaluations (and checkpoints) per run")
+    parser.add_argument("--figure", type=Path, default=None, help="write the learning curves to this PNG")
     args = parser.parse_args()
     import torch
 
@@ -267,7 +297,11 @@ def main() -> None:
     steps = args.steps or defaults.get(args.case, 1_000_000)
     evaluate = args.case != "ppo-pong"
     result: dict[str, Any] = {"benchmark": args.case, "preset": f"configs/{preset}.yaml", "steps": steps}
-    result["rlcore"] = {seed: rlcore_run(preset, seed, steps, args.test_episodes, evaluate) for seed in args.seeds}
+    result["rlcore"] = {
+        seed: rlcore_run(preset, seed, steps, args.test_episodes, evaluate, args.curve_points) for seed in args.seeds
+    }
+    if args.figure is not None and evaluate:
+        plot_curves(result["rlcore"], f"{preset} (periodic evaluations)", args.figure)
     peers = {"ppo-minatar": sb3_ppo_minatar, "sac-halfcheetah": sb3_sac_halfcheetah}
     if not args.no_peer and (args.case in peers or args.case == "ppo-pong"):
         if not sb3_available():
