@@ -49,4 +49,4 @@ lint: setup-dev
 	$(BIN)/mypy
 
 clean:
-	rm -rf runs models export data reports/*.json reports/*.md reports/*.png reports/offline .prefect
+	rm -rf runs models export data reports/*.json reports/*.md reports/*.png reports/offline reports/warmstart .prefect

@@ -98,13 +98,22 @@ def sb3_available() -> bool:
 
 
 def sb3_time_to_target(
-    model: Any, env_id: str, seed: int, eval_every: int, target: float, total_timesteps: int, episodes: int = 10
+    model: Any,
+    env_id: str,
+    seed: int,
+    eval_every: int,
+    target: float,
+    total_timesteps: int,
+    episodes: int = 10,
+    wrapper_class: Any = None,
+    wrapper_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``model.learn`` with an evaluation every ``eval_every`` env steps; stops at the first one >= ``target``.
 
     The clock starts just before ``learn`` (model construction is not counted, as in rlcore, whose clock
     starts once the policy and algorithm exist); ``total_timesteps`` is the budget and also sets SB3's
-    schedules, so pass the RL Zoo's ``n_timesteps`` where a schedule depends on it.
+    schedules, so pass the RL Zoo's ``n_timesteps`` where a schedule depends on it. ``wrapper_class`` (with
+    ``wrapper_kwargs``) wraps the evaluation env as the training env is wrapped.
     """
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -113,7 +122,9 @@ def sb3_time_to_target(
     class StopAtTarget(BaseCallback):
         def __init__(self) -> None:
             super().__init__()
-            self.eval_env = make_vec_env(env_id, n_envs=1, seed=seed + 1000)
+            self.eval_env = make_vec_env(
+                env_id, n_envs=1, seed=seed + 1000, wrapper_class=wrapper_class, wrapper_kwargs=wrapper_kwargs
+            )
             self.next_eval = eval_every
             self.reached: dict[str, Any] | None = None
             self.started = time.perf_counter()

@@ -48,6 +48,19 @@ def _collect_flow(args: argparse.Namespace) -> Any:
     return collect_flow(params_path=args.params, overrides=args.overrides, root=str(Path.cwd()))
 
 
+def _warmstart_flow(args: argparse.Namespace) -> Any:
+    _checked(args)
+    from flows.warmstart import warm_start_pipeline
+
+    return warm_start_pipeline(
+        params_path=args.params,
+        overrides=args.overrides,
+        root=str(Path.cwd()),
+        base_params=args.base_params,
+        offline_params=args.offline_params,
+    )
+
+
 class _NoFlow(argparse.Action):
     """``--no-flow``: no Prefect, so the sweep prints its own log lines."""
 
@@ -92,6 +105,16 @@ def _add_flow_commands(commands: Any) -> None:
     collect = commands.add_parser("collect-flow", help=help_text, description=help_text)
     add_params_arguments(collect)
     collect.set_defaults(run=_collect_flow, own_logging=False)
+
+    help_text = (
+        "run the warm-start DAG as a Prefect flow run: params.yaml's pipeline, collect + the offline branch (BC), then "
+        "the pipeline of --params (PPO with train.init_from the BC model)"
+    )
+    warmstart = commands.add_parser("warmstart-flow", help=help_text, description=help_text)
+    add_params_arguments(warmstart, default="configs/ppo-from-bc-cartpole.yaml")
+    warmstart.add_argument("--base-params", default="params.yaml", metavar="FILE", help="the from-scratch pipeline")
+    warmstart.add_argument("--offline-params", default="offline.yaml", metavar="FILE", help="the offline branch")
+    warmstart.set_defaults(run=_warmstart_flow, own_logging=False)
 
     help_text = "run the hyperparameter study of params.yaml's `sweep` section (Optuna) as a Prefect flow run"
     sweep = commands.add_parser("sweep", help=help_text, description=help_text)

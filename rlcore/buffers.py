@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from rlcore.policies import ActorCritic
 
 
 class RolloutBuffer:
@@ -58,19 +62,29 @@ class RolloutBuffer:
         noisy step. A rollout whose valid count divides evenly, or leaves a large tail, is split as before.
         """
         valid = self.flat_valid_indices()
-        order = valid[torch.randperm(valid.numel(), generator=generator)]
-        if order.numel() == 0:
-            return
-        full, tail = divmod(order.numel(), batch_size)
-        if full == 0 or (2 * tail >= batch_size and tail >= 2):
-            yield from order.split(batch_size)
-        else:
-            yield from order.tensor_split(full)
+        yield from split_batches(valid[torch.randperm(valid.numel(), generator=generator)], batch_size)
+
+    def features(self, policy: ActorCritic, idx: torch.Tensor) -> torch.Tensor:
+        """What ``policy``'s heads read at the flat steps ``idx`` (B,): (B, width). Here the encoded observations;
+        a recurrent rollout (``rlcore.sequences``) runs its sequences through the policy's memory."""
+        return policy.features(self.flat("obs")[idx])
 
     def flat(self, name: str) -> torch.Tensor:
         """A stored field with (T, N) flattened to (T * N,)."""
         tensor: torch.Tensor = getattr(self, name)
         return tensor.reshape(self.num_steps * self.num_envs, *tensor.shape[2:])
+
+
+def split_batches(order: torch.Tensor, batch_size: int) -> Iterator[torch.Tensor]:
+    """``order`` (n,) cut into batches of ``batch_size``, none small: a remainder of at least half a batch (and 2)
+    is a batch of its own, a smaller one is spread over the full batches, fewer than a batch make one batch."""
+    if order.numel() == 0:
+        return
+    full, tail = divmod(order.numel(), batch_size)
+    if full == 0 or (2 * tail >= batch_size and tail >= 2):
+        yield from order.split(batch_size)
+    else:
+        yield from order.tensor_split(full)
 
 
 @dataclass

@@ -18,11 +18,11 @@ from rlcore.errors import RLCoreError
 StageRunner = Callable[[argparse.Namespace], Any]
 
 
-def add_params_arguments(parser: argparse.ArgumentParser) -> None:
+def add_params_arguments(parser: argparse.ArgumentParser, default: str = "params.yaml") -> None:
     parser.add_argument(
         "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="only warnings and errors"
     )
-    parser.add_argument("--params", default="params.yaml", metavar="FILE", help="params file (default: params.yaml)")
+    parser.add_argument("--params", default=default, metavar="FILE", help=f"params file (default: {default})")
     parser.add_argument(
         "--set",
         dest="overrides",

@@ -172,6 +172,30 @@ class EnvConfig(StrictModel):
         check_parameters(self.id, self.kwargs, self.parameters_adapter, parameters, key)
 
 
+class MemoryConfig(StrictModel):
+    """A recurrent core between the observation encoder and the heads (``rlcore.memory``)."""
+
+    type: Literal["lstm", "gru"] = "lstm"
+    size: int = Field(64, ge=1, le=4096)
+    """Hidden units of the core; the state is (batch, 2, size) for an LSTM (h and c), (batch, 1, size) for a GRU."""
+    sequence_length: int = Field(16, ge=1, le=4096)
+    """Steps per training sequence: rollouts are cut into sequences of this many steps per env (fewer when
+    ``algo.n_steps`` is shorter, or for the rollout's last), which minibatches hold whole, each starting from the
+    state stored when it was collected."""
+    burn_in: int = Field(0, ge=0)
+    """Steps before each sequence run only to refresh its stored state (no loss on them); less than
+    ``sequence_length``."""
+
+    @model_validator(mode="after")
+    def _burn_in_shorter(self) -> MemoryConfig:
+        if self.burn_in >= self.sequence_length:
+            raise ValueError(
+                f"policy.memory.burn_in: must be < policy.memory.sequence_length ({self.sequence_length}), "
+                f"got {self.burn_in}"
+            )
+        return self
+
+
 class PolicyConfig(StrictModel):
     hidden_sizes: list[int] = Field(default_factory=lambda: [64, 64])
     """Widths of the MLP torso, shared shape for actor and critic (the weights are separate). At most 100 layers;
@@ -189,6 +213,9 @@ class PolicyConfig(StrictModel):
     ones, one per key of a Dict); a name forces it for the images."""
     image_channels: Literal["auto", "first", "last"] = "auto"
     """Where an image's channel axis is: ``auto`` takes the first axis when it is shorter than the last."""
+    memory: MemoryConfig | None = None
+    """A recurrent core (``{type: lstm | gru, size, sequence_length, burn_in}``) between the encoder and the heads,
+    shared by actor and critic; null: a feed-forward policy. PPO and A2C only."""
 
     @field_validator("hidden_sizes")
     @classmethod
@@ -232,6 +259,16 @@ class TrainConfig(StrictModel):
     """Stop (after a final checkpoint) once training has run this long; null for no limit."""
     progress_bar: Literal["auto", "on", "off"] = "auto"
     """``auto`` shows a bar on a terminal and prints one log line per evaluation otherwise."""
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """The losses' forward passes under ``torch.autocast``: ``bf16``; ``fp16`` needs CUDA (with a gradient scaler)
+    and is refused on the CPU. Weights, optimizer state, rollouts and acting stay float32. PPO and A2C only."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the networks train: ``auto`` and ``cpu`` are the CPU; ``cuda`` is refused, in one line, on a machine
+    without a GPU and, for now, on one with one (CUDA training is not implemented; ``rlcore.compute``)."""
+    init_from: str | None = None
+    """A checkpoint (``runs/<name>/checkpoints/step_*.pt``) or a selected ``policy.pt`` of any run whose policy has
+    this run's spaces and shapes: a fresh run starts from its policy weights and observation normalizer (fresh
+    optimizer and counters; ``rlcore.warm_start``). Relative to the project. A resumed run is not re-initialized."""
 
     @field_validator("progress_bar", mode="before")
     @classmethod
@@ -283,6 +320,16 @@ class SelectConfig(StrictModel):
     setting: str | None = None
     """Which evaluation ``metric`` is read from: null, the training distribution; the name of one of
     ``eval.settings``; or ``mean``, the mean of the metric over ``eval.settings``."""
+    baseline_run: str | None = None
+    """The name of another run (``runs/<name>``), e.g. the same params trained from scratch beside a warm-started
+    run: the report draws both learning curves in one chart (``reports/baseline_comparison.png``); null: none."""
+
+    @field_validator("baseline_run")
+    @classmethod
+    def _run_name(cls, name: str | None) -> str | None:
+        if name is not None and (not _FOLDER_NAME.fullmatch(name) or set(name) == {"."}):
+            raise ValueError(f"expected a run name (a folder of runs/), got {short_repr(name)}")
+        return name
 
 
 class ExportConfig(StrictModel):

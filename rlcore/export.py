@@ -346,6 +346,8 @@ def model_card(
             **{key: selection[key] for key in ("step_unit", "env_steps", "gradient_steps")},
             "command": meta.get("command"),
             "dataset": meta.get("dataset"),  # offline runs: path, sha256 and md5 (DVC's hash) of the data
+            # train.init_from: the checkpoint or policy.pt it started from (path, sha256, what was loaded)
+            "initialized_from": meta.get("initialized_from"),
         },
         "params": params,
         "files": result.files,

@@ -94,3 +94,11 @@ def file_digests(path: Path, *algorithms: str) -> dict[str, str]:
 
 def sha256_file(path: Path) -> str:
     return file_digests(path, "sha256")["sha256"]
+
+
+def shown_path(path: Path) -> str:
+    """``path`` as messages and records show it: relative to the working directory (the project, for ``rlcore``
+    commands) where it is inside it, else as given."""
+    path = Path(path)
+    cwd = Path.cwd()
+    return str(path.relative_to(cwd)) if path.is_absolute() and path.is_relative_to(cwd) else str(path)

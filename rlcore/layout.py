@@ -57,6 +57,11 @@ class Layout:
         return self.reports / "settings.png"
 
     @property
+    def baseline_png(self) -> Path:
+        """This run's learning curve beside ``select.baseline_run``'s (only when one is named)."""
+        return self.reports / "baseline_comparison.png"
+
+    @property
     def best(self) -> Path:
         return self.root / "models" / self.branch / "best" if self.branch else self.root / "models" / "best"
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, create_model
 
+from rlcore.compute import check_device
 from rlcore.config import (
     SECTIONS,
     Params,
@@ -22,7 +23,7 @@ from rlcore.config import (
     short_repr,
 )
 from rlcore.errors import ConfigError, did_you_mean
-from rlcore.registry import algo_config_class, registered_algorithms
+from rlcore.registry import algo_config_class, algorithm_class, registered_algorithms
 
 REQUIRED = {
     "env": ("id", "the env to train on, e.g. env: {id: CartPole-v1}"),
@@ -67,6 +68,40 @@ def validate_params(tree: dict[str, Any], source: str = "params") -> Params:
         raise ConfigError(f"{source}: algo.name: unknown algorithm {short_repr(name)}{hint}; known: {', '.join(known)}")
     model = params_model(name)
     try:
-        return model.model_validate(tree)
+        params = model.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(f"{source}: {describe_validation_error(exc, model)}") from None
+    check_capabilities(params, source)
+    return params
+
+
+def check_capabilities(params: Params, source: str) -> None:
+    """Refuse (one line) optional params the algorithm would not honour: a recurrent policy (``policy.memory``) or
+    mixed precision (``train.precision``) for an algorithm without them, and a device or precision this machine
+    cannot run (``rlcore.compute``)."""
+    name = params.algo.name
+    capabilities = algorithm_class(name).capabilities
+
+    def able(capability: str) -> str:
+        known = registered_algorithms()
+        return ", ".join(other for other in known if capability in algorithm_class(other).capabilities)
+
+    if params.policy.memory is not None and "memory" not in capabilities:
+        raise ConfigError(
+            f"{source}: policy.memory: {name} does not train recurrent policies ({able('memory')} do); "
+            "set policy.memory: null"
+        )
+    if params.policy.memory is not None and getattr(params.algo, "behavioral_cloning", None) is not None:
+        raise ConfigError(
+            f"{source}: policy.memory: algo.behavioral_cloning scores single dataset observations, which a recurrent "
+            "policy cannot act on without its state; use one or the other"
+        )
+    if params.train.precision != "fp32" and "precision" not in capabilities:
+        raise ConfigError(
+            f"{source}: train.precision: {name} trains in fp32 only ({able('precision')} take bf16); "
+            "set train.precision: fp32"
+        )
+    try:
+        check_device(params.train)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None

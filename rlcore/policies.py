@@ -81,6 +81,7 @@ class Policy(nn.Module):
         super().__init__()
         self.config = config
         self.observation_space = observation_space
+        self.action_space = action_space
         self.discrete = isinstance(action_space, spaces.Discrete)
         self.action_dim = action_dim(action_space)
         self.obs_normalizer = ObsNormalizer(
@@ -299,12 +300,15 @@ class ActorCritic(Policy):
         action_space: spaces.Space,
         config: PolicyConfig,
         value_head: ValueHeadConfig | None = None,
+        head_inputs: int | None = None,
     ) -> None:
+        """``head_inputs``: the width the heads read when it is not the encoder's (a recurrent core's output)."""
         super().__init__(observation_space, action_space, config)
         self.sub_actions = sub_actions(action_space)
-        self.actor = mlp(self.feature_dim, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
+        width = head_inputs or self.feature_dim
+        self.actor = mlp(width, config.hidden_sizes, self.action_dim, config.activation, out_gain=0.01)
         head = value_head or ValueHeadConfig()
-        self.critic = ValueHead(self.feature_dim, config.hidden_sizes, config.activation, head)
+        self.critic = ValueHead(width, config.hidden_sizes, config.activation, head)
         self._register_load_state_dict_pre_hook(_critic_keys_before_value_heads)
         if isinstance(action_space, spaces.Box):
             self.log_std = nn.Parameter(torch.full((self.action_dim,), float(config.log_std_init)))
@@ -312,6 +316,11 @@ class ActorCritic(Policy):
     def distribution(self, obs: torch.Tensor) -> Distribution:
         """The action distribution for ``obs``: (B, *obs_shape) raw observations."""
         return self.distribution_of(self.features(obs))
+
+    def step_features(self, obs: torch.Tensor, state: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(:meth:`features` of ``obs``, the next state): what the heads read at one step of acting. A feed-forward
+        policy passes the state (None) through; ``rlcore.memory``'s recurrent one advances it."""
+        return self.features(obs), state
 
     def distribution_of(self, features: torch.Tensor) -> Distribution:
         """The action distribution for :meth:`features` (B, feature_dim): a caller that also needs the critic
@@ -357,13 +366,19 @@ class ActorCritic(Policy):
         return self.actor(self.features(obs))
 
     def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
-        scores = self.act_scores(obs)
+        return self.greedy_of(self.act_scores(obs))
+
+    def sample_action(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        return self.sample_of(self.act_scores(obs), generator)
+
+    def greedy_of(self, scores: torch.Tensor) -> torch.Tensor:
+        """The greedy action for the actor's ``scores`` (B, action_dim)."""
         if self.sub_actions is not None:
             return self.sub_actions.greedy(scores)
         return scores.argmax(dim=-1) if self.discrete else scores
 
-    def sample_action(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        scores = self.act_scores(obs)
+    def sample_of(self, scores: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """A sampled action for the actor's ``scores`` (B, action_dim)."""
         if self.sub_actions is not None:
             return self.sub_actions.sample(scores, generator)
         if self.discrete:

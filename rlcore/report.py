@@ -91,6 +91,55 @@ def plot_learning_curve(
     plt.close(fig)
 
 
+def first_reaching(steps: list[int], values: list[float], threshold: float | None) -> int | None:
+    """The first step whose value is at least ``threshold`` (None: never, or no threshold)."""
+    if threshold is None:
+        return None
+    return next((step for step, value in zip(steps, values, strict=True) if value >= threshold), None)
+
+
+def plot_baseline_comparison(
+    curves: dict[str, Path], threshold: float | None, unit: str, title: str, target: Path
+) -> dict[str, int | None]:
+    """Periodic-evaluation returns of several runs in one chart (``curves``: label -> dvclive TSV), with
+    ``threshold`` (``train.target_return``) as a line; returns each run's first step at or above it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    reached: dict[str, int | None] = {}
+    for label, tsv in curves.items():
+        steps, values = read_curve(tsv)
+        reached[label] = first_reaching(steps, values, threshold)
+        ax.plot(steps, values, marker=".", label=label)
+    if threshold is not None:
+        ax.axhline(threshold, color="gray", linestyle="--", linewidth=1, label=f"target {threshold:g}")
+    ax.set_xlim(left=0)
+    ax.set_xlabel(unit)
+    ax.set_ylabel("periodic evaluation, mean return")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    with atomic_path(target) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+    return reached
+
+
+def baseline_words(reached: dict[str, int | None], threshold: float | None, unit: str, plot: str) -> list[str]:
+    """The report's lines on the comparison with ``select.baseline_run``."""
+    lines = ["Beside the baseline run (`select.baseline_run`), periodic evaluations of both:", ""]
+    if threshold is not None:
+        parts = [
+            f"`{label}` {'never' if step is None else f'after {step:,} {unit}'}" for label, step in reached.items()
+        ]
+        lines += [f"First periodic evaluation at or above {threshold:g}: " + "; ".join(parts) + ".", ""]
+    return [*lines, f"![learning curves beside the baseline]({plot})", ""]
+
+
 def write_report(
     target: Path,
     name: str,
@@ -102,11 +151,13 @@ def write_report(
     plot_name: str,
     video_name: str | None = None,
     settings_plot: str | None = None,
+    baseline: list[str] | None = None,
 ) -> None:
     """``reports/report.md``: the test score with its interval, the validation score selection used (and which
     is which), how training went (and when each curriculum lesson started), the learning curve (and ``video_name``,
     a video of the first test episode, when recorded), the scores under ``eval.settings`` (a table and
-    ``settings_plot``) and every candidate's validation scores."""
+    ``settings_plot``), the comparison with a baseline run (``baseline``: :func:`baseline_words`) and every
+    candidate's validation scores."""
     test, validation = selection["test"], selection["validation"]
     lines = [
         f"# Run `{name}`: {algo} on {env_id}",
@@ -142,6 +193,10 @@ def write_report(
         if summary.get("curriculum"):
             lines += ["Curriculum lessons (`env.curriculum`), when each started:", "", lessons_table(summary), ""]
     lines += [f"![learning curve]({plot_name})", ""]
+    if summary and summary.get("initialized_from"):
+        source = summary["initialized_from"]
+        lines += [f"Initialized from `{source['path']}` (sha256 `{source['sha256'][:16]}…`, `train.init_from`).", ""]
+    lines += baseline or []
     if video_name:
         lines += [f"The selected model's first test episode: ![first test episode]({video_name})", ""]
     if selection.get("settings"):

@@ -27,7 +27,7 @@ from rlcore.io import read_json, sha256_file, write_json
 from rlcore.layout import Layout, project_path
 from rlcore.policies import Policy
 from rlcore.registry import policy_from_checkpoint
-from rlcore.report import plot_learning_curve, plot_settings, write_report
+from rlcore.report import baseline_words, plot_baseline_comparison, plot_learning_curve, plot_settings, write_report
 from rlcore.seeds import describe, test_seeds, validation_seeds
 from rlcore.selection import select_best, view_scores
 from rlcore.trainers import is_offline, train
@@ -46,6 +46,15 @@ def train_stage(
     if is_offline(params) and not Path(params.dataset.path).is_absolute():  # the dataset, relative to the project
         params = params.model_copy(deep=True)
         params.dataset.path = str(root / params.dataset.path)
+    init_from = params.train.init_from
+    if init_from is not None:  # a checkpoint or policy.pt, relative to the project
+        params = params.model_copy(deep=True)
+        params.train.init_from = str(project_path(root, init_from, "train.init_from"))
+    behavioral_cloning = getattr(params.algo, "behavioral_cloning", None)
+    if behavioral_cloning is not None:  # its dataset, relative to the project
+        params = params.model_copy(deep=True)
+        dataset = project_path(root, behavioral_cloning.dataset, "algo.behavioral_cloning.dataset")
+        params.algo.behavioral_cloning.dataset = str(dataset)  # type: ignore[attr-defined]
     train(params, layout.run_dir, on_evaluation=on_evaluation, resume_from=resume_from)
     return layout.run_dir
 
@@ -307,6 +316,7 @@ def select_stage(params: Params, root: Path) -> Path:
     if settings:
         plot_settings(selection, f"{algo} on {env_id} ({params.name}): test episodes", layout.settings_png)
     video = _record_video(params, checkpoint, seeds, layout.reports / "episode.gif") if params.eval.video else None
+    baseline = _baseline_comparison(params, root, f"{algo} on {env_id}", summary)
     write_report(
         layout.report,
         params.name,
@@ -318,9 +328,30 @@ def select_stage(params: Params, root: Path) -> Path:
         layout.learning_curve_png.name,
         video.name if video else None,
         layout.settings_png.name if settings else None,
+        baseline,
     )
     log.info("selected %s", reason)
     return layout.best
+
+
+def _baseline_comparison(params: Params, root: Path, what: str, summary: dict[str, Any] | None) -> list[str] | None:
+    """``select.baseline_run``: this run's learning curve beside the baseline's (``reports/baseline_comparison.png``)
+    and the report's lines on it; None when no baseline is named."""
+    layout = Layout(root, params.name, params.branch)
+    layout.baseline_png.unlink(missing_ok=True)  # a chart of a baseline no longer named
+    name = params.select.baseline_run
+    if name is None:
+        return None
+    other = Layout(root, name)
+    if not other.learning_curve_tsv.is_file():
+        raise RLCoreError(f"select.baseline_run: {other.run_dir}: no learning curve; train that run first")
+    threshold = params.train.target_return
+    unit = ((summary or {}).get("step_unit") or "env_steps").replace("_", " ")
+    started = " (warm start)" if (summary or {}).get("initialized_from") else ""
+    curves = {f"{params.name}{started}": layout.learning_curve_tsv, name: other.learning_curve_tsv}
+    title = f"{what}: {params.name} and {name}"
+    reached = plot_baseline_comparison(curves, threshold, unit, title, layout.baseline_png)
+    return baseline_words(reached, threshold, unit, layout.baseline_png.name)
 
 
 def _short_scores(scores: dict[str, Any]) -> dict[str, Any]:

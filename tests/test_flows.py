@@ -103,3 +103,33 @@ def test_retrain_offline_records_the_newest_dataset_version_in_each_model_card(p
         assert card["training"]["dataset"]["md5"] == md5 == result["dataset_md5"]
         cards.append(card)
     assert cards[0]["training"]["dataset"]["md5"] != cards[1]["training"]["dataset"]["md5"]
+
+
+def test_warm_start_flow_trains_bc_then_ppo_initialized_from_the_bc_model(project: Path, prefect_server):
+    """flows/warmstart.py: the base pipeline, collect + BC, then the preset's PPO warm-started from the BC model
+    (tiny budgets: 4,096 + 1,024 env steps of PPO, 1,000 transitions, 100 BC gradient steps)."""
+    import shutil
+
+    from flows.warmstart import warm_start_pipeline
+    from rlcore.io import sha256_file
+
+    source_tree = Path(__file__).resolve().parents[1]
+    shutil.copy(source_tree / "offline.yaml", project / "offline.yaml")
+    preset = project / "configs" / "ppo-from-bc-cartpole.yaml"
+    preset.parent.mkdir()
+    shutil.copy(source_tree / "configs" / preset.name, preset)
+    small = ["train.eval_episodes=2", "eval.episodes=2", "eval.test_episodes=10", "export.parity_observations=100"]
+    result = warm_start_pipeline(
+        params_path=str(preset),
+        overrides=[*small, "train.max_steps=1024", "train.eval_every=1024", "select.baseline_run=quick"],
+        root=str(project),
+        base_params=str(project / "params.yaml"),
+        base_overrides=[*QUICK, "train.progress_bar=off"],
+        offline_params=str(project / "offline.yaml"),
+        offline_overrides=[*small, "collect.steps=1000", "train.max_steps=100", "train.eval_every=100"],
+    )
+    bc_model = project / "models" / "offline" / "best" / "policy.pt"
+    assert result["initialized_from"]["sha256"] == sha256_file(bc_model)
+    card = read_json(project / "export" / "warmstart" / "model_card.json")
+    assert card["training"]["initialized_from"]["path"].endswith("models/offline/best/policy.pt")
+    assert (project / "reports" / "warmstart" / "baseline_comparison.png").is_file()

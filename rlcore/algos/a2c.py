@@ -28,8 +28,10 @@ from torch import nn
 
 from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig
 from rlcore.algos.ppo import PPO, explained_variance
+from rlcore.bc_regularizer import BCRegularizer
 from rlcore.buffers import RolloutBuffer
 from rlcore.config import PolicyConfig
+from rlcore.memory import actor_critic
 from rlcore.policies import ActorCritic
 from rlcore.returns import n_step_returns
 from rlcore.schedules import ScheduleName, scheduled
@@ -70,16 +72,18 @@ class A2C(OnPolicyAlgorithm[A2CConfig, ActorCritic]):
     name = "a2c"
     Config = A2CConfig
     action_spaces = PPO.action_spaces  # the same actor-critic policies, so the same spaces
+    capabilities = PPO.capabilities
 
     def __init__(self, policy: ActorCritic, config: A2CConfig) -> None:
         super().__init__(policy, config)
         self.optimizer = make_optimizer(policy.parameters(), config)
+        self.behavioral_cloning = BCRegularizer.of(policy, config)  # algo.behavioral_cloning, or None
 
     @staticmethod
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: A2CConfig
     ) -> ActorCritic:
-        return ActorCritic(observation_space, action_space, config, algo.value_head)
+        return actor_critic(observation_space, action_space, config, algo.value_head)
 
     @torch.no_grad()
     def advantages(self, rollout: RolloutBuffer) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,24 +109,37 @@ class A2C(OnPolicyAlgorithm[A2CConfig, ActorCritic]):
             group["lr"] = lr
 
         valid = rollout.flat_valid_indices()
-        obs, actions = rollout.flat("obs")[valid], rollout.flat("actions")[valid]
-        advantages, returns = rollout.flat("advantages")[valid], rollout.flat("returns")[valid]
-        if cfg.normalize_advantage and advantages.numel() > 1:  # the std of one sample is NaN
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        actions, advantages, returns = rollout.flat("actions"), rollout.flat("advantages"), rollout.flat("returns")
+        if cfg.normalize_advantage and valid.numel() > 1:  # the std of one sample is NaN
+            advantages = (advantages - advantages[valid].mean()) / (advantages[valid].std() + 1e-8)
 
-        features = self.policy.features(obs)  # encoded once for both heads
-        dist = self.policy.distribution_of(features)
-        policy_loss = -(dist.log_prob(actions) * advantages).mean()
-        value_loss = self.policy.value_loss_of(features, returns)
-        entropy = dist.entropy().mean()
-        loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-        self.optimizer_step(self.optimizer, loss, self.policy.parameters(), cfg.max_grad_norm)
+        # algo.grad_accumulation: the batch in k parts (whole sequences for a recurrent policy), each loss weighted
+        # by its share of the steps, summed into one step.
+        k = cfg.grad_accumulation
+        parts = [valid] if k == 1 else list(rollout.minibatches(-(-valid.numel() // k), generator))
+        totals = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0}
+        self.optimizer.zero_grad(set_to_none=True)
+        for idx in parts:
+            with self.precision.autocast():
+                features = rollout.features(self.policy, idx)  # encoded once for both heads
+                dist = self.policy.distribution_of(features)
+                policy_loss = -(dist.log_prob(actions[idx]) * advantages[idx]).mean()
+                value_loss = self.policy.value_loss_of(features, returns[idx])
+                entropy = dist.entropy().mean()
+                loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+                if self.behavioral_cloning is not None:
+                    loss = loss + self.behavioral_cloning.loss(self.policy, generator)
+            share = idx.numel() / valid.numel()
+            self.accumulate(loss if len(parts) == 1 else loss * share)
+            for key, value in (("policy_loss", policy_loss), ("value_loss", value_loss), ("entropy", entropy)):
+                totals[key] += value.item() * (1.0 if len(parts) == 1 else share)
+        self.apply_gradients(self.optimizer, self.policy.parameters(), cfg.max_grad_norm)
         self.gradient_steps += 1
 
+        bc = self.behavioral_cloning.end_update(rollout.rewards.numel()) if self.behavioral_cloning is not None else {}
         return {
-            "policy_loss": policy_loss.item(),
-            "value_loss": value_loss.item(),
-            "entropy": entropy.item(),
-            "explained_variance": explained_variance(rollout.flat("values")[valid], returns),
+            **totals,
+            "explained_variance": explained_variance(rollout.flat("values")[valid], returns[valid]),
             "learning_rate": lr,
+            **bc,
         }

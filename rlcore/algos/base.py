@@ -19,7 +19,7 @@ counter are saved and restored by :meth:`Algorithm.state_dict` from its attribut
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import torch
@@ -27,11 +27,14 @@ from gymnasium import spaces
 from pydantic import Field, model_validator
 from torch import nn
 
+from rlcore.bc_regularizer import BehavioralCloningConfig
 from rlcore.buffers import RolloutBuffer, TrajectoryBatch
+from rlcore.compute import Precision
 from rlcore.config import AlgoConfig, PolicyConfig
 from rlcore.policies import Policy
 from rlcore.population.tasks import RolloutResult, RolloutTask
 from rlcore.returns import gae
+from rlcore.reward_signals import RewardSignals, RewardSignalsConfig
 from rlcore.value_transforms import ValueHeadConfig
 
 __all__ = [
@@ -60,6 +63,25 @@ class OnPolicyConfig(AlgoConfig):
     """GAE's lambda: 0 is the one-step TD error, 1 the Monte Carlo return minus the value."""
     value_head: ValueHeadConfig = Field(default_factory=ValueHeadConfig)
     """The critic's output: a scalar (default), in signed-sqrt units, or categorical over a support."""
+    grad_accumulation: int = Field(1, ge=1, le=1024)
+    """Minibatches whose gradients are summed (each weighted by its share of the samples) before one optimizer
+    step: k minibatches of ``batch_size / k`` give the step of one minibatch of ``batch_size`` in a k-th of the
+    activation memory (PPO); A2C splits its one batch into k parts."""
+    behavioral_cloning: BehavioralCloningConfig | None = None
+    """An auxiliary BC loss on a dataset's demonstrations, its weight decaying to 0 (``rlcore.bc_regularizer``)."""
+    reward_signals: RewardSignalsConfig | None = None
+    """Rewards beside the env's: ``extrinsic``, ``rnd``, ``curiosity``, ``gail``, each with a ``strength`` and a
+    ``gamma`` (``rlcore.reward_signals``); null: the env's reward alone."""
+
+    @model_validator(mode="after")
+    def _one_extrinsic_discount(self) -> OnPolicyConfig:
+        extrinsic = self.reward_signals.extrinsic.gamma if self.reward_signals is not None else None
+        if extrinsic is not None and extrinsic != self.gamma:
+            raise ValueError(
+                f"algo.reward_signals.extrinsic.gamma: the extrinsic discount is algo.gamma ({self.gamma}), "
+                f"got {extrinsic}: set algo.gamma (or leave extrinsic.gamma out)"
+            )
+        return self
 
 
 class OffPolicyConfig(AlgoConfig):
@@ -152,6 +174,19 @@ class PopulationConfig(AlgoConfig):
     """A ``local`` worker that holds a task but answers nothing this long is replaced; its tasks are re-issued."""
 
 
+def accumulation_groups(minibatches: Iterable[torch.Tensor], size: int) -> Iterator[list[torch.Tensor]]:
+    """Consecutive groups of ``size`` minibatches (the last may be smaller): the minibatches whose gradients one
+    optimizer step sums (``algo.grad_accumulation``)."""
+    group: list[torch.Tensor] = []
+    for minibatch in minibatches:
+        group.append(minibatch)
+        if len(group) == size:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
 ConfigT = TypeVar("ConfigT", bound=AlgoConfig)
 PolicyT = TypeVar("PolicyT", bound=Policy)
 
@@ -166,6 +201,9 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
     name: ClassVar[str]
     Config: ClassVar[type[AlgoConfig]]
     action_spaces: ClassVar[tuple[type[spaces.Space], ...]]
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+    """Optional params it honours: ``memory`` (``policy.memory``), ``precision`` (``train.precision`` other than
+    fp32). Others are refused at load (``rlcore.params``)."""
 
     def __init__(self, policy: PolicyT, config: ConfigT) -> None:
         self.policy = policy
@@ -175,6 +213,15 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
         self.skipped_steps = 0
         """Optimizer steps skipped for a non-finite loss or gradient (see :meth:`optimizer_step`)."""
         self.consecutive_skips = 0
+        self._pending_skip = False
+        self.precision = Precision()
+        """How losses are computed (``rlcore.compute``): float32 unless the trainer says otherwise
+        (:meth:`compute_in`)."""
+
+    def compute_in(self, precision: Precision) -> None:
+        """Compute the losses' forward passes in ``precision`` (``train.precision``); only algorithms that list
+        ``precision`` in :attr:`capabilities` read it."""
+        self.precision = precision
 
     @staticmethod
     @abstractmethod
@@ -220,9 +267,31 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
         they persist. Returns whether the step was applied.
         """
         optimizer.zero_grad(set_to_none=True)
+        self.accumulate(loss)
+        return self.apply_gradients(optimizer, parameters, max_grad_norm)
+
+    def accumulate(self, loss: torch.Tensor) -> bool:
+        """Add the gradients of ``loss`` to those held (gradient accumulation: several minibatches' losses, each
+        weighted by its share of the samples, then one :meth:`apply_gradients`). A non-finite loss is not
+        back-propagated: the pending step is skipped (counted) and False returned."""
         if not bool(torch.isfinite(loss)):
+            self._pending_skip = True
             return self._skip()
         loss.backward()
+        return True
+
+    def apply_gradients(
+        self,
+        optimizer: torch.optim.Optimizer,
+        parameters: Iterable[nn.Parameter] | None = None,
+        max_grad_norm: float | None = None,
+    ) -> bool:
+        """One optimizer step on the accumulated gradients, clipping their norm when asked; a non-finite norm is
+        skipped (counted). The gradients are not zeroed: the next step zeroes them first."""
+        if self._pending_skip:
+            self._pending_skip = False
+            optimizer.zero_grad(set_to_none=True)
+            return False
         if max_grad_norm is not None and parameters is not None:
             norm = nn.utils.clip_grad_norm_(parameters, max_grad_norm)
             if not bool(torch.isfinite(norm)):
@@ -240,6 +309,22 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
 
 class OnPolicyAlgorithm(Algorithm[ConfigT, PolicyT]):
     """Learns from the rollout its own policy just collected (PPO; A2C, IMPALA next)."""
+
+    def __init__(self, policy: PolicyT, config: ConfigT) -> None:
+        super().__init__(policy, config)
+        self.reward_signals = RewardSignals.of(policy, config)
+        """``algo.reward_signals``' networks, or None; the trainer calls ``reward_signals.learn`` on each rollout."""
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.reward_signals is not None:  # absent otherwise: checkpoints of earlier runs still load
+            state["reward_signals"] = self.reward_signals.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.reward_signals is not None:
+            self.reward_signals.load_state_dict(state["reward_signals"])
 
     @torch.no_grad()
     def advantages(self, rollout: RolloutBuffer) -> tuple[torch.Tensor, torch.Tensor]:

@@ -21,9 +21,11 @@ import torch
 from gymnasium import spaces
 from pydantic import Field, model_validator
 
-from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig
+from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig, accumulation_groups
+from rlcore.bc_regularizer import BCRegularizer
 from rlcore.buffers import RolloutBuffer
 from rlcore.config import PolicyConfig
+from rlcore.memory import actor_critic
 from rlcore.policies import ActorCritic
 from rlcore.returns import gae
 from rlcore.reward_scaling import RewardScaler
@@ -73,17 +75,19 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
     name = "ppo"
     Config = PPOConfig
     action_spaces = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Box)
+    capabilities = frozenset({"memory", "precision"})
 
     def __init__(self, policy: ActorCritic, config: PPOConfig) -> None:
         super().__init__(policy, config)
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, eps=config.adam_eps, fused=True)
         self.reward_scaler = RewardScaler(config.gamma, config.reward_clip) if config.normalize_rewards else None
+        self.behavioral_cloning = BCRegularizer.of(policy, config)  # algo.behavioral_cloning, or None
 
     @staticmethod
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: PPOConfig
     ) -> ActorCritic:
-        return ActorCritic(observation_space, action_space, config, algo.value_head)
+        return actor_critic(observation_space, action_space, config, algo.value_head)
 
     @torch.no_grad()
     def advantages(self, rollout: RolloutBuffer) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,41 +115,55 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
-        obs, actions = rollout.flat("obs"), rollout.flat("actions")
+        actions = rollout.flat("actions")
         old_log_probs, old_values = rollout.flat("log_probs"), rollout.flat("values")
         advantages, returns = rollout.flat("advantages"), rollout.flat("returns")
 
         totals: dict[str, float] = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "clip_fraction": 0.0}
         approx_kl, minibatches, epochs_done, stopped_early = 0.0, 0, 0, False
         for _ in range(cfg.n_epochs):
-            for idx in rollout.minibatches(cfg.batch_size, generator):
-                features = self.policy.features(obs[idx])  # encoded once for both heads
-                dist = self.policy.distribution_of(features)
-                log_ratio = dist.log_prob(actions[idx]) - old_log_probs[idx]
-                ratio = log_ratio.exp()
-                with torch.no_grad():
-                    approx_kl = ((ratio - 1) - log_ratio).mean().item()  # Schulman's low-variance estimator
-                if cfg.target_kl is not None and approx_kl > 1.5 * cfg.target_kl:
-                    stopped_early = True
+            # algo.grad_accumulation minibatches make one optimizer step: each loss weighted by its share of the
+            # group's samples, advantages normalized over the group, so the step is the one of their union.
+            for batches in accumulation_groups(rollout.minibatches(cfg.batch_size, generator), cfg.grad_accumulation):
+                samples = sum(int(idx.numel()) for idx in batches)
+                pooled = advantages[torch.cat(batches)]
+                self.optimizer.zero_grad(set_to_none=True)
+                for idx in batches:
+                    with self.precision.autocast():
+                        features = rollout.features(self.policy, idx)  # encoded once for both heads
+                        dist = self.policy.distribution_of(features)
+                        log_ratio = dist.log_prob(actions[idx]) - old_log_probs[idx]
+                        ratio = log_ratio.exp()
+                        with torch.no_grad():
+                            approx_kl = ((ratio - 1) - log_ratio).mean().item()  # Schulman's low-variance estimator
+                        if cfg.target_kl is not None and approx_kl > 1.5 * cfg.target_kl:
+                            stopped_early = True
+                            break
+
+                        adv = advantages[idx]
+                        if cfg.normalize_advantage and pooled.numel() > 1:  # the std of one sample is NaN
+                            adv = (adv - pooled.mean()) / (pooled.std() + 1e-8)
+                        policy_loss = -clipped_surrogate(ratio, adv, clip, cfg.dual_clip).mean()
+
+                        value_loss = self.policy.value_loss_of(
+                            features, returns[idx], old_values[idx], cfg.clip_range_vf
+                        )
+                        entropy = dist.entropy().mean()
+
+                        loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+                        if self.behavioral_cloning is not None:
+                            loss = loss + self.behavioral_cloning.loss(self.policy, generator)
+                    self.accumulate(loss if len(batches) == 1 else loss * (idx.numel() / samples))
+
+                    minibatches += 1
+                    totals["policy_loss"] += policy_loss.item()
+                    totals["value_loss"] += value_loss.item()
+                    totals["entropy"] += entropy.item()
+                    totals["clip_fraction"] += ((ratio - 1).abs() > clip).float().mean().item()
+                if stopped_early:
                     break
-
-                adv = advantages[idx]
-                if cfg.normalize_advantage and adv.numel() > 1:  # the std of one sample is NaN
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                policy_loss = -clipped_surrogate(ratio, adv, clip, cfg.dual_clip).mean()
-
-                value_loss = self.policy.value_loss_of(features, returns[idx], old_values[idx], cfg.clip_range_vf)
-                entropy = dist.entropy().mean()
-
-                loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-                self.optimizer_step(self.optimizer, loss, self.policy.parameters(), cfg.max_grad_norm)
+                self.apply_gradients(self.optimizer, self.policy.parameters(), cfg.max_grad_norm)
                 self.gradient_steps += 1
-
-                minibatches += 1
-                totals["policy_loss"] += policy_loss.item()
-                totals["value_loss"] += value_loss.item()
-                totals["entropy"] += entropy.item()
-                totals["clip_fraction"] += ((ratio - 1).abs() > clip).float().mean().item()
             if stopped_early:
                 break
             epochs_done += 1
@@ -159,6 +177,8 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
             clip_range=clip,
             epochs=float(epochs_done),
         )
+        if self.behavioral_cloning is not None:
+            metrics.update(self.behavioral_cloning.end_update(rollout.rewards.numel()))
         return metrics
 
 

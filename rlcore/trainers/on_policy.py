@@ -1,8 +1,9 @@
 """The on-policy loop: collect a rollout -> advantages -> the algorithm's update, repeated.
 
 Per iteration: ``algo.n_steps`` vector steps over ``env.num_envs`` envs, then the algorithm's advantage
-estimator (GAE by default), then ``algorithm.update``. Evaluation, checkpoints, logging and stop conditions
-are the session's.
+estimator (GAE by default), with ``algo.reward_signals`` the strength-weighted sum of its advantages and each
+signal's (``rlcore.reward_signals``, which then trains its own networks on the rollout), then ``algorithm.update``.
+Evaluation, checkpoints, logging and stop conditions are the session's.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import torch
 
 from rlcore.actions import action_layout
 from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig
-from rlcore.buffers import RolloutBuffer
+from rlcore.compute import Precision, training_device
 from rlcore.config import Params
 from rlcore.observations import obs_tensor
-from rlcore.policies import ActorCritic
+from rlcore.policies import ActorCritic, reset_state
+from rlcore.sequences import SequenceRollout, make_rollout
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import EnvSource
 from rlcore.trainers.stopping import EvaluationCallback
@@ -37,15 +39,18 @@ def train_on_policy(
         policy.obs_normalizer.update(obs)
         action_shape, action_dtype = action_layout(session.action_space)  # Box actions of any shape are flat
         obs_dtype = obs.dtype  # the storage dtype: uint8 frames stay uint8 (rlcore.observations)
-        rollout = RolloutBuffer(
-            n_steps, num_envs, tuple(session.observation_space.shape or ()), action_shape, action_dtype, obs_dtype
-        )
+        obs_shape = tuple(session.observation_space.shape or ())
+        rollout = make_rollout(policy, n_steps, num_envs, obs_shape, action_shape, action_dtype, obs_dtype)
+        algorithm.compute_in(Precision(params.train.precision, training_device(params.train)))
+        state = policy.initial_state(num_envs)  # a recurrent policy's memory (None: feed-forward); episodes restart
         stop_reason = session.stops.budget(session.state)
         while stop_reason is None:
             with torch.no_grad():
                 for t in range(n_steps):
                     obs_t = obs_tensor(source.stepper.obs)
-                    features = policy.features(obs_t)  # encoded once for both heads
+                    if state is not None:
+                        cast(SequenceRollout, rollout).keep_state(t, state)
+                    features, next_state = policy.step_features(obs_t, state)  # encoded once for both heads
                     dist = policy.distribution_of(features)
                     action = dist.sample()
                     rollout.obs[t] = obs_t
@@ -58,12 +63,20 @@ def train_on_policy(
                     rollout.episode_end[t] = torch.as_tensor(step.ended)
                     rollout.valid[t] = torch.as_tensor(step.valid)
                     session.episodes.step(step.rewards, step.valid, step.ended)
+                    state = reset_state(policy, next_state, ~step.valid)  # the step after a reset step starts anew
                 # V(s_{t+1}) is the next step's V(s_t); at an episode end that is the value of its last
                 # observation (next-step autoreset), which is what a truncated episode bootstraps from.
                 rollout.next_values[:-1] = rollout.values[1:]
-                rollout.next_values[-1] = policy.value(obs_tensor(source.stepper.obs))
+                last_features, _ = policy.step_features(obs_tensor(source.stepper.obs), state)
+                rollout.next_values[-1] = policy.value_of(last_features)
             rollout.advantages, rollout.returns = algorithm.advantages(rollout)
-            session.after_update(algorithm.update(rollout, session.progress_fraction, session.generator))
+            signal_metrics: dict[str, float] = {}
+            if algorithm.reward_signals is not None:  # the observation after the last step is s_{T} of step T - 1
+                rollout.advantages, signal_metrics = algorithm.reward_signals.learn(
+                    rollout, obs_tensor(source.stepper.obs), rollout.advantages, session.generator
+                )
+            metrics = algorithm.update(rollout, session.progress_fraction, session.generator)
+            session.after_update({**metrics, **signal_metrics})
             # Statistics change only between updates, so each rollout's log-probabilities stay consistent.
             if policy.obs_normalizer.enabled:
                 policy.obs_normalizer.update(rollout.flat("obs")[rollout.flat_valid_indices()])

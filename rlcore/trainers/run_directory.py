@@ -75,6 +75,8 @@ class RunState:
     curriculum: dict[str, Any] | None = None
     """The curriculum's state (``rlcore.curriculum``: the lesson, its start, its smoothed signal, when each lesson
     started), restored on resume; None without ``env.curriculum``."""
+    initialized_from: dict[str, Any] | None = None
+    """``train.init_from``'s record (``rlcore.warm_start``: path, sha256, what was loaded), kept across resumes."""
 
     @property
     def steps(self) -> int:
@@ -93,6 +95,7 @@ class RunState:
             "evaluations": self.evaluations,
             "warnings": self.warnings,
             "curriculum": self.curriculum,
+            "initialized_from": self.initialized_from,
         }
 
     @classmethod
@@ -109,6 +112,7 @@ class RunState:
             meta["evaluations"],
             meta.get("warnings", []),
             meta.get("curriculum"),
+            meta.get("initialized_from"),
         )
 
 
@@ -335,6 +339,8 @@ class RunDirectory:
         }
         if state.curriculum is not None:
             summary["curriculum"] = state.curriculum
+        if state.initialized_from is not None:
+            summary["initialized_from"] = state.initialized_from
         write_json(self.summary, summary)
         return summary
 

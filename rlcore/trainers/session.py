@@ -19,6 +19,7 @@ import torch
 from gymnasium import spaces
 
 from rlcore.algos.base import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
+from rlcore.bc_regularizer import check_demonstrations
 from rlcore.config import Params
 from rlcore.curriculum import Curriculum
 from rlcore.envs import describe_space, settings_for
@@ -26,12 +27,14 @@ from rlcore.errors import ConfigError, RLCoreError
 from rlcore.evaluation import Evaluator
 from rlcore.registry import algorithm_class, check_action_space
 from rlcore.resources import check_resources
+from rlcore.reward_signals import check_reward_signals
 from rlcore.seeds import periodic_seeds
 from rlcore.trainers.metrics import EpisodeStats, MetricsLog
 from rlcore.trainers.progress import Progress
 from rlcore.trainers.run_directory import RunDirectory, RunState, log, train_fingerprint
 from rlcore.trainers.sources import DataSource, EnvSource
 from rlcore.trainers.stopping import EvaluationCallback, StopConditions
+from rlcore.warm_start import warm_start_of
 
 SourceT = TypeVar("SourceT", bound=DataSource)
 
@@ -97,9 +100,13 @@ class TrainingSession(Generic[SourceT]):
             check_curriculum_support(params, algo_cls)
             check_resources(params, self.observation_space, self.action_space)  # sizes that cannot be allocated
             self.policy = algo_cls.make_policy(self.observation_space, self.action_space, params.policy, params.algo)
+            self.warm_start = warm_start_of(params, self.policy, self.observation_space, self.action_space)
             self.source = make_source(params, self.observation_space, self.action_space)
             self._closers.append(self.source.close)
-            self.run = RunDirectory(run_dir, train_fingerprint(params, self.source.fingerprint()))
+            learns_from = {**self.source.fingerprint(), **(self.warm_start.fingerprint() if self.warm_start else {})}
+            learns_from.update(check_demonstrations(params.algo, self.policy))  # algo.behavioral_cloning's data
+            learns_from.update(check_reward_signals(params.algo, self.policy))  # algo.reward_signals.gail's
+            self.run = RunDirectory(run_dir, train_fingerprint(params, learns_from))
             self.checkpoint = self.run.prepare(params, resume_from)
         except BaseException:
             self._close_resources()
@@ -115,12 +122,17 @@ class TrainingSession(Generic[SourceT]):
             "observation": describe_space(self.observation_space),
             "action": describe_space(self.action_space),
         }
+        if self.checkpoint is None and self.warm_start is not None:  # before the algorithm copies it (targets)
+            self.warm_start.apply(self.policy)
         self.algorithm: Algorithm[Any, Any] = algorithm_class(params.algo.name)(self.policy, params.algo)
         self.generator = torch.Generator().manual_seed(params.seed)
         self.rng = np.random.default_rng(params.seed)
         self.state = RunState(self.source.unit, next_eval=params.train.eval_every, next_log=params.train.log_every)
-        if self.checkpoint is not None:
+        if self.checkpoint is not None:  # a resumed run keeps its own weights (and its record of init_from)
             self._restore()
+        elif self.warm_start is not None:
+            self.warm_start.check_kept(self.policy)
+            self.state.initialized_from = self.warm_start.record()
         self.curriculum: Curriculum | None = None
         if params.env.curriculum:
             self.curriculum = Curriculum(params.env, params.train.max_steps)

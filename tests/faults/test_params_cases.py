@@ -373,8 +373,9 @@ def leaves(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[tup
         path = (*prefix, name)
         annotation = field.annotation
         yield path, field
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            yield from leaves(annotation, path)
+        for member in _members(annotation):  # a section, or an optional one (``policy.memory``: a section or null)
+            if isinstance(member, type) and issubclass(member, BaseModel):
+                yield from leaves(member, path)
 
 
 NAME_LIKE = {
@@ -410,7 +411,7 @@ def invalid_values(path: tuple[str, ...], field: Any) -> st.SearchStrategy[Any]:
     numeric = [m for m in members if m in (int, float)]
     if path[-1] in HUGE and path[0] == "algo":
         choices.append(HUGE[path[-1]])
-    if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+    if any(isinstance(member, type) and issubclass(member, BaseModel) for member in members):
         choices += [5, "text", [1, 2]]
     elif numeric:
         choices += ["abc", [1, 2], {"a": 1}]

@@ -1,0 +1,201 @@
+"""A learned reward signal: its reward model, its own value network, one optimizer, and its statistics.
+
+Per rollout (:meth:`RewardSignal.learn`), with the models as they were before this rollout's update:
+
+    update the running observation statistics with the rollout's valid observations
+    r_t     = the signal's reward for each valid transition (0 on autoreset steps)        (T, N)
+    r_t     = r_t / std(intrinsic return)      when the signal normalizes its reward (RND, curiosity)
+    V, V'   = its value network on s_t and on s_{t+1}                                       (T, N)
+    A, R    = GAE with the signal's gamma and ``algo.gae_lambda``; an episodic signal stops at episode ends
+              (no value after a terminal state), a non-episodic one runs on across them
+    then ``epochs`` passes over shuffled minibatches of the valid steps:
+        loss = the model's own loss + (V(s_t) - R_t)^2
+
+A signal's networks read its own normalized observations (running mean/std of float values, clipped, as RND
+needs; frames pass through to a CNN of the policy's architecture), so nothing here depends on, or changes, the
+policy or its normalizer.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from rlcore.buffers import RolloutBuffer
+from rlcore.encoders import Encoder, float_mask
+from rlcore.nets import ObsNormalizer
+from rlcore.returns import gae
+from rlcore.reward_scaling import RewardScaler
+from rlcore.reward_signals.config import IntrinsicConfig
+from rlcore.reward_signals.inputs import EncodedMLP
+
+
+@dataclass
+class SignalBatch:
+    """A rollout as the signals read it, every field (T, N, ...) in the rollout's layout."""
+
+    obs: torch.Tensor
+    """(T, N, *obs_shape) s_t, in the observations' storage dtype."""
+    actions: torch.Tensor
+    """(T, N) or (T, N, k): a_t in the policy's convention."""
+    next_obs: torch.Tensor
+    """(T, N, *obs_shape) s_{t+1}: at an episode's end its last observation (next-step autoreset)."""
+    valid: torch.Tensor
+    """(T, N) bool: False on autoreset steps (no transition: no reward, never trained on)."""
+    terminated: torch.Tensor
+    episode_end: torch.Tensor
+
+    @classmethod
+    def of(cls, rollout: RolloutBuffer, last_obs: torch.Tensor) -> SignalBatch:
+        """``last_obs`` (N, *obs_shape): the observation after the rollout's last step."""
+        next_obs = torch.cat([rollout.obs[1:], last_obs.to(rollout.obs.dtype).unsqueeze(0)])
+        return cls(rollout.obs, rollout.actions, next_obs, rollout.valid, rollout.terminated, rollout.episode_end)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return int(self.valid.shape[0]), int(self.valid.shape[1])
+
+    def flat(self, name: str) -> torch.Tensor:
+        """A field with (T, N) flattened to (T * N,)."""
+        tensor: torch.Tensor = getattr(self, name)
+        return tensor.reshape(-1, *tensor.shape[2:])
+
+
+def signal_advantages(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    episode_end: torch.Tensor,
+    gamma: float,
+    lam: float,
+    episodic: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE of one signal over (T, N) tensors (as :func:`rlcore.returns.gae`). ``episodic`` False: the return runs on
+    across episode ends, as if the env never ended (no terminal state, no cut): the step after an end, an
+    autoreset step with reward 0, carries it from the episode's last observation into the next episode's first."""
+    if not episodic:
+        terminated = episode_end = torch.zeros_like(terminated)
+    return gae(rewards, values, next_values, terminated, episode_end, gamma, lam)
+
+
+class RewardSignal(nn.Module, ABC):
+    """Base of RND, curiosity and GAIL: the rollout procedure above; a member defines its reward model.
+
+    Members set ``self.optimizer`` (over every trainable parameter) at the end of their constructor.
+    """
+
+    name: ClassVar[str]
+    optimizer: torch.optim.Optimizer
+
+    def __init__(
+        self,
+        config: IntrinsicConfig,
+        observation_space: gym.Space,
+        new_encoder: Callable[[], Encoder],
+        obs_clip: float,
+        normalize_reward: bool,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.new_encoder = new_encoder
+        self.obs_normalizer = ObsNormalizer(
+            tuple(observation_space.shape or ()), obs_clip, enabled=True, mask=float_mask(observation_space)
+        )
+        self.value_net = self.encoded_mlp(1)
+        # The intrinsic return's scale, as PPO's reward scaling (RND: "divide by a running estimate of the standard
+        # deviations of the intrinsic returns"); an episodic signal's return restarts with each episode.
+        self.reward_scaler = RewardScaler(config.gamma, clip=None) if normalize_reward else None
+
+    def encoded_mlp(self, out_features: int, extra: int = 0, out_gain: float = 1.0) -> EncodedMLP:
+        """A network on this signal's normalized observations: a fresh encoder, then an MLP of ``hidden_sizes``."""
+        encoder = self.new_encoder()
+        return EncodedMLP(encoder, encoder.out_features, self.config.hidden_sizes, out_features, extra, out_gain)
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """Adam over every trainable parameter: the value network at ``value_lr``, the reward model at ``lr``."""
+        value = {id(p) for p in self.value_net.parameters()}
+        model = [p for p in self.parameters() if p.requires_grad and id(p) not in value]
+        groups = [{"params": list(self.value_net.parameters()), "lr": self.config.value_lr}]
+        return torch.optim.Adam(groups + [{"params": model, "lr": self.config.lr}])
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """(B,) the value of this signal's return, for raw observations (B, *obs_shape)."""
+        return self.value_net(self.obs_normalizer(obs)).squeeze(-1)
+
+    @abstractmethod
+    def rewards(self, batch: SignalBatch) -> torch.Tensor:
+        """(T * N,) this signal's reward of every transition of the flattened batch (autoreset steps included:
+        the caller zeroes them), before any normalization."""
+
+    @abstractmethod
+    def model_loss(self, batch: SignalBatch, rows: torch.Tensor, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """The reward model's loss terms on the flattened batch's ``rows`` (valid steps); ``loss`` is minimized,
+        the other terms are logged."""
+
+    def learn(
+        self, batch: SignalBatch, lam: float, generator: torch.Generator
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """This signal's advantages (T, N) for the rollout (from the models before it), then one round of training
+        on it; returns them and the metrics (``reward``: the mean reward of the valid steps, before normalization)."""
+        steps, envs = batch.shape
+        valid = batch.valid
+        with torch.no_grad():
+            seen = torch.cat([batch.obs[valid], batch.next_obs[valid]])
+            if seen.numel():
+                self.obs_normalizer.update(seen)
+            raw = torch.where(valid.reshape(-1), self.rewards(batch), 0.0).reshape(steps, envs)
+            rewards = raw
+            if self.reward_scaler is not None:
+                ends = batch.episode_end if self.config.episodic else torch.zeros_like(batch.episode_end)
+                rewards = self.reward_scaler.scale(raw, ends, valid)
+            values = self.value(batch.flat("obs")).reshape(steps, envs)
+            next_values = self.value(batch.flat("next_obs")).reshape(steps, envs)
+            advantages, returns = signal_advantages(
+                rewards, values, next_values, batch.terminated, batch.episode_end, self.config.gamma, lam,
+                self.config.episodic,
+            )  # fmt: skip
+        metrics = self._train(batch, returns.reshape(-1), generator)
+        metrics["reward"] = float(raw[valid].mean()) if bool(valid.any()) else 0.0
+        metrics["value"] = float(values[valid].mean()) if bool(valid.any()) else 0.0
+        return advantages, metrics
+
+    def _train(self, batch: SignalBatch, returns: torch.Tensor, generator: torch.Generator) -> dict[str, float]:
+        """``epochs`` passes over shuffled minibatches of the valid steps: the model's loss plus the value loss."""
+        valid = torch.nonzero(batch.valid.reshape(-1), as_tuple=False).squeeze(-1)
+        obs = batch.flat("obs")
+        totals: dict[str, float] = {}
+        minibatches = 0
+        for _ in range(self.config.epochs):
+            order = valid[torch.randperm(valid.numel(), generator=generator)]
+            if order.numel() < 2:
+                break
+            # Nearly equal minibatches of about batch_size: no small tail.
+            for rows in order.tensor_split(max(1, round(order.numel() / self.config.batch_size))):
+                terms = self.model_loss(batch, rows, generator)
+                value_loss = (self.value(obs[rows]) - returns[rows]).square().mean()
+                loss = terms["loss"] + value_loss
+                self.optimizer.zero_grad(set_to_none=True)
+                if not bool(torch.isfinite(loss)):  # one non-finite step would make every weight NaN
+                    continue
+                loss.backward()
+                self.optimizer.step()
+                minibatches += 1
+                for key, term in {**terms, "value_loss": value_loss}.items():
+                    if key != "loss":
+                        totals[key] = totals.get(key, 0.0) + float(term.detach())
+        return {key: total / max(minibatches, 1) for key, total in totals.items()}
+
+    def training_state(self) -> dict[str, Any]:
+        """Networks, statistics and the optimizer: what a resumed run needs."""
+        return {"networks": self.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_training_state(self, state: dict[str, Any]) -> None:
+        self.load_state_dict(state["networks"])
+        self.optimizer.load_state_dict(state["optimizer"])
