@@ -70,9 +70,24 @@ def validate_params(tree: dict[str, Any], source: str = "params") -> Params:
     try:
         params = model.model_validate(tree)
     except ValidationError as exc:
-        raise ConfigError(f"{source}: {describe_validation_error(exc, model)}") from None
+        raise ConfigError(
+            f"{source}: {other_algorithms_key(exc, name) or describe_validation_error(exc, model)}"
+        ) from None
     check_capabilities(params, source)
     return params
+
+
+def other_algorithms_key(exc: ValidationError, name: str) -> str | None:
+    """For an unknown ``algo.<key>`` that other algorithms take (``algo.reward_signals`` on DQN): a line naming
+    them, rather than "unknown key" with a spelling hint. None for any other error."""
+    error = exc.errors(include_url=False)[0]
+    loc = [str(part) for part in error["loc"]]
+    if error["type"] != "extra_forbidden" or len(loc) != 2 or loc[0] != "algo":
+        return None
+    owners = [other for other in registered_algorithms() if loc[1] in algo_config_class(other).model_fields]
+    if not owners:
+        return None
+    return f"algo.{loc[1]}: not a key of {name} (it belongs to {', '.join(owners)})"
 
 
 def check_capabilities(params: Params, source: str) -> None:

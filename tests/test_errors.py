@@ -84,6 +84,14 @@ def test_unknown_params_key_suggests_the_closest_key(project: Path) -> None:
     one_line_error(result, "params.yaml", "unknown key 'algo.lrr'", "did you mean 'algo.lr'")
 
 
+def test_a_key_of_other_algorithms_names_the_algorithms_that_take_it(project: Path) -> None:
+    result = in_process(
+        "train", "--params", str(PROJECT / "configs" / "dqn-cartpole.yaml"),
+        "--set", "algo.reward_signals={rnd: {strength: 0.1}}", cwd=project,
+    )  # fmt: skip
+    one_line_error(result, "algo.reward_signals: not a key of dqn (it belongs to a2c, ppo)")
+
+
 def test_misspelt_section_suggests_the_section(project: Path) -> None:
     params = project / "params.yaml"
     text = params.read_text()
