@@ -81,6 +81,10 @@ def estimate(params: Any, observation_space: spaces.Space, action_space: spaces.
     hidden = list(params.policy.hidden_sizes)
     trained, targets = NETWORKS.get(algo.name, (4, 3))
     per_net = encoder_parameters + mlp_parameters(features + action_dim, hidden, max(action_outputs, 1) + 1)
+    memory = params.policy.memory
+    if memory is not None:  # the recurrent core: gates x (input + recurrent weights and two biases)
+        gates = 4 if memory.type == "lstm" else 3
+        per_net += gates * (features * memory.size + memory.size * memory.size + 2 * memory.size)
     # weights, gradients, Adam's two moments for trained networks; weights for targets; one more for checkpoints
     parts = {
         "policy.hidden_sizes": (

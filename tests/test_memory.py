@@ -276,3 +276,20 @@ def test_onnx_and_torch_export_carry_the_state_along_a_200_step_episode_sequence
     env.close()
     assert episodes >= 2, "the sequence should cross episode boundaries"
     assert worst <= 1e-5, worst
+
+
+def test_the_memory_estimate_counts_the_recurrent_core() -> None:
+    """rlcore.resources counts an LSTM's 4 gates x (input + recurrent weights, two biases) in each of PPO's two
+    networks' weights, gradients, Adam moments and checkpoint copy: 2 x 5 float32 copies = 40 bytes a parameter."""
+    import gymnasium as gym
+
+    from rlcore.params import load_params
+    from rlcore.resources import estimate
+
+    env = gym.make("CartPole-v1")
+    sizes = {}
+    for memory in ("null", "{type: lstm, size: 256}"):
+        params = load_params(PROJECT / "params.yaml", [f"policy.memory={memory}"])
+        sizes[memory] = estimate(params, env.observation_space, env.action_space)["policy.hidden_sizes"][0]
+    lstm_parameters = sum(p.numel() for p in torch.nn.LSTM(4, 256).parameters())
+    assert sizes["{type: lstm, size: 256}"] - sizes["null"] == 40 * lstm_parameters
