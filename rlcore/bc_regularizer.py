@@ -21,10 +21,9 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from rlcore.datasets import DatasetError, load_dataset, read_metadata
-from rlcore.envs import describe_space
+from rlcore.demonstrations import check_header, load_demonstrations
 from rlcore.errors import ConfigError
-from rlcore.io import sha256_file, shown_path
+from rlcore.io import sha256_file
 from rlcore.policies import Policy
 from rlcore.strict import StrictModel
 
@@ -63,20 +62,11 @@ def check_demonstrations(algo: Any, policy: Policy) -> dict[str, Any]:
     return {"behavioral_cloning_sha256": sha256_file(path)}
 
 
-def _check_header(path: Path, policy: Policy) -> dict[str, Any]:
-    """The dataset's metadata, after checking the policy and the recorded spaces against this run's."""
-    where = f"{KEY}.dataset: {shown_path(path)}"
+def _check_header(path: Path, policy: Policy) -> None:
+    """A feed-forward policy, and a dataset whose recorded spaces are this run's."""
     if policy.initial_state(1) is not None:
         raise ConfigError(f"{KEY}: needs a feed-forward policy (the dataset's transitions have no recurrent state)")
-    try:
-        metadata = read_metadata(path)
-    except DatasetError as exc:
-        raise ConfigError(f"{KEY}.dataset: {shown_path(path)}{str(exc).removeprefix(str(path))}") from None
-    for kind, space in (("observation", policy.observation_space), ("action", policy.action_space)):
-        recorded, own = metadata.get(f"{kind}_space"), describe_space(space)
-        if recorded is not None and recorded != own:
-            raise ConfigError(f"{where}: {kind} space {short(recorded)}, this run's {short(own)}")
-    return metadata
+    check_header(f"{KEY}.dataset", path, policy.observation_space, policy.action_space)
 
 
 class BCRegularizer(nn.Module):
@@ -88,12 +78,8 @@ class BCRegularizer(nn.Module):
         super().__init__()
         self.config = config
         path = Path(config.dataset)
-        metadata = _check_header(path, policy)
-        env_id = str((metadata.get("env") or {}).get("id") or "this run's env")  # the spaces were checked above
-        try:
-            data = load_dataset(path, policy.observation_space, policy.action_space, env_id)
-        except DatasetError as exc:
-            raise ConfigError(f"{KEY}.dataset: {shown_path(path)}{str(exc).removeprefix(str(path))}") from None
+        _check_header(path, policy)
+        data = load_demonstrations(f"{KEY}.dataset", path, policy.observation_space, policy.action_space)
         self.obs = torch.from_numpy(data.obs)
         self.actions = torch.from_numpy(data.actions)
         """(N, *obs_shape) and (N,) / (N, k): plain attributes, not buffers, so checkpoints do not carry them."""
@@ -130,12 +116,3 @@ class BCRegularizer(nn.Module):
         self._losses = []
         self.env_steps += env_steps
         return metrics
-
-
-def short(description: dict[str, Any]) -> str:
-    """A space description in a few words: ``box (4,) float32``, ``discrete 2``."""
-    if description.get("type") == "box":
-        return f"box {tuple(description['shape'])} {description['dtype']}"
-    if description.get("type") == "discrete":
-        return f"discrete {description['n']}"
-    return str(description)

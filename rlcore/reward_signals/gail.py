@@ -25,9 +25,8 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
-from rlcore.datasets import DatasetError, load_dataset, read_metadata
+from rlcore import demonstrations
 from rlcore.encoders import Encoder
-from rlcore.envs import describe_space
 from rlcore.errors import ConfigError
 from rlcore.io import shown_path
 from rlcore.reward_signals.config import GAILConfig
@@ -66,28 +65,9 @@ def gradient_penalty(
     return (torch.sqrt(squared + 1e-12) - 1).square().mean()
 
 
-def brief(description: dict[str, Any]) -> str:
-    """A space's description (``rlcore.envs.describe_space``) in a few words: ``box (4,) float32``, ``discrete 2``."""
-    kind = description.get("type")
-    if "shape" in description and kind != "discrete":
-        return f"{kind} {tuple(description['shape'])} {description.get('dtype', '')}".strip()
-    return f"{kind} {description.get('n', '')}".strip()
-
-
 def check_header(config: GAILConfig, observation_space: gym.Space, action_space: spaces.Space) -> dict[str, Any]:
-    """The dataset's metadata, after what can be refused without reading a row: a missing or unreadable file,
-    recorded spaces other than this run's (one line naming the key)."""
-    path = Path(config.dataset)
-    try:
-        metadata = read_metadata(path)
-    except DatasetError as exc:
-        raise ConfigError(f"{KEY}.dataset: {shown_path(path)}{str(exc).removeprefix(str(path))}") from None
-    for kind, space in (("observation", observation_space), ("action", action_space)):
-        recorded, own = metadata.get(f"{kind}_space"), describe_space(space)
-        if recorded is not None and recorded != own:
-            where = f"{KEY}.dataset: {shown_path(path)}"
-            raise ConfigError(f"{where}: {kind} space {brief(recorded)}, this run's {brief(own)}")
-    return metadata
+    """What can be refused before a run starts (``rlcore.demonstrations.check_header``): the dataset's metadata."""
+    return demonstrations.check_header(f"{KEY}.dataset", Path(config.dataset), observation_space, action_space)
 
 
 def load_demonstrations(
@@ -96,12 +76,7 @@ def load_demonstrations(
     """The expert's (observations (M, *obs_shape), actions (M,) or (M, k)) from ``config.dataset``, its first
     ``max_episodes`` episodes; refused in one line naming the key when the file does not fit this run."""
     path = Path(config.dataset)
-    metadata = check_header(config, observation_space, action_space)
-    env_id = str((metadata.get("env") or {}).get("id") or "this run's env")
-    try:
-        data = load_dataset(path, observation_space, action_space, env_id)
-    except DatasetError as exc:
-        raise ConfigError(f"{KEY}.dataset: {shown_path(path)}{str(exc).removeprefix(str(path))}") from None
+    data = demonstrations.load_demonstrations(f"{KEY}.dataset", path, observation_space, action_space)
     rows = np.arange(len(data))
     if config.max_episodes is not None:
         _, first_rows = np.unique(data.episode_id, return_index=True)
