@@ -112,6 +112,8 @@ class TrajectoryBatch:
     """(T, N) bool: False at autoreset steps (no transition; never trained on)."""
     versions: torch.Tensor
     """(N,) int64: the weights version each env's trajectory was made with."""
+    initial_state: torch.Tensor | None = None
+    """(N, *state_shape): a recurrent policy's state at each env's first step (``policy.memory``); None otherwise."""
 
     @classmethod
     def stack(cls, trajectories: Sequence[dict[str, np.ndarray]]) -> TrajectoryBatch:
@@ -119,7 +121,7 @@ class TrajectoryBatch:
         float64 arrays become float32; integer and boolean arrays (frames) keep their dtype."""
         columns: dict[str, torch.Tensor] = {}
         for field in fields(cls):
-            if field.name == "versions":
+            if field.name in ("versions", "initial_state"):
                 continue
             arrays = [np.asarray(item[field.name]) for item in trajectories]
             tensor = torch.from_numpy(np.concatenate(arrays, axis=1))
@@ -127,7 +129,11 @@ class TrajectoryBatch:
                 tensor = tensor.float()
             columns[field.name] = tensor
         versions = [np.full(np.shape(item["rewards"])[1], int(item["version"])) for item in trajectories]
-        return cls(**columns, versions=torch.from_numpy(np.concatenate(versions)))
+        states = [item.get("initial_state") for item in trajectories]
+        initial_state = None
+        if states[0] is not None:
+            initial_state = torch.from_numpy(np.concatenate([np.asarray(state) for state in states], axis=0)).float()
+        return cls(**columns, versions=torch.from_numpy(np.concatenate(versions)), initial_state=initial_state)
 
     @property
     def env_steps(self) -> int:

@@ -185,3 +185,52 @@ def test_impala_preset_with_two_actor_processes_reaches_475_on_the_test_score(tm
     assert metrics["episodes"] == 100
     assert metrics["env_steps"] <= params.train.max_steps + 2 * 8 * 8
     assert metrics["mean_return"] >= 475, metrics
+
+
+def test_a_recurrent_learner_unrolls_each_trajectory_from_the_actor_s_state_and_reproduces_its_log_probs():
+    """policy.memory for IMPALA: the actor carries its LSTM state across trajectories (and resets it after each
+    autoreset step); each trajectory carries the state it started from; the learner's unroll from that state,
+    with the same weights, gives back the actor's behaviour log-probs exactly (log rho = 0), resets included."""
+    params = _params("algo.trajectory_length=120", "env.num_envs=3", "policy.memory={type: lstm, size: 16}")
+    actor = Actor(_spec(params, env_seed=3))
+    codec = WeightsCodec(actor.policy)
+    actor.set_weights(0, codec.encode(actor.policy))
+    first, second = actor.rollout(), actor.rollout()
+    end_state = actor.state
+    actor.close()
+    assert first["initial_state"].shape == (3, 2, 16) and not first["initial_state"].any()  # episodes start at zero
+    assert second["initial_state"].any()  # ...and go on across trajectories with the state they had
+    assert int((~first["valid"]).sum()) > 0, "no episode ended: the resets are not exercised"
+
+    algorithm_cls = algorithm_class("impala")
+    learner = algorithm_cls.make_policy(actor.env.single_observation_space, actor.env.single_action_space,
+                                        params.policy, params.algo)  # fmt: skip
+    codec.decode_into(learner, codec.encode(actor.policy))
+    for trajectory in (first, second):
+        batch = TrajectoryBatch.stack([trajectory])
+        steps, envs = batch.rewards.shape
+        reset_after = torch.cat([~batch.valid, torch.zeros(1, envs, dtype=torch.bool)])
+        with torch.no_grad():
+            unrolled, after = learner.sequence_features(batch.obs, batch.initial_state, reset_after)
+            dist = learner.distribution_of(unrolled[:steps].reshape(steps * envs, -1))
+            log_probs = dist.log_prob(batch.actions.reshape(steps * envs)).reshape(steps, envs)
+        assert torch.allclose(log_probs, batch.behaviour_log_probs, atol=1e-5)
+    # The state after the second trajectory's last step (before its bootstrap observation) is the actor's.
+    with torch.no_grad():
+        _, after = learner.sequence_features(batch.obs[:-1], batch.initial_state, ~batch.valid)
+    assert torch.allclose(after, end_state, atol=1e-5)
+
+
+def test_a_recurrent_impala_run_trains_evaluates_and_selects_through_the_dev_runner(tmp_path: Path):
+    params = _params(
+        "algo.runner=dev", "policy.memory={type: gru, size: 16}", "train.max_steps=4096", "train.eval_every=2048"
+    )
+    train_stage(params, tmp_path)
+    summary = _summary(tmp_path, params)
+    assert summary["env_steps"] >= 4096 and summary["gradient_steps"] > 0
+    curve = _curve(tmp_path, params)["train"]
+    assert np.isfinite(curve["policy_loss"]) and np.isfinite(curve["mean_rho"])
+    evaluate_stage(params, tmp_path)
+    select_stage(params, tmp_path)
+    metrics = read_json(tmp_path / "reports" / "metrics.json")
+    assert metrics["episodes"] == params.eval.test_episodes and np.isfinite(metrics["mean_return"])

@@ -123,7 +123,8 @@ def test_burn_in_starts_a_sequence_from_the_state_acting_carried_into_it():
 
 def test_memory_and_precision_are_refused_for_algorithms_without_them():
     base = PROJECT / "configs" / "dqn-cartpole.yaml"
-    with pytest.raises(ConfigError, match=r"policy\.memory: dqn does not train recurrent policies \(a2c, ppo do\)"):
+    refusal = r"policy\.memory: dqn does not train recurrent policies \(a2c, impala, ppo do\)"
+    with pytest.raises(ConfigError, match=refusal):
         load_params(base, ["policy.memory={type: lstm}"])
     with pytest.raises(ConfigError, match=r"train\.precision: dqn trains in fp32 only"):
         load_params(base, ["train.precision=bf16"])

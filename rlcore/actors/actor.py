@@ -10,7 +10,7 @@ names them).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -19,7 +19,7 @@ from rlcore.algos.base import ActorLearnerConfig
 from rlcore.envs import make_vector_env
 from rlcore.observations import obs_tensor
 from rlcore.params import validate_params
-from rlcore.policies import Policy
+from rlcore.policies import ActorCritic, Policy, reset_state
 from rlcore.registry import algorithm_class
 from rlcore.stepping import VectorStepper
 
@@ -74,8 +74,12 @@ class Actor:
         self.env = make_vector_env(params.env, params.env.num_envs)
         self.stepper = VectorStepper(self.env)
         algo_cls = algorithm_class(params.algo.name)
-        self.policy = algo_cls.make_policy(
-            self.env.single_observation_space, self.env.single_action_space, params.policy, params.algo
+        # Actor-learner algorithms (IMPALA) act with an actor-critic: its heads read step_features.
+        self.policy = cast(
+            ActorCritic,
+            algo_cls.make_policy(
+                self.env.single_observation_space, self.env.single_action_space, params.policy, params.algo
+            ),
         )
         self.codec = WeightsCodec(self.policy)
         self.version = -1
@@ -83,6 +87,8 @@ class Actor:
         num_envs = params.env.num_envs
         self._running_return = np.zeros(num_envs)
         self._running_length = np.zeros(num_envs, dtype=np.int64)
+        self.state = self.policy.initial_state(num_envs)
+        """A recurrent policy's state (``policy.memory``), carried across trajectories as episodes are; None."""
 
     def set_weights(self, version: int, flat: np.ndarray) -> None:
         self.codec.decode_into(self.policy, flat)
@@ -97,11 +103,14 @@ class Actor:
         obs, actions, log_probs, rewards, terminated, ended, valid = [], [], [], [], [], [], []
         finished_returns: list[float] = []
         finished_lengths: list[int] = []
+        initial_state = None if self.state is None else self.state.numpy().copy()
         for _ in range(steps):
             obs_t = obs_tensor(stepper.obs)  # in its storage dtype: frames travel as uint8
-            dist = self.policy.distribution(obs_t)
+            features, next_state = self.policy.step_features(obs_t, self.state)
+            dist = self.policy.distribution_of(features)
             action = dist.sample()
             step = stepper.step(action.numpy())
+            self.state = reset_state(self.policy, next_state, ~step.valid)  # the step after a reset starts anew
             obs.append(obs_t.numpy())
             actions.append(action.numpy())
             log_probs.append(dist.log_prob(action).numpy())
@@ -125,6 +134,7 @@ class Actor:
             "terminated": np.stack(terminated),
             "episode_end": np.stack(ended),
             "valid": np.stack(valid),
+            "initial_state": initial_state,
             "version": self.version,
             "actor_id": self.actor_id,
             "episode_returns": np.asarray(finished_returns, dtype=np.float64),

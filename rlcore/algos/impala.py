@@ -10,6 +10,10 @@ trainer runs them: in-process, subprocesses, or Dask tasks). For each batch of t
 
 (L_value: the squared error, or the critic's own loss for transformed or categorical value heads)
 
+With ``policy.memory`` the learner unrolls its recurrent core over each trajectory from the state the actor had
+at its first step (``initial_state``, carried by the trajectory), resetting after the autoreset steps as the actor
+did: features, values and the bootstrap value all come from that one unroll (R2D2's "stored state", no burn-in).
+
 over the valid (non-reset) steps, one gradient step per batch.
 """
 
@@ -26,6 +30,7 @@ from rlcore.algos.base import ActorLearnerAlgorithm, ActorLearnerConfig
 from rlcore.algos.ppo import PPO, explained_variance
 from rlcore.buffers import TrajectoryBatch
 from rlcore.config import PolicyConfig
+from rlcore.memory import RecurrentActorCritic, actor_critic
 from rlcore.policies import ActorCritic
 from rlcore.returns import log_importance_weights, vtrace
 from rlcore.schedules import ScheduleName, scheduled
@@ -53,6 +58,7 @@ class IMPALA(ActorLearnerAlgorithm[IMPALAConfig, ActorCritic]):
     name = "impala"
     Config = IMPALAConfig
     action_spaces = PPO.action_spaces
+    capabilities = frozenset({"memory"})
 
     def __init__(self, policy: ActorCritic, config: IMPALAConfig) -> None:
         super().__init__(policy, config)
@@ -68,7 +74,7 @@ class IMPALA(ActorLearnerAlgorithm[IMPALAConfig, ActorCritic]):
     def make_policy(
         observation_space: spaces.Space, action_space: spaces.Space, config: PolicyConfig, algo: IMPALAConfig
     ) -> ActorCritic:
-        return ActorCritic(observation_space, action_space, config, algo.value_head)
+        return actor_critic(observation_space, action_space, config, algo.value_head)
 
     def update(self, batch: TrajectoryBatch, progress: float) -> dict[str, float]:
         cfg = self.config
@@ -76,12 +82,21 @@ class IMPALA(ActorLearnerAlgorithm[IMPALAConfig, ActorCritic]):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         steps, envs = batch.rewards.shape
-        obs = batch.obs[:-1].reshape(steps * envs, *batch.obs.shape[2:])
-        with torch.no_grad():  # V-trace's inputs; the critic learns through its own loss below
-            all_values = self.policy.value(batch.obs.reshape((steps + 1) * envs, *batch.obs.shape[2:]))
+        if isinstance(self.policy, RecurrentActorCritic):
+            assert batch.initial_state is not None, "a recurrent policy's trajectories carry their initial state"
+            reset_after = torch.cat([~batch.valid, torch.zeros(1, envs, dtype=torch.bool)])  # (T + 1, N)
+            unrolled, _ = self.policy.sequence_features(batch.obs, batch.initial_state, reset_after)
+            unrolled = unrolled.reshape((steps + 1) * envs, -1)
+            with torch.no_grad():  # V-trace's inputs; the critic learns through its own loss below
+                all_values = self.policy.value_of(unrolled.detach())
+            features = unrolled[: steps * envs]
+        else:
+            obs = batch.obs[:-1].reshape(steps * envs, *batch.obs.shape[2:])
+            with torch.no_grad():  # V-trace's inputs; the critic learns through its own loss below
+                all_values = self.policy.value(batch.obs.reshape((steps + 1) * envs, *batch.obs.shape[2:]))
+            features = self.policy.features(obs)  # encoded once for both heads
         all_values = all_values.reshape(steps + 1, envs)
         values = all_values[:-1]
-        features = self.policy.features(obs)  # encoded once for both heads
         dist = self.policy.distribution_of(features)
         actions = batch.actions.reshape(steps * envs, *batch.actions.shape[2:])
         log_probs = dist.log_prob(actions).reshape(steps, envs)
