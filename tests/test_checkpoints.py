@@ -128,8 +128,8 @@ def test_off_policy_resume_after_kill_keeps_replay_and_step_counter(project: Pat
     last_step = checkpoints[-1][0]
     replay_file = run_dir / "replay" / f"step_{last_step:010d}.npz"
     assert replay_file.is_file(), "the replay buffer is saved with each checkpoint"
-    with np.load(replay_file) as saved:
-        saved_size = int(saved["meta"][2])
+    with np.load(replay_file) as saved:  # meta: capacity, transitions added, oldest kept, env steps, ...
+        saved_size = int(saved["meta"][1]) - int(saved["meta"][2])
     # Every env step so far is in it, but for the autoreset steps that follow each episode's end.
     assert 0.8 * last_step < saved_size <= last_step
     assert not list((run_dir / "replay").glob("step_*.npz"))[1:], "only the latest buffer is kept"
