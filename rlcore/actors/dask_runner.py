@@ -27,8 +27,9 @@ import numpy as np
 import torch
 
 from rlcore.actors.actor import Actor, ActorSpec
-from rlcore.actors.runners import Runner, SpecFactory, check_failed_starts
+from rlcore.actors.runners import ActorError, Runner, SpecFactory
 from rlcore.dask_cluster import local_cluster_kwargs
+from rlcore.failed_starts import FailedStarts
 
 log = logging.getLogger("rlcore")
 
@@ -87,7 +88,7 @@ class DaskRunner(Runner):
         self._stop = Event(f"{self.channel}-stop", client=self._client)
         self._futures: list[Any] = [None] * num_actors
         self._incarnations = [0] * num_actors
-        self._failed_starts = [0] * num_actors
+        self._failed_starts = FailedStarts(num_actors, "actor", "sending a trajectory", ActorError)
         self._announced: set[tuple[int, int]] = set()
         self._last_progress = [0.0] * num_actors
 
@@ -115,13 +116,9 @@ class DaskRunner(Runner):
 
     def _resubmit(self, actor_id: int, why: str) -> None:
         future = self._futures[actor_id]
-        if (actor_id, self._incarnations[actor_id]) in self._announced:
-            self._failed_starts[actor_id] = 0
-        else:
-            self._failed_starts[actor_id] += 1
-            if future.status == "error":
-                why = f"{why}: {type(future.exception()).__name__}: {future.exception()}"
-            check_failed_starts(actor_id, self._failed_starts[actor_id], why)
+        if future.status == "error":
+            why = f"{why}: {type(future.exception()).__name__}: {future.exception()}"
+        self._failed_starts.replaced(actor_id, (actor_id, self._incarnations[actor_id]) in self._announced, why)
         future.cancel()
         self._incarnations[actor_id] += 1
         self._submit(actor_id)

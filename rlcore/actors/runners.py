@@ -32,28 +32,16 @@ import torch
 
 from rlcore.actors.actor import Actor, ActorSpec
 from rlcore.errors import RLCoreError
+from rlcore.failed_starts import FailedStarts
 
 log = logging.getLogger("rlcore")
 
 SpecFactory = Callable[[int, int], ActorSpec]
 """(actor id, incarnation) -> the spec of that actor; a replaced actor gets the next incarnation."""
 
-MAX_FAILED_STARTS = 3
-"""Replacements in a row of an actor that never sent a trajectory, after which the run stops with an error
-(an actor that cannot start, e.g. an env that fails to build in a fresh process, would be replaced forever)."""
-
 
 class ActorError(RLCoreError):
     """Actors cannot run: they keep dying before sending anything."""
-
-
-def check_failed_starts(actor_id: int, failed_starts: int, why: str) -> None:
-    if failed_starts >= MAX_FAILED_STARTS:
-        raise ActorError(
-            f"actor {actor_id} {why} {failed_starts} times in a row before sending a trajectory: actors cannot start "
-            "(its error is above; algo.runner=dev runs the actors in this process, where errors show directly; a "
-            'script that calls rlcore with algo.runner=local needs an `if __name__ == "__main__":` guard)'
-        )
 
 
 class Runner(ABC):
@@ -198,7 +186,7 @@ class LocalRunner(Runner):
         self._processes: list[Any] = [None] * num_actors
         self._conns: list[Connection | None] = [None] * num_actors
         self._incarnations = [0] * num_actors
-        self._failed_starts = [0] * num_actors
+        self._failed_starts = FailedStarts(num_actors, "actor", "sending a trajectory", ActorError)
         self._received_at_spawn = np.zeros(num_actors, dtype=np.int64)
         self._last_progress = [0.0] * num_actors
         self._seen_taken = np.zeros(num_actors, dtype=np.int64)
@@ -236,17 +224,14 @@ class LocalRunner(Runner):
         process.join(timeout=10)
         if conn is not None:
             conn.close()
+            self._conns[actor_id] = None  # closed: close() skips it if the run stops before a replacement exists
         sent_anything = self._received[actor_id] > self._received_at_spawn[actor_id]
         # Credits the dead actor took for trajectories that never arrived go back to the pool.
         for _ in range(int(self._taken_by[actor_id] - self._received[actor_id])):
             self._credits.release()
         self._received[actor_id] = self._taken_by[actor_id]
         old_pid = process.pid
-        if not sent_anything:
-            self._failed_starts[actor_id] += 1
-            check_failed_starts(actor_id, self._failed_starts[actor_id], why)
-        else:
-            self._failed_starts[actor_id] = 0
+        self._failed_starts.replaced(actor_id, sent_anything, why)
         self._incarnations[actor_id] += 1
         self._spawn(actor_id)
         self.replacements += 1

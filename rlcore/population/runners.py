@@ -32,28 +32,18 @@ import numpy as np
 import torch
 
 from rlcore.errors import RLCoreError
+from rlcore.failed_starts import FailedStarts
 from rlcore.population.tasks import RolloutResult, RolloutTask
 from rlcore.population.worker import RolloutWorker
 
 log = logging.getLogger("rlcore")
 
-MAX_FAILED_STARTS = 3
-"""Replacements in a row of a worker that never returned a result, after which the run stops with an error."""
 TASKS_IN_FLIGHT = 2
 """Tasks a local worker holds at once: one running, one waiting, so it never idles between messages."""
 
 
 class PopulationRunnerError(RLCoreError):
     """Rollout workers cannot run: a task failed, or workers keep dying before returning anything."""
-
-
-def check_failed_starts(worker_id: int, failed_starts: int, why: str) -> None:
-    if failed_starts >= MAX_FAILED_STARTS:
-        raise PopulationRunnerError(
-            f"rollout worker {worker_id} {why} {failed_starts} times in a row before returning a result: workers "
-            "cannot start (algo.runner=dev runs rollouts in this process, where errors show directly; a script that "
-            'calls rlcore with algo.runner=local needs an `if __name__ == "__main__":` guard)'
-        )
 
 
 class PopulationRunner(ABC):
@@ -136,7 +126,7 @@ class LocalRunner(PopulationRunner):
         self._in_flight: list[list[int]] = [[] for _ in range(num_workers)]
         self._last_progress = [0.0] * num_workers
         self._answered = [False] * num_workers
-        self._failed_starts = [0] * num_workers
+        self._failed_starts = FailedStarts(num_workers, "rollout worker", "returning a result", PopulationRunnerError)
         self._weights: tuple[int, np.ndarray] | None = None
         for worker_id in range(num_workers):
             self._spawn(worker_id)
@@ -179,7 +169,7 @@ class LocalRunner(PopulationRunner):
                 self._in_flight[worker_id].remove(index)
                 self._last_progress[worker_id] = time.monotonic()
                 self._answered[worker_id] = True
-                self._failed_starts[worker_id] = 0
+                self._failed_starts.delivered(worker_id)
                 if results[index] is None:
                     results[index] = result
                     remaining -= 1
@@ -234,15 +224,12 @@ class LocalRunner(PopulationRunner):
         process.join(timeout=10)
         if conn is not None:
             conn.close()
+            self._conns[worker_id] = None  # closed: close() skips it if the run stops before a replacement exists
         lost = sorted(self._in_flight[worker_id])
         self._in_flight[worker_id] = []
         pending.extendleft(reversed(lost))  # at the front, in task order
         self.reissued += len(lost)
-        if self._answered[worker_id]:
-            self._failed_starts[worker_id] = 0
-        else:
-            self._failed_starts[worker_id] += 1
-            check_failed_starts(worker_id, self._failed_starts[worker_id], why)
+        self._failed_starts.replaced(worker_id, self._answered[worker_id], why)
         old_pid = process.pid
         self._spawn(worker_id)
         self.replacements += 1
