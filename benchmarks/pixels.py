@@ -6,7 +6,7 @@ episodes of the selected checkpoint; wall seconds are training's (periodic evalu
 
     python benchmarks/pixels.py ppo-minatar   [--steps 1000000] [--seeds 0] [--no-peer]
     python benchmarks/pixels.py dqn-minatar   [--steps 1000000]
-    python benchmarks/pixels.py sac-halfcheetah [--steps 100000]
+    python benchmarks/pixels.py sac-halfcheetah [--steps 100000]  # or two processes: --no-peer and --peer-only
     python benchmarks/pixels.py ppo-hopper    [--steps 1000000]
     python benchmarks/pixels.py ppo-pong      [--steps 16384]      # throughput only: env-steps/s, no evaluation
     python benchmarks/pixels.py frames-dataset [--steps 10000]     # Parquet size and speed of Atari frame stacks
@@ -97,6 +97,19 @@ def rlcore_run(
     return result
 
 
+def sb3_learn(model: Any, steps: int) -> dict[str, Any]:
+    """Train an SB3 ``model`` for ``steps`` env steps (its output to stderr): the training's wall seconds."""
+    started = time.perf_counter()
+    with stdout_to_stderr():
+        model.learn(total_timesteps=steps)
+    seconds = time.perf_counter() - started
+    return {
+        "env_steps": steps,
+        "train_wall_seconds": round(seconds, 1),
+        "env_steps_per_second": round(steps / seconds, 1),
+    }
+
+
 def sb3_evaluate(model: Any, env_id: str, seed: int, episodes: int, **make_kwargs: Any) -> dict[str, Any]:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -156,14 +169,8 @@ def sb3_ppo_minatar(seed: int, steps: int, test_episodes: int) -> dict[str, Any]
         seed=seed,
         device="cpu",
     )
-    started = time.perf_counter()
-    with stdout_to_stderr():
-        model.learn(total_timesteps=steps)
-    seconds = time.perf_counter() - started
     return {
-        "env_steps": steps,
-        "train_wall_seconds": round(seconds, 1),
-        "env_steps_per_second": round(steps / seconds, 1),
+        **sb3_learn(model, steps),
         **sb3_evaluate(model, "MinAtar/Breakout-v1", seed, test_episodes, env_kwargs={"max_episode_steps": 10_000}),
     }
 
@@ -172,14 +179,8 @@ def sb3_sac_halfcheetah(seed: int, steps: int, test_episodes: int) -> dict[str, 
     from stable_baselines3 import SAC
 
     model = SAC("MlpPolicy", "HalfCheetah-v5", learning_starts=10_000, seed=seed, device="cpu")
-    started = time.perf_counter()
-    with stdout_to_stderr():
-        model.learn(total_timesteps=steps)
-    seconds = time.perf_counter() - started
     return {
-        "env_steps": steps,
-        "train_wall_seconds": round(seconds, 1),
-        "env_steps_per_second": round(steps / seconds, 1),
+        **sb3_learn(model, steps),
         **sb3_evaluate(model, "HalfCheetah-v5", seed, test_episodes),
     }
 
@@ -198,11 +199,7 @@ def sb3_ppo_pong(seed: int, steps: int) -> dict[str, Any]:
         "CnnPolicy", env, n_steps=128, n_epochs=4, batch_size=256, learning_rate=2.5e-4, clip_range=0.1,
         vf_coef=0.5, ent_coef=0.01, seed=seed, device="cpu",
     )  # fmt: skip
-    started = time.perf_counter()
-    with stdout_to_stderr():
-        model.learn(total_timesteps=steps)
-    seconds = time.perf_counter() - started
-    return {"env_steps": steps, "train_wall_seconds": round(seconds, 1), "env_steps_per_second": round(steps / seconds)}
+    return sb3_learn(model, steps)
 
 
 def frames_dataset(transitions: int, seed: int) -> dict[str, Any]:
@@ -258,22 +255,15 @@ def frames_dataset(transitions: int, seed: int) -> dict[str, Any]:
 
 def plot_curves(runs: dict[int, dict[str, Any]], title: str, path: Path) -> None:
     """One line per seed: periodic-evaluation mean return against env steps."""
-    import matplotlib
+    from rlcore.plots import new_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(6, 3.5))
-    for seed, run in runs.items():
-        steps, returns = zip(*run["curve"], strict=True)
-        axes.plot(steps, returns, marker="o", label=f"seed {seed}")
-    axes.set(xlabel="env steps", ylabel="mean return (10 episodes)", title=title)
-    axes.grid(alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    with new_figure(path, figsize=(6, 3.5), dpi=100) as (_, axes):
+        for seed, run in runs.items():
+            steps, returns = zip(*run["curve"], strict=True)
+            axes.plot(steps, returns, marker="o", label=f"seed {seed}")
+        axes.set(xlabel="env steps", ylabel="mean return (10 episodes)", title=title)
+        axes.grid(alpha=0.3)
+        axes.legend()
 
 
 def main() -> None:
@@ -282,7 +272,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="env-step budget (default: the preset's)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--test-episodes", type=int, default=100)
-    parser.add_argument("--no-peer", action="store_true", help="skip SB3")
+    sides = parser.add_mutually_exclusive_group()
+    sides.add_argument("--no-peer", action="store_true", help="skip SB3")
+    sides.add_argument(
+        "--peer-only", action="store_true", help="SB3 only (run it beside a --no-peer process: same load on both)"
+    )
     parser.add_argument("--curve-points", type=int, default=5, help="periodic evaluations (and checkpoints) per run")
     parser.add_argument("--figure", type=Path, default=None, help="write the learning curves to this PNG")
     args = parser.parse_args()
@@ -297,11 +291,13 @@ def main() -> None:
     steps = args.steps or defaults.get(args.case, 1_000_000)
     evaluate = args.case != "ppo-pong"
     result: dict[str, Any] = {"benchmark": args.case, "preset": f"configs/{preset}.yaml", "steps": steps}
-    result["rlcore"] = {
-        seed: rlcore_run(preset, seed, steps, args.test_episodes, evaluate, args.curve_points) for seed in args.seeds
-    }
-    if args.figure is not None and evaluate:
-        plot_curves(result["rlcore"], f"{preset} (periodic evaluations)", args.figure)
+    if not args.peer_only:
+        result["rlcore"] = {
+            seed: rlcore_run(preset, seed, steps, args.test_episodes, evaluate, args.curve_points)
+            for seed in args.seeds
+        }
+        if args.figure is not None and evaluate:
+            plot_curves(result["rlcore"], f"{preset} (periodic evaluations)", args.figure)
     peers = {"ppo-minatar": sb3_ppo_minatar, "sac-halfcheetah": sb3_sac_halfcheetah}
     if not args.no_peer and (args.case in peers or args.case == "ppo-pong"):
         if not sb3_available():

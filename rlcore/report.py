@@ -6,7 +6,8 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from rlcore.io import atomic_path, write_text
+from rlcore.io import write_text
+from rlcore.plots import new_figure
 
 
 def read_curve(tsv: Path, column: str = "mean_return") -> tuple[list[int], list[float]]:
@@ -33,62 +34,53 @@ def plot_learning_curve(
     """Periodic-evaluation returns during training, each checkpoint's validation score (the evaluate stage), the
     selected model's test score with its 95% interval, and where each curriculum lesson started (``lessons``:
     ``[{lesson, step}, ...]``, the train summary's)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     steps, values = read_curve(tsv)
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    if steps:
-        ax.plot(steps, values, marker=".", label="periodic evaluation (mean return)")
-    ax.errorbar(
-        [c["step"] for c in candidates],
-        [c["mean_return"] for c in candidates],
-        yerr=[c["std_return"] for c in candidates],
-        fmt="o",
-        capsize=3,
-        alpha=0.8,
-        label="validation, evaluate stage (mean ± std)",
-    )
-    ax.scatter(
-        [selected["step"]],
-        [selected["mean_return"]],
-        s=160,
-        facecolors="none",
-        edgecolors="red",
-        linewidths=2,
-        label="selected",
-        zorder=5,
-    )
-    if test is not None:
-        mean = test["mean_return"]
+    with new_figure(target) as (_, ax):
+        if steps:
+            ax.plot(steps, values, marker=".", label="periodic evaluation (mean return)")
         ax.errorbar(
+            [c["step"] for c in candidates],
+            [c["mean_return"] for c in candidates],
+            yerr=[c["std_return"] for c in candidates],
+            fmt="o",
+            capsize=3,
+            alpha=0.8,
+            label="validation, evaluate stage (mean ± std)",
+        )
+        ax.scatter(
             [selected["step"]],
-            [mean],
-            yerr=[[mean - test["ci95_low"]], [test["ci95_high"] - mean]],
-            fmt="D",
-            color="black",
-            capsize=5,
-            label=f"test, selected model (mean, 95% CI; {test['episodes']} episodes)",
-            zorder=6,
+            [selected["mean_return"]],
+            s=160,
+            facecolors="none",
+            edgecolors="red",
+            linewidths=2,
+            label="selected",
+            zorder=5,
         )
-    for number, start in enumerate(lessons or []):
-        ax.axvline(
-            start["step"], color="gray", linestyle="--", linewidth=1, label="lesson starts" if number == 0 else None
-        )
-        ax.annotate(
-            f" {start['lesson']}", (start["step"], 1.0), xycoords=("data", "axes fraction"), va="top", fontsize=7
-        )
-    ax.set_xlabel(_unit(selected))
-    ax.set_ylabel("episode return")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    with atomic_path(target) as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
+        if test is not None:
+            mean = test["mean_return"]
+            ax.errorbar(
+                [selected["step"]],
+                [mean],
+                yerr=[[mean - test["ci95_low"]], [test["ci95_high"] - mean]],
+                fmt="D",
+                color="black",
+                capsize=5,
+                label=f"test, selected model (mean, 95% CI; {test['episodes']} episodes)",
+                zorder=6,
+            )
+        for number, start in enumerate(lessons or []):
+            ax.axvline(
+                start["step"], color="gray", linestyle="--", linewidth=1, label="lesson starts" if number == 0 else None
+            )
+            ax.annotate(
+                f" {start['lesson']}", (start["step"], 1.0), xycoords=("data", "axes fraction"), va="top", fontsize=7
+            )
+        ax.set_xlabel(_unit(selected))
+        ax.set_ylabel("episode return")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
 
 
 def first_reaching(steps: list[int], values: list[float], threshold: float | None) -> int | None:
@@ -103,29 +95,20 @@ def plot_baseline_comparison(
 ) -> dict[str, int | None]:
     """Periodic-evaluation returns of several runs in one chart (``curves``: label -> dvclive TSV), with
     ``threshold`` (``train.target_return``) as a line; returns each run's first step at or above it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     reached: dict[str, int | None] = {}
-    for label, tsv in curves.items():
-        steps, values = read_curve(tsv)
-        reached[label] = first_reaching(steps, values, threshold)
-        ax.plot(steps, values, marker=".", label=label)
-    if threshold is not None:
-        ax.axhline(threshold, color="gray", linestyle="--", linewidth=1, label=f"target {threshold:g}")
-    ax.set_xlim(left=0)
-    ax.set_xlabel(unit)
-    ax.set_ylabel("periodic evaluation, mean return")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    with atomic_path(target) as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
+    with new_figure(target) as (_, ax):
+        for label, tsv in curves.items():
+            steps, values = read_curve(tsv)
+            reached[label] = first_reaching(steps, values, threshold)
+            ax.plot(steps, values, marker=".", label=label)
+        if threshold is not None:
+            ax.axhline(threshold, color="gray", linestyle="--", linewidth=1, label=f"target {threshold:g}")
+        ax.set_xlim(left=0)
+        ax.set_xlabel(unit)
+        ax.set_ylabel("periodic evaluation, mean return")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
     return reached
 
 
@@ -272,11 +255,6 @@ def settings_table(selection: dict[str, Any]) -> str:
 def plot_settings(selection: dict[str, Any], title: str, target: Path) -> None:
     """A bar chart of the selected model's test mean return under the training distribution and each setting, with
     95% bootstrap intervals."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = _setting_rows(selection)
     names = [name for name, *_ in rows]
     means = [test["mean_return"] for _, _, test, _ in rows]
@@ -284,16 +262,12 @@ def plot_settings(selection: dict[str, Any], title: str, target: Path) -> None:
         [m - test["ci95_low"] for m, (_, _, test, _) in zip(means, rows, strict=True)],
         [test["ci95_high"] - m for m, (_, _, test, _) in zip(means, rows, strict=True)],
     ]
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(rows) + 2), 3.6), dpi=110)
-    ax.bar(range(len(rows)), means, yerr=errors, capsize=4, color=["#4c72b0"] + ["#dd8452"] * (len(rows) - 1))
-    ax.set_xticks(range(len(rows)), names, rotation=15, ha="right", fontsize=8)
-    ax.set_ylabel("test mean return (95% CI)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    with atomic_path(target) as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
+    with new_figure(target, figsize=(max(4.0, 1.3 * len(rows) + 2), 3.6)) as (_, ax):
+        ax.bar(range(len(rows)), means, yerr=errors, capsize=4, color=["#4c72b0"] + ["#dd8452"] * (len(rows) - 1))
+        ax.set_xticks(range(len(rows)), names, rotation=15, ha="right", fontsize=8)
+        ax.set_ylabel("test mean return (95% CI)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
 
 
 def candidates_table(candidates: list[dict[str, Any]], selected: str) -> str:

@@ -29,6 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from flows.sweep.search import decode
 from rlcore.io import atomic_path, write_text
+from rlcore.plots import pyplot, save_figure
 from rlcore.sweep_config import SearchDimension, SweepConfig, nested, yaml_text
 
 if TYPE_CHECKING:
@@ -198,10 +199,7 @@ def _write_table(table: pd.DataFrame, out: Path) -> None:
 
 def _write_plots(study: optuna.Study, out: Path) -> list[str]:
     """Optuna's matplotlib plots as PNG (no plotly needed); returns notes on plots that could not be drawn."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from optuna.visualization import matplotlib as plots
 
     notes = []
@@ -213,8 +211,7 @@ def _write_plots(study: optuna.Study, out: Path) -> list[str]:
                 axes = getattr(plots, function)(study)
             figure = axes.figure
             figure.set_size_inches(8, 5)
-            with atomic_path(out / name) as tmp:
-                figure.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
+            save_figure(figure, out / name, dpi=100, bbox_inches="tight")
             plt.close(figure)
         except (ValueError, RuntimeError, ZeroDivisionError, IndexError) as exc:
             (out / name).unlink(missing_ok=True)
