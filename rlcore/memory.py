@@ -141,25 +141,6 @@ class RecurrentActorCritic(ActorCritic):
         encoded = self.encoder(self.obs_normalizer(obs.reshape(steps * batch, *obs.shape[2:])))
         return self.memory.sequence(encoded.reshape(steps, batch, -1), state, reset_after)
 
-    def act(
-        self,
-        obs: torch.Tensor,
-        state: torch.Tensor | None,
-        deterministic: bool,
-        generator: torch.Generator | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        features, next_state = self.step_features(obs, state)
-        scores = self.actor(features)
-        actions = self.greedy_of(scores) if deterministic else self.sample_of(scores, generator)
-        return actions, next_state
-
-    def greedy(
-        self, obs: torch.Tensor, state: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        features, next_state = self.step_features(obs, state)
-        scores = self.actor(features)
-        return self.greedy_of(scores), scores, next_state
-
 
 def actor_critic(
     observation_space: gym.Space,

@@ -322,6 +322,25 @@ class ActorCritic(Policy):
         policy passes the state (None) through; ``rlcore.memory``'s recurrent one advances it."""
         return self.features(obs), state
 
+    def act(
+        self,
+        obs: torch.Tensor,
+        state: torch.Tensor | None,
+        deterministic: bool,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        features, next_state = self.step_features(obs, state)
+        scores = self.actor(features)
+        actions = self.greedy_of(scores) if deterministic else self.sample_of(scores, generator)
+        return actions, next_state
+
+    def greedy(
+        self, obs: torch.Tensor, state: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        features, next_state = self.step_features(obs, state)
+        scores = self.actor(features)
+        return self.greedy_of(scores), scores, next_state
+
     def distribution_of(self, features: torch.Tensor) -> Distribution:
         """The action distribution for :meth:`features` (B, feature_dim): a caller that also needs the critic
         (PPO's update, rollouts) encodes the observations once for both heads."""
