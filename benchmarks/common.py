@@ -10,6 +10,7 @@ seed reached the target.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import statistics
 import sys
@@ -89,12 +90,9 @@ def rlcore_throughput(params_file: Path, seed: int, steps: int) -> float:
     return float(summary["env_steps"]) / elapsed
 
 
-def sb3_available() -> bool:
-    try:
-        import stable_baselines3  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def sb3_available(package: str = "stable_baselines3") -> bool:
+    """Whether the peer ``package`` (the ``bench`` extra: ``stable_baselines3``, ``sb3_contrib``) is installed."""
+    return importlib.util.find_spec(package) is not None
 
 
 def sb3_time_to_target(

@@ -31,6 +31,7 @@ from common import (  # noqa: E402
     emit,
     median,
     rlcore_time_to_target,
+    sb3_available,
     sb3_time_to_target,
 )
 
@@ -40,14 +41,6 @@ ZOO_TIMESTEPS = 100_000
 """RL Zoo's ``n_timesteps`` for RecurrentPPO on CartPoleNoVel-v1: the peer's budget and schedule horizon, and
 rlcore's (the preset's ``train.max_steps``)."""
 KEEP = {"indices": [0, 2]}
-
-
-def sb3_contrib_available() -> bool:
-    try:
-        import sb3_contrib  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def sb3_run(seed: int, eval_every: int) -> dict[str, Any]:
@@ -115,7 +108,7 @@ def main() -> None:
         "without_memory_reached": [r["env_steps"] is not None for r in control],
     }
     if not args.no_peer:
-        if sb3_contrib_available():
+        if sb3_available("sb3_contrib"):
             peer = [sb3_run(seed, args.eval_every) for seed in args.peer_seeds or args.seeds]
             add_peer(result, peer)
             result["sb3"]["per_seed"] = peer
