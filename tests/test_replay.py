@@ -233,6 +233,49 @@ def test_observation_storage_is_one_and_an_eighth_rows_per_transition() -> None:
     assert buffer.observations.shape == (90_064, 4, 84, 84)
 
 
+def fill_with_episodes(buffer: ReplayBuffer, episode_steps: int, vector_steps: int) -> None:
+    """Every env runs episodes of ``episode_steps`` steps (same-step resets, every observation distinct): each
+    episode needs ``episode_steps + 1`` observation rows for its ``episode_steps`` transitions."""
+    envs = buffer.num_envs
+    counter = 0
+    obs = np.zeros((envs, 1), dtype=np.float32)
+    for env in range(envs):
+        obs[env] = counter = counter + 1
+    for step in range(vector_steps):
+        ended = np.full(envs, (step + 1) % episode_steps == 0)
+        next_obs = np.zeros_like(obs)
+        for env in range(envs):
+            next_obs[env] = counter = counter + 1
+        buffer.add(
+            obs,
+            np.zeros(envs, np.int64),
+            np.ones(envs, np.float32),
+            next_obs,
+            ended,
+            no_flags(envs),
+            np.ones(envs, dtype=bool),
+        )
+        obs = next_obs.copy()
+        for env in np.flatnonzero(ended):
+            obs[env] = counter = counter + 1  # the reset observation of the next episode: a new row
+
+
+@pytest.mark.parametrize("episode_steps", [9, 4])
+def test_episodes_of_nine_steps_keep_a_full_buffer_and_of_four_steps_drop_transitions_early(episode_steps: int) -> None:
+    # 9 steps: 10 rows per 9 transitions (1.11 < 1.125): the ring holds every transition of a full buffer.
+    # 4 steps: 5 rows per 4 transitions (1.25): the ring holds about 1.125 / 1.25 of them, so the oldest go early.
+    buffer = make_buffer(capacity=800, num_envs=4, n_step=1, obs_shape=(1,))
+    fill_with_episodes(buffer, episode_steps, vector_steps=1000)
+    rows_per_transition = (episode_steps + 1) / episode_steps
+    if rows_per_transition <= 1.125:
+        assert len(buffer) == 800
+    else:
+        assert 800 * 1.125 / rows_per_transition - 8 <= len(buffer) < 800
+    # Whatever was kept reads intact rows: with 4 envs counting in turn, every next observation is its
+    # observation + 4 (an overwritten row would break that).
+    assert {round(row[3][0] - row[0][0]) for row in stored_rows(buffer)} == {4}
+
+
 # --- 2. termination vs truncation ------------------------------------------------------------------------------------
 
 
