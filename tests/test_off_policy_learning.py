@@ -27,9 +27,11 @@ def test_dqn_reaches_475_on_cartpole_within_50k_steps_seed_0(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_sac_reaches_minus_200_on_pendulum_within_20k_steps_seed_0(tmp_path: Path):
-    metrics = _selected_score(tmp_path, "sac-pendulum.yaml", ["seed=0", "train.max_steps=20000"])
-    assert metrics["env_steps"] <= 20_000
+def test_sac_reaches_minus_200_on_pendulum_within_8k_steps_seed_0(tmp_path: Path):
+    # Measured (2026-11-25, seed 0): the checkpoint at 6000 env steps is selected, test mean -145.3 (95% CI low
+    # -164.2) on 100 episodes; a 12k budget selects its last checkpoint, -143.3 (longer: benchmarks/sac_pendulum.py).
+    metrics = _selected_score(tmp_path, "sac-pendulum.yaml", ["seed=0", "train.max_steps=8000"])
+    assert metrics["env_steps"] <= 8_000
     assert metrics["mean_return"] >= -200, metrics
 
 
