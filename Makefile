@@ -34,8 +34,13 @@ run: setup
 	@echo "Report:          $(CURDIR)/reports/report.md  (metrics: reports/metrics.json, plot: reports/learning_curve.png)"
 	@echo "Offline branch:  $(CURDIR)/export/offline/policy.onnx, report: reports/offline/report.md (dataset: data/dataset.parquet)"
 
+# Two parts: the tests that may share the machine on two pytest-xdist workers (one per core here; a module stays on
+# one worker, so its fixtures are made once), then the `serial` ones alone (servers, actor and worker processes).
+# Both parts always run; the target fails if either did.
 test: setup-dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not serial"; parallel=$$?; \
+	$(BIN)/python -m pytest -m serial; serial=$$?; \
+	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 
 # The unit tests only: no learning runs, no whole-pipeline DVC runs, no Prefect/PostgreSQL/Dask servers.
 test-fast: setup-dev

@@ -24,6 +24,9 @@ from rlcore.params import load_params
 from rlcore.registry import algorithm_class
 from rlcore.stages import evaluate_stage, select_stage, train_stage
 
+# Actors, workers and sweep processes run side by side: their timing (and IMPALA's learning) needs a quiet machine.
+pytestmark = pytest.mark.serial
+
 PRESET = PROJECT / "configs" / "impala-cartpole.yaml"
 QUICK = ["train.progress_bar=off", "train.target_return=null"]
 

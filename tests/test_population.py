@@ -36,6 +36,9 @@ from rlcore.population.tasks import PairResults, PerturbedPairs
 from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage
 from rlcore.trainers.population import iteration_seed
 
+# Actors, workers and sweep processes run side by side: their timing (and IMPALA's learning) needs a quiet machine.
+pytestmark = pytest.mark.serial
+
 ES_PRESET = PROJECT / "configs" / "es-cartpole.yaml"
 SVPG_PRESET = PROJECT / "configs" / "svpg-cartpole.yaml"
 QUICK = ["train.progress_bar=off", "train.target_return=null"]

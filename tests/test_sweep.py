@@ -30,6 +30,9 @@ from optuna.trial import TrialState
 from flows.sweep import InProcessExecutor, TrialJob, TrialResult, plan_sweep, run_sweep
 from rlcore.params_file import set_values
 
+# Actors, workers and sweep processes run side by side: their timing (and IMPALA's learning) needs a quiet machine.
+pytestmark = pytest.mark.serial
+
 BUDGET = [
     "train.max_steps=30000",
     "train.eval_every=2048",
