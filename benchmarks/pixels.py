@@ -19,6 +19,8 @@ SB3 peers (the ``bench`` extra), same process, one thread:
   128 units, heads [64]: SB3's NatureCNN needs 36x36 images), 16 envs; 100 deterministic test episodes.
 - ``sac-halfcheetah``: SB3 SAC with RL Zoo's HalfCheetah hyperparameters (learning_starts 10,000, SB3's defaults
   otherwise: [256, 256], lr 3e-4, batch 256, one gradient step per env step).
+- ``ppo-hopper``: SB3 PPO with RL Zoo's Hopper hyperparameters (``VecNormalize``, ``ortho_init: False``), tested
+  with the training's frozen observation statistics.
 - ``ppo-pong``: SB3 PPO ``CnnPolicy`` with RL Zoo's Atari hyperparameters, ``make_atari_env`` + ``VecFrameStack(4)``,
   8 envs: training env-steps/s.
 """
@@ -110,11 +112,19 @@ def sb3_learn(model: Any, steps: int) -> dict[str, Any]:
     }
 
 
-def sb3_evaluate(model: Any, env_id: str, seed: int, episodes: int, **make_kwargs: Any) -> dict[str, Any]:
+def sb3_evaluate(
+    model: Any, env_id: str, seed: int, episodes: int, normalized_like: Any = None, **make_kwargs: Any
+) -> dict[str, Any]:
+    """``episodes`` deterministic test episodes from seed ``seed + 10_000``; ``normalized_like``: the training's
+    ``VecNormalize``, whose observation statistics the test env uses, frozen (rewards raw)."""
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize
 
     env = make_vec_env(env_id, n_envs=1, seed=seed + 10_000, **make_kwargs)
+    if normalized_like is not None:
+        env = VecNormalize(env, training=False, norm_reward=False, clip_obs=normalized_like.clip_obs)
+        env.obs_rms = normalized_like.obs_rms
     returns, _ = evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=True, return_episode_rewards=True)
     env.close()
     return {"test_mean_return": round(statistics.mean(returns), 2), "test_episodes": len(returns)}
@@ -183,6 +193,27 @@ def sb3_sac_halfcheetah(seed: int, steps: int, test_episodes: int) -> dict[str, 
         **sb3_learn(model, steps),
         **sb3_evaluate(model, "HalfCheetah-v5", seed, test_episodes),
     }
+
+
+def sb3_ppo_hopper(seed: int, steps: int, test_episodes: int) -> dict[str, Any]:
+    """SB3 PPO with RL Zoo's Hopper hyperparameters, as ``configs/ppo-hopper.yaml``: ``VecNormalize`` of observations
+    and rewards (gamma 0.999, clips 10), ReLU [256, 256] actor and critic, log-std -2, and ``ortho_init: False``."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+    from torch import nn
+
+    env = VecNormalize(make_vec_env("Hopper-v5", n_envs=1, seed=seed), gamma=0.999)
+    model = PPO(
+        "MlpPolicy", env, n_steps=512, batch_size=32, n_epochs=5, gamma=0.999, gae_lambda=0.99,
+        learning_rate=9.80828e-05, ent_coef=0.00229519, clip_range=0.2, max_grad_norm=0.7, vf_coef=0.835671,
+        policy_kwargs={
+            "log_std_init": -2, "ortho_init": False, "activation_fn": nn.ReLU,
+            "net_arch": {"pi": [256, 256], "vf": [256, 256]},
+        },
+        seed=seed, device="cpu",
+    )  # fmt: skip
+    return {**sb3_learn(model, steps), **sb3_evaluate(model, "Hopper-v5", seed, test_episodes, normalized_like=env)}
 
 
 def sb3_ppo_pong(seed: int, steps: int) -> dict[str, Any]:
@@ -298,7 +329,7 @@ def main() -> None:
         }
         if args.figure is not None and evaluate:
             plot_curves(result["rlcore"], f"{preset} (periodic evaluations)", args.figure)
-    peers = {"ppo-minatar": sb3_ppo_minatar, "sac-halfcheetah": sb3_sac_halfcheetah}
+    peers = {"ppo-minatar": sb3_ppo_minatar, "sac-halfcheetah": sb3_sac_halfcheetah, "ppo-hopper": sb3_ppo_hopper}
     if not args.no_peer and (args.case in peers or args.case == "ppo-pong"):
         if not sb3_available():
             result["sb3"] = SB3_MISSING
