@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
@@ -45,6 +46,17 @@ class RolloutBuffer:
         self.advantages = torch.zeros(shape)
         self.returns = torch.zeros(shape)
 
+    def to(self, device: torch.device) -> RolloutBuffer:
+        """This rollout with every tensor on ``device`` (a copy; ``self`` when they are there already): what a
+        learner on a GPU trains on (``train.device``)."""
+        if self.obs.device == device:
+            return self
+        moved = copy.copy(self)
+        for name, value in vars(self).items():
+            if isinstance(value, torch.Tensor):
+                setattr(moved, name, value.to(device))
+        return moved
+
     def flat_valid_indices(self) -> torch.Tensor:
         """Indices into the flattened (T * N) rollout of the steps that are trained on."""
         return torch.nonzero(self.valid.reshape(-1), as_tuple=False).squeeze(-1)
@@ -62,7 +74,8 @@ class RolloutBuffer:
         noisy step. A rollout whose valid count divides evenly, or leaves a large tail, is split as before.
         """
         valid = self.flat_valid_indices()
-        yield from split_batches(valid[torch.randperm(valid.numel(), generator=generator)], batch_size)
+        order = torch.randperm(valid.numel(), generator=generator).to(valid.device)  # the generator is the CPU's
+        yield from split_batches(valid[order], batch_size)
 
     def features(self, policy: ActorCritic, idx: torch.Tensor) -> torch.Tensor:
         """What ``policy``'s heads read at the flat steps ``idx`` (B,): (B, width). Here the encoded observations;

@@ -68,7 +68,7 @@ def content_digest(meta_json: str, tensors: dict[str, Any]) -> str:
 
     def visit(value: Any) -> None:
         if isinstance(value, torch.Tensor):
-            flat = value.detach().contiguous().reshape(-1)
+            flat = value.detach().cpu().contiguous().reshape(-1)  # a GPU learner's optimizer state too
             digest.update(f"T{value.dtype}{tuple(value.shape)}".encode())
             digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
         elif isinstance(value, dict):

@@ -260,11 +260,13 @@ class TrainConfig(StrictModel):
     progress_bar: Literal["auto", "on", "off"] = "auto"
     """``auto`` shows a bar on a terminal and prints one log line per evaluation otherwise."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    """The losses' forward passes under ``torch.autocast``: ``bf16``; ``fp16`` needs CUDA (with a gradient scaler)
-    and is refused on the CPU. Weights, optimizer state, rollouts and acting stay float32. PPO and A2C only."""
+    """The losses' forward passes under ``torch.autocast``: ``bf16``, or ``fp16`` with a dynamic loss scale (a
+    gradient scaler; meant for CUDA, slow on a CPU). Weights, optimizer state, rollouts and acting stay float32.
+    PPO and A2C only (``rlcore.compute``)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    """Where the networks train: ``auto`` and ``cpu`` are the CPU; ``cuda`` is refused, in one line, on a machine
-    without a GPU and, for now, on one with one (CUDA training is not implemented; ``rlcore.compute``)."""
+    """Where the networks learn: ``auto`` and ``cpu`` the CPU; ``cuda`` a copy of the policy on the GPU, fed whole
+    rollouts, while envs, acting, evaluation and checkpoints stay on the CPU (PPO and A2C; refused in one line on
+    a machine without a CUDA GPU; ``rlcore.compute``)."""
     init_from: str | None = None
     """A checkpoint (``runs/<name>/checkpoints/step_*.pt``) or a selected ``policy.pt`` of any run whose policy has
     this run's spaces and shapes: a fresh run starts from its policy weights and observation normalizer (fresh

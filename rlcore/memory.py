@@ -73,20 +73,20 @@ class MemoryCore(nn.Module):
         all segments run as one packed batch: one recurrent call (and one backward) whatever the number of resets.
         """
         steps, batch = reset_after.shape
-        starts = torch.zeros(batch, steps, dtype=torch.bool)  # row-major (b, t): a segment starts here
+        starts = torch.zeros(batch, steps, dtype=torch.bool, device=x.device)  # row-major (b, t): a segment starts
         starts[:, 0] = True
         starts[:, 1:] = reset_after[:-1].T
         flat_starts = starts.reshape(-1)
         segment = torch.cumsum(flat_starts.long(), 0) - 1  # (B * L,) the segment of every (b, t)
         first = torch.nonzero(flat_starts).flatten()  # (J,) where each segment starts
-        position = torch.arange(batch * steps) - first[segment]  # step within its segment
+        position = torch.arange(batch * steps, device=x.device) - first[segment]  # step within its segment
         lengths = torch.bincount(segment, minlength=len(first))
         padded = x.new_zeros(int(lengths.max()), len(first), x.shape[-1])
         padded[position, segment] = x.transpose(0, 1).reshape(batch * steps, -1)
         begins_row = first % steps == 0  # the row's first segment starts from the given state, the others from zeros
-        initial = torch.zeros(len(first), *self.state_shape, dtype=state.dtype)
+        initial = torch.zeros(len(first), *self.state_shape, dtype=state.dtype, device=state.device)
         initial = initial.index_put((torch.nonzero(begins_row).flatten(),), state)
-        packed = nn.utils.rnn.pack_padded_sequence(padded, lengths, enforce_sorted=False)
+        packed = nn.utils.rnn.pack_padded_sequence(padded, lengths.cpu(), enforce_sorted=False)  # lengths: on the CPU
         out, hidden = self.rnn(packed, self._hidden(initial))
         out, _ = nn.utils.rnn.pad_packed_sequence(out)
         outputs = out[position, segment].reshape(batch, steps, -1).transpose(0, 1)

@@ -91,9 +91,9 @@ def other_algorithms_key(exc: ValidationError, name: str) -> str | None:
 
 
 def check_capabilities(params: Params, source: str) -> None:
-    """Refuse (one line) optional params the algorithm would not honour: a recurrent policy (``policy.memory``) or
-    mixed precision (``train.precision``) for an algorithm without them, and a device or precision this machine
-    cannot run (``rlcore.compute``)."""
+    """Refuse (one line) optional params the algorithm would not honour: a recurrent policy (``policy.memory``),
+    mixed precision (``train.precision``) or a GPU (``train.device: cuda``) for an algorithm without them, and a
+    device this machine does not have (``rlcore.compute``)."""
     name = params.algo.name
     capabilities = algorithm_class(name).capabilities
 
@@ -113,8 +113,13 @@ def check_capabilities(params: Params, source: str) -> None:
         )
     if params.train.precision != "fp32" and "precision" not in capabilities:
         raise ConfigError(
-            f"{source}: train.precision: {name} trains in fp32 only ({able('precision')} take bf16); "
+            f"{source}: train.precision: {name} trains in fp32 only ({able('precision')} take bf16 and fp16); "
             "set train.precision: fp32"
+        )
+    if params.train.device == "cuda" and "cuda" not in capabilities:
+        raise ConfigError(
+            f"{source}: train.device: {name} trains on the CPU only ({able('cuda')} train on cuda); "
+            "set train.device: auto"
         )
     try:
         check_device(params.train)

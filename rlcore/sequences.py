@@ -60,10 +60,10 @@ class SequenceRollout(RolloutBuffer):
         steps = self.valid.reshape(-1)  # flat index t * N + n
         per_batch = max(1, round(batch_size / self.sequence_length))
         sequences = self._sequence_ids()
-        usable = torch.zeros(self.sequences_per_env * self.num_envs, dtype=torch.bool)
+        usable = torch.zeros(self.sequences_per_env * self.num_envs, dtype=torch.bool, device=steps.device)
         usable[sequences[steps]] = True  # a sequence of reset steps only (possible when L = 1) has nothing to train
         candidates = torch.nonzero(usable).flatten()
-        order = candidates[torch.randperm(candidates.numel(), generator=generator)]
+        order = candidates[torch.randperm(candidates.numel(), generator=generator).to(steps.device)]
         for chosen in split_batches(order, per_batch):
             member = torch.zeros_like(usable)
             member[chosen] = True
@@ -71,8 +71,9 @@ class SequenceRollout(RolloutBuffer):
 
     def _sequence_ids(self) -> torch.Tensor:
         """(T * N,) the sequence of every flat step."""
-        t = torch.arange(self.num_steps).repeat_interleave(self.num_envs)
-        n = torch.arange(self.num_envs).repeat(self.num_steps)
+        device = self.valid.device
+        t = torch.arange(self.num_steps, device=device).repeat_interleave(self.num_envs)
+        n = torch.arange(self.num_envs, device=device).repeat(self.num_steps)
         return (t // self.sequence_length) * self.num_envs + n
 
     def features(self, policy: ActorCritic, idx: torch.Tensor) -> torch.Tensor:
@@ -86,7 +87,7 @@ class SequenceRollout(RolloutBuffer):
         start = self.states[k, env]
         if self.burn_in > 0:
             start = self._burn_in(policy, k, env, start)
-        times = (k * length).unsqueeze(0) + torch.arange(length).unsqueeze(1)  # (L, M)
+        times = (k * length).unsqueeze(0) + torch.arange(length, device=k.device).unsqueeze(1)  # (L, M)
         times = times.clamp(max=self.num_steps - 1)  # a short last sequence: padding, read by no loss
         outputs, _ = policy.sequence_features(self.obs[times, env], start, ~self.valid[times, env])
         return outputs[t % length, column]
@@ -102,7 +103,8 @@ class SequenceRollout(RolloutBuffer):
         if not later.any():
             return stored
         rows = torch.nonzero(later).flatten()
-        times = (k[rows] * self.sequence_length - self.burn_in).unsqueeze(0) + torch.arange(self.burn_in).unsqueeze(1)
+        steps = torch.arange(self.burn_in, device=k.device).unsqueeze(1)
+        times = (k[rows] * self.sequence_length - self.burn_in).unsqueeze(0) + steps
         _, state = policy.sequence_features(self.obs[times, env[rows]], stored[rows], ~self.valid[times, env[rows]])
         fresh = stored.clone()
         fresh[rows] = state

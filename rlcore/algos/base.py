@@ -203,7 +203,7 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
     action_spaces: ClassVar[tuple[type[spaces.Space], ...]]
     capabilities: ClassVar[frozenset[str]] = frozenset()
     """Optional params it honours: ``memory`` (``policy.memory``), ``precision`` (``train.precision`` other than
-    fp32). Others are refused at load (``rlcore.params``)."""
+    fp32), ``cuda`` (``train.device: cuda``). Others are refused at load (``rlcore.params``)."""
 
     def __init__(self, policy: PolicyT, config: ConfigT) -> None:
         self.policy = policy
@@ -215,12 +215,13 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
         self.consecutive_skips = 0
         self._pending_skip = False
         self.precision = Precision()
-        """How losses are computed (``rlcore.compute``): float32 unless the trainer says otherwise
+        """How losses are computed (``rlcore.compute``): float32 unless the session says otherwise
         (:meth:`compute_in`)."""
 
     def compute_in(self, precision: Precision) -> None:
-        """Compute the losses' forward passes in ``precision`` (``train.precision``); only algorithms that list
-        ``precision`` in :attr:`capabilities` read it."""
+        """Compute the losses' forward passes in ``precision`` (``train.precision``), scaling them for fp16; only
+        algorithms that list ``precision`` in :attr:`capabilities` are given anything but fp32. Called before a
+        resume loads :meth:`state_dict` (which holds fp16's loss scale)."""
         self.precision = precision
 
     @staticmethod
@@ -233,6 +234,8 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
     def state_dict(self) -> dict[str, Any]:
         """Everything but the policy that a resume needs: networks, optimizers, tensors, the step counter."""
         state: dict[str, Any] = {"gradient_steps": self.gradient_steps}
+        if self.precision.state_dict():  # fp16's loss scale; absent otherwise, so other checkpoints are unchanged
+            state["grad_scaler"] = self.precision.state_dict()
         for key, value in vars(self).items():
             if key == "policy":
                 continue
@@ -244,6 +247,7 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.gradient_steps = int(state["gradient_steps"])
+        self.precision.load_state_dict(state.get("grad_scaler", {}))
         for key, value in vars(self).items():
             if key == "policy":
                 continue
@@ -272,12 +276,13 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
 
     def accumulate(self, loss: torch.Tensor) -> bool:
         """Add the gradients of ``loss`` to those held (gradient accumulation: several minibatches' losses, each
-        weighted by its share of the samples, then one :meth:`apply_gradients`). A non-finite loss is not
-        back-propagated: the pending step is skipped (counted) and False returned."""
+        weighted by its share of the samples, then one :meth:`apply_gradients`); at fp16 the loss is multiplied by
+        the loss scale first. A non-finite loss is not back-propagated: the pending step is skipped (counted) and
+        False returned."""
         if not bool(torch.isfinite(loss)):
             self._pending_skip = True
             return self._skip()
-        loss.backward()
+        self.precision.scaler.scale(loss).backward()
         return True
 
     def apply_gradients(
@@ -287,17 +292,30 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
         max_grad_norm: float | None = None,
     ) -> bool:
         """One optimizer step on the accumulated gradients, clipping their norm when asked; a non-finite norm is
-        skipped (counted). The gradients are not zeroed: the next step zeroes them first."""
+        skipped (counted). At fp16 the gradients are unscaled first, and a step whose gradients overflowed is
+        skipped (counted) while the loss scale halves. The gradients are not zeroed: the next step zeroes them
+        first."""
         if self._pending_skip:
             self._pending_skip = False
             optimizer.zero_grad(set_to_none=True)
             return False
+        scaler = self.precision.scaler
         if max_grad_norm is not None and parameters is not None:
+            scaler.unscale_(optimizer)  # the norm of the true gradients (a no-op below fp16)
             norm = nn.utils.clip_grad_norm_(parameters, max_grad_norm)
             if not bool(torch.isfinite(norm)):
                 optimizer.zero_grad(set_to_none=True)
+                if scaler.is_enabled():
+                    scaler.update()  # overflowed at this scale: the next step uses half of it
                 return self._skip()
-        optimizer.step()
+        if scaler.is_enabled():
+            scale = scaler.get_scale()
+            scaler.step(optimizer)  # skipped by the scaler when a gradient is not finite
+            scaler.update()
+            if scaler.get_scale() < scale:
+                return self._skip()
+        else:
+            optimizer.step()
         self.consecutive_skips = 0
         return True
 

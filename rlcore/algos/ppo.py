@@ -75,7 +75,7 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
     name = "ppo"
     Config = PPOConfig
     action_spaces = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Box)
-    capabilities = frozenset({"memory", "precision"})
+    capabilities = frozenset({"memory", "precision", "cuda"})
 
     def __init__(self, policy: ActorCritic, config: PPOConfig) -> None:
         super().__init__(policy, config)

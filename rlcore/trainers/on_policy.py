@@ -15,7 +15,7 @@ import torch
 
 from rlcore.actions import action_layout
 from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig
-from rlcore.compute import Precision, training_device
+from rlcore.compute import copy_weights
 from rlcore.config import Params
 from rlcore.observations import obs_tensor
 from rlcore.policies import ActorCritic, reset_state
@@ -41,7 +41,8 @@ def train_on_policy(
         obs_dtype = obs.dtype  # the storage dtype: uint8 frames stay uint8 (rlcore.observations)
         obs_shape = tuple(session.observation_space.shape or ())
         rollout = make_rollout(policy, n_steps, num_envs, obs_shape, action_shape, action_dtype, obs_dtype)
-        algorithm.compute_in(Precision(params.train.precision, training_device(params.train)))
+        learner = algorithm.policy  # policy itself, or its copy on train.device (rlcore.compute)
+        device = next(learner.parameters()).device
         state = policy.initial_state(num_envs)  # a recurrent policy's memory (None: feed-forward); episodes restart
         stop_reason = session.stops.budget(session.state)
         while stop_reason is None:
@@ -75,7 +76,9 @@ def train_on_policy(
                 rollout.advantages, signal_metrics = algorithm.reward_signals.learn(
                     rollout, obs_tensor(source.stepper.obs), rollout.advantages, session.generator
                 )
-            metrics = algorithm.update(rollout, session.progress_fraction, session.generator)
+            copy_weights(policy, learner)  # the normalizer's statistics (the weights are the learner's already)
+            metrics = algorithm.update(rollout.to(device), session.progress_fraction, session.generator)
+            copy_weights(learner, policy)  # act with the new weights
             session.after_update({**metrics, **signal_metrics})
             # Statistics change only between updates, so each rollout's log-probabilities stay consistent.
             if policy.obs_normalizer.enabled:

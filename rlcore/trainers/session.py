@@ -20,6 +20,7 @@ from gymnasium import spaces
 
 from rlcore.algos.base import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 from rlcore.bc_regularizer import check_demonstrations
+from rlcore.compute import Precision, copy_weights, learner_copy, training_device
 from rlcore.config import Params
 from rlcore.curriculum import Curriculum
 from rlcore.envs import describe_space, settings_for
@@ -124,7 +125,12 @@ class TrainingSession(Generic[SourceT]):
         }
         if self.checkpoint is None and self.warm_start is not None:  # before the algorithm copies it (targets)
             self.warm_start.apply(self.policy)
-        self.algorithm: Algorithm[Any, Any] = algorithm_class(params.algo.name)(self.policy, params.algo)
+        # train.device: the algorithm trains self.policy, or on a GPU a copy of it there (rlcore.compute);
+        # acting, evaluation and checkpoints use self.policy.
+        device = training_device(params.train)
+        learner = learner_copy(self.policy, device)
+        self.algorithm: Algorithm[Any, Any] = algorithm_class(params.algo.name)(learner, params.algo)
+        self.algorithm.compute_in(Precision(params.train.precision, device))  # before a resume loads fp16's scale
         self.generator = torch.Generator().manual_seed(params.seed)
         self.rng = np.random.default_rng(params.seed)
         self.state = RunState(self.source.unit, next_eval=params.train.eval_every, next_log=params.train.log_every)
@@ -156,6 +162,7 @@ class TrainingSession(Generic[SourceT]):
         checkpoint = self.checkpoint
         assert checkpoint is not None
         self.policy.load_state_dict(checkpoint.tensors["policy"])
+        copy_weights(self.policy, self.algorithm.policy)
         self.algorithm.load_state_dict(checkpoint.tensors["algorithm"])
         torch.set_rng_state(checkpoint.tensors["rng"]["torch"])
         self.generator.set_state(checkpoint.tensors["rng"]["generator"])
