@@ -169,7 +169,6 @@ class LocalRunner(PopulationRunner):
                 self._in_flight[worker_id].remove(index)
                 self._last_progress[worker_id] = time.monotonic()
                 self._answered[worker_id] = True
-                self._failed_starts.delivered(worker_id)
                 if results[index] is None:
                     results[index] = result
                     remaining -= 1
