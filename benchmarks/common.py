@@ -66,8 +66,9 @@ def rlcore_time_to_target(
     return first_reaching(summary["evaluations"], target)
 
 
-def rlcore_throughput(params_file: Path, seed: int, steps: int) -> float:
-    """Training env steps per second of ``params_file`` on a fixed budget, with one evaluation at the end only."""
+def rlcore_throughput(params_file: Path, seed: int, steps: int, overrides: list[str] | None = None) -> float:
+    """Training env steps per second of ``params_file`` (with ``overrides``) on a fixed budget, with one evaluation
+    at the end only."""
     from rlcore.params import load_params
     from rlcore.trainers import train
 
@@ -81,6 +82,7 @@ def rlcore_throughput(params_file: Path, seed: int, steps: int) -> float:
             "train.eval_episodes=1",
             "train.max_wall_seconds=null",
             "train.progress_bar=off",
+            *(overrides or []),
         ],
     )
     with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr():

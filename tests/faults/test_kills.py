@@ -263,6 +263,8 @@ def kill_at(proc: Any, kill_case: Kill, reference: Reference, run_dir: Path, gro
 
 RESUMED = re.compile(r"resuming \S+ from step_(\d{10})\.pt")
 RESTORED = re.compile(r"restored (\d+) replay transitions from step_(\d{10})\.npz")
+RWLOCK_CORRUPT = "Unable to read RWLock-file"
+"""DVC's error when a kill cut its in-place rewrite of .dvc/tmp/rwlock short (an empty or partial JSON file)."""
 
 
 @pytest.mark.parametrize("kill_case", KILLS, ids=[k.id for k in KILLS])
@@ -295,7 +297,15 @@ def test_a_sigkill_loses_nothing_and_the_rerun_completes(kill_case: Kill, worksp
     for step in killed.checkpoints:
         load_checkpoint(run_dir / "checkpoints" / checkpoint_name(step))
 
-    rerun = run(*command, cwd=root)
+    rerun = run(*command, cwd=root, check=not group)
+    if group and rerun.returncode != 0 and RWLOCK_CORRUPT in rerun.stdout + rerun.stderr:
+        # The kill landed inside DVC's own in-place rewrite of .dvc/tmp/rwlock (treeverse/dvc#7615). The README's
+        # remedy: remove that file (DVC's record of running stages, nothing of the run) and run again.
+        lock = root / ".dvc" / "tmp" / "rwlock"
+        warnings.warn(f"{kill_case.id}: the kill cut DVC's rwlock write ({lock.read_bytes()[:40]!r})", stacklevel=1)
+        lock.unlink()
+        rerun = run(*command, cwd=root, check=False)
+    assert rerun.returncode == 0, f"{' '.join(command)} exited {rerun.returncode}:\n{rerun.stdout}\n{rerun.stderr}"
     output = rerun.stdout + rerun.stderr
     context = f"{kill_case.id}: killed after {killed.seconds:.2f} s with {killed.checkpoints}\n{killed_log}\n{output}"
 
