@@ -265,8 +265,8 @@ class TrainConfig(StrictModel):
     PPO and A2C only (``rlcore.compute``)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the networks learn: ``auto`` and ``cpu`` the CPU; ``cuda`` a copy of the policy on the GPU, fed whole
-    rollouts, while envs, acting, evaluation and checkpoints stay on the CPU (PPO and A2C; refused in one line on
-    a machine without a CUDA GPU; ``rlcore.compute``)."""
+    rollouts, while envs, acting, evaluation and checkpoints stay on the CPU (PPO and A2C; training is refused in
+    one line on a machine without a CUDA GPU; not part of the run's fingerprint; ``rlcore.compute``)."""
     init_from: str | None = None
     """A checkpoint (``runs/<name>/checkpoints/step_*.pt``) or a selected ``policy.pt`` of any run whose policy has
     this run's spaces and shapes: a fresh run starts from its policy weights and observation normalizer (fresh

@@ -13,7 +13,6 @@ from typing import Any
 
 from pydantic import Field, ValidationError, create_model
 
-from rlcore.compute import check_device
 from rlcore.config import (
     SECTIONS,
     Params,
@@ -92,8 +91,9 @@ def other_algorithms_key(exc: ValidationError, name: str) -> str | None:
 
 def check_capabilities(params: Params, source: str) -> None:
     """Refuse (one line) optional params the algorithm would not honour: a recurrent policy (``policy.memory``),
-    mixed precision (``train.precision``) or a GPU (``train.device: cuda``) for an algorithm without them, and a
-    device this machine does not have (``rlcore.compute``)."""
+    mixed precision (``train.precision``) or a GPU (``train.device: cuda``) for an algorithm without them. Whether
+    this machine has the GPU is the training session's check: evaluate, select and export of a GPU-trained run work
+    on any machine (``rlcore.compute``)."""
     name = params.algo.name
     capabilities = algorithm_class(name).capabilities
 
@@ -121,7 +121,3 @@ def check_capabilities(params: Params, source: str) -> None:
             f"{source}: train.device: {name} trains on the CPU only ({able('cuda')} train on cuda); "
             "set train.device: auto"
         )
-    try:
-        check_device(params.train)
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None

@@ -127,17 +127,41 @@ def test_accumulation_changes_the_step_when_the_halves_are_not_weighted():
     assert not all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(want, got, strict=True))
 
 
-def test_cuda_without_a_gpu_and_for_an_algorithm_without_it_is_refused_in_one_line():
+def test_cuda_without_a_gpu_and_for_an_algorithm_without_it_is_refused_in_one_line(tmp_path: Path):
     with pytest.raises(ConfigError, match=r"train\.device: dqn trains on the CPU only \(a2c, ppo train on cuda\)"):
         load_params(PROJECT / "configs" / "dqn-cartpole.yaml", ["train.device=cuda"])
     with pytest.raises(ConfigError, match=r"train\.precision: dqn trains in fp32 only \(a2c, ppo take bf16 and fp16"):
         load_params(PROJECT / "configs" / "dqn-cartpole.yaml", ["train.precision=fp16"])
     with pytest.raises(ConfigError, match=r"train\.device: expected 'auto', 'cpu' or 'cuda'|train\.device: input"):
         load_params(PROJECT / "params.yaml", ["train.device=tpu"])
+    from rlcore.registry import algorithm_class
+    from rlcore.trainers.session import check_device_support
+
+    dqn = load_params(PROJECT / "configs" / "dqn-cartpole.yaml")  # params built in Python skip the load's check
+    with pytest.raises(ConfigError, match=r"^train\.device: dqn trains on the CPU only"):
+        check_device_support(dqn, algorithm_class("dqn"), torch.device("cuda"))
     if torch.cuda.is_available():
         return
-    with pytest.raises(ConfigError, match=r"train\.device: cuda, but torch sees no CUDA GPU on this machine"):
-        load_params(PROJECT / "params.yaml", ["train.device=cuda"])
+    # Loading is not training: evaluate, select and export of a GPU-trained run work here. Training is refused
+    # before anything is written.
+    from rlcore.stages import train_stage
+
+    params = load_params(PROJECT / "params.yaml", ["train.device=cuda"])
+    with pytest.raises(ConfigError, match=r"^train\.device: cuda, but torch sees no CUDA GPU on this machine"):
+        train_stage(params, tmp_path)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_run_keeps_its_fingerprint_on_another_device():
+    """A run moved between a GPU machine and a CPU one resumes (the fingerprint ignores ``train.device``), while a
+    precision change starts afresh."""
+    from rlcore.trainers.run_directory import train_fingerprint
+
+    def fingerprint(*overrides: str) -> str:
+        return train_fingerprint(load_params(PROJECT / "params.yaml", list(overrides)), {})
+
+    assert fingerprint("train.device=cpu") == fingerprint("train.device=auto")
+    assert fingerprint("train.precision=bf16") != fingerprint()
 
 
 def first_step_gradients(precision: str) -> list[torch.Tensor]:

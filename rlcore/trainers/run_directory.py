@@ -47,6 +47,9 @@ def train_fingerprint(params: Params, source: dict[str, Any]) -> str:
     relevant = {key: tree[key] for key in ("seed", "env", "policy", "algo")}
     relevant.update(source)
     relevant["train"] = {k: v for k, v in tree["train"].items() if k != "progress_bar"}
+    # Where it trains is not what it trains: a run started on a GPU machine resumes on a CPU one, and back (hashed
+    # as the default, so runs from before train.device keep their fingerprint).
+    relevant["train"]["device"] = "auto"
     # The periodic evaluations' episode cap changes their scores, which stop training (target_return).
     relevant["eval_max_episode_steps"] = tree["eval"]["max_episode_steps"]
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]

@@ -66,6 +66,13 @@ def check_curriculum_support(params: Params, algo_cls: type[Algorithm[Any, Any]]
         )
 
 
+def check_device_support(params: Params, algo_cls: type[Algorithm[Any, Any]], device: torch.device) -> None:
+    """Only algorithms whose trainers feed a GPU learner train on one (``cuda`` in their capabilities; params
+    files are refused at load already, this guards params built in Python)."""
+    if device.type != "cpu" and "cuda" not in algo_cls.capabilities:
+        raise ConfigError(f"train.device: {params.algo.name} trains on the CPU only; set train.device: auto")
+
+
 class TrainingSession(Generic[SourceT]):
     """Everything around a trainer's loop. Use as a context manager; call :meth:`finish` at the end.
 
@@ -97,6 +104,8 @@ class TrainingSession(Generic[SourceT]):
         self.action_space = self.evaluator.env.single_action_space
         self._closers: list[Callable[[], None]] = [self.evaluator.close]
         try:
+            self.device = training_device(params.train)  # cuda on a machine without a GPU is refused here
+            check_device_support(params, algo_cls, self.device)
             check_action_space(params.algo.name, params.env.id, self.action_space)
             check_curriculum_support(params, algo_cls)
             check_resources(params, self.observation_space, self.action_space)  # sizes that cannot be allocated
@@ -127,10 +136,9 @@ class TrainingSession(Generic[SourceT]):
             self.warm_start.apply(self.policy)
         # train.device: the algorithm trains self.policy, or on a GPU a copy of it there (rlcore.compute);
         # acting, evaluation and checkpoints use self.policy.
-        device = training_device(params.train)
-        learner = learner_copy(self.policy, device)
+        learner = learner_copy(self.policy, self.device)
         self.algorithm: Algorithm[Any, Any] = algorithm_class(params.algo.name)(learner, params.algo)
-        self.algorithm.compute_in(Precision(params.train.precision, device))  # before a resume loads fp16's scale
+        self.algorithm.compute_in(Precision(params.train.precision, self.device))  # before a resume loads its scale
         self.generator = torch.Generator().manual_seed(params.seed)
         self.rng = np.random.default_rng(params.seed)
         self.state = RunState(self.source.unit, next_eval=params.train.eval_every, next_log=params.train.log_every)
