@@ -245,8 +245,8 @@ def test_a_resumed_fp16_run_continues_with_the_loss_scale_of_its_checkpoint(tmp_
 def test_fp16_ppo_reaches_475_on_cartpole_within_100k_steps_seed_0(tmp_path: Path):
     """The default params with ``train.precision: fp16`` (autocast to float16 and a loss scale, on the CPU here),
     seed 0, 100k env steps: the selected model's test score. Measured 2026-11-25: stops at a periodic 500 after 45k
-    env steps (fp32: 12k), 4 steps skipped for overflow as the scale fell from 65536 to 4096; 10.4 s of training
-    on a loaded machine."""
+    env steps (fp32 at this budget: 49k), 4 updates skipped for overflow as the scale fell from 65536 to 4096; 7.3 s
+    of training against fp32's 4.5 s."""
     assert_default_run_reaches_475(tmp_path, "fp16")
 
 
@@ -291,8 +291,8 @@ def test_bf16_runs_the_losses_in_bfloat16_and_keeps_the_weights_float32(recurren
 @pytest.mark.slow
 def test_bf16_ppo_reaches_475_on_cartpole_within_100k_steps_seed_0(tmp_path: Path):
     """The default params with ``train.precision: bf16``, seed 0, 100k env steps: the selected model's test score.
-    Measured 2026-11-25: stops at a periodic 500 after 61k steps (fp32: 12k), 16.5 s of training against fp32's
-    2.4 s: autocast's casts cost more than bf16 saves on 64-unit MLPs on a CPU (benchmarks/README.md)."""
+    Measured 2026-11-25: stops at a periodic 500 after 37k env steps (fp32 at this budget: 49k), 4.5 s of training
+    as fp32's: autocast's casts cost what bf16 saves on 64-unit MLPs on a CPU (benchmarks/README.md)."""
     assert_default_run_reaches_475(tmp_path, "bf16")
 
 
