@@ -250,6 +250,36 @@ def test_fp16_ppo_reaches_475_on_cartpole_within_100k_steps_seed_0(tmp_path: Pat
     assert_default_run_reaches_475(tmp_path, "fp16")
 
 
+def test_training_a_separate_learner_copy_gives_the_run_of_training_in_place(tmp_path: Path, monkeypatch):
+    """What ``train.device: cuda`` does, on the CPU: the algorithm trains a copy of the policy, synced with the acting
+    policy around every update (weights one way, observation statistics the other) and after a resume. The runs,
+    uninterrupted and resumed, end bitwise equal to training the policy in place."""
+    import copy
+    import shutil
+
+    from rlcore.checkpoints import list_checkpoints, load_checkpoint
+    from rlcore.trainers import train
+
+    params = load_params(PROJECT / "params.yaml", [*SMALL_RUN, "policy.normalize_obs=true"])
+
+    def final_policies(root: Path) -> list[dict[str, torch.Tensor]]:
+        train(params, root)
+        whole = load_checkpoint(list_checkpoints(root / "checkpoints")[-1][1]).tensors["policy"]
+        (root / "train_summary.json").unlink()
+        list_checkpoints(root / "checkpoints")[-1][1].unlink()
+        train(params, root)  # resumes from the first checkpoint
+        return [whole, load_checkpoint(list_checkpoints(root / "checkpoints")[-1][1]).tensors["policy"]]
+
+    in_place = final_policies(tmp_path / "in-place")
+    monkeypatch.setattr("rlcore.trainers.session.learner_copy", lambda policy, device: copy.deepcopy(policy))
+    separate = final_policies(tmp_path / "separate")
+    for want, got in zip(in_place, separate, strict=True):
+        assert "obs_normalizer.mean" in want
+        for key, value in want.items():
+            assert torch.equal(value, got[key]), key
+    shutil.rmtree(tmp_path / "in-place")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("memory", [False, True], ids=["mlp", "lstm"])
 def test_ppo_learns_on_cuda_in_fp16_and_its_checkpoints_load_on_the_cpu(tmp_path: Path, memory: bool):
