@@ -19,7 +19,7 @@ SB3 peers (the ``bench`` extra), same process, one thread:
   128 units, heads [64]: SB3's NatureCNN needs 36x36 images), 16 envs; 100 deterministic test episodes.
 - ``sac-halfcheetah``: SB3 SAC with RL Zoo's HalfCheetah hyperparameters (learning_starts 10,000, SB3's defaults
   otherwise: [256, 256], lr 3e-4, batch 256, one gradient step per env step).
-- ``ppo-hopper``: SB3 PPO with RL Zoo's Hopper hyperparameters (``VecNormalize``, ``ortho_init: False``), tested
+- ``ppo-hopper``: SB3 PPO with the preset's settings (SB3's defaults + ``VecNormalize``, linear lr, value clip), tested
   with the training's frozen observation statistics.
 - ``ppo-pong``: SB3 PPO ``CnnPolicy`` with RL Zoo's Atari hyperparameters, ``make_atari_env`` + ``VecFrameStack(4)``,
   8 envs: training env-steps/s.
@@ -196,23 +196,17 @@ def sb3_sac_halfcheetah(seed: int, steps: int, test_episodes: int) -> dict[str, 
 
 
 def sb3_ppo_hopper(seed: int, steps: int, test_episodes: int) -> dict[str, Any]:
-    """SB3 PPO with RL Zoo's Hopper hyperparameters, as ``configs/ppo-hopper.yaml``: ``VecNormalize`` of observations
-    and rewards (gamma 0.999, clips 10), ReLU [256, 256] actor and critic, log-std -2, and ``ortho_init: False``."""
+    """SB3 PPO with ``configs/ppo-hopper.yaml``'s settings (CleanRL's continuous PPO): SB3's PPO defaults ([64, 64]
+    tanh actor and critic, orthogonal init, log-std 0, 2048-step rollouts, 10 epochs of 64) with ``VecNormalize`` of
+    observations and rewards (gamma 0.99, clips 10), the learning rate annealed linearly to 0, value clipping 0.2."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
-    from torch import nn
 
-    env = VecNormalize(make_vec_env("Hopper-v5", n_envs=1, seed=seed), gamma=0.999)
+    env = VecNormalize(make_vec_env("Hopper-v5", n_envs=1, seed=seed), gamma=0.99)
     model = PPO(
-        "MlpPolicy", env, n_steps=512, batch_size=32, n_epochs=5, gamma=0.999, gae_lambda=0.99,
-        learning_rate=9.80828e-05, ent_coef=0.00229519, clip_range=0.2, max_grad_norm=0.7, vf_coef=0.835671,
-        policy_kwargs={
-            "log_std_init": -2, "ortho_init": False, "activation_fn": nn.ReLU,
-            "net_arch": {"pi": [256, 256], "vf": [256, 256]},
-        },
-        seed=seed, device="cpu",
-    )  # fmt: skip
+        "MlpPolicy", env, learning_rate=lambda remaining: 3e-4 * remaining, clip_range_vf=0.2, seed=seed, device="cpu"
+    )
     return {**sb3_learn(model, steps), **sb3_evaluate(model, "Hopper-v5", seed, test_episodes, normalized_like=env)}
 
 
