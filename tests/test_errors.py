@@ -353,3 +353,12 @@ def test_a_relative_output_path_that_climbs_out_of_the_project_is_refused(tmp_pa
     )
     one_line_error(result, "collect.output:", "points outside the project")
     assert not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.parametrize("preset", sorted(path.name for path in (PROJECT / "configs").glob("*.yaml")))
+def test_every_preset_in_configs_is_valid_params(preset: str) -> None:
+    """A preset edited by hand (a renamed key, a value out of range) fails here, not in a user's first run."""
+    from rlcore.params import load_params
+
+    params = load_params(PROJECT / "configs" / preset)
+    assert params.name == preset.removesuffix(".yaml")
