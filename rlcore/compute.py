@@ -6,8 +6,9 @@ on the precision a run trained in.
 
 On ``cuda`` only the learner moves: the algorithm trains a copy of the policy on the GPU (:func:`learner_copy`),
 fed each rollout moved there whole, while acting, evaluation, checkpoints and export keep the CPU policy, synced
-from the copy after every update (:func:`copy_weights`). Envs step on the CPU either way, and a CPU policy acting
-on a few observations at a time avoids a host-device round trip per env step.
+from the copy after every update, the observation statistics the other way before it (:func:`copy_weights`). Envs
+step on the CPU either way, and a CPU policy acting on a few observations at a time avoids a host-device round trip
+per env step.
 """
 
 from __future__ import annotations
@@ -25,16 +26,12 @@ from rlcore.errors import ConfigError
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def check_device(train: TrainConfig) -> None:
-    """Refuse (one line) a device this machine does not have: ``cuda`` where torch sees no CUDA GPU."""
+def training_device(train: TrainConfig) -> torch.device:
+    """``train.device`` resolved; ``cuda`` where torch sees no CUDA GPU is refused in one line. ``auto`` is the CPU:
+    small MLPs train fastest there (SB3 says the same of MLP policies), and no GPU has been measured yet to say
+    where one pays off."""
     if train.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("train.device: cuda, but torch sees no CUDA GPU on this machine (use auto or cpu)")
-
-
-def training_device(train: TrainConfig) -> torch.device:
-    """``train.device`` resolved (after :func:`check_device`). ``auto`` is the CPU: small MLPs train fastest there
-    (SB3 says the same of MLP policies), and no GPU has been measured yet to say where one pays off."""
-    check_device(train)
     return torch.device("cuda" if train.device == "cuda" else "cpu")
 
 

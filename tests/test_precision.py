@@ -255,7 +255,6 @@ def test_training_a_separate_learner_copy_gives_the_run_of_training_in_place(tmp
     policy around every update (weights one way, observation statistics the other) and after a resume. The runs,
     uninterrupted and resumed, end bitwise equal to training the policy in place."""
     import copy
-    import shutil
 
     from rlcore.checkpoints import list_checkpoints, load_checkpoint
     from rlcore.trainers import train
@@ -277,7 +276,6 @@ def test_training_a_separate_learner_copy_gives_the_run_of_training_in_place(tmp
         assert "obs_normalizer.mean" in want
         for key, value in want.items():
             assert torch.equal(value, got[key]), key
-    shutil.rmtree(tmp_path / "in-place")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -234,8 +234,8 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
     def state_dict(self) -> dict[str, Any]:
         """Everything but the policy that a resume needs: networks, optimizers, tensors, the step counter."""
         state: dict[str, Any] = {"gradient_steps": self.gradient_steps}
-        if self.precision.state_dict():  # fp16's loss scale; absent otherwise, so other checkpoints are unchanged
-            state["grad_scaler"] = self.precision.state_dict()
+        if scaler := self.precision.state_dict():  # fp16's loss scale; absent otherwise (other checkpoints unchanged)
+            state["grad_scaler"] = scaler
         for key, value in vars(self).items():
             if key == "policy":
                 continue

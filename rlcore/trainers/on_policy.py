@@ -42,7 +42,6 @@ def train_on_policy(
         obs_shape = tuple(session.observation_space.shape or ())
         rollout = make_rollout(policy, n_steps, num_envs, obs_shape, action_shape, action_dtype, obs_dtype)
         learner = algorithm.policy  # policy itself, or its copy on train.device (rlcore.compute)
-        device = next(learner.parameters()).device
         state = policy.initial_state(num_envs)  # a recurrent policy's memory (None: feed-forward); episodes restart
         stop_reason = session.stops.budget(session.state)
         while stop_reason is None:
@@ -76,8 +75,8 @@ def train_on_policy(
                 rollout.advantages, signal_metrics = algorithm.reward_signals.learn(
                     rollout, obs_tensor(source.stepper.obs), rollout.advantages, session.generator
                 )
-            copy_weights(policy, learner)  # the normalizer's statistics (the weights are the learner's already)
-            metrics = algorithm.update(rollout.to(device), session.progress_fraction, session.generator)
+            copy_weights(policy.obs_normalizer, learner.obs_normalizer)  # updated on the acting policy below
+            metrics = algorithm.update(rollout.to(session.device), session.progress_fraction, session.generator)
             copy_weights(learner, policy)  # act with the new weights
             session.after_update({**metrics, **signal_metrics})
             # Statistics change only between updates, so each rollout's log-probabilities stay consistent.
