@@ -188,20 +188,49 @@ REWARDS = torch.tensor([[1.0], [0.0], [2.0]])
 VALUES = torch.tensor([[0.5], [0.25], [1.0]])
 NEXT_VALUES = torch.tensor([[0.25], [1.0], [2.0]])
 ENDS = torch.tensor([[True], [False], [False]])
+VALID = torch.tensor([[True], [False], [True]])
 
 
 def test_an_episodic_signal_stops_at_the_episode_end():
-    # delta = (1 + 0 - 0.5, 0 + 0.5 * 1 - 0.25, 2 + 0.5 * 2 - 1) = (0.5, 0.25, 2); A_1 = 0.25 + 0.5 * 2 = 1.25;
-    # A_0 = delta_0 (the episode ended at step 0: nothing flows back across it).
-    advantages, returns = signal_advantages(REWARDS, VALUES, NEXT_VALUES, ENDS, ENDS, 0.5, 1.0, episodic=True)
-    assert torch.allclose(advantages, torch.tensor([[0.5], [1.25], [2.0]]))
+    # delta = (1 + 0 - 0.5, -, 2 + 0.5 * 2 - 1) = (0.5, -, 2); A_0 = delta_0 (the episode ended at step 0: nothing
+    # flows back across it); the autoreset step 1 carries no advantage.
+    advantages, returns = signal_advantages(REWARDS, VALUES, NEXT_VALUES, ENDS, ENDS, VALID, 0.5, 1.0, episodic=True)
+    assert torch.allclose(advantages, torch.tensor([[0.5], [0.0], [2.0]]))
     assert torch.allclose(returns, advantages + VALUES)
 
 
 def test_a_non_episodic_signal_runs_on_across_the_episode_end():
-    # delta_0 = 1 + 0.5 * 0.25 - 0.5 = 0.625 (a value after the end), A_0 = 0.625 + 0.5 * A_1 = 0.625 + 0.625.
-    advantages, _ = signal_advantages(REWARDS, VALUES, NEXT_VALUES, ENDS, ENDS, 0.5, 1.0, episodic=False)
-    assert torch.allclose(advantages, torch.tensor([[1.25], [1.25], [2.0]]))
+    # The autoreset step is skipped: delta_0 = 1 + 0.5 * V(s'_0) - 0.5 = 1 + 0.5 * 1 - 0.5 = 1, A_0 = 1 + 0.5 * A_2.
+    advantages, _ = signal_advantages(REWARDS, VALUES, NEXT_VALUES, ENDS, ENDS, VALID, 0.5, 1.0, episodic=False)
+    assert torch.allclose(advantages, torch.tensor([[2.0], [0.0], [2.0]]))
+
+
+def test_non_episodic_advantages_chain_the_last_step_to_the_next_episodes_first_observation_with_one_gamma():
+    """Issue 25, finding 5. gamma = lambda = 1/2, T = 5, N = 2. Env 0 terminates at step 1 (step 2 its autoreset
+    row: obs s_final, next obs s'_0), env 1 is truncated on the rollout's last step. V(s_final) = 7 and 9, and env
+    1's V(last observation) = 5, must not enter anything."""
+    rewards = torch.tensor([[1.0, 1.0], [2.0, 1.0], [0.0, 1.0], [3.0, 1.0], [4.0, 1.0]])
+    values = torch.tensor([[0.5, 1.0], [1.0, 1.0], [9.0, 1.0], [2.0, 1.0], [1.5, 1.0]])
+    next_values = torch.tensor([[1.0, 1.0], [7.0, 1.0], [2.0, 1.0], [1.5, 1.0], [0.25, 5.0]])
+    terminated = torch.zeros(5, 2, dtype=torch.bool)
+    terminated[1, 0] = True
+    episode_end = terminated.clone()
+    episode_end[4, 1] = True
+    valid = torch.ones(5, 2, dtype=torch.bool)
+    valid[2, 0] = False
+    advantages, returns = signal_advantages(
+        rewards, values, next_values, terminated, episode_end, valid, 0.5, 0.5, episodic=False
+    )
+    # Env 0, backwards: A_4 = 4 + 0.5 * 0.25 - 1.5 = 2.625; A_3 = (3 + 0.5 * 1.5 - 2) + 0.25 * A_4 = 2.40625;
+    # A_2 = 0 (autoreset row); A_1 = (2 + 0.5 * V(s'_0) - 1) + 0.25 * A_3 with V(s'_0) = 2 (the autoreset row's next
+    # value) = 2.6015625; A_0 = (1 + 0.5 * 1 - 0.5) + 0.25 * A_1 = 1.650390625.
+    # Env 1: its last step bootstraps from the mean V of the rollout's next-episode first observations (env 0's
+    # s'_0: 2): A_4 = 1 + 0.5 * 2 - 1 = 1; then A_t = 0.5 + 0.25 * A_{t+1}: 0.75, 0.6875, 0.671875, 0.66796875.
+    expected = torch.tensor(
+        [[1.650390625, 0.66796875], [2.6015625, 0.671875], [0.0, 0.6875], [2.40625, 0.75], [2.625, 1.0]]
+    )
+    torch.testing.assert_close(advantages, expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(returns, expected + values, rtol=0, atol=1e-6)
 
 
 def test_advantages_are_combined_with_the_signals_strengths():

@@ -6,8 +6,9 @@ Per rollout (:meth:`RewardSignal.learn`), with the models as they were before th
     r_t     = the signal's reward for each valid transition (0 on autoreset steps)        (T, N)
     r_t     = r_t / std(intrinsic return)      when the signal normalizes its reward (RND, curiosity)
     V, V'   = its value network on s_t and on s_{t+1}                                       (T, N)
-    A, R    = GAE with the signal's gamma and ``algo.gae_lambda``; an episodic signal stops at episode ends
-              (no value after a terminal state), a non-episodic one runs on across them
+    A, R    = GAE with the signal's gamma and ``algo.gae_lambda`` (:func:`signal_advantages`); an episodic signal
+              stops at episode ends (no value after a terminal state), a non-episodic one runs on across them,
+              from an episode's last step straight to the next one's first observation; 0 on autoreset steps
     then ``epochs`` passes over shuffled minibatches of the valid steps:
         loss = the model's own loss + (V(s_t) - R_t)^2
 
@@ -73,16 +74,50 @@ def signal_advantages(
     next_values: torch.Tensor,
     terminated: torch.Tensor,
     episode_end: torch.Tensor,
+    valid: torch.Tensor,
     gamma: float,
     lam: float,
     episodic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAE of one signal over (T, N) tensors (as :func:`rlcore.returns.gae`). ``episodic`` False: the return runs on
-    across episode ends, as if the env never ended (no terminal state, no cut): the step after an end, an
-    autoreset step with reward 0, carries it from the episode's last observation into the next episode's first."""
-    if not episodic:
-        terminated = episode_end = torch.zeros_like(terminated)
-    return gae(rewards, values, next_values, terminated, episode_end, gamma, lam)
+    """GAE of one signal over (T, N) tensors; returns (advantages, value targets), 0 and V(s_t) on autoreset rows.
+
+    ``episodic``: :func:`rlcore.returns.gae`, as the extrinsic return (no value after a terminal state, nothing flows
+    back across an episode's end); the autoreset rows (``valid`` False), which GAE keeps for the time structure,
+    get advantage 0, so they carry no weight wherever they are read.
+
+    Not ``episodic``: the return runs on as if the env never ended (Burda et al., 2018, RND: "non-episodic"; OpenAI's
+    random-network-distillation code, whose same-step autoreset hands it the next episode's first observation at
+    once). With next-step autoreset the row after an episode's last step t is an autoreset row (reward 0, no
+    transition): it is skipped, so the last step chains straight into the next episode's first observation s'_0
+    (its value is the autoreset row's ``next_values``), with one gamma::
+
+        delta_t = r_t + gamma * V(s'_0) - V(s_t)          A_t = delta_t + gamma * lam * A_{t+2}
+
+    never bootstrapping from V(last observation), a state this value network is never trained on. An episode that
+    ends on the rollout's last row has no s'_0 yet: it bootstraps from the mean value of the next episodes' first
+    observations seen in this rollout (the expectation of V(s'_0) over the reset distribution), or, if the rollout
+    saw none, from V(last observation). ``terminated`` is ignored (no state is terminal to a non-episodic return).
+    """
+    invalid = ~valid
+    if episodic:
+        advantages, _ = gae(rewards, values, next_values, terminated, episode_end, gamma, lam)
+    else:
+        ends = episode_end & valid
+        # V(s'_0) of an ending row t is the autoreset row t + 1's next value.
+        bootstrap = next_values.clone()
+        bootstrap[:-1] = torch.where(ends[:-1], next_values[1:], next_values[:-1])
+        if bool(invalid.any()):
+            first_values = next_values[invalid].mean()
+            bootstrap[-1] = torch.where(ends[-1], first_values, next_values[-1])
+        deltas = rewards + gamma * bootstrap - values
+        advantages = torch.zeros_like(values)
+        running = torch.zeros_like(values[0])
+        for t in range(values.shape[0] - 1, -1, -1):
+            # An autoreset row passes A_{t+1} through untouched to the episode's last step before it.
+            running = torch.where(valid[t], deltas[t] + gamma * lam * running, running)
+            advantages[t] = running
+    advantages = advantages.masked_fill(invalid, 0.0)
+    return advantages, advantages + values
 
 
 class RewardSignal(nn.Module, ABC):
@@ -158,7 +193,7 @@ class RewardSignal(nn.Module, ABC):
             values = self.value(batch.flat("obs")).reshape(steps, envs)
             next_values = self.value(batch.flat("next_obs")).reshape(steps, envs)
             advantages, returns = signal_advantages(
-                rewards, values, next_values, batch.terminated, batch.episode_end, self.config.gamma, lam,
+                rewards, values, next_values, batch.terminated, batch.episode_end, valid, self.config.gamma, lam,
                 self.config.episodic,
             )  # fmt: skip
         metrics = self._train(batch, returns.reshape(-1), generator)
