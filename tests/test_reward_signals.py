@@ -23,9 +23,9 @@ from rlcore.envs import describe_space
 from rlcore.errors import ConfigError
 from rlcore.params import load_params
 from rlcore.policies import ActorCritic
-from rlcore.reward_signals.config import RewardSignalsConfig
+from rlcore.reward_signals.config import GAILConfig, RewardSignalsConfig
 from rlcore.reward_signals.curiosity import forward_error
-from rlcore.reward_signals.gail import gail_reward, gradient_penalty
+from rlcore.reward_signals.gail import GAIL, gail_reward, gradient_penalty
 from rlcore.reward_signals.inputs import action_features, inverse_loss
 from rlcore.reward_signals.rnd import RND, rnd_reward
 from rlcore.reward_signals.signal import SignalBatch, signal_advantages
@@ -156,6 +156,30 @@ def test_gradient_penalty_is_taken_at_the_interpolated_inputs():
     policy = (torch.tensor([[0.0, 0.0], [0.0, 0.0]]), None)
     # u = 1/2: o = (1, 0), norm 1, penalty 0; u = 1: o = (2, 0), norm 2, penalty 1. The mean: 1/2.
     assert gradient_penalty(logit, expert, policy, torch.tensor([0.5, 1.0])).item() == pytest.approx(0.5, abs=1e-5)
+
+
+def test_gail_penalizes_its_discriminators_logit_gradient_with_one_coefficient_per_pair():
+    """Issue 25, finding 6: the penalty the docstring names (Kostrikov et al., 2019), on GAIL's own discriminator.
+    Hidden ReLU units h_0 = x_0 + 2 x_1 + 2 a_0 + 10 (always on) and h_1 = 4 x_3 (on where x_3 > 0), logit
+    h_0 + h_1: the logit's gradient is (1, 2, 0, 0 | 2, 0), norm 3, penalty 4, where x_3 < 0, and
+    (1, 2, 0, 4 | 2, 0), norm 5, penalty 16, where x_3 > 0. ML-Agents' penalty on D = sigmoid(logit) would scale
+    the gradient by D (1 - D) <= 1/4; per-element mixing would give each element its own coefficient."""
+    policy_net = ActorCritic(CARTPOLE_OBS, CARTPOLE_ACTIONS, PolicyConfig(hidden_sizes=[16]))
+    config = GAILConfig(dataset="unused.parquet", hidden_sizes=[2])
+    expert_data = (torch.zeros(1, 4), torch.zeros(1, dtype=torch.int64))
+    gail = GAIL(config, CARTPOLE_OBS, CARTPOLE_ACTIONS, policy_net.new_encoder, expert_data)
+    hidden, out = [m for m in gail.discriminator.head.modules() if isinstance(m, torch.nn.Linear)]
+    with torch.no_grad():
+        hidden.weight.copy_(torch.tensor([[1.0, 2.0, 0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 4.0, 0.0, 0.0]]))
+        hidden.bias.copy_(torch.tensor([10.0, 0.0]))
+        out.weight.copy_(torch.tensor([[1.0, 1.0]]))
+        out.bias.zero_()
+    # Fresh statistics (mean 0, var 1): the normalized observations are the raw ones.
+    expert = gail._inputs(torch.tensor([[0.1, 0.2, 0.0, 1.0]] * 3), torch.tensor([0, 1, 0]))
+    policy = gail._inputs(torch.tensor([[0.3, -0.1, 0.0, -3.0]] * 3), torch.tensor([1, 0, 1]))
+    # x_3 = 4 u - 3: u = 1/2 -> -1 (penalty 4), u = 1 -> 1 (16), u = 0 -> -3 (4). The mean: 8.
+    penalty = gradient_penalty(gail.logits, expert, policy, torch.tensor([0.5, 1.0, 0.0]))
+    assert penalty.item() == pytest.approx(8.0, rel=1e-6)
 
 
 def test_curiosity_forward_error_is_half_the_squared_distance_of_the_encodings():

@@ -97,7 +97,8 @@ class GAILConfig(IntrinsicConfig):
     """Whether the discriminator sees the action (false: states only, imitation from observation)."""
     gradient_penalty: float = Field(10.0, ge=0)
     """lambda of the penalty lambda * E[(||grad_x logit D(x)|| - 1)^2] on inputs interpolated between expert and
-    policy pairs (Gulrajani et al., 2017): keeps the discriminator smooth, so its reward stays informative."""
+    policy pairs, one coefficient per pair (Gulrajani et al., 2017, on the logit as Kostrikov et al., 2019): keeps
+    the discriminator smooth, so its reward stays informative."""
 
 
 class RewardSignalsConfig(StrictModel):

@@ -3,9 +3,15 @@
     D(s, a) = sigmoid(l(s, a))      the probability that (s, a) is the expert's; l reads the signal's normalized
                                     observations (and the action's features unless ``use_actions`` is false)
     L_D     = -E_expert[log D] - E_policy[log(1 - D)] + lambda * E_x[(||grad_x l(x)|| - 1)^2]
-              x = u * expert + (1 - u) * policy, u ~ U(0, 1) per pair (Gulrajani et al., 2017, the penalty that
-              ML-Agents' GAIL uses), over the observation (and action) inputs
+              x = u * expert + (1 - u) * policy, one u ~ U(0, 1) per pair, the norm over the pair's inputs
+              together (normalized observation and action features)
     r_t     = -log(1 - D(s_t, a_t)) = softplus(l(s_t, a_t))
+
+The penalty is Gulrajani et al.'s (2017, WGAN-GP) on the discriminator's logit l, as Kostrikov et al. (2019,
+"Discriminator-actor-critic") apply it to GAIL: their code (google-research ``dac/gail.py``) draws one coefficient
+per pair and penalizes the gradient of the logit w.r.t. the concatenated (observation, action). ML-Agents' GAIL
+differs: it penalizes the gradient of D = sigmoid(l), mixes with one coefficient per input element, and takes the
+norm over the first observation's gradient only.
 
 The expert's transitions come from a Parquet dataset of our schema (``rlcore.datasets``: what ``rlcore collect``
 writes), read whole when the run starts; each minibatch of policy transitions meets as many expert transitions,
@@ -48,7 +54,8 @@ def gradient_penalty(
     mix: torch.Tensor,
 ) -> torch.Tensor:
     """E[(||grad_x logit(x)||_2 - 1)^2] at x = mix * expert + (1 - mix) * policy, the norm over every input of a
-    pair (observation features and action features together). ``mix`` (B,) in [0, 1]; inputs (B, ...)."""
+    pair (observation features and action features together): the gradient of the logit, not of D = sigmoid(logit),
+    and one coefficient per pair (Kostrikov et al., 2019). ``mix`` (B,) in [0, 1]; inputs (B, ...)."""
     inputs: list[torch.Tensor] = []
     for expert_part, policy_part in zip(expert, policy, strict=True):
         if expert_part is None or policy_part is None:
