@@ -52,7 +52,7 @@ class Curiosity(RewardSignal):
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
         """(B, encoding_size) phi of raw observations (B, *obs_shape)."""
-        out: torch.Tensor = self.encoder(self.obs_normalizer(obs))
+        out: torch.Tensor = self.encoder(self.normalize(obs))
         return out
 
     def _terms(self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -122,7 +122,7 @@ class GAIL(RewardSignal):
     def _inputs(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """What the discriminator reads: normalized observations and (with ``use_actions``) action features."""
         features = action_features(actions, self.action_space) if self.config.use_actions else None
-        return self.obs_normalizer(obs), features
+        return self.normalize(obs), features
 
     def logits(self, obs_inputs: torch.Tensor, action_inputs: torch.Tensor | None) -> torch.Tensor:
         """(B,) l(s, a) from :meth:`_inputs`."""

@@ -13,8 +13,10 @@ Per rollout (:meth:`RewardSignal.learn`), with the models as they were before th
         loss = the model's own loss + (V(s_t) - R_t)^2
 
 A signal's networks read its own normalized observations (running mean/std of float values, clipped, as RND
-needs; frames pass through to a CNN of the policy's architecture), so nothing here depends on, or changes, the
-policy or its normalizer.
+needs), so nothing here depends on, or changes, the policy or its normalizer. Frames (``uint8``/``bool`` images,
+a packed ``Dict``'s image keys) pass through to a CNN of the policy's architecture, which scales ``uint8`` by
+1/255; a signal built with ``normalize_images`` (RND) normalizes them per pixel instead, and its encoders read the
+normalized values unscaled.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
 
 from rlcore.buffers import RolloutBuffer
-from rlcore.encoders import Encoder, float_mask
+from rlcore.encoders import Encoder, Flatten, ImageEncoder, float_mask
 from rlcore.nets import ObsNormalizer
+from rlcore.observations import PackedDict, is_image, layout
 from rlcore.returns import gae
 from rlcore.reward_scaling import RewardScaler
 from rlcore.reward_signals.config import IntrinsicConfig
@@ -120,6 +124,34 @@ def signal_advantages(
     return advantages, advantages + values
 
 
+def has_images(space: gym.Space) -> bool:
+    """Frames, or a packed ``Dict`` with a frame among its keys."""
+    if isinstance(space, PackedDict):
+        return any(is_image(part.space) for part in layout(space.dict_space))
+    return is_image(space)
+
+
+def normalized_elements(space: gym.Space, images: bool) -> np.ndarray | None:
+    """Which elements of an observation a signal's normalizer applies to (``rlcore.nets.ObsNormalizer``'s mask):
+    the float values (:func:`rlcore.encoders.float_mask`), and with ``images`` every pixel of a frame too."""
+    mask = float_mask(space)
+    if not images:
+        return mask
+    if isinstance(space, PackedDict):
+        assert mask is not None
+        mask = mask.copy()
+        for part in layout(space.dict_space):
+            if is_image(part.space):
+                mask[part.start : part.stop] = True
+        return mask
+    return None if is_image(space) else mask
+
+
+STATISTICS_CHUNK_ELEMENTS = 1 << 22
+"""At most this many observation elements per update of the running statistics (32 MB in float64): a rollout of
+Atari frames would otherwise take a gigabyte to merge at once. Chunks merge exactly (parallel Welford)."""
+
+
 class RewardSignal(nn.Module, ABC):
     """Base of RND, curiosity and GAIL: the rollout procedure above; a member defines its reward model.
 
@@ -136,13 +168,15 @@ class RewardSignal(nn.Module, ABC):
         new_encoder: Callable[[], Encoder],
         obs_clip: float,
         normalize_reward: bool,
+        normalize_images: bool = False,
     ) -> None:
         super().__init__()
         self.config = config
         self.new_encoder = new_encoder
-        self.obs_normalizer = ObsNormalizer(
-            tuple(observation_space.shape or ()), obs_clip, enabled=True, mask=float_mask(observation_space)
-        )
+        mask = normalized_elements(observation_space, normalize_images)
+        self.obs_normalizer = ObsNormalizer(tuple(observation_space.shape or ()), obs_clip, enabled=True, mask=mask)
+        self.normalizes_images = normalize_images and has_images(observation_space)
+        """Frames are normalized: observations reach the normalizer as float32, the encoders do not rescale."""
         self.value_net = self.encoded_mlp(1)
         # The intrinsic return's scale, as PPO's reward scaling (RND: "divide by a running estimate of the standard
         # deviations of the intrinsic returns"); an episodic signal's return restarts with each episode.
@@ -151,6 +185,10 @@ class RewardSignal(nn.Module, ABC):
     def encoded_mlp(self, out_features: int, extra: int = 0, out_gain: float = 1.0) -> EncodedMLP:
         """A network on this signal's normalized observations: a fresh encoder, then an MLP of ``hidden_sizes``."""
         encoder = self.new_encoder()
+        if self.normalizes_images:  # the normalized frames are the input, not raw 0-255 values to scale by 1/255
+            for module in encoder.modules():
+                if isinstance(module, (Flatten, ImageEncoder)):
+                    module.scale = 1.0
         return EncodedMLP(encoder, encoder.out_features, self.config.hidden_sizes, out_features, extra, out_gain)
 
     def make_optimizer(self) -> torch.optim.Optimizer:
@@ -160,9 +198,20 @@ class RewardSignal(nn.Module, ABC):
         groups = [{"params": list(self.value_net.parameters()), "lr": self.config.value_lr}]
         return torch.optim.Adam(groups + [{"params": model, "lr": self.config.lr}])
 
+    def normalize(self, obs: torch.Tensor) -> torch.Tensor:
+        """Raw observations (B, *obs_shape) as this signal's networks read them: clip((x - mu) / sigma) on the
+        normalized elements (float32 with frames among them), the others as they are."""
+        return self.obs_normalizer(obs.to(torch.float32) if self.normalizes_images else obs)
+
+    def update_statistics(self, obs: torch.Tensor) -> None:
+        """Merge raw observations (B, *obs_shape) into the running statistics, in chunks of bounded size."""
+        rows = max(1, STATISTICS_CHUNK_ELEMENTS // max(1, obs[0].numel())) if obs.shape[0] else 1
+        for chunk in obs.split(rows):
+            self.obs_normalizer.update(chunk)
+
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """(B,) the value of this signal's return, for raw observations (B, *obs_shape)."""
-        return self.value_net(self.obs_normalizer(obs)).squeeze(-1)
+        return self.value_net(self.normalize(obs)).squeeze(-1)
 
     @abstractmethod
     def rewards(self, batch: SignalBatch) -> torch.Tensor:
@@ -184,7 +233,7 @@ class RewardSignal(nn.Module, ABC):
         with torch.no_grad():
             seen = torch.cat([batch.obs[valid], batch.next_obs[valid]])
             if seen.numel():
-                self.obs_normalizer.update(seen)
+                self.update_statistics(seen)
             raw = torch.where(valid.reshape(-1), self.rewards(batch), 0.0).reshape(steps, envs)
             rewards = raw
             if self.reward_scaler is not None:
