@@ -257,6 +257,17 @@ def test_non_episodic_advantages_chain_the_last_step_to_the_next_episodes_first_
     torch.testing.assert_close(returns, expected + values, rtol=0, atol=1e-6)
 
 
+def test_a_signals_advantages_are_zero_on_autoreset_steps():
+    algorithm = make_ppo({"rnd": {}, "curiosity": {"episodic": True}})
+    assert algorithm.reward_signals is not None
+    rollout, last_obs = rollout_of()  # env 0: the episode ends at step 1, step 2 is its autoreset step
+    batch = SignalBatch.of(rollout, last_obs)
+    for name, signal in algorithm.reward_signals.signals.items():
+        advantages, _ = signal.learn(batch, 0.95, torch.Generator().manual_seed(0))
+        assert advantages[2, 0] == 0.0, name
+        assert bool((advantages[batch.valid] != 0).all()), name
+
+
 def test_advantages_are_combined_with_the_signals_strengths():
     extrinsic = torch.tensor([[1.0, -2.0]])
     signals = [(0.5, torch.tensor([[4.0, 0.0]])), (2.0, torch.tensor([[1.0, 1.0]]))]
