@@ -106,7 +106,7 @@ def test_an_es_step_with_plain_sgd_moves_theta_by_the_rank_weighted_noise():
     # ranks of [10, 0, 0, 10, 5, 5] (ties averaged): 10 -> 4.5, 0 -> 0.5, 5 -> 2.5; / 5 - 0.5
     weights = np.array([0.8, -0.8, 0.0])  # F+ - F- per pair
     eps = noise_rows(noise_table(0, params.algo.noise_table_size), tasks[0].offsets, before.numel())
-    expected = before + torch.from_numpy(weights @ eps / 3).float()  # lr 1, gradient ascent
+    expected = before + torch.from_numpy(weights @ eps / 6).float()  # lr 1, ascent; / the number of rollouts
     assert torch.allclose(after, expected, atol=1e-6)
     assert es.iterations == 1 and torch.equal(es.theta.detach(), after)
 
