@@ -9,11 +9,12 @@ a Gaussian search distribution. Per iteration, with P = population_size / 2 anti
     F <- centered ranks of all 2P returns, in [-0.5, 0.5] (ties share their mean rank)
     g = 1/(2P) * sum_i (F_i^+ - F_i^-) * eps_i              (divided by the number of rollouts; the 1/sigma of the
                                                              estimator is in the learning rate, as in OpenAI's code)
-    theta <- optimizer step on -g + weight_decay * theta    (Adam, or SGD with momentum; weight_decay is l2coeff)
+    theta <- optimizer step on -g + weight_decay * theta    (OpenAI's Adam or SGD with momentum,
+                                                             rlcore.population.optimizers; weight_decay is l2coeff)
     observation statistics <- merged with each rollout's, in pair order (Welford; when policy.normalize_obs)
 
-The gradient and its L2 term are OpenAI's ``es_distributed`` (``es.py``: ``g /= returns_n2.size``, then
-``optimizer.update(-g + config.l2coeff * theta)``).
+This is OpenAI's ``es_distributed`` (``es.py``: ``g /= returns_n2.size``, then
+``optimizer.update(-g + config.l2coeff * theta)``; ``optimizers.py``), step for step.
 
 Discrete actions: a categorical actor acting greedily (argmax); bounded Box actions: a deterministic tanh actor.
 """
@@ -35,6 +36,7 @@ from rlcore.errors import CheckpointError, ConfigError
 from rlcore.nets import ObsNormalizer
 from rlcore.policies import CategoricalActor, DeterministicActor, Policy, require_bounded
 from rlcore.population.noise import noise_rows, noise_table, sample_offsets
+from rlcore.population.optimizers import OpenAIAdam, OpenAISGD
 from rlcore.population.tasks import PairResults, PerturbedPairs, RolloutResult, RolloutTask
 from rlcore.schedules import ScheduleName, scheduled
 
@@ -56,7 +58,8 @@ class ESConfig(PopulationConfig):
     noise_seed: int = Field(0, ge=0, lt=2**32)
     """Seeds the noise table: the same table in every process (and in every run with this seed)."""
     optimizer: Literal["adam", "sgd"] = "adam"
-    """``adam``, or ``sgd`` with ``momentum`` (an exponential moving average of the gradient, as OpenAI's SGD)."""
+    """OpenAI's ``adam``, or OpenAI's ``sgd`` with ``momentum`` (an exponential moving average of the gradient that
+    starts at 0; ``rlcore.population.optimizers``)."""
     lr: float = Field(0.01, gt=0)
     lr_schedule: ScheduleName = "constant"
     momentum: float = Field(0.9, ge=0, lt=1)
@@ -112,11 +115,9 @@ class ES(PopulationAlgorithm[ESConfig, Policy]):
         """The search distribution's mean, the optimizer's one parameter; ``policy`` holds the same values."""
         self.optimizer: torch.optim.Optimizer
         if config.optimizer == "adam":
-            self.optimizer = torch.optim.Adam([self.theta], lr=config.lr)
+            self.optimizer = OpenAIAdam([self.theta], lr=config.lr)
         else:
-            self.optimizer = torch.optim.SGD(
-                [self.theta], lr=config.lr, momentum=config.momentum, dampening=config.momentum
-            )
+            self.optimizer = OpenAISGD([self.theta], lr=config.lr, momentum=config.momentum)
 
     @staticmethod
     def make_policy(
