@@ -352,7 +352,7 @@ def _learn(preset: Path, tmp_path: Path) -> dict:
 @pytest.mark.slow
 def test_es_preset_with_two_worker_processes_reaches_475_on_the_test_score(tmp_path: Path):
     # configs/es-cartpole.yaml: seed 0, 32 rollouts per iteration on 2 local worker processes; stops at a periodic
-    # evaluation of 500 (about 43k env steps, 8 iterations), within its 1M-step budget.
+    # evaluation of 500 (about 76k env steps, 12 iterations), within its 1M-step budget.
     metrics = _learn(ES_PRESET, tmp_path)
     assert metrics["mean_return"] >= 475, metrics
 
