@@ -10,7 +10,9 @@ A parameter named in ``env.parameters``, a curriculum lesson or ``eval.settings`
 3. or, when ``env.parameters_adapter`` names ``module:function``, neither: ``function(env, values)`` gets the
    unwrapped env and every drawn value (envs whose physics live elsewhere, e.g. MuJoCo model fields).
 
-Anything else is refused at load, in one line naming the env and the parameter (:func:`check_parameters`).
+Anything else is refused at load, in one line naming the env and the parameter (:func:`check_parameters`). A
+parameter the settings in effect do not draw (an earlier curriculum lesson's) is at a fresh env's value
+(:class:`EnvParameters`).
 Nothing here reads the params model (``rlcore.config`` calls the checks): plain ids, kwargs and samplers in.
 """
 
@@ -48,6 +50,13 @@ attribute names, which are not parameters themselves, and the parameters they co
 
 BUILT_WITH = "rlcore_constructor_values"
 """Attribute set on a base env rebuilt for constructor parameters: the values it was built with."""
+
+BASE_VALUES = "rlcore_base_values"
+"""Attribute set on a base env whose attributes rlcore set: each one's value before rlcore first set it (what the
+env was built with), to restore when the settings in effect no longer draw it."""
+
+ADAPTED = "rlcore_adapted_names"
+"""Attribute set on a base env given to ``env.parameters_adapter``: the names it applied."""
 
 
 def _derived(env: Any) -> tuple[Callable[[Any], None] | None, tuple[str, ...], tuple[str, ...]]:
@@ -192,7 +201,15 @@ def _one_line(exc: BaseException) -> str:
 
 class EnvParameters:
     """Per-episode settings (``rlcore.envs.EpisodeSettings``): at every reset of a sub-env, draw each parameter
-    from the sub-env's generator, in declared order, and apply the values. Plain data, picklable (async envs)."""
+    from the sub-env's generator, in declared order, and apply the values. Plain data, picklable (async envs).
+
+    Every parameter these settings do not draw is at the value a freshly built env has (the env's default, or
+    ``env.kwargs``'), whatever settings the env ran under before (an earlier curriculum lesson, a dropped
+    parameter): an attribute goes back to the value it had before rlcore first set it (remembered on the base env,
+    :data:`BASE_VALUES`), a constructor keyword no longer drawn rebuilds the base env without it, and with an
+    adapter the base env is rebuilt when a name it applied before is no longer drawn (what an adapter changed
+    cannot be undone otherwise).
+    """
 
     def __init__(self, env_id: str, kwargs: dict[str, Any], parameters: Parameters, adapter: str | None = None) -> None:
         self.env_id = env_id
@@ -205,25 +222,44 @@ class EnvParameters:
         return {name: sampler.draw(rng) for name, sampler in self.parameters.items()}
 
     def apply(self, env: gym.Env, rng: np.random.Generator) -> gym.Env | None:
-        """Apply one episode's draws to the base env ``env``; a rebuilt base env (constructor parameters changed)
-        to use from this reset on, or None."""
+        """Apply one episode's draws to the base env ``env``, and put every parameter not drawn back at its built
+        value; a rebuilt base env (its constructor parameters changed) to use from this reset on, or None."""
         values = self.draw(rng)
         if self.adapter is not None:
-            import_object(self.adapter)(env, values)
-            return None
+            return self._adapt(env, values)
         built = {name: values[name] for name in self.constructor}
         replacement = None
-        if built and getattr(env, BUILT_WITH, None) != built:
-            replacement = gym.make(self.env_id, **{**self.kwargs, **built}).unwrapped
-            setattr(replacement, BUILT_WITH, built)
-            replacement.np_random = env.np_random  # the episode stream goes on (a seeded reset re-seeds it anyway)
+        if getattr(env, BUILT_WITH, {}) != built:  # also when a constructor parameter is no longer drawn
+            replacement = self._rebuilt(env, built)
         target = replacement if replacement is not None else env
+        base_values: dict[str, Any] = target.__dict__.setdefault(BASE_VALUES, {})
+        for name in [name for name in base_values if name not in values]:
+            setattr(target, name, base_values.pop(name))
         for name, value in values.items():
             if name not in self.constructor:
+                base_values.setdefault(name, getattr(target, name))
                 setattr(target, name, value)
         derive, _, _ = _derived(target)
         if derive is not None:
             derive(target)
+        return replacement
+
+    def _adapt(self, env: gym.Env, values: dict[str, Value]) -> gym.Env | None:
+        applied: set[str] = getattr(env, ADAPTED, set())
+        replacement = self._rebuilt(env, {}) if applied - values.keys() else None
+        target = replacement if replacement is not None else env
+        assert self.adapter is not None
+        import_object(self.adapter)(target, values)
+        setattr(target, ADAPTED, set(values))
+        return replacement
+
+    def _rebuilt(self, env: gym.Env, built: dict[str, Value]) -> gym.Env:
+        """A fresh base env of ``env.kwargs`` and the constructor values ``built``, going on with ``env``'s
+        generator (the episode stream goes on; a seeded reset re-seeds it anyway)."""
+        replacement = gym.make(self.env_id, **{**self.kwargs, **built}).unwrapped
+        if built:
+            setattr(replacement, BUILT_WITH, built)
+        replacement.np_random = env.np_random
         return replacement
 
     def __repr__(self) -> str:

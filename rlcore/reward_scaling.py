@@ -10,7 +10,8 @@ has to fit, so this keeps value targets near unit scale whatever the env's rewar
 centred: shifting them would change which policy is optimal where episodes can end early.
 
 The scaler is training-time state of an algorithm (saved in its checkpoints), never part of the policy:
-an evaluated or exported policy acts on observations and never sees a reward.
+an evaluated or exported policy acts on observations and never sees a reward. A resumed run restarts every episode,
+so loading keeps the statistics and zeroes the running return.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from rlcore.nets import ObsNormalizer
 
 
 class RewardScaler(nn.Module):
-    """Scales (T, N) rollout rewards; its statistics and per-env running return are buffers (saved, restored)."""
+    """Scales (T, N) rollout rewards; its statistics and per-env running return are buffers (saved; loading restores
+    the statistics and zeroes the return)."""
 
     running_return: torch.Tensor
 
@@ -76,3 +78,7 @@ class RewardScaler(nn.Module):
         if isinstance(saved, torch.Tensor):
             self.running_return = torch.zeros_like(saved, dtype=torch.float64)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        # Loaded only on resume, where the trainer restarts every episode: a new episode's return starts at 0, not
+        # at the interrupted one's partial sum (SB3's VecNormalize zeroes its returns on load too). The statistics
+        # stay.
+        self.running_return.zero_()

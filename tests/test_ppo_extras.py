@@ -126,16 +126,21 @@ def through_a_file(state: dict[str, Any]) -> dict[str, Any]:
     return torch.load(buffer, weights_only=True)
 
 
-def test_reward_statistics_survive_a_state_dict_round_trip():
+def test_reward_statistics_survive_a_state_dict_round_trip_and_the_running_return_restarts():
     original = make_ppo(normalize_rewards=True)
     original.advantages(small_rollout())
     resumed = make_ppo(seed=1, normalize_rewards=True)
     resumed.load_state_dict(through_a_file(original.state_dict()))
     assert original.reward_scaler is not None and resumed.reward_scaler is not None
     for key, value in original.reward_scaler.state_dict().items():
-        assert torch.equal(resumed.reward_scaler.state_dict()[key], value), key
+        if key != "running_return":
+            assert torch.equal(resumed.reward_scaler.state_dict()[key], value), key
+    # A resumed run restarts its episodes: their returns start at 0, not at the interrupted ones' [4.25, 4.0].
+    assert original.reward_scaler.running_return.tolist() == [4.25, 4.0]
+    assert resumed.reward_scaler.running_return.tolist() == [0.0, 0.0]
 
-    # The next rollout is scaled identically by both.
+    # The next rollout is scaled as by the original scaler had its episodes ended at the checkpoint.
+    original.reward_scaler.running_return.zero_()
     rollout = small_rollout()
     rollout.rewards[2] = torch.tensor([-1.0, 6.0])
     assert torch.equal(original.advantages(rollout)[0], resumed.advantages(rollout)[0])

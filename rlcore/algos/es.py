@@ -7,11 +7,14 @@ a Gaussian search distribution. Per iteration, with P = population_size / 2 anti
     R_i^+, R_i^- <- the returns of greedy rollouts of theta + sigma * eps_i and theta - sigma * eps_i
                     (pair i's two rollouts start from the same env seed; workers run them, results by offset)
     F <- centered ranks of all 2P returns, in [-0.5, 0.5] (ties share their mean rank)
-    g = 1/P * sum_i (F_i^+ - F_i^-) * eps_i                 (the 1/sigma of the estimator is in the learning rate,
-                                                             as in OpenAI's and Maze's code)
-    theta <- optimizer step on -g + weight_decay * theta    (Adam, or SGD with momentum; the L2 term is the
-                                                             optimizer's weight_decay)
+    g = 1/(2P) * sum_i (F_i^+ - F_i^-) * eps_i              (divided by the number of rollouts; the 1/sigma of the
+                                                             estimator is in the learning rate, as in OpenAI's code)
+    theta <- optimizer step on -g + weight_decay * theta    (OpenAI's Adam or SGD with momentum,
+                                                             rlcore.population.optimizers; weight_decay is l2coeff)
     observation statistics <- merged with each rollout's, in pair order (Welford; when policy.normalize_obs)
+
+This is OpenAI's ``es_distributed`` (``es.py``: ``g /= returns_n2.size``, then
+``optimizer.update(-g + config.l2coeff * theta)``; ``optimizers.py``), step for step.
 
 Discrete actions: a categorical actor acting greedily (argmax); bounded Box actions: a deterministic tanh actor.
 """
@@ -33,6 +36,7 @@ from rlcore.errors import CheckpointError, ConfigError
 from rlcore.nets import ObsNormalizer
 from rlcore.policies import CategoricalActor, DeterministicActor, Policy, require_bounded
 from rlcore.population.noise import noise_rows, noise_table, sample_offsets
+from rlcore.population.optimizers import OpenAIAdam, OpenAISGD
 from rlcore.population.tasks import PairResults, PerturbedPairs, RolloutResult, RolloutTask
 from rlcore.schedules import ScheduleName, scheduled
 
@@ -54,13 +58,14 @@ class ESConfig(PopulationConfig):
     noise_seed: int = Field(0, ge=0, lt=2**32)
     """Seeds the noise table: the same table in every process (and in every run with this seed)."""
     optimizer: Literal["adam", "sgd"] = "adam"
-    """``adam``, or ``sgd`` with ``momentum`` (an exponential moving average of the gradient, as OpenAI's SGD)."""
+    """OpenAI's ``adam``, or OpenAI's ``sgd`` with ``momentum`` (an exponential moving average of the gradient that
+    starts at 0; ``rlcore.population.optimizers``)."""
     lr: float = Field(0.01, gt=0)
     lr_schedule: ScheduleName = "constant"
     momentum: float = Field(0.9, ge=0, lt=1)
     """SGD's momentum (unused by Adam)."""
     weight_decay: float = Field(0.005, ge=0)
-    """L2 coefficient added to the gradient (OpenAI's ``l2coeff``)."""
+    """L2 coefficient: the optimizer steps on ``-g + weight_decay * theta`` (OpenAI's ``l2coeff``)."""
     max_rollout_steps: int | None = Field(None, ge=1)
     """Env steps after which a rollout is aborted (its return so far counts; ``train/aborted_rollouts``); null:
     only the env's own time limit (an env without one needs this)."""
@@ -110,15 +115,9 @@ class ES(PopulationAlgorithm[ESConfig, Policy]):
         """The search distribution's mean, the optimizer's one parameter; ``policy`` holds the same values."""
         self.optimizer: torch.optim.Optimizer
         if config.optimizer == "adam":
-            self.optimizer = torch.optim.Adam([self.theta], lr=config.lr, weight_decay=config.weight_decay)
+            self.optimizer = OpenAIAdam([self.theta], lr=config.lr)
         else:
-            self.optimizer = torch.optim.SGD(
-                [self.theta],
-                lr=config.lr,
-                momentum=config.momentum,
-                dampening=config.momentum,
-                weight_decay=config.weight_decay,
-            )
+            self.optimizer = OpenAISGD([self.theta], lr=config.lr, momentum=config.momentum)
 
     @staticmethod
     def make_policy(
@@ -173,7 +172,8 @@ class ES(PopulationAlgorithm[ESConfig, Policy]):
         returns = np.concatenate([result.returns for result in pair_results])  # (P, 2), in pair order
         ranks = centered_ranks(returns)
         eps = noise_rows(noise_table(cfg.noise_seed, cfg.noise_table_size), offsets, self.theta.numel())
-        gradient = torch.from_numpy((ranks[:, 0] - ranks[:, 1]) @ eps / len(offsets)).float()  # (dim,)
+        # Divided by the number of rollouts (2 per pair), as OpenAI's ``g /= returns_n2.size``.
+        gradient = torch.from_numpy((ranks[:, 0] - ranks[:, 1]) @ eps / returns.size).float()  # (dim,)
 
         lr = scheduled(cfg.lr, cfg.lr_schedule, progress)
         for group in self.optimizer.param_groups:
@@ -183,7 +183,8 @@ class ES(PopulationAlgorithm[ESConfig, Policy]):
         before = self.theta.detach().clone()
         self.optimizer.zero_grad(set_to_none=True)
         if bool(torch.isfinite(gradient).all()):
-            self.theta.grad = -gradient  # the optimizer descends; ES ascends the returns
+            # The optimizer descends; ES ascends the returns. The L2 term as OpenAI's: on theta, outside the optimizer.
+            self.theta.grad = -gradient + cfg.weight_decay * self.theta.detach()
             self.optimizer.step()
             self.consecutive_skips = 0
             vector_to_parameters(self.theta.detach(), self.policy.parameters())
