@@ -45,6 +45,7 @@ from typing import Any
 
 import psutil
 import pytest
+import yaml
 from conftest import PROJECT, RLCORE, rlcore, sets
 
 from rlcore.checkpoints import load_checkpoint
@@ -568,3 +569,36 @@ def test_a_killed_pipeline_leaves_no_process_behind(tmp_path: Path, monkeypatch:
         servers = [p for p in seen.values() if "uvicorn" in _describe(p)]
         assert servers, f"no temporary Prefect server in the pipeline's tree:\n{log.read_text(errors='replace')}"
         kill_and_check_no_orphans(proc, seen, f"pipeline, {case}:\n{log.read_text(errors='replace')}")
+
+
+# --- ES's budget after a kill (issue 26) ---------------------------------------------------------------------------
+
+ES_BUDGET = ["train.max_steps=12000", "train.eval_every=3000", "train.target_return=null", "train.progress_bar=off"]
+
+
+@pytest.mark.serial
+def test_a_killed_and_resumed_es_run_ends_at_the_uninterrupted_runs_step_within_one_iteration_of_the_budget(
+    tmp_path: Path,
+) -> None:
+    """ES counts whole iterations (population_size rollouts of up to 500 steps on CartPole) and checks the budget
+    between them, so a run ends up to one iteration past ``train.max_steps``; a killed and resumed run ends at the
+    very step the uninterrupted one does (the issue's 72,012 for 60,000 is the uninterrupted run's end too)."""
+    shutil.copy(PROJECT / "configs" / "es-cartpole.yaml", tmp_path / "params.yaml")
+    whole = run(RLCORE, "train", *sets(["name=whole", *ES_BUDGET]), cwd=tmp_path)
+    summary = read_json(tmp_path / "runs" / "whole" / "train_summary.json")
+    steps = [e["env_steps"] for e in summary["evaluations"]]
+
+    run_dir = tmp_path / "runs" / "killed"
+    command = [RLCORE, "train", *sets(["name=killed", *ES_BUDGET])]
+    log = tmp_path / "killed.log"
+    proc, seen = run_until(command, tmp_path, log, _checkpointed(run_dir))  # killed in the second iteration or later
+    kill_and_check_no_orphans(proc, seen, f"es killed:\n{log.read_text(errors='replace')}")
+    killed_at = checkpoint_steps(run_dir / "checkpoints")
+    rerun = run(*command, cwd=tmp_path)
+    resumed = read_json(run_dir / "train_summary.json")
+    context = f"killed with checkpoints {killed_at}\n{whole.stderr}\n{rerun.stderr}"
+    assert RESUMED.search(rerun.stdout + rerun.stderr), context
+    assert resumed["env_steps"] == summary["env_steps"], context
+    assert [e["env_steps"] for e in resumed["evaluations"]] == steps, context
+    population_size = yaml.safe_load((tmp_path / "params.yaml").read_text())["algo"]["population_size"]
+    assert 12000 <= resumed["env_steps"] < 12000 + population_size * 500, context
