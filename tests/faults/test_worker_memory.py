@@ -14,7 +14,7 @@ import pytest
 from conftest import PROJECT, RLCORE, one_line_error, sets
 
 from rlcore.params import load_params
-from rlcore.resources import PROCESS_BYTES, available_memory, estimate
+from rlcore.resources import DASK_PROCESS_BYTES, PROCESS_BYTES, available_memory, estimate
 
 from .run_support import env, snapshot
 
@@ -73,7 +73,8 @@ def test_worker_processes_count_in_the_estimate_only_where_they_run() -> None:
     assert many["algo.num_actors"][0] == 100 * two["algo.num_actors"][0]
     assert "200 actor processes" in many["algo.num_actors"][1]
     assert "algo.num_actors" not in parts(["algo.runner=dev"])  # in the learner's process
-    assert "Dask worker processes" in parts(["algo.runner=dask"])["algo.num_actors"][1]  # a LocalCluster of them
+    dask = parts(["algo.runner=dask"])["algo.num_actors"]  # a LocalCluster of them, distributed imported too
+    assert "Dask worker processes" in dask[1] and dask[0] >= 2 * DASK_PROCESS_BYTES > two["algo.num_actors"][0]
     remote = parts(["algo.runner=dask", "deploy.dask_address=tcp://10.0.0.1:8786"])  # someone else's machines
     assert "algo.num_actors" not in remote
     es = load_params(PROJECT / "configs" / "es-cartpole.yaml", ["algo.noise_table_size=16777216"])
