@@ -35,6 +35,15 @@ PARENTS = {
         "print(child.pid, flush=True)\n"
         "time.sleep(60)\n"
     ),
+    # The portable fallback alone (no PR_SET_PDEATHSIG, as off Linux): the thread that polls the parent.
+    "fallback": (
+        "import os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', "
+        '\'import os, sys, time; sys.platform = "other"; from rlcore.parent_death import die_with_parent; '
+        "die_with_parent(os.getppid()); time.sleep(60)'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    ),
 }
 
 
