@@ -17,7 +17,8 @@ from rlcore.errors import RLCoreError
 
 
 def _checked(args: argparse.Namespace) -> Any:
-    """The params, refused before any flow starts if they ask for Dask without a Prefect server."""
+    """The params, refused before any flow starts if they ask for Dask without a Prefect server; then the
+    temporary Prefect server (no PREFECT_API_URL) is started, dying with this process (``flows/server.py``)."""
     params = load(args)
     if params.deploy.task_runner == "dask" and not _api_url():
         raise RLCoreError(
@@ -25,6 +26,9 @@ def _checked(args: argparse.Namespace) -> Any:
             "(e.g. http://127.0.0.1:4200/api after `prefect server start`); without one every Dask worker "
             "would start a temporary server of its own"
         )
+    from flows.server import start_embedded_server
+
+    start_embedded_server()
     return params
 
 

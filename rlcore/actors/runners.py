@@ -24,6 +24,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
+from dataclasses import asdict
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -33,6 +34,7 @@ import torch
 from rlcore.actors.actor import Actor, ActorSpec
 from rlcore.errors import RLCoreError
 from rlcore.failed_starts import FailedStarts
+from rlcore.parent_death import start_child
 
 log = logging.getLogger("rlcore")
 
@@ -121,7 +123,7 @@ class DevRunner(Runner):
 
 
 def _local_actor_main(
-    spec: ActorSpec,
+    spec_fields: dict[str, Any],
     weights: Any,
     versions: Any,
     credits: Any,
@@ -129,7 +131,11 @@ def _local_actor_main(
     stop: Any,
     conn: Connection,
 ) -> None:
-    """A subprocess actor: take a credit, refresh the weights if a newer version is published, send a trajectory."""
+    """A subprocess actor: take a credit, refresh the weights if a newer version is published, send a trajectory.
+    Started by :func:`rlcore.parent_death.start_child`, so it dies with the learner: a SIGKILLed learner gives no
+    credit back, and would leave its actors waiting for one forever. ``spec_fields``: the :class:`ActorSpec`'s
+    fields (plain data, unpickled before the child has tied its life to the learner's)."""
+    spec = ActorSpec(**spec_fields)
     torch.set_num_threads(1)
     torch.manual_seed(spec.sampling_seed)
     actor = Actor(spec)
@@ -205,13 +211,12 @@ class LocalRunner(Runner):
     def _spawn(self, actor_id: int) -> None:
         receiver, sender = self._ctx.Pipe(duplex=False)
         spec = self._make_spec(actor_id, self._incarnations[actor_id])
-        process = self._ctx.Process(
-            target=_local_actor_main,
-            args=(spec, self._weights, self._versions, self._credits, self._acquired, self._stop, sender),
+        process = start_child(
+            self._ctx,
+            _local_actor_main,
+            (asdict(spec), self._weights, self._versions, self._credits, self._acquired, self._stop, sender),
             name=f"rlcore-actor-{actor_id}",
-            daemon=True,
         )
-        process.start()
         sender.close()  # the child holds the only sending end: its death closes the pipe
         self._processes[actor_id], self._conns[actor_id] = process, receiver
         self._received_at_spawn[actor_id] = self._received[actor_id]

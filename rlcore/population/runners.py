@@ -33,6 +33,7 @@ import torch
 
 from rlcore.errors import RLCoreError
 from rlcore.failed_starts import FailedStarts
+from rlcore.parent_death import start_child
 from rlcore.population.tasks import RolloutResult, RolloutTask
 from rlcore.population.worker import RolloutWorker
 
@@ -85,7 +86,8 @@ class DevRunner(PopulationRunner):
 
 
 def _local_worker_main(tree: dict[str, Any], conn: Connection) -> None:
-    """A subprocess worker: load the weights it is sent, run each task it is sent, send back its result."""
+    """A subprocess worker: load the weights it is sent, run each task it is sent, send back its result. Started by
+    :func:`rlcore.parent_death.start_child`, so it dies with the learner, even in the middle of a task."""
     torch.set_num_threads(1)
     worker: RolloutWorker | None = None
     try:
@@ -133,10 +135,7 @@ class LocalRunner(PopulationRunner):
 
     def _spawn(self, worker_id: int) -> None:
         conn, child = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(
-            target=_local_worker_main, args=(self._tree, child), name=f"rlcore-rollout-worker-{worker_id}", daemon=True
-        )
-        process.start()
+        process = start_child(self._ctx, _local_worker_main, (self._tree, child), f"rlcore-rollout-worker-{worker_id}")
         child.close()  # the child holds the only other end: its death closes the pipe
         self._processes[worker_id], self._conns[worker_id] = process, conn
         self._versions[worker_id] = -1

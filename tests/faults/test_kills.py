@@ -20,20 +20,32 @@ After each kill the same command is run again to completion, and the run folder 
   steps, every row written before the checkpoint resumed from is the uninterrupted run's row byte for byte, and an
   offline run (no env, so nothing restarts) equals the uninterrupted run everywhere. An online run's rows after the
   resume point differ by design: its training episodes restart at the resume (README, "Crashes and resume").
+
+No process of a killed run outlives it (issue 26): after every kill above, and after SIGKILLs of the learner alone
+(its children are left to notice) in the runs that start processes: IMPALA's local actors (also while they start
+up), its Dask workers, ES's rollout workers, and ``rlcore pipeline``'s temporary Prefect server, during training and
+between stages. Each run's process tree is collected with psutil before the kill; every one of its processes must be
+gone within :data:`ORPHAN_SECONDS`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import re
 import shutil
+import subprocess
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
+import yaml
 from conftest import PROJECT, RLCORE, rlcore, sets
 
 from rlcore.checkpoints import load_checkpoint
@@ -255,7 +267,9 @@ def kill_at(proc: Any, kill_case: Kill, reference: Reference, run_dir: Path, gro
     delay = kill_case.fraction * reference.segment(kill_case.after)
     deadline = time.perf_counter() + delay
     wait_until(lambda: time.perf_counter() >= deadline, proc)
+    tree = process_tree(proc.pid)
     landed = kill(proc, group=group)
+    check_no_orphans(tree, f"{kill_case.id}: killed")
     return Killed(
         landed, checkpoint_steps(checkpoints), (run_dir / "train_summary.json").exists(), time.perf_counter() - started
     )
@@ -373,3 +387,218 @@ def check_run_folder(run_dir: Path, algo: Algo, reference: Reference, resume_ste
 
 def reference_algo(reference: Reference) -> str:
     return load_checkpoint(reference.run_dir / "checkpoints" / reference.checkpoints[0]).algo
+
+
+# --- Orphans (issue 26): every process a killed run started dies with it. ---------------------------------------
+
+TESTS = PROJECT / "tests"
+"""On the runs' PYTHONPATH: ``slow_env``'s wrapper."""
+
+ORPHAN_SECONDS = 10.0
+"""How long the killed run's descendants may outlive it (the parent-death signal is immediate; the portable fallback
+polls every 0.5 s; a child still importing when the kill comes checks its parent before its imports)."""
+
+
+def process_tree(pid: int) -> list[psutil.Process]:
+    """Every descendant of ``pid`` now (children, grandchildren, ...)."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _alive(process: psutil.Process) -> bool:
+    """Still running (a zombie has exited: it waits only for its new parent to reap it)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _describe(process: psutil.Process) -> str:
+    try:
+        return f"pid {process.pid} (parent {process.ppid()}): {' '.join(process.cmdline())[:200]}"
+    except psutil.Error:
+        return f"pid {process.pid}"
+
+
+def kill_and_check_no_orphans(proc: subprocess.Popen[bytes], seen: dict[int, psutil.Process], context: str) -> None:
+    """SIGKILL ``proc`` (only it: its children must notice on their own), then fail unless every process of its tree
+    (``seen`` before the kill, and the tree right before it) is gone within :data:`ORPHAN_SECONDS`."""
+    assert proc.poll() is None, f"the run ended before the kill\n{context}"
+    tree = {**seen, **{p.pid: p for p in process_tree(proc.pid)}}
+    proc.kill()
+    proc.wait(timeout=60)
+    check_no_orphans(list(tree.values()), context)
+
+
+def check_no_orphans(tree: list[psutil.Process], context: str) -> None:
+    """Fail unless every process of ``tree`` (a killed run's descendants) is gone within :data:`ORPHAN_SECONDS`."""
+    deadline = time.monotonic() + ORPHAN_SECONDS
+    survivors = [p for p in tree if _alive(p)]
+    while survivors and time.monotonic() < deadline:
+        time.sleep(0.1)
+        survivors = [p for p in survivors if _alive(p)]
+    for process in survivors:  # leave nothing running on the machine, then fail
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    assert not survivors, (
+        f"{len(survivors)} of the {len(tree)} processes of the killed run outlived it by {ORPHAN_SECONDS:g} s:\n"
+        + "\n".join(_describe(p) for p in survivors)
+        + f"\n{context}"
+    )
+
+
+def run_until(
+    command: list[str], cwd: Path, log: Path, ready: Callable[[list[psutil.Process]], bool], timeout: float = 300
+) -> tuple[subprocess.Popen[bytes], dict[int, psutil.Process]]:
+    """Start ``command``; return once ``ready(its descendants now)`` holds, with every descendant seen so far."""
+    proc = start(command, cwd, log)
+    seen: dict[int, psutil.Process] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        tree = process_tree(proc.pid)
+        seen.update((p.pid, p) for p in tree)
+        if ready(tree):
+            return proc, seen
+        time.sleep(0.02)
+    kill(proc)
+    raise AssertionError(f"{' '.join(command)}: not ready (exit {proc.poll()}):\n{log.read_text(errors='replace')}")
+
+
+def _spawned(tree: list[psutil.Process]) -> list[psutil.Process]:
+    """The multiprocessing children in ``tree`` (actors, rollout workers, Dask workers), not its resource tracker."""
+    found = []
+    for process in tree:
+        with contextlib.suppress(psutil.Error):
+            if "spawn_main" in " ".join(process.cmdline()):
+                found.append(process)
+    return found
+
+
+def _checkpointed(run_dir: Path) -> Callable[[list[psutil.Process]], bool]:
+    return lambda tree: any((run_dir / "checkpoints").glob("step_*.pt")) and bool(_spawned(tree))
+
+
+def _two_spawned(tree: list[psutil.Process]) -> bool:
+    return len(_spawned(tree)) >= 2
+
+
+ORPHAN_CASES = {
+    # IMPALA's actors wait for a credit the dead learner never gives back; killed once they have been sending.
+    "impala-local-actors": (
+        "configs/impala-cartpole.yaml",
+        ["train.max_steps=200000", "train.target_return=null", "train.eval_every=2048"],
+        "checkpointed",
+    ),
+    # ... and while they start up (importing torch: seconds), before any has reached its loop.
+    "impala-local-actors-starting": (
+        "configs/impala-cartpole.yaml",
+        ["train.max_steps=200000", "train.target_return=null"],
+        "spawned",
+    ),
+    # Dask workers of the LocalCluster the run started (distributed's own parent pipe ends them).
+    "impala-dask-workers": (
+        "configs/impala-cartpole.yaml",
+        ["algo.runner=dask", "train.max_steps=200000", "train.target_return=null", "train.eval_every=2048"],
+        "checkpointed",
+    ),
+    # ES's rollout workers in the middle of a task that lasts 16 s or more (each env step 0.1 s longer, 16 envs a
+    # task, 10 steps or more an episode), with a second task waiting in their pipe: without a parent-death check
+    # they run both before noticing.
+    "es-local-workers": (
+        "configs/es-cartpole.yaml",
+        ["train.max_steps=1000000", "train.target_return=null", "env.wrappers=[{wrapper: slow_env.SlowSteps}]"],
+        "stepping",
+    ),
+}
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("case", list(ORPHAN_CASES))
+def test_a_killed_learner_leaves_no_process_behind(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    preset, overrides, when = ORPHAN_CASES[case]
+    shutil.copy(PROJECT / preset, tmp_path / "params.yaml")
+    run_dir = tmp_path / "runs" / case
+    command = [RLCORE, "train", *sets([f"name={case}", "train.progress_bar=off", *overrides])]
+    marker = tmp_path / "stepping"
+    monkeypatch.setenv("SLOW_ENV_MARKER", str(marker))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+    ready = {
+        "checkpointed": _checkpointed(run_dir),
+        "spawned": _two_spawned,
+        "stepping": lambda tree: marker.exists(),
+    }[when]
+    log = tmp_path / "killed.log"
+    proc, seen = run_until(command, tmp_path, log, ready)
+    kill_and_check_no_orphans(proc, seen, f"{case}:\n{log.read_text(errors='replace')}")
+
+
+PIPELINE_KILLS = {
+    # Training: IMPALA's actors started from the flow's task, and the temporary Prefect server.
+    "training": (
+        "configs/impala-cartpole.yaml",
+        ["train.max_steps=200000", "train.target_return=null", "train.eval_every=2048"],
+    ),
+    # Between train and evaluate: only the temporary Prefect server.
+    "between-stages": ("params.yaml", ["train.max_steps=2048", "train.eval_every=1024", "train.target_return=null"]),
+}
+
+
+@pytest.mark.serial
+@pytest.mark.server
+def test_a_killed_pipeline_leaves_no_process_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rlcore pipeline`` without PREFECT_API_URL: its temporary Prefect server (and any actor) dies with it."""
+    monkeypatch.setenv("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "300")  # migrations on a busy machine
+    for name in ("prefect.toml",):
+        shutil.copy(PROJECT / name, tmp_path / name)
+    for case, (preset, overrides) in PIPELINE_KILLS.items():
+        params = tmp_path / f"{case}.yaml"
+        shutil.copy(PROJECT / preset, params)
+        run_dir = tmp_path / "runs" / case
+        command = [RLCORE, "pipeline", "--params", params.name]
+        command += sets([f"name={case}", "train.progress_bar=off", *overrides])
+
+        def ready(tree: list[psutil.Process], case: str = case, run_dir: Path = run_dir) -> bool:
+            if case == "training":
+                return _checkpointed(run_dir)(tree)
+            return (run_dir / "train_summary.json").exists()
+
+        log = tmp_path / f"{case}.log"
+        proc, seen = run_until(command, tmp_path, log, ready)
+        servers = [p for p in seen.values() if "uvicorn" in _describe(p)]
+        assert servers, f"no temporary Prefect server in the pipeline's tree:\n{log.read_text(errors='replace')}"
+        kill_and_check_no_orphans(proc, seen, f"pipeline, {case}:\n{log.read_text(errors='replace')}")
+
+
+# --- ES's budget after a kill (issue 26) ---------------------------------------------------------------------------
+
+ES_BUDGET = ["train.max_steps=12000", "train.eval_every=3000", "train.target_return=null", "train.progress_bar=off"]
+
+
+@pytest.mark.serial
+def test_a_killed_and_resumed_es_run_ends_at_the_uninterrupted_runs_step_within_one_iteration_of_the_budget(
+    tmp_path: Path,
+) -> None:
+    """ES counts whole iterations (population_size rollouts of up to 500 steps on CartPole) and checks the budget
+    between them, so a run ends up to one iteration past ``train.max_steps``; a killed and resumed run ends at the
+    very step the uninterrupted one does (the issue's 72,012 for 60,000 is the uninterrupted run's end too)."""
+    shutil.copy(PROJECT / "configs" / "es-cartpole.yaml", tmp_path / "params.yaml")
+    whole = run(RLCORE, "train", *sets(["name=whole", *ES_BUDGET]), cwd=tmp_path)
+    summary = read_json(tmp_path / "runs" / "whole" / "train_summary.json")
+    steps = [e["env_steps"] for e in summary["evaluations"]]
+
+    run_dir = tmp_path / "runs" / "killed"
+    command = [RLCORE, "train", *sets(["name=killed", *ES_BUDGET])]
+    log = tmp_path / "killed.log"
+    proc, seen = run_until(command, tmp_path, log, _checkpointed(run_dir))  # killed in the second iteration or later
+    kill_and_check_no_orphans(proc, seen, f"es killed:\n{log.read_text(errors='replace')}")
+    killed_at = checkpoint_steps(run_dir / "checkpoints")
+    rerun = run(*command, cwd=tmp_path)
+    resumed = read_json(run_dir / "train_summary.json")
+    context = f"killed with checkpoints {killed_at}\n{whole.stderr}\n{rerun.stderr}"
+    assert RESUMED.search(rerun.stdout + rerun.stderr), context
+    assert resumed["env_steps"] == summary["env_steps"], context
+    assert [e["env_steps"] for e in resumed["evaluations"]] == steps, context
+    population_size = yaml.safe_load((tmp_path / "params.yaml").read_text())["algo"]["population_size"]
+    assert 12000 <= resumed["env_steps"] < 12000 + population_size * 500, context
