@@ -65,8 +65,8 @@ def check_finite(
             )
         raise NonFiniteError(
             f"{env_id} ({where(row)}): the env returned a non-finite {what} {_shown(values[row])}; an env must "
-            "return finite observations and rewards (broken physics from env.parameters? a wrapper's or the env's "
-            "own bug?)"
+            "return finite observations and rewards (broken physics from the env's parameters? a bug in a wrapper "
+            "or in the env?)"
         )
 
 
