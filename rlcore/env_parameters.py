@@ -10,9 +10,11 @@ A parameter named in ``env.parameters``, a curriculum lesson or ``eval.settings`
 3. or, when ``env.parameters_adapter`` names ``module:function``, neither: ``function(env, values)`` gets the
    unwrapped env and every drawn value (envs whose physics live elsewhere, e.g. MuJoCo model fields).
 
-Anything else is refused at load, in one line naming the env and the parameter (:func:`check_parameters`). A
-parameter the settings in effect do not draw (an earlier curriculum lesson's) is at a fresh env's value
-(:class:`EnvParameters`).
+Anything else is refused at load, in one line naming the env and the parameter (:func:`check_parameters`), and so
+is a value (or a sampler that can draw one) outside the parameter's valid range where the env's is known
+(:data:`RANGES`: CartPole's masses and length must be > 0, ...). Values that pass and still break the physics (a
+wrapper, an adapter) are caught when stepped: ``rlcore.stepping.NonFiniteError``. A parameter the settings in effect
+do not draw (an earlier curriculum lesson's) is at a fresh env's value (:class:`EnvParameters`).
 Nothing here reads the params model (``rlcore.config`` calls the checks): plain ids, kwargs and samplers in.
 """
 
@@ -29,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlcore.env_ids import env_creator, import_object
-from rlcore.env_settings import Constant, Parameters, Value
+from rlcore.env_settings import Constant, Gaussian, Parameters, Sampler, Uniform, Value
 from rlcore.errors import did_you_mean
 
 
@@ -68,6 +70,73 @@ def _derived(env: Any) -> tuple[Callable[[Any], None] | None, tuple[str, ...], t
 
 
 @dataclass(frozen=True)
+class Range:
+    """The valid values of an env parameter: above ``low`` (or from it, ``inclusive``). Every value must also be
+    finite; params refuse ``.nan`` and ``.inf`` everywhere (``rlcore.strict``)."""
+
+    low: float
+    inclusive: bool = False
+
+    def admits(self, value: float) -> bool:
+        return value > self.low or (self.inclusive and value == self.low)
+
+    def __str__(self) -> str:
+        return f"{'>=' if self.inclusive else '>'} {self.low:g}"
+
+
+POSITIVE = Range(0.0)
+NON_NEGATIVE = Range(0.0, inclusive=True)
+_CLASSIC = "gymnasium.envs.classic_control"
+
+RANGES: dict[str, dict[str, Range]] = {
+    # Masses and the pole's length divide the dynamics (a total mass or a length of 0 gives NaN states); tau is the
+    # integration step.
+    f"{_CLASSIC}.cartpole.CartPoleEnv": {
+        "length": POSITIVE,
+        "masspole": POSITIVE,
+        "masscart": POSITIVE,
+        "tau": POSITIVE,
+        "x_threshold": POSITIVE,
+        "theta_threshold_radians": POSITIVE,
+    },
+    # thdot += (3 g / (2 l) sin th + 3 / (m l^2) u) dt; speed and torque are clipped to [-max, max].
+    f"{_CLASSIC}.pendulum.PendulumEnv": {
+        "m": POSITIVE,
+        "l": POSITIVE,
+        "dt": POSITIVE,
+        "max_speed": POSITIVE,
+        "max_torque": POSITIVE,
+    },
+    f"{_CLASSIC}.mountain_car.MountainCarEnv": {"max_speed": POSITIVE},
+    f"{_CLASSIC}.continuous_mountain_car.Continuous_MountainCarEnv": {"max_speed": POSITIVE, "power": NON_NEGATIVE},
+    # The links' inertia matrix must stay positive definite: positive masses and lengths, a non-negative moment.
+    f"{_CLASSIC}.acrobot.AcrobotEnv": {
+        "LINK_LENGTH_1": POSITIVE,
+        "LINK_LENGTH_2": POSITIVE,
+        "LINK_MASS_1": POSITIVE,
+        "LINK_MASS_2": POSITIVE,
+        "LINK_MOI": NON_NEGATIVE,
+        "LINK_COM_POS_1": NON_NEGATIVE,
+        "LINK_COM_POS_2": NON_NEGATIVE,
+        "MAX_VEL_1": POSITIVE,
+        "MAX_VEL_2": POSITIVE,
+        "dt": POSITIVE,
+        "torque_noise_max": NON_NEGATIVE,
+    },
+}
+"""Env class (``module.Class``; subclasses too) -> the valid ranges of its parameters that are not just "finite":
+checked at load on constants and on every value a sampler can draw (``env.parameters``, lessons, ``eval.settings``)."""
+
+
+def _ranges(env: Any) -> dict[str, Range]:
+    for cls in type(env).__mro__:
+        found = RANGES.get(f"{cls.__module__}.{cls.__qualname__}")
+        if found is not None:
+            return found
+    return {}
+
+
+@dataclass(frozen=True)
 class Catalogue:
     """What ``env_id`` built with ``kwargs`` accepts as parameters, by kind (``number``, ``integer``, ``flag``)."""
 
@@ -76,6 +145,8 @@ class Catalogue:
     derived: tuple[str, ...]
     sources: tuple[str, ...]
     """The parameters the derived quantities come from."""
+    ranges: dict[str, Range]
+    """The valid ranges of parameters that have one beyond "finite" (:data:`RANGES`)."""
 
 
 def _kind(value: Any) -> str | None:
@@ -114,9 +185,10 @@ def _catalogue(env_id: str, kwargs_json: str) -> Catalogue:
             if kind is not None:
                 attributes[name] = kind
         _, derived, sources = _derived(base)
+        ranges = _ranges(base)
     finally:
         env.close()
-    return Catalogue(constructor, {k: v for k, v in attributes.items() if k not in derived}, derived, sources)
+    return Catalogue(constructor, {k: v for k, v in attributes.items() if k not in derived}, derived, sources, ranges)
 
 
 def catalogue(env_id: str, kwargs: dict[str, Any]) -> Catalogue:
@@ -162,9 +234,28 @@ def check_parameters(
             raise ValueError(f"{where}: also set in env.kwargs; give {env_id}'s {name!r} in one place")
         if not _fits(kind, sampler):
             raise ValueError(f"{where}: {env_id}'s {name!r} is {_KIND_WORDS[kind]}, got {sampler.model_dump()}")
+        valid = found.ranges.get(name)
+        if valid is not None:
+            _check_range(where, f"{env_id}'s {name!r}", valid, sampler)
     constructor = {n: s.representative() for n, s in parameters.items() if n in found.constructor}
     if constructor:
         _check_constructor(env_id, kwargs, constructor, key)
+
+
+def _check_range(where: str, what: str, valid: Range, sampler: Sampler) -> None:
+    """``ValueError`` unless every value ``sampler`` can draw is in ``valid``."""
+    for low, high in sampler.bounds():
+        if valid.admits(low) and valid.admits(high):
+            continue
+        if isinstance(sampler, Constant):
+            got = f", got {sampler.value:g}"
+        elif isinstance(sampler, Gaussian):
+            got = "; a gaussian sampler is unclipped and can draw any value (use uniform or multirange_uniform)"
+        elif isinstance(sampler, Uniform):
+            got = f"; a uniform sampler from {low:g} to {high:g} can draw values that are not"
+        else:
+            got = f"; the interval [{low:g}, {high:g}] of the multirange_uniform sampler holds values that are not"
+        raise ValueError(f"{where}: {what} must be {valid}{got}")
 
 
 def _check_constructor(env_id: str, kwargs: dict[str, Any], values: dict[str, Value], key: str) -> None:

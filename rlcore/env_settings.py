@@ -17,6 +17,7 @@ lessons advancing during training are ``rlcore.curriculum``'s. A leaf module: py
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -41,6 +42,10 @@ class Sampler(StrictModel):
         """One value the sampler can give (what load-time checks build a probe env with)."""
         raise NotImplementedError
 
+    def bounds(self) -> list[tuple[float, float]]:
+        """Closed intervals holding every value the sampler can give (what load-time range checks test)."""
+        raise NotImplementedError
+
 
 class Constant(Sampler):
     sampler: Literal["constant"] = "constant"
@@ -51,6 +56,9 @@ class Constant(Sampler):
 
     def representative(self) -> Value:
         return self.value
+
+    def bounds(self) -> list[tuple[float, float]]:
+        return [(float(self.value), float(self.value))]
 
 
 class Uniform(Sampler):
@@ -70,6 +78,9 @@ class Uniform(Sampler):
     def representative(self) -> Value:
         return self.low
 
+    def bounds(self) -> list[tuple[float, float]]:
+        return [(self.low, self.high)]
+
 
 class Gaussian(Sampler):
     sampler: Literal["gaussian"] = "gaussian"
@@ -81,6 +92,9 @@ class Gaussian(Sampler):
 
     def representative(self) -> Value:
         return self.mean
+
+    def bounds(self) -> list[tuple[float, float]]:
+        return [(self.mean, self.mean)] if self.std == 0 else [(-math.inf, math.inf)]  # unclipped
 
 
 class MultiRangeUniform(Sampler):
@@ -105,6 +119,9 @@ class MultiRangeUniform(Sampler):
 
     def representative(self) -> Value:
         return self.intervals[0][0]
+
+    def bounds(self) -> list[tuple[float, float]]:
+        return list(self.intervals)
 
 
 SAMPLERS: dict[str, type[Sampler]] = {

@@ -1,13 +1,17 @@
 """Rollout evaluation: N full episodes, each with its own seed, run side by side in a vector env, with
 robust scores (interquartile mean) and a bootstrap confidence interval of the mean.
 
-Which seeds each evaluation uses (periodic, validation, test) is decided in ``rlcore.seeds``.
+Which seeds each evaluation uses (periodic, validation, test) is decided in ``rlcore.seeds``. A NaN or infinite
+observation, reward or return is never scored: it stops with ``rlcore.stepping.NonFiniteError`` naming the env,
+the setting, the episode's seed and its step.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +24,7 @@ from rlcore.config import EnvConfig
 from rlcore.envs import EpisodeSettings, make_vector_env, use_settings
 from rlcore.errors import ConfigError
 from rlcore.policies import Policy
+from rlcore.stepping import NonFiniteError, check_finite, finite
 
 BOOTSTRAP_RESAMPLES = 10_000
 """Resamples of the percentile bootstrap of the mean return."""
@@ -144,6 +149,11 @@ def episode_cap(env: EnvConfig, max_episode_steps: int | None) -> int:
     return limit
 
 
+def _row_where(where: Callable[[int], str], rows: np.ndarray, index: int) -> str:
+    """``where`` of row ``index`` of a selection of rows (``rows``: their indices in the batch)."""
+    return where(int(rows[index]))
+
+
 class Evaluator:
     """Evaluates policies on the same seeded episodes every call, so scores are comparable.
 
@@ -153,7 +163,8 @@ class Evaluator:
     stopped and counted as truncated.
 
     Episodes run under ``settings`` (per-episode env parameters, drawn from each episode's seed: the same draws every
-    call), by default the training distribution's (``rlcore.envs.training_settings``).
+    call), by default the training distribution's (``rlcore.envs.training_settings``); ``label`` names them in
+    errors (e.g. ``eval setting 'heavy'``).
     """
 
     def __init__(
@@ -165,7 +176,10 @@ class Evaluator:
         max_parallel_envs: int = 32,
         max_episode_steps: int | None = None,
         settings: EpisodeSettings | None = None,
+        label: str = "evaluation",
     ) -> None:
+        self.env_id = env.id
+        self.label = label
         self.episodes = episodes
         self.seed = seed
         self.deterministic = deterministic
@@ -205,20 +219,40 @@ class Evaluator:
         env = self.env
         obs, _ = env.reset(seed=seed)
         n = env.num_envs
-        totals = np.zeros(n, dtype=np.float64)
         lengths = np.zeros(n, dtype=np.int64)
+
+        def where(index: int) -> str:
+            return f"{self.label}, episode seed {seed + index} (sub-env {index}), episode step {lengths[index]}"
+
+        if not finite(obs):
+            check_finite(self.env_id, where, observations=obs)
+        totals = np.zeros(n, dtype=np.float64)
         finished = np.zeros(n, dtype=bool)
         cut = np.zeros(n, dtype=bool)
         state = policy.initial_state(n)  # episodes of a batch start together and are never restarted
-        while not finished.all():
-            obs_tensor = torch.as_tensor(obs, dtype=torch.float32)
-            actions, state = policy.act(obs_tensor, state, self.deterministic, generator)
-            obs, rewards, terminated, truncated, _ = env.step(to_env_actions(actions, env.single_action_space))
-            running = ~finished
-            totals[running] += rewards[running]
-            lengths[running] += 1
-            ended = np.asarray(terminated, dtype=bool)
-            stopped = running & ~ended & (np.asarray(truncated, dtype=bool) | (lengths >= self.max_episode_steps))
-            cut |= stopped
-            finished |= running & ended | stopped
+        with np.errstate(over="ignore"):  # a return that overflows is refused below in one line, not warned about
+            while not finished.all():
+                obs_tensor = torch.as_tensor(obs, dtype=torch.float32)
+                actions, state = policy.act(obs_tensor, state, self.deterministic, generator)
+                if not finite(actions.numpy()):  # would come back as NaN observations, blamed on the env
+                    check_finite(self.env_id, where, actions=actions.numpy())
+                obs, rewards, terminated, truncated, _ = env.step(to_env_actions(actions, env.single_action_space))
+                running = ~finished
+                if not (finite(obs) and finite(rewards)):  # only running episodes are scored: only theirs count
+                    lengths += running  # the step the values came from
+                    rows = np.flatnonzero(running)
+                    check_finite(self.env_id, functools.partial(_row_where, where, rows), obs[rows], rewards[rows])
+                    lengths -= running
+                totals[running] += rewards[running]
+                lengths[running] += 1
+                ended = np.asarray(terminated, dtype=bool)
+                stopped = running & ~ended & (np.asarray(truncated, dtype=bool) | (lengths >= self.max_episode_steps))
+                cut |= stopped
+                finished |= running & ended | stopped
+        if not finite(totals):  # finite rewards whose sum overflowed
+            index = int(np.flatnonzero(~np.isfinite(totals))[0])
+            raise NonFiniteError(
+                f"{self.env_id} ({where(index)}): the episode's return is {totals[index]} (its rewards are finite, "
+                "their sum is not): scale the rewards down"
+            )
         return totals.tolist(), lengths.tolist(), cut

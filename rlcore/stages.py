@@ -129,8 +129,16 @@ def _evaluator(params: Params, split: str = "validation", setting: str | None = 
     settings = None
     if setting is not None:
         settings = settings_for(params.env, next(s for s in cfg.settings if s.name == setting).parameters)
+    label = f"{split} episodes" + (f" under eval setting {setting!r}" if setting is not None else "")
     return Evaluator(
-        params.env, len(seeds), seeds.start, cfg.deterministic, cfg.max_parallel_envs, cfg.max_episode_steps, settings
+        params.env,
+        len(seeds),
+        seeds.start,
+        cfg.deterministic,
+        cfg.max_parallel_envs,
+        cfg.max_episode_steps,
+        settings,
+        label,
     )
 
 

@@ -33,7 +33,7 @@ def test_a_run_whose_losses_are_all_non_finite_stops_with_one_clear_error(tmp_pa
     params = load_params(
         PROJECT / "params.yaml",
         [
-            "env.wrappers=[{wrapper: nan_reward.NaNReward}]",
+            "env.wrappers=[{wrapper: nonfinite_wrappers.HugeReward}]",  # finite rewards, overflowing losses
             "train.max_steps=200000",
             "train.eval_every=1024",
             "train.eval_episodes=2",

@@ -72,7 +72,7 @@ class Actor:
         assert isinstance(params.algo, ActorLearnerConfig), "actors belong to actor-learner algorithms"
         self.trajectory_length = params.algo.trajectory_length
         self.env = make_vector_env(params.env, params.env.num_envs)
-        self.stepper = VectorStepper(self.env)
+        self.stepper = VectorStepper(self.env, owner=f"actor {spec.actor_id}")
         algo_cls = algorithm_class(params.algo.name)
         # Actor-learner algorithms (IMPALA) act with an actor-critic: its heads read step_features.
         self.policy = cast(

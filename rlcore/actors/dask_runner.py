@@ -29,6 +29,7 @@ import torch
 from rlcore.actors.actor import Actor, ActorSpec
 from rlcore.actors.runners import ActorError, Runner, SpecFactory
 from rlcore.dask_cluster import local_cluster_kwargs
+from rlcore.errors import RLCoreError
 from rlcore.failed_starts import FailedStarts
 
 log = logging.getLogger("rlcore")
@@ -117,6 +118,8 @@ class DaskRunner(Runner):
     def _resubmit(self, actor_id: int, why: str) -> None:
         future = self._futures[actor_id]
         if future.status == "error":
+            if isinstance(future.exception(), RLCoreError):  # a user's error (a non-finite value): not retried
+                raise ActorError(f"actor {actor_id}: {future.exception()}")
             why = f"{why}: {type(future.exception()).__name__}: {future.exception()}"
         self._failed_starts.replaced(actor_id, (actor_id, self._incarnations[actor_id]) in self._announced, why)
         future.cancel()

@@ -151,6 +151,8 @@ def _local_actor_main(
             conn.send(actor.rollout())
     except (BrokenPipeError, EOFError, KeyboardInterrupt):
         pass  # the learner closed the run
+    except RLCoreError as exc:  # a user's error (a non-finite value from the env): the learner stops with it
+        conn.send({"error": str(exc)})
     finally:
         actor.close()
 
@@ -260,6 +262,8 @@ class LocalRunner(Runner):
             code = process.exitcode
             self._replace(actor_id, f"died (exit code {code})" if code is not None else "broke its pipe")
             return
+        if "error" in trajectory:
+            raise ActorError(trajectory["error"])  # its message names the actor
         self._received[actor_id] += 1
         self._last_progress[actor_id] = time.monotonic()
         self._ready.append(trajectory)

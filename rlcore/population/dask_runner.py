@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from rlcore.dask_cluster import local_cluster_kwargs
+from rlcore.errors import RLCoreError
 from rlcore.population.runners import PopulationRunner, PopulationRunnerError
 from rlcore.population.tasks import RolloutResult, RolloutTask
 from rlcore.population.worker import cached_worker
@@ -103,6 +104,8 @@ class DaskRunner(PopulationRunner):
                     why = future.status
                     if future.status == "error":
                         error = future.exception()
+                        if isinstance(error, RLCoreError):  # a user's error (a non-finite value): not retried
+                            raise PopulationRunnerError(f"rollout task {index}: {error}")
                         why = f"{type(error).__name__}: {error}"
                     if attempts[index] >= MAX_ATTEMPTS:
                         raise PopulationRunnerError(

@@ -103,6 +103,8 @@ def _local_worker_main(tree: dict[str, Any], conn: Connection) -> None:
             conn.send(("result", index, worker.run(task)))
     except (BrokenPipeError, EOFError, KeyboardInterrupt):
         pass  # the learner closed the run
+    except RLCoreError as exc:  # a user's error (a non-finite value from the env): its own line, no traceback
+        conn.send(("error", -1, str(exc)))
     except Exception:  # a bug or a bad env: tell the learner instead of dying silently
         conn.send(("error", -1, traceback.format_exc()))
     finally:

@@ -99,7 +99,13 @@ class TrainingSession(Generic[SourceT]):
         # source: e.g. the dataset), so a refused run never replaces the previous one.
         # Periodic evaluations: the run's own episodes, apart from training, validation and test (rlcore.seeds).
         seeds = periodic_seeds(params.seed, params.train.eval_episodes)
-        self.evaluator = Evaluator(params.env, len(seeds), seeds.start, max_episode_steps=params.eval.max_episode_steps)
+        self.evaluator = Evaluator(
+            params.env,
+            len(seeds),
+            seeds.start,
+            max_episode_steps=params.eval.max_episode_steps,
+            label="periodic evaluation",
+        )
         self.observation_space = self.evaluator.env.single_observation_space
         self.action_space = self.evaluator.env.single_action_space
         self._closers: list[Callable[[], None]] = [self.evaluator.close]

@@ -81,7 +81,7 @@ class EnvSource(DataSource):
     def reset(self, env_steps: int) -> np.ndarray:
         """Reset every env; seeded from the step count, so a resumed run is itself reproducible (per-episode env
         parameters too: they are drawn from each sub-env's reset seed, ``rlcore.envs.ApplyEpisodeSettings``)."""
-        return self.stepper.reset(training_seed(self.params.seed, env_steps))
+        return self.stepper.reset(training_seed(self.params.seed, env_steps), env_steps)
 
     def use_settings(self, settings: EpisodeSettings) -> None:
         """Train under ``settings`` (a curriculum lesson) from each sub-env's next reset."""

@@ -48,6 +48,26 @@ BAD = [
         ("eval.settings.0.parameters.gravity_zz", "CartPole-v1"),
     ),
     ("select.setting=long-pole", ("select.setting", "'long-pole' is not one of eval.settings")),
+    # Values outside a known env's valid range (issue 26, item 4): broken physics, refused at load.
+    ("env.parameters={length: 0}", ("env.parameters.length", "CartPole-v1's 'length' must be > 0, got 0")),
+    ("env.parameters={masscart: -0.1}", ("env.parameters.masscart", "must be > 0, got -0.1")),
+    (
+        "env.parameters={masspole: {sampler: uniform, low: -0.5, high: 1.0}}",
+        ("env.parameters.masspole", "must be > 0; a uniform sampler from -0.5 to 1"),
+    ),
+    (
+        "env.parameters={length: {sampler: gaussian, mean: 0.5, std: 0.1}}",
+        ("env.parameters.length", "must be > 0; a gaussian sampler is unclipped"),
+    ),
+    (
+        "env.curriculum=[{name: a, parameters: {length: 1.0}, until: {measure: progress, threshold: 0.5}}, "
+        "{name: b, parameters: {length: 0}}]",
+        ("env.curriculum.1.parameters.length", "must be > 0, got 0"),
+    ),
+    (
+        "eval.settings=[{name: neg, parameters: {masscart: -0.1}}]",
+        ("eval.settings.0.parameters.masscart", "CartPole-v1's 'masscart' must be > 0, got -0.1"),
+    ),
 ]
 
 
