@@ -110,7 +110,7 @@ class TrainingSession(Generic[SourceT]):
             check_curriculum_support(params, algo_cls)
             check_resources(params, self.observation_space, self.action_space)  # sizes that cannot be allocated
             self.policy = algo_cls.make_policy(self.observation_space, self.action_space, params.policy, params.algo)
-            self.warm_start = warm_start_of(params, self.policy, self.observation_space, self.action_space)
+            self.warm_start = warm_start_of(params, self.policy, self.observation_space, self.action_space, run_dir)
             self.source = make_source(params, self.observation_space, self.action_space)
             self._closers.append(self.source.close)
             learns_from = {**self.source.fingerprint(), **(self.warm_start.fingerprint() if self.warm_start else {})}

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -305,6 +306,32 @@ def test_a_killed_replacement_leaves_the_finished_run_in_place_and_resumes_until
     assert_finished(project)
     assert not (folder / ".next").exists()
     assert seeds(folder) == [1] * len(STEPS)
+
+
+def test_init_from_inside_the_run_folder_it_replaces_is_refused_and_a_copy_outside_trains_twice(
+    selected: Path, tmp_path: Path
+) -> None:
+    """Issue 26 item 7: ``train.init_from`` pointing into ``runs/quick/`` trained, then its run replaced the source:
+    the re-run failed with "file not found", and the card named the sha256 of a file since overwritten. Refused now,
+    nothing changed; a copy outside the folder warm-starts, the record names it, and it is still there to re-run."""
+    project = copy_of(selected, tmp_path)
+    source = f"runs/quick/checkpoints/{checkpoint_name(2048)}"
+    before, models = snapshot(run_dir(project)), snapshot(project / "models")
+    for path in (source, f"runs/quick/.next/checkpoints/{checkpoint_name(1024)}"):
+        result = train(project, "--set", "seed=1", "--set", f"train.init_from={path}", check=False)
+        one_line_error(result, "train.init_from", path, "runs/quick/")
+        assert snapshot(run_dir(project)) == before and snapshot(project / "models") == models
+
+    copy = project / "models" / "init" / "policy.pt"
+    copy.parent.mkdir(parents=True)
+    shutil.copy(project / source, copy)
+    digest = hashlib.sha256(copy.read_bytes()).hexdigest()
+    for _ in range(2):  # the second run replaces the first; its source is still there
+        train(project, "--set", "seed=1", "--set", "train.init_from=models/init/policy.pt")
+        record = read_json(run_dir(project) / "train_summary.json")["initialized_from"]
+        assert record["path"] == "models/init/policy.pt" and record["sha256"] == digest
+        assert hashlib.sha256(copy.read_bytes()).hexdigest() == digest
+    assert seeds(run_dir(project)) == [1] * len(STEPS)
 
 
 @pytest.mark.slow
