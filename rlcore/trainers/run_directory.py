@@ -368,8 +368,8 @@ class RunDirectory:
     def abandon(self) -> None:
         """After an error: a fresh start that wrote no checkpoint leaves nothing behind; an unfinished replacement
         with checkpoints stays in ``.next/`` (resumable), beside the run it would have replaced, untouched."""
-        if not self._begun:
-            return
+        if not self._begun or self.previous.exists() or self.summary.exists():
+            return  # moving a finished replacement into place failed halfway: the next start finishes it
         if self.replacing:
             if not list_checkpoints(self.checkpoints):
                 shutil.rmtree(self.next, ignore_errors=True)
