@@ -1,7 +1,8 @@
 """The training pipeline as one Prefect flow: a task run per stage, passing paths and content hashes.
 
 Tasks reload params from the file (plus overrides) themselves, so what crosses task boundaries is
-small, hashable and JSON-safe; models and tensors never do.
+small, hashable and JSON-safe; models and tensors never do. Each task is cached on what its stage reads
+(``flows/caching.py``): a re-run skips the stages whose inputs did not change and whose outputs are still on disk.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from flows.caching import StageInputs, file_digests
 from flows.task_runners import retry_options
+from rlcore.checkpoints import list_checkpoints
 from rlcore.io import read_json, sha256_file
 from rlcore.layout import Layout
 from rlcore.params import load_params
@@ -23,32 +26,54 @@ def _params(params_path: str, overrides: list[str]) -> Any:
     return load_params(params_path, overrides)
 
 
-@task(name="train")
-def train_task(params_path: str, overrides: list[str], root: str) -> dict[str, str]:
+CACHED: dict[str, Any] = {"persist_result": True, "result_serializer": "json"}
+"""Persisted as JSON (read back without pickle); where: ``<root>/.prefect/storage`` (:func:`cache_options`)."""
+
+
+def cache_options(root: str) -> dict[str, Any]:
+    """Task options that keep the cached results with the project they describe."""
+    return {"result_storage": Path(root) / ".prefect" / "storage"}
+
+
+@task(name="train", cache_policy=StageInputs(stage="train"), **CACHED)
+def train_task(params_path: str, overrides: list[str], root: str) -> dict[str, Any]:
     params = _params(params_path, overrides)
     run_dir = train_stage(params, Path(root))
-    summary = Layout(Path(root), params.name, params.branch).train_summary
-    return {"run_dir": str(run_dir), "train_summary_sha256": sha256_file(summary)}
+    layout = Layout(Path(root), params.name, params.branch)
+    checkpoints = [path for _, path in list_checkpoints(layout.checkpoints)]
+    return {
+        "run_dir": str(run_dir),
+        "train_summary_sha256": sha256_file(layout.train_summary),
+        "outputs": file_digests([layout.train_summary, *checkpoints]),
+    }
 
 
-@task(name="evaluate")
-def evaluate_task(params_path: str, overrides: list[str], root: str, upstream: dict[str, str]) -> dict[str, str]:
+@task(name="evaluate", cache_policy=StageInputs(stage="evaluate"), **CACHED)
+def evaluate_task(params_path: str, overrides: list[str], root: str, upstream: dict[str, Any]) -> dict[str, Any]:
     path = evaluate_stage(_params(params_path, overrides), Path(root))
-    return {"evaluations": str(path), "sha256": sha256_file(path)}
+    return {"evaluations": str(path), "sha256": sha256_file(path), "outputs": file_digests([path])}
 
 
-@task(name="select-best")
-def select_task(params_path: str, overrides: list[str], root: str, upstream: dict[str, str]) -> dict[str, str]:
+@task(name="select-best", cache_policy=StageInputs(stage="select"), **CACHED)
+def select_task(params_path: str, overrides: list[str], root: str, upstream: dict[str, Any]) -> dict[str, Any]:
     params = _params(params_path, overrides)
     best = select_stage(params, Path(root))
     layout = Layout(Path(root), params.name, params.branch)
-    return {"best": str(best), "policy_sha256": sha256_file(layout.best_policy), "metrics": str(layout.metrics)}
+    written = [path for path in sorted(layout.best.iterdir()) if path.is_file()]
+    written += [path for path in (layout.metrics, layout.report) if path.is_file()]
+    return {
+        "best": str(best),
+        "policy_sha256": sha256_file(layout.best_policy),
+        "metrics": str(layout.metrics),
+        "outputs": file_digests(written),
+    }
 
 
-@task(name="export")
-def export_task(params_path: str, overrides: list[str], root: str, upstream: dict[str, str]) -> dict[str, str]:
+@task(name="export", cache_policy=StageInputs(stage="export"), **CACHED)
+def export_task(params_path: str, overrides: list[str], root: str, upstream: dict[str, Any]) -> dict[str, Any]:
     card = export_stage(_params(params_path, overrides), Path(root))
-    return {"model_card": str(card), "sha256": sha256_file(card)}
+    files = [card.parent / name for name in read_json(card).get("files", [])]
+    return {"model_card": str(card), "sha256": sha256_file(card), "outputs": file_digests([card, *files])}
 
 
 @flow(name="training_pipeline", log_prints=True)
@@ -59,16 +84,18 @@ def training_pipeline(
     overrides = list(overrides or [])
     root = str(Path(root).resolve())
     params = load_params(params_path, overrides)
-    retry = retry_options(params.deploy)
-    trained = train_task.with_options(**retry)(params_path, overrides, root)
+    options = {**retry_options(params.deploy), **cache_options(root)}
+    trained = train_task.with_options(**options)(params_path, overrides, root)
     if params.deploy.task_runner == "dask":  # a task run per checkpoint, on Dask worker processes
         from flows.evaluate import evaluate_on_task_runner
 
         evaluated = evaluate_on_task_runner(params_path, overrides, root)
     else:
-        evaluated = evaluate_task.with_options(**retry)(params_path, overrides, root, trained)
-    selected = select_task.with_options(**retry)(params_path, overrides, root, evaluated)
-    exported = export_task.with_options(**retry)(params_path, overrides, root, selected)
+        evaluated = evaluate_task.with_options(**options)(params_path, overrides, root, trained)
+    # Each stage's upstream results (content digests of their outputs) are part of its cache key.
+    after_evaluate = {"train": trained, "evaluate": evaluated}
+    selected = select_task.with_options(**options)(params_path, overrides, root, after_evaluate)
+    exported = export_task.with_options(**options)(params_path, overrides, root, {"train": trained, "select": selected})
     publish_artifacts(Path(root), params.name, params.branch)
     get_run_logger().info("exported model card: %s", exported["model_card"])
     return {"train": trained, "evaluate": evaluated, "select": selected, "export": exported}

@@ -144,13 +144,30 @@ def _groups(keys: Iterable[str], renamed: dict[str, str]) -> str:
 
 
 def warm_start_of(
-    params: Params, policy: Policy, observation_space: spaces.Space, action_space: spaces.Space
+    params: Params,
+    policy: Policy,
+    observation_space: spaces.Space,
+    action_space: spaces.Space,
+    run_dir: Path | None = None,
 ) -> WarmStart | None:
-    """The checked source of ``train.init_from`` (None when unset), for this run's freshly built ``policy``."""
+    """The checked source of ``train.init_from`` (None when unset), for this run's freshly built ``policy``; a
+    source inside ``run_dir`` (the folder this run trains into) is refused."""
     if params.train.init_from is None:
         return None
     path = Path(params.train.init_from)
+    if run_dir is not None:
+        check_outside_run(path, run_dir)
     return load_warm_start(path, shown_path(path), policy, observation_space, action_space, params.policy)
+
+
+def check_outside_run(path: Path, run_dir: Path) -> None:
+    """Refuse a source inside the run folder: the run replaces what is there (the source too, once it finishes),
+    so its record would name a file that is gone or holds other weights, and a re-run would not find it."""
+    if path.resolve().is_relative_to(Path(run_dir).resolve()):
+        raise ConfigError(
+            f"{KEY}: {shown_path(path)}: is inside {shown_path(Path(run_dir))}/, the folder this run trains into and "
+            "replaces; copy it out of there first (e.g. to models/init/policy.pt) and init from the copy"
+        )
 
 
 def load_warm_start(

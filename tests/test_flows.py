@@ -133,3 +133,42 @@ def test_warm_start_flow_trains_bc_then_ppo_initialized_from_the_bc_model(projec
     card = read_json(project / "export" / "warmstart" / "model_card.json")
     assert card["training"]["initialized_from"]["path"].endswith("models/offline/best/policy.pt")
     assert (project / "reports" / "warmstart" / "baseline_comparison.png").is_file()
+
+
+def _pipeline_states(project: Path, overrides: list[str]) -> dict[str, str]:
+    """Run the pipeline flow; each stage's task run state name (``Completed`` or ``Cached``)."""
+    state = training_pipeline(
+        params_path=str(project / "params.yaml"), overrides=overrides, root=str(project), return_state=True
+    )
+    assert state.is_completed(), state
+    _, task_runs, _ = asyncio.run(_task_runs_and_artifacts(state.state_details.flow_run_id))
+    return {run.name.rsplit("-", 1)[0]: run.state.name for run in task_runs}
+
+
+def _mtimes(folder: Path) -> dict[str, int]:
+    return {path.name: path.stat().st_mtime_ns for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_a_rerun_of_the_pipeline_runs_only_the_stages_whose_inputs_or_outputs_changed(project: Path, prefect_server):
+    """Issue 26 item 8: task caching on each stage's params keys, upstream digests and code version. A re-run is
+    all ``Cached`` (the checkpoints untouched); an eval key re-runs evaluate, select and export but not train; a
+    deleted export file re-runs export alone (a cached result naming a missing file is never returned)."""
+    overrides = [*QUICK, "name=cached", "train.progress_bar=off"]
+    first = _pipeline_states(project, overrides)
+    assert first == dict.fromkeys(("train", "evaluate", "select-best", "export"), "Completed"), first
+    run = project / "runs" / "cached"
+    trained = _mtimes(run)
+
+    assert set(_pipeline_states(project, overrides).values()) == {"Cached"}
+    assert _mtimes(run) == trained
+
+    changed = _pipeline_states(project, [*overrides, "eval.episodes=4"])
+    assert changed == {"train": "Cached", "evaluate": "Completed", "select-best": "Completed", "export": "Completed"}
+    assert read_json(project / "reports" / "evaluations.json")["episodes"] == 4
+    assert _mtimes(run) == trained
+
+    (project / "export" / "policy.onnx").unlink()
+    again = _pipeline_states(project, [*overrides, "eval.episodes=4"])
+    assert again == {"train": "Cached", "evaluate": "Cached", "select-best": "Cached", "export": "Completed"}, again
+    assert (project / "export" / "policy.onnx").is_file()
+    assert _mtimes(run) == trained

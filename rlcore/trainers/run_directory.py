@@ -4,10 +4,12 @@
     dvclive/                     learning curves (TSV per metric, x = the run's steps) and metrics.json
     replay/step_<step>.npz       off-policy runs: the replay buffer at the latest checkpoint
     train_summary.json           written last: its presence means the run finished
+    .next/                       a run replacing the one here, with the same layout, until it finishes
 
 A step counts what the run's budget counts (``step_unit``): env steps for online runs, gradient steps
 for offline runs. A run without ``train_summary.json`` was interrupted: re-running with the same train
-params resumes from its latest checkpoint. A finished run, or one whose params changed, is replaced.
+params resumes from its latest checkpoint. A finished run, or one whose params changed, is replaced, but only
+by a run that finished: the replacement trains in ``.next/`` (see :class:`RunDirectory`).
 """
 
 from __future__ import annotations
@@ -168,30 +170,60 @@ class RunLock:
 
 
 class RunDirectory:
-    """One run's folder. Nothing in it is deleted before the new run has something better to keep: a run
-    being replaced is moved to ``.previous/`` and dropped only once the new run wrote its first checkpoint
-    (put back if the new run fails before that, or was killed: the next start restores it)."""
+    """One run's folder. A run in it is replaced only by a run that finished: a new run that would replace one trains
+    in ``runs/<name>/.next/`` and is moved into place when it finishes (its summary written). A replacement that
+    fails, diverges or is killed leaves the old run as it was, so evaluate and select still see it; the unfinished
+    replacement is resumed by the next start with the same train params and discarded by any other start.
+
+    Moving the finished replacement into place renames the old run's entries into ``.previous/`` (through
+    ``.previous.partial/``, renamed at once when complete), then each entry of ``.next/`` into the folder, then drops
+    ``.previous/``: a kill at any point leaves a state the next start finishes (``_recover``).
+    """
+
+    BOOKKEEPING = frozenset({".lock", ".next", ".previous", ".previous.partial", ".previous.restoring"})
+    """Entries of the folder that are not part of the run in it."""
 
     def __init__(self, run_dir: Path, fingerprint: str) -> None:
-        self.root = Path(run_dir)
+        self.home = Path(run_dir)
         self.fingerprint = fingerprint
-        self.checkpoints = self.root / "checkpoints"
-        self.live = self.root / "dvclive"
-        self.replay = self.root / "replay"
-        self.summary = self.root / "train_summary.json"
-        self.previous = self.root / ".previous"
-        # Moving a run aside, or back, takes one rename per entry: it happens in these folders, renamed at once when
-        # complete, so a kill halfway leaves a state the next start can finish (``_recover``).
-        self.moving_aside = self.root / ".previous.partial"
-        self.moving_back = self.root / ".previous.restoring"
-        self.lock = RunLock(self.root / ".lock")
+        self.next = self.home / ".next"
+        self.previous = self.home / ".previous"
+        self.moving_aside = self.home / ".previous.partial"
+        self.moving_back = self.home / ".previous.restoring"
+        self.lock = RunLock(self.home / ".lock")
+        self._train_in(self.home)
+        self._fresh = False
+        self._resume_step: int | None = None
+        self._begun = False
+
+    def _train_in(self, folder: Path) -> None:
+        """Where this run writes: the run folder itself, or ``.next/`` when it replaces the run there."""
+        self.root = folder
+        self.checkpoints = folder / "checkpoints"
+        self.live = folder / "dvclive"
+        self.replay = folder / "replay"
+        self.summary = folder / "train_summary.json"
 
     @property
-    def _contents(self) -> list[Path]:
-        return [self.checkpoints, self.live, self.replay, self.summary]
+    def replacing(self) -> bool:
+        """True when this run trains in ``.next/`` (a run stays in the folder until this one finishes)."""
+        return self.root != self.home
+
+    def _entries(self, folder: Path) -> list[Path]:
+        """What makes up the run in ``folder`` (checkpoints, curves, replay, summary, any other file of it)."""
+        if not folder.is_dir():
+            return []
+        return sorted(path for path in folder.iterdir() if path.name not in self.BOOKKEEPING)
+
+    def _holds_a_run(self) -> bool:
+        """A finished run, or one with a checkpoint (readable or kept as ``*.corrupt``): worth keeping."""
+        checkpoints = self.home / "checkpoints"
+        return (self.home / "train_summary.json").exists() or (checkpoints.is_dir() and any(checkpoints.glob("step_*")))
 
     def prepare(self, params: Params, resume_from: Path | None) -> Checkpoint | None:
-        """Lock the folder, then decide between resume and a fresh start; the checkpoint to resume from, if any."""
+        """Lock the folder, finish what a killed run left, then decide between resume and a fresh start (in the
+        folder, or in ``.next/`` when it holds a run): the checkpoint to resume from, if any. Nothing of a run is
+        removed here: :meth:`begin` does that once the session starts, so a refused start changes nothing."""
         self.lock.acquire()
         try:
             self._recover()
@@ -211,26 +243,61 @@ class RunDirectory:
                     "resume from runs/<name>/checkpoints/step_*.pt"
                 )
             self._check_compatible(checkpoint, params)
-            if checkpoint.path.parent.resolve() != self.checkpoints.resolve():
-                self._replace(f"resuming from {resume_from}")
+            folder = checkpoint.path.parent.resolve()
+            if folder == (self.next / "checkpoints").resolve():
+                self._train_in(self.next)
+            elif folder != (self.home / "checkpoints").resolve():
+                self._start_fresh(f"resuming from {resume_from}")
             return checkpoint
-        if self.summary.exists():
-            self._replace("the previous run finished; starting a fresh run")
+        if self.next.is_dir():  # an unfinished replacement: resumed with its own train params
+            latest = self._latest_readable(self.next / "checkpoints")
+            if latest is not None and latest.meta.get("fingerprint") == self.fingerprint:
+                log.info("resuming the unfinished replacement of the run in %s (kept until it finishes)", self.home)
+                self._train_in(self.next)
+                self._resume_step = latest.step
+                return latest
+        if (self.home / "train_summary.json").exists():
+            self._start_fresh("the previous run finished; starting a fresh run")
             return None
-        latest = self._latest_readable()
+        latest = self._latest_readable(self.home / "checkpoints")
         if latest is None:
-            self._replace("")
+            self._start_fresh("")
             return None
         if latest.meta.get("fingerprint") != self.fingerprint:
-            self._replace(f"train params changed since the interrupted run in {self.root}; starting fresh")
+            self._start_fresh(f"train params changed since the interrupted run in {self.home}; starting fresh")
             return None
-        self._repair_for_resume(latest.step)
+        self._resume_step = latest.step
         return latest
 
-    def _latest_readable(self) -> Checkpoint | None:
-        """The newest checkpoint that loads; unreadable newer ones are renamed ``*.corrupt`` (kept, but no
-        longer candidates), saying so."""
-        for _, path in reversed(list_checkpoints(self.checkpoints)):
+    def _start_fresh(self, reason: str) -> None:
+        """A fresh run: in ``.next/`` when the folder holds a run (kept until this one finishes), else in place."""
+        self._fresh = True
+        if self._holds_a_run():
+            self._train_in(self.next)
+            if reason:
+                log.info("%s in %s (the run in %s is kept until this one finishes)", reason, self.next, self.home)
+        elif reason and self.home.exists():
+            log.info("%s", reason)
+
+    def begin(self) -> None:
+        """Make the chosen folder ready (the session passed every check): clear it for a fresh run, or cut its
+        curves to the checkpoint resumed from; an unfinished replacement not trained now is discarded."""
+        self._begun = True
+        if self.next.exists() and (self._fresh or not self.replacing):
+            log.info("discarding the unfinished replacement in %s (other train params)", self.next)
+            shutil.rmtree(self.next)
+        if self._fresh:
+            if not self.replacing:  # nothing worth keeping: curves of a run killed before its first checkpoint
+                for path in self._entries(self.home):
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+        elif self._resume_step is not None:
+            self._repair_for_resume(self._resume_step)
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+
+    def _latest_readable(self, checkpoints: Path) -> Checkpoint | None:
+        """The newest checkpoint in ``checkpoints`` that loads; unreadable newer ones are renamed ``*.corrupt``
+        (kept, but no longer candidates), saying so."""
+        for _, path in reversed(list_checkpoints(checkpoints)):
             try:
                 return load_checkpoint(path)
             except CheckpointError as exc:
@@ -240,53 +307,79 @@ class RunDirectory:
         return None
 
     def _recover(self) -> None:
-        """Finish what a killed process left: temporary files, a run moved aside or back halfway, and a replacement
-        that never reached a checkpoint."""
-        stale = [path for folder in (self.root, self.checkpoints, self.replay) for path in folder.glob(".*.tmp")]
-        stale += self.live.rglob(".*.tmp")  # the curves and metrics.json rewritten by repair_curves
+        """Finish what a killed process left: temporary files, a run moved aside or back halfway, a finished
+        replacement not yet (or not completely) moved into place."""
+        stale: list[Path] = []
+        for folder in (self.home, self.next):
+            for sub in (folder, folder / "checkpoints", folder / "replay"):
+                stale += sub.glob(".*.tmp")
+            stale += (folder / "dvclive").rglob(".*.tmp")  # the curves and metrics.json rewritten by repair_curves
         for path in stale:
             path.unlink(missing_ok=True)  # we hold the lock: no live writer owns them
         if self.moving_aside.exists():  # killed while moving the run aside: it was never replaced
             self._put_back(self.moving_aside)
-        if self.moving_back.exists():  # killed while putting the previous run back: finish
+        if self.moving_back.exists():  # killed while putting the previous run back (an older rlcore): finish
             self._put_back(self.moving_back)
         if self.previous.exists():
-            if list_checkpoints(self.checkpoints):
+            if self.next.exists():  # killed while moving a finished replacement into place: finish
+                self._move_next_into_place()
+            elif list_checkpoints(self.home / "checkpoints"):
                 shutil.rmtree(self.previous)
             else:
                 self.restore_previous()
+        elif (self.next / "train_summary.json").exists():  # finished, killed before it was moved into place
+            self._replace_with_next()
 
-    def _replace(self, reason: str) -> None:
-        """Move the current run aside (into ``.previous/``) and start an empty one."""
-        if reason and self.root.exists():
-            log.info("%s", reason)
-        present = [path for path in self._contents if path.exists()]
-        if present:
-            shutil.rmtree(self.previous, ignore_errors=True)
-            self.moving_aside.mkdir(parents=True, exist_ok=True)
-            for path in present:
-                os.replace(path, self.moving_aside / path.name)
-            os.replace(self.moving_aside, self.previous)
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
+    def _replace_with_next(self) -> None:
+        """Put the finished run of ``.next/`` in place of the run in the folder."""
+        self.moving_aside.mkdir(parents=True, exist_ok=True)
+        for path in self._entries(self.home):
+            os.replace(path, self.moving_aside / path.name)
+        os.replace(self.moving_aside, self.previous)
+        self._move_next_into_place()
+
+    def _move_next_into_place(self) -> None:
+        """With the old run in ``.previous/``: move each entry of ``.next/`` into the folder, then drop both."""
+        for path in self._entries(self.next):
+            os.replace(path, self.home / path.name)
+        shutil.rmtree(self.next)  # empty now (but for a leftover a kill left, already superseded)
+        shutil.rmtree(self.previous)
+        log.info("the new run replaced the previous one in %s", self.home)
 
     def restore_previous(self) -> None:
-        """Put a moved-aside run back (the replacement produced no checkpoint)."""
-        if not self.previous.exists() or list_checkpoints(self.checkpoints):
+        """Put a moved-aside run back (left by an older rlcore, whose replacement stopped before a checkpoint)."""
+        if not self.previous.exists() or list_checkpoints(self.home / "checkpoints"):
             return
-        for path in self._contents:  # the new run's (every file of the previous run is in .previous/)
+        for path in self._entries(self.home):  # the new run's (every file of the previous run is in .previous/)
             if path.is_dir():
                 shutil.rmtree(path)
             else:
                 path.unlink(missing_ok=True)
         os.replace(self.previous, self.moving_back)
         self._put_back(self.moving_back)
-        log.info("restored the previous run in %s (the new one stopped before its first checkpoint)", self.root)
+        log.info("restored the previous run in %s (the new one stopped before its first checkpoint)", self.home)
 
     def _put_back(self, folder: Path) -> None:
         """Move every entry of ``folder`` back into the run folder (none of them is there), then drop ``folder``."""
         for path in folder.iterdir():
-            os.replace(path, self.root / path.name)
+            os.replace(path, self.home / path.name)
         folder.rmdir()
+
+    def abandon(self) -> None:
+        """After an error: a fresh start that wrote no checkpoint leaves nothing behind; an unfinished replacement
+        with checkpoints stays in ``.next/`` (resumable), beside the run it would have replaced, untouched."""
+        if not self._begun or self.previous.exists() or self.summary.exists():
+            return  # moving a finished replacement into place failed halfway: the next start finishes it
+        if self.replacing:
+            if not list_checkpoints(self.checkpoints):
+                shutil.rmtree(self.next, ignore_errors=True)
+            else:
+                log.info(
+                    "the run in %s is unchanged; the unfinished replacement is kept in %s (the same train params "
+                    "resume it)",
+                    self.home,
+                    self.next,
+                )
 
     def _repair_for_resume(self, step: int) -> None:
         """Make the learning curves end at the checkpoint resumed from: rows logged after it are logged again
@@ -323,7 +416,6 @@ class RunDirectory:
         }
         path = checkpoint_path(self.checkpoints, state.steps)
         save_checkpoint(path, params.algo.name, state.steps, state.unit, meta, tensors)
-        shutil.rmtree(self.previous, ignore_errors=True)  # the new run has something to keep now
         return path
 
     def finish(self, state: RunState, stop_reason: str) -> dict[str, Any]:
@@ -344,7 +436,10 @@ class RunDirectory:
             summary["curriculum"] = state.curriculum
         if state.initialized_from is not None:
             summary["initialized_from"] = state.initialized_from
-        write_json(self.summary, summary)
+        write_json(self.summary, summary)  # last: the run is finished
+        if self.replacing:
+            self._replace_with_next()
+            self._train_in(self.home)
         return summary
 
     def close(self) -> None:

@@ -116,7 +116,7 @@ class TrainingSession(Generic[SourceT]):
             check_curriculum_support(params, algo_cls)
             check_resources(params, self.observation_space, self.action_space)  # sizes that cannot be allocated
             self.policy = algo_cls.make_policy(self.observation_space, self.action_space, params.policy, params.algo)
-            self.warm_start = warm_start_of(params, self.policy, self.observation_space, self.action_space)
+            self.warm_start = warm_start_of(params, self.policy, self.observation_space, self.action_space, run_dir)
             self.source = make_source(params, self.observation_space, self.action_space)
             self._closers.append(self.source.close)
             learns_from = {**self.source.fingerprint(), **(self.warm_start.fingerprint() if self.warm_start else {})}
@@ -166,6 +166,7 @@ class TrainingSession(Generic[SourceT]):
         self.stops = StopConditions(params.train, on_evaluation)
         self.progress = Progress(params.train.progress_bar, params.train.max_steps, self.state.steps, self.state.unit)
         resume, every = self.checkpoint is not None, params.train.log_every
+        self.run.begin()  # every check passed: the first change to the run folder
         self.metrics = MetricsLog(self.run.live, resume, every, self.state.next_log)
         self._closers = [self.progress.close, self.metrics.close, *self._closers]
         self._started = time.perf_counter() - self.state.wall_seconds
@@ -335,8 +336,8 @@ class TrainingSession(Generic[SourceT]):
             self._abandon()
 
     def _abandon(self) -> None:
-        """After an error: close everything, put back a run this one was replacing if it has no checkpoint yet,
-        and unlock the folder."""
+        """After an error: close everything, drop a fresh replacement that wrote no checkpoint (the run it would
+        have replaced never moved), and unlock the folder."""
         self.close()
-        self.run.restore_previous()
+        self.run.abandon()
         self.run.close()

@@ -5,8 +5,9 @@
 - a corrupt latest checkpoint (truncated, or bytes garbled in its middle): the re-run says so, naming the file,
   keeps it as ``*.corrupt`` and resumes from the previous checkpoint; garbled bytes are caught by the content hash;
 - a 0-byte ``dvclive/metrics.json`` (what a kill mid-write leaves): the re-run resumes and rewrites it;
-- a finished run replaced by a run killed before its first checkpoint: the old run waits in ``.previous/`` and the
-  next ``rlcore train`` start puts it back; it goes only once the new run has a checkpoint;
+- a finished run is replaced only by a run that finished: a replacement trains in ``.next/``; one that fails after
+  its checkpoints, or is killed (at any of its renames, moving into place included), leaves the finished run in
+  place for evaluate; the same params resume the replacement, other params discard it;
 - ``--resume-from models/best/policy.pt`` (a selected model) is refused in one line; the run folder is untouched;
 - the offline branch under ``dvc repro`` with a re-collected dataset is retrained, and its model card names the
   dataset MD5 that ``dvc.lock`` records.
@@ -14,6 +15,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -235,43 +237,101 @@ def test_resume_from_a_selected_model_is_refused_and_the_run_folder_is_untouched
     assert snapshot(project / "models") == model
 
 
-def test_a_finished_run_replaced_by_a_run_killed_before_its_first_checkpoint_comes_back(
+def in_place(project: Path) -> dict[str, bytes]:
+    """The files of the run in ``runs/quick/`` (not of a replacement training in ``.next/``, nor the lock)."""
+    return {name: data for name, data in snapshot(run_dir(project)).items() if not name.startswith(".next/")}
+
+
+def evaluated_checkpoints(project: Path) -> list[str]:
+    rlcore("evaluate", *sets(RUN), cwd=project)
+    return [Path(c["checkpoint"]).name for c in read_json(project / "reports" / "evaluations.json")["candidates"]]
+
+
+NAN_AFTER = "env.wrappers=[{wrapper: nan_after.NaNRewardAfter, kwargs: {steps: 1500}}]"
+
+
+def test_a_replacement_that_fails_after_writing_checkpoints_leaves_the_finished_run_in_place(
     selected: Path, tmp_path: Path
 ) -> None:
+    """Issue 26 item 6: a replacement that diverged (or was stopped for NaN rewards) after its first checkpoints
+    used to evict the finished run. Now the finished run stays where evaluate and select read it; the failed
+    replacement waits in ``.next/`` and is discarded by a start with other train params, which replaces the run
+    once it finishes."""
     project = copy_of(selected, tmp_path)
     folder = run_dir(project)
-    old = snapshot(folder)
-    assert "train_summary.json" in old and any(name.startswith("checkpoints/") for name in old)
-    moved = folder / ".previous" / "train_summary.json"  # the last of the old run's files to be moved aside
+    old = in_place(project)
+    old_checkpoints = evaluated_checkpoints(project)
+    assert old_checkpoints == [checkpoint_name(step) for step in STEPS]
 
-    # A new run (another seed) replaces the finished one; it is killed before its first checkpoint.
-    new_run = start_train(project, tmp_path / "killed.log", "--set", "seed=1")
-    assert wait_until(moved.exists, new_run), (tmp_path / "killed.log").read_text()
-    assert kill(new_run)
-    assert checkpoint_steps(folder / "checkpoints") == []
-    assert snapshot(folder / ".previous") == old  # nothing of the old run was deleted
+    failed = rlcore(
+        "train", *sets(RUN), "--set", "seed=1", "--set", NAN_AFTER, "--set", "train.max_steps=30000", cwd=project,
+        check=False,
+        env={"PYTHONPATH": f"{os.environ.get('PYTHONPATH', '')}{os.pathsep}{Path(__file__).parent}"},
+    )  # fmt: skip
+    assert failed.returncode != 0, failed.stderr
+    assert "Traceback" not in failed.stderr, failed.stderr
+    assert checkpoint_steps(folder / ".next" / "checkpoints"), failed.stderr  # it failed after a checkpoint
+    assert in_place(project) == old  # the finished run, byte for byte
+    assert evaluated_checkpoints(project) == old_checkpoints
+    assert read_json(project / "reports" / "evaluations.json")["candidates"][0]["checkpoint"].startswith("runs/quick/")
 
-    # The next start puts it back, whatever it does next (here: refused, so the folder is left as restored).
-    result = train(project, "--set", "seed=1", "--resume-from", "models/best/policy.pt", check=False)
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-    assert "restored the previous run" in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith("error: ")
-    assert snapshot(folder) == old
-    assert not (folder / ".previous").exists()
-
-    # A new run that gets to its first checkpoint replaces it for good; until then the old run is kept aside.
-    new_run = start_train(project, tmp_path / "new.log", "--set", "seed=1")
-    assert wait_until(moved.exists, new_run), (tmp_path / "new.log").read_text()
-    os.kill(new_run.pid, signal.SIGSTOP)
-    try:
-        assert checkpoint_steps(folder / "checkpoints") == []
-        assert snapshot(folder / ".previous") == old
-    finally:
-        os.kill(new_run.pid, signal.SIGCONT)
-    assert new_run.wait(timeout=300) == 0, (tmp_path / "new.log").read_text()
+    result = train(project, "--set", "seed=1")  # other train params: the failed replacement is discarded
+    assert "discarding the unfinished replacement" in result.stderr, result.stderr
     assert_finished(project)
-    first = load_checkpoint(folder / "checkpoints" / checkpoint_name(1024))
-    assert first.meta["params"]["seed"] == 1
+    assert not (folder / ".next").exists()
+    assert seeds(folder) == [1] * len(STEPS)
+
+
+def test_a_killed_replacement_leaves_the_finished_run_in_place_and_resumes_until_it_replaces_it(
+    selected: Path, tmp_path: Path
+) -> None:
+    """A replacement SIGKILLed mid-way: the finished run is untouched in place (evaluate sees it); the next start
+    with the same train params resumes the replacement in ``.next/``, which takes the run's place once finished."""
+    project = copy_of(selected, tmp_path)
+    folder = run_dir(project)
+    old = in_place(project)
+    proc = start_train(project, tmp_path / "killed.log", "--set", "seed=1")
+    assert wait_until((folder / ".next" / "checkpoints" / checkpoint_name(2048)).exists, proc), (
+        tmp_path / "killed.log"
+    ).read_text()
+    assert kill(proc), "the run ended before the kill"
+    assert "the previous run finished" in (tmp_path / "killed.log").read_text()
+    assert in_place(project) == old
+    assert evaluated_checkpoints(project) == [checkpoint_name(step) for step in STEPS]
+    assert seeds(folder) == [0] * len(STEPS)
+
+    result = train(project, "--set", "seed=1")
+    assert "resuming the unfinished replacement" in result.stderr, result.stderr
+    assert f"from {checkpoint_name(2048)}" in result.stderr
+    assert_finished(project)
+    assert not (folder / ".next").exists()
+    assert seeds(folder) == [1] * len(STEPS)
+
+
+def test_init_from_inside_the_run_folder_it_replaces_is_refused_and_a_copy_outside_trains_twice(
+    selected: Path, tmp_path: Path
+) -> None:
+    """Issue 26 item 7: ``train.init_from`` pointing into ``runs/quick/`` trained, then its run replaced the source:
+    the re-run failed with "file not found", and the card named the sha256 of a file since overwritten. Refused now,
+    nothing changed; a copy outside the folder warm-starts, the record names it, and it is still there to re-run."""
+    project = copy_of(selected, tmp_path)
+    source = f"runs/quick/checkpoints/{checkpoint_name(2048)}"
+    before, models = snapshot(run_dir(project)), snapshot(project / "models")
+    for path in (source, f"runs/quick/.next/checkpoints/{checkpoint_name(1024)}"):
+        result = train(project, "--set", "seed=1", "--set", f"train.init_from={path}", check=False)
+        one_line_error(result, "train.init_from", path, "runs/quick/")
+        assert snapshot(run_dir(project)) == before and snapshot(project / "models") == models
+
+    copy = project / "models" / "init" / "policy.pt"
+    copy.parent.mkdir(parents=True)
+    shutil.copy(project / source, copy)
+    digest = hashlib.sha256(copy.read_bytes()).hexdigest()
+    for _ in range(2):  # the second run replaces the first; its source is still there
+        train(project, "--set", "seed=1", "--set", "train.init_from=models/init/policy.pt")
+        record = read_json(run_dir(project) / "train_summary.json")["initialized_from"]
+        assert record["path"] == "models/init/policy.pt" and record["sha256"] == digest
+        assert hashlib.sha256(copy.read_bytes()).hexdigest() == digest
+    assert seeds(run_dir(project)) == [1] * len(STEPS)
 
 
 @pytest.mark.slow
@@ -337,9 +397,13 @@ def card_dataset(root: Path) -> dict:
 KILLED_AT = Path(__file__).with_name("rlcore_killed_at.py")
 
 
-def killed_at_change(project: Path, number: int, *args: str) -> subprocess.CompletedProcess[str]:
-    """``rlcore train *args``, SIGKILLed right after its ``number``-th change in the run folder."""
+def killed_at_change(
+    project: Path, number: int, *args: str, trace: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``rlcore train *args``, SIGKILLed right after its ``number``-th change in the run folder (0: never)."""
     environment = {"KILL_IN": str(run_dir(project)), "KILL_AT": str(number)}
+    if trace is not None:
+        environment["KILL_TRACE"] = str(trace)
     command = [sys.executable, str(KILLED_AT), "train", *sets(RUN), *args]
     return subprocess.run(
         command, cwd=project, capture_output=True, text=True, timeout=300, env={**env(), **environment}
@@ -347,40 +411,45 @@ def killed_at_change(project: Path, number: int, *args: str) -> subprocess.Compl
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("state", ["finished", "replacement-killed"])
-def test_a_replacement_killed_at_any_change_before_its_first_checkpoint_loses_nothing(
-    selected: Path, tmp_path: Path, state: str
-) -> None:
-    """Crash points, not moments: a new run replacing a finished one (``finished``), or the next start after such a
-    replacement died (``replacement-killed``: it first puts the old run back), is SIGKILLed right after each of its
-    renames and deletions in the run folder, one per try, until its first checkpoint exists. After every one of
-    them the next start restores the finished run exactly."""
+def test_a_replacement_killed_at_any_change_of_its_finish_loses_nothing(selected: Path, tmp_path: Path) -> None:
+    """Crash points, not moments: a new run replacing a finished one is SIGKILLed right after one of its renames and
+    deletions in the run folder: its first checkpoint, the commit of its summary and every step of moving it into
+    place (the old run into ``.previous/``, each entry of ``.next/`` into the folder, dropping both). After every
+    one the next start leaves exactly one complete run in the folder: the old one while the replacement had not
+    finished, the new one once its summary was written."""
     template = copy_of(selected, tmp_path / "template")
     old = snapshot(run_dir(template))
-    if state == "replacement-killed":
-        proc = start_train(template, tmp_path / "killed.log", "--set", "seed=1")
-        assert wait_until((run_dir(template) / ".previous" / "train_summary.json").exists, proc)
-        assert kill(proc)
-    number = 0
-    while True:
-        number += 1
+    traced = tmp_path / "traced"
+    shutil.copytree(template, traced)
+    trace = tmp_path / "trace.txt"
+    assert killed_at_change(traced, 0, "--set", "seed=1", trace=trace).returncode == 0
+    changes = trace.read_text().splitlines()
+    finished = next(i for i, line in enumerate(changes, 1) if line.endswith("/.next/train_summary.json"))
+    first_checkpoint = next(i for i, line in enumerate(changes, 1) if "/.next/checkpoints/step_" in line)
+    assert finished < len(changes) - 3, changes  # the moves into place come after the summary
+    new = snapshot(run_dir(traced))
+    for number in [first_checkpoint, finished - 1, *range(finished, len(changes) + 1)]:
         project = tmp_path / f"try-{number}"
         shutil.copytree(template, project)
         result = killed_at_change(project, number, "--set", "seed=1")
         assert result.returncode == -signal.SIGKILL, f"change {number}: exit {result.returncode}\n{result.stderr}"
-        if new_checkpoints(run_dir(project)):
-            break  # the new run has its first checkpoint: the old one may go now
         refused = train(project, "--set", "seed=1", "--resume-from", "models/best/policy.pt", check=False)
         assert refused.returncode == 2, refused.stderr
-        assert snapshot(run_dir(project)) == old, f"killed after change {number}:\n{result.stderr}\n{refused.stderr}"
+        after = {name: data for name, data in snapshot(run_dir(project)).items() if not name.startswith(".next/")}
+        where = f"killed after change {number} ({changes[number - 1]}):\n{result.stderr}"
+        if number < finished:
+            assert after == old, where
+        else:  # the new run, complete (its bytes differ from the traced run's: wall times)
+            assert sorted(after) == sorted(new), where
+            assert not [p for p in run_dir(project).iterdir() if p.name.startswith((".next", ".previous"))], where
+            assert_finished(project)
+            assert seeds(run_dir(project)) == [1] * len(STEPS), where
         shutil.rmtree(project)
-    assert number > 3  # at least the moves of checkpoints/, dvclive/ and the summary were tried
 
 
-def new_checkpoints(folder: Path) -> list[int]:
-    """Checkpoints of the replacing run (seed 1), not of the finished one (seed 0)."""
+def seeds(folder: Path) -> list[int]:
+    """The seed of the run that wrote each checkpoint in ``folder``, oldest first."""
     return [
-        step
+        load_checkpoint(folder / "checkpoints" / checkpoint_name(step)).meta["params"]["seed"]
         for step in checkpoint_steps(folder / "checkpoints")
-        if load_checkpoint(folder / "checkpoints" / checkpoint_name(step)).meta["params"]["seed"] == 1
     ]
