@@ -64,8 +64,35 @@ class WrapperConfig(StrictModel):
     def _importable(cls, path: str) -> str:
         from rlcore.env_ids import import_object
 
-        import_object(path)
+        wrapper = import_object(path)
+        if not callable(wrapper):
+            raise ValueError(f"{path} is {_a(type(wrapper).__name__)}, not a wrapper class or function (env) -> env")
         return path
+
+    @field_validator("kwargs")
+    @classmethod
+    def _kwargs_fit_the_wrapper(cls, kwargs: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Refused here, under this key, rather than as a TypeError when the env is built."""
+        import inspect
+
+        from rlcore.env_ids import import_object
+
+        path = info.data.get("wrapper")  # absent when the wrapper itself was refused
+        if path is None:
+            return kwargs
+        try:
+            signature = inspect.signature(import_object(path))
+        except (TypeError, ValueError):  # no signature to read (a builtin): the wrapper checks its kwargs itself
+            return kwargs
+        try:
+            signature.bind(None, **kwargs)
+        except TypeError as exc:
+            raise ValueError(f"{path} does not accept them: {exc} (its parameters: {signature})") from None
+        return kwargs
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
 
 
 class EnvConfig(StrictModel):

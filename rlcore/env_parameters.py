@@ -28,7 +28,7 @@ import numpy as np
 
 from rlcore.env_ids import env_creator, import_object
 from rlcore.env_settings import Constant, Parameters, Value
-from rlcore.errors import did_you_mean
+from rlcore.errors import UserCodeError, did_you_mean
 
 
 def _cartpole(env: Any) -> None:
@@ -209,7 +209,10 @@ class EnvParameters:
         to use from this reset on, or None."""
         values = self.draw(rng)
         if self.adapter is not None:
-            import_object(self.adapter)(env, values)
+            try:
+                import_object(self.adapter)(env, values)
+            except Exception as exc:  # the user's function: one error naming the key, its traceback in the log
+                raise UserCodeError.raised(f"env.parameters_adapter: {self.adapter} raised on {values}", exc) from None
             return None
         built = {name: values[name] for name in self.constructor}
         replacement = None

@@ -69,11 +69,17 @@ def validate_params(tree: dict[str, Any], source: str = "params") -> Params:
     try:
         params = model.model_validate(tree)
     except ValidationError as exc:
-        raise ConfigError(
-            f"{source}: {other_algorithms_key(exc, name) or describe_validation_error(exc, model)}"
-        ) from None
+        error = ConfigError(f"{source}: {other_algorithms_key(exc, name) or describe_validation_error(exc, model)}")
+        error.details = validation_details(exc)  # the traceback of the user's code that raised, if it did
+        raise error from None
     check_capabilities(params, source)
     return params
+
+
+def validation_details(exc: ValidationError) -> str:
+    """The traceback a validator kept of the user's code (``rlcore.env_ids.UserCodeValueError``), or ``""``."""
+    first = exc.errors(include_url=False)[0]
+    return str(getattr(first.get("ctx", {}).get("error"), "details", ""))
 
 
 def other_algorithms_key(exc: ValidationError, name: str) -> str | None:

@@ -17,6 +17,7 @@ is reported (a warning naming it and why) and replaced by a new one with fresh s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
 import pickle
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 
 from rlcore.actors.actor import Actor, ActorSpec
-from rlcore.errors import RLCoreError
+from rlcore.errors import RLCoreError, raise_worker_failure, worker_failure
 from rlcore.failed_starts import FailedStarts
 
 log = logging.getLogger("rlcore")
@@ -132,11 +133,12 @@ def _local_actor_main(
     """A subprocess actor: take a credit, refresh the weights if a newer version is published, send a trajectory."""
     torch.set_num_threads(1)
     torch.manual_seed(spec.sampling_seed)
-    actor = Actor(spec)
     flat = np.frombuffer(weights, dtype=np.float64)
     version = np.frombuffer(versions, dtype=np.int64)
     taken = np.frombuffer(acquired, dtype=np.int64)
+    actor: Actor | None = None
     try:
+        actor = Actor(spec)
         while not stop.is_set():
             if not credits.acquire(timeout=0.2):
                 continue
@@ -145,8 +147,12 @@ def _local_actor_main(
             conn.send(actor.rollout())
     except (BrokenPipeError, EOFError, KeyboardInterrupt):
         pass  # the learner closed the run
+    except Exception as exc:  # a bad env or wrapper, a bug: the learner raises it (one line, no traceback here)
+        with contextlib.suppress(BrokenPipeError, EOFError, OSError):
+            conn.send(worker_failure(exc))
     finally:
-        actor.close()
+        if actor is not None:
+            actor.close()
 
 
 def _refresh(actor: Actor, flat: np.ndarray, version: np.ndarray) -> None:
@@ -255,6 +261,8 @@ class LocalRunner(Runner):
             code = process.exitcode
             self._replace(actor_id, f"died (exit code {code})" if code is not None else "broke its pipe")
             return
+        if isinstance(trajectory, RLCoreError):  # what the actor raised (_local_actor_main)
+            raise_worker_failure(f"actor {actor_id}", trajectory, ActorError)
         self._received[actor_id] += 1
         self._last_progress[actor_id] = time.monotonic()
         self._ready.append(trajectory)
