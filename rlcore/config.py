@@ -206,9 +206,9 @@ class MemoryConfig(StrictModel):
     size: int = Field(64, ge=1, le=4096)
     """Hidden units of the core; the state is (batch, 2, size) for an LSTM (h and c), (batch, 1, size) for a GRU."""
     sequence_length: int = Field(16, ge=1, le=4096)
-    """Steps per training sequence: rollouts are cut into sequences of this many steps per env (fewer when
-    ``algo.n_steps`` is shorter, or for the rollout's last), which minibatches hold whole, each starting from the
-    state stored when it was collected."""
+    """Steps per training sequence: rollouts are cut into sequences of this many steps per env (fewer for the
+    rollout's last), which minibatches hold whole, each starting from the state stored when it was collected. At
+    most ``algo.n_steps`` (refused at load: every sequence is padded to this length)."""
     burn_in: int = Field(0, ge=0)
     """Steps before each sequence run only to refresh its stored state (no loss on them); less than
     ``sequence_length``."""
