@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import stat
 import traceback
+from pathlib import Path
 from typing import Any
 
 MAX_MESSAGE_CHARS = 300
@@ -74,6 +76,27 @@ def describe_exception(exc: BaseException, limit: int = MAX_MESSAGE_CHARS) -> st
 
 def format_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def file_problem(path: Path, what: str) -> str | None:
+    """Why ``path`` cannot be read as a ``what`` (a file), or None when it is a regular file: the one check of every
+    path a user gives (params files, checkpoints, ``train.init_from``, datasets), so ``/dev/zero`` or a pipe is "not a
+    regular file" everywhere rather than "not found" (or a read that never ends)."""
+    try:
+        mode = path.stat().st_mode  # a symbolic link is followed: what it points to counts
+    except (FileNotFoundError, NotADirectoryError):
+        return f"{what} not found"
+    except OSError as exc:
+        return f"cannot read the {what}: {exc.strerror or exc}"
+    if stat.S_ISDIR(mode):
+        return f"is a folder, not {_a(what)}"
+    if not stat.S_ISREG(mode):
+        return f"not a regular file (a device, a pipe or a socket), so not {_a(what)}"
+    return None
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
 
 
 def did_you_mean(word: str, candidates: list[str] | tuple[str, ...], prefix: str = "") -> str:
