@@ -209,3 +209,13 @@ def test_an_exceptions_message_is_kept_to_one_short_line_and_its_details_survive
     copy = pickle.loads(pickle.dumps(error))
     assert (str(copy), copy.details) == (str(error), error.details)
     assert describe_exception(KeyError()) == "KeyError"
+
+
+def test_an_env_that_raises_during_evaluate_is_one_error_line(hostile: Path):
+    trained = rlcore_train(hostile, "train.max_steps=1024", "train.eval_every=1024", "train.eval_episodes=2")
+    assert trained.returncode == 0, trained
+    wrapper = "env.wrappers=[{wrapper: hostile_wrappers.RaisesInStep, kwargs: {after: 5}}]"
+    args = ["evaluate", "--params", str(PROJECT / "params.yaml"), *sets([*SMALL, wrapper, "eval.episodes=2"])]
+    outcome = run_in_process(args, hostile, limit=120)
+    assert_refused(outcome, "env.id: CartPole-v1 (or one of env.wrappers) raised in step 6: RuntimeError")
+    logged_traceback(hostile, "runs/uc/error.log", "RaisesInStep")

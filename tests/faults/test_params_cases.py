@@ -188,6 +188,48 @@ SECOND_ROUND: dict[str, tuple[list[str], tuple[str, ...]]] = {
 """Bad input found by the second probe (issue 26): ``rlcore train ARGS``, and what its one line must hold."""
 
 
+HOSTILE_WRAPPERS = """
+import gymnasium as gym
+
+CONSTANT = 3
+
+
+def not_an_env(env):
+    return "not an env"
+
+
+class RaisesInInit(gym.Wrapper):
+    def __init__(self, env, level=1):
+        super().__init__(env)
+        raise KeyError("hostilemod: no such level")
+"""
+HOSTILE_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "wrapper module raises at import": ("{wrapper: raisingmod.Wrap}", ("env.wrappers.0.wrapper:", "RuntimeError")),
+    "wrapper module has a syntax error": ("{wrapper: syntaxmod.Wrap}", ("env.wrappers.0.wrapper:", "SyntaxError")),
+    "wrapper path names a constant": ("{wrapper: hostilemod.CONSTANT}", ("env.wrappers.0.wrapper:", "not a wrapper")),
+    "wrapper returns a non-env": ("{wrapper: hostilemod.not_an_env}", ("env.wrappers.0.wrapper:", "not a gymnasium")),
+    "wrapper raises in __init__": ("{wrapper: hostilemod.RaisesInInit}", ("env.wrappers.0.wrapper:", "KeyError")),
+    "wrapper kwarg it does not take": (
+        "{wrapper: hostilemod.RaisesInInit, kwargs: {levle: 2}}",
+        ("env.wrappers.0.kwargs:", "'levle'"),
+    ),
+}
+"""Hostile user code in ``env.wrappers`` (issue 26): what the one line of ``rlcore train`` must hold."""
+
+
+@pytest.mark.parametrize("label", list(HOSTILE_CASES))
+def test_hostile_wrapper_is_refused_in_one_line_and_writes_only_its_error_log(
+    label: str, project: Path, modules: Path
+) -> None:
+    """The traceback of the user's code goes to ``error.log`` (of the run, or ``runs/`` before the params load):
+    the one file a refusal may write; nothing else changes."""
+    wrapper, fragments = HOSTILE_CASES[label]
+    logs = ("runs/error.log", *(f"runs/{name}/error.log" for name in FINISHED_RUNS))
+    before = snapshot(project, ignore=logs)
+    assert_refused(run_in_process(["train", "--set", f"env.wrappers=[{wrapper}]"], project), *fragments)
+    assert snapshot(project, ignore=logs) == before, "a refused command changed the project"
+
+
 @pytest.mark.parametrize("label", list(SECOND_ROUND))
 def test_second_round_case_is_refused_in_one_line_and_writes_nothing(label: str, project: Path) -> None:
     args, fragments = SECOND_ROUND[label]
@@ -285,10 +327,12 @@ def fake_finished_run(run_dir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Env modules named by ``env.id=module:Env-v0`` whose import raises (importable while the tests run)."""
+    """Env modules named by ``env.id=module:Env-v0`` whose import raises, and hostile wrappers (``hostilemod``),
+    importable while the tests run."""
     folder = tmp_path_factory.mktemp("modules")
     (folder / "raisingmod.py").write_text('raise RuntimeError("raisingmod: boom at import")\n')
     (folder / "syntaxmod.py").write_text("def broken(:\n    pass\n")
+    (folder / "hostilemod.py").write_text(HOSTILE_WRAPPERS)
     sys.path.insert(0, str(folder))
     yield folder
     sys.path.remove(str(folder))
