@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -22,7 +23,7 @@ from rlcore.config import EnvConfig
 from rlcore.env_ids import env_spec, import_object
 from rlcore.env_parameters import EnvParameters
 from rlcore.env_settings import Parameters, lesson_parameters
-from rlcore.errors import ConfigError, RLCoreError, UserCodeError
+from rlcore.errors import ConfigError, RLCoreError, UserCodeError, describe_exception, format_traceback
 from rlcore.observations import PackDictObservations, PackedDict, observation_problem
 
 
@@ -186,23 +187,37 @@ class UserCodeGuard(gym.vector.VectorWrapper):
         super().__init__(env)
         self.what = f"env.id: {env_id}" + (" (or one of env.wrappers)" if wrapped else "")
         self.steps = 0
+        self.asynchronous = isinstance(env.unwrapped, gym.vector.AsyncVectorEnv)
 
     def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        try:
-            return self.env.reset(seed=seed, options=options)
-        except RLCoreError:
-            raise
-        except Exception as exc:
-            raise UserCodeError.raised(f"{self.what} raised in reset (after step {self.steps})", exc) from None
+        return self._guarded(lambda: self.env.reset(seed=seed, options=options), "reset")
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         self.steps += 1
+        return self._guarded(lambda: self.env.step(actions), "step")
+
+    def _guarded(self, call: Callable[[], Any], what: str) -> Any:
+        """``call()``; an async env's worker reports its error (with the traceback) as gymnasium warnings: those are
+        kept for the error log instead of shown, any other warning is shown as usual."""
+        caught: list[warnings.WarningMessage] = []
         try:
-            return self.env.step(actions)
+            if not self.asynchronous:
+                return call()
+            with warnings.catch_warnings(record=True) as recorded:
+                caught = recorded
+                return call()
         except RLCoreError:
             raise
         except Exception as exc:
-            raise UserCodeError.raised(f"{self.what} raised in step {self.steps}", exc) from None
+            where = f"raised in step {self.steps}" if what == "step" else f"raised in reset (after step {self.steps})"
+            reports = "".join(f"{warning.message}\n" for warning in caught if _worker_report(warning))
+            raise UserCodeError(
+                f"{self.what} {where}: {describe_exception(exc)}", reports + format_traceback(exc)
+            ) from None
+        finally:
+            for warning in caught:
+                if not _worker_report(warning):
+                    warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
 
     def __getattr__(self, name: str) -> Any:
         """The wrapped vector env's own methods (``set_attr``, ``get_attr``, ``call``), which gymnasium's vector
@@ -210,6 +225,11 @@ class UserCodeGuard(gym.vector.VectorWrapper):
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.env, name)
+
+
+def _worker_report(warning: warnings.WarningMessage) -> bool:
+    """Whether ``warning`` is gymnasium's report of an async worker's exception (``gymnasium.logger.error``)."""
+    return "ERROR: " in str(warning.message) and "async_vector_env" in warning.filename
 
 
 def _short(value: Any) -> str:
