@@ -88,7 +88,7 @@ def env_spec(env_id: str) -> Any:
         try:
             importlib.import_module(module)
         except (Exception, SystemExit) as exc:  # whatever the module raises: a syntax error, its own checks
-            raise ValueError(f"cannot import module {module!r} named in the env id: {_one_line(exc)}") from None
+            raise ValueError(f"cannot import module {module!r} named in the env id: {raised_at(exc)}") from None
     namespace = env_id.partition("/")[0] if "/" in env_id else None
     if namespace in _NAMESPACES and env_id not in gym.registry:
         register, package = _NAMESPACES[namespace]
