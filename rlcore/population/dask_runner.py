@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from rlcore.dask_cluster import local_cluster_kwargs
+from rlcore.errors import RLCoreError, raise_worker_failure
 from rlcore.population.runners import PopulationRunner, PopulationRunnerError
 from rlcore.population.tasks import RolloutResult, RolloutTask
 from rlcore.population.worker import cached_worker
@@ -100,11 +101,13 @@ class DaskRunner(PopulationRunner):
                     results[index] = future.result()
                     del running[index]
                 elif future.status in ("error", "cancelled", "lost"):
-                    why = future.status
+                    why, error = future.status, None
                     if future.status == "error":
                         error = future.exception()
                         why = f"{type(error).__name__}: {error}"
                     if attempts[index] >= MAX_ATTEMPTS:
+                        if isinstance(error, RLCoreError):  # e.g. the user's env raised: its own line, its traceback
+                            raise_worker_failure(f"rollout task {index}", error, PopulationRunnerError)
                         raise PopulationRunnerError(
                             f"rollout task {index} failed {attempts[index]} times on Dask: {why}"
                         )
