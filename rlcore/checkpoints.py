@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import torch
 
-from rlcore.errors import CheckpointError
+from rlcore.errors import CheckpointError, describe_exception, file_problem
 from rlcore.io import atomic_path, json_safe
 
 FORMAT = "rlcore-checkpoint"
@@ -105,16 +105,35 @@ def save_checkpoint(
         torch.save(payload, tmp)
 
 
+def load_problem(exc: BaseException) -> str:
+    """Why ``torch.load(weights_only=True)`` failed, on one line, without torch's advice to retry with
+    ``weights_only=False``: that runs whatever code the file holds, unsafe for a file of unknown origin."""
+    text = str(exc)
+    if "WeightsUnpickler error:" in text:  # a pickle holding more than tensors, or no pickle at all
+        lines = [line.strip() for line in text.split("WeightsUnpickler error:", 1)[1].splitlines() if line.strip()]
+        detail = lines[0].split(". ")[0].rstrip(".")[:200] if lines else ""  # the next lines are torch's advice
+        return (
+            f"not a file of tensors only ({detail})"
+            if detail and "weights_only" not in detail
+            else "not a file of tensors only"
+        )
+    if "weights_only" in text:  # any other form of the same advice
+        return type(exc).__name__
+    return describe_exception(exc, limit=200) if text.strip() else f"{type(exc).__name__} (empty or cut short?)"
+
+
 def load_checkpoint(path: Path, expected_algo: str | None = None) -> Checkpoint:
     """Load and check a checkpoint; every problem is a one-line :class:`CheckpointError` naming the file."""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: checkpoint not found")
+    problem = file_problem(path, "checkpoint")
+    if problem is not None:
+        raise CheckpointError(f"{path}: {problem}")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for truncated or foreign files
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt?): {reason}") from None
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint (truncated or corrupt?): {load_problem(exc)}"
+        ) from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not an rlcore checkpoint")
     if payload.get("version") != VERSION:

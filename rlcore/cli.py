@@ -36,7 +36,8 @@ def add_params_arguments(parser: argparse.ArgumentParser, default: str = "params
 def load(args: argparse.Namespace) -> Any:
     from rlcore.params import load_params
 
-    return load_params(args.params, args.overrides)
+    args.loaded_params = load_params(args.params, args.overrides)  # names the run folder an error log goes to
+    return args.loaded_params
 
 
 def _train(args: argparse.Namespace) -> Any:
@@ -129,7 +130,10 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> i
         args.run(args)
     except RLCoreError as exc:
         # One line whatever the message holds (an env's or a module's exception text may span several).
-        print("error: " + (" ".join(str(exc).split()) or type(exc).__name__), file=sys.stderr)
+        line = " ".join(str(exc).split()) or type(exc).__name__
+        if exc.details:  # the traceback of the user's code that raised: to a file, never to the terminal
+            line += f" (traceback in {write_error_log(args, exc.details)})"
+        print("error: " + line, file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: the latest checkpoint is kept; re-run the same command to resume", file=sys.stderr)
@@ -138,6 +142,25 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> i
         if handler is not None:  # main() may run more than once in a process (tests, the sweep's in-process trials)
             logger.removeHandler(handler)
     return 0
+
+
+ERROR_LOG = "error.log"
+"""In the run's folder (``runs/<name>/``): the traceback of the last error from user code (rlcore keeps no other
+log file; its progress lines go to stderr). Rewritten by each such error."""
+
+
+def write_error_log(args: argparse.Namespace, details: str) -> Path:
+    """Write ``details`` to ``runs/<name>/error.log`` (``runs/error.log`` when the params did not load, so no run
+    name is known) and return its path as the error line shows it: relative to the project when inside it."""
+    params = getattr(args, "loaded_params", None)
+    folder = Path("runs") / params.name if params is not None else Path("runs")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / ERROR_LOG
+        path.write_text(f"rlcore {' '.join(sys.argv[1:])}\n{details}")
+    except OSError as exc:  # a read-only project: the line still says what happened
+        return Path(f"<not written: {exc.strerror}>")
+    return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:

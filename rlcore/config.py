@@ -34,7 +34,7 @@ from rlcore.env_settings import (
     check_eval_settings,
     check_parameter_names,
 )
-from rlcore.errors import ConfigError, did_you_mean
+from rlcore.errors import ConfigError, did_you_mean, file_problem
 from rlcore.seeds import MAX_EVAL_EPISODES, MAX_TRAIN_STEPS, PERIODIC_EPISODES_PER_SEED, SEED_LIMIT
 from rlcore.strict import StrictModel
 from rlcore.sweep_config import SweepConfig
@@ -64,8 +64,35 @@ class WrapperConfig(StrictModel):
     def _importable(cls, path: str) -> str:
         from rlcore.env_ids import import_object
 
-        import_object(path)
+        wrapper = import_object(path)
+        if not callable(wrapper):
+            raise ValueError(f"{path} is {_a(type(wrapper).__name__)}, not a wrapper class or function (env) -> env")
         return path
+
+    @field_validator("kwargs")
+    @classmethod
+    def _kwargs_fit_the_wrapper(cls, kwargs: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Refused here, under this key, rather than as a TypeError when the env is built."""
+        import inspect
+
+        from rlcore.env_ids import import_object
+
+        path = info.data.get("wrapper")  # absent when the wrapper itself was refused
+        if path is None:
+            return kwargs
+        try:
+            signature = inspect.signature(import_object(path))
+        except (TypeError, ValueError):  # no signature to read (a builtin): the wrapper checks its kwargs itself
+            return kwargs
+        try:
+            signature.bind(None, **kwargs)
+        except TypeError as exc:
+            raise ValueError(f"{path} does not accept them: {exc} (its parameters: {signature})") from None
+        return kwargs
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
 
 
 class EnvConfig(StrictModel):
@@ -179,9 +206,9 @@ class MemoryConfig(StrictModel):
     size: int = Field(64, ge=1, le=4096)
     """Hidden units of the core; the state is (batch, 2, size) for an LSTM (h and c), (batch, 1, size) for a GRU."""
     sequence_length: int = Field(16, ge=1, le=4096)
-    """Steps per training sequence: rollouts are cut into sequences of this many steps per env (fewer when
-    ``algo.n_steps`` is shorter, or for the rollout's last), which minibatches hold whole, each starting from the
-    state stored when it was collected."""
+    """Steps per training sequence: rollouts are cut into sequences of this many steps per env (fewer for the
+    rollout's last), which minibatches hold whole, each starting from the state stored when it was collected. At
+    most ``algo.n_steps`` (refused at load: every sequence is padded to this length)."""
     burn_in: int = Field(0, ge=0)
     """Steps before each sequence run only to refresh its stored state (no loss on them); less than
     ``sequence_length``."""
@@ -558,13 +585,26 @@ class InvalidYAML(ConfigError):
     """Text that is not YAML at all (``--set`` then takes the value as a string)."""
 
 
+class ParamsLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that also reads ``1e-3`` and ``1e5`` as numbers, as YAML 1.2 (and DVC, reading the same
+    params.yaml) does: YAML 1.1 floats need a dot (``1.0e-3``), and the string ``'1e-3'`` would now be refused where
+    a number is expected (``rlcore.strict``)."""
+
+
+ParamsLoader.add_implicit_resolver(  # copies SafeLoader's resolvers before adding this one
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
 def parse_yaml(text: str, source: str) -> Any:
     """``yaml.safe_load`` bounded: refuses (``ConfigError`` naming ``source``) YAML that is invalid, nested deeper
     than :data:`MAX_YAML_DEPTH`, recursive, or that would expand to more than :data:`MAX_YAML_VALUES` values."""
     if _flow_depth(text) > MAX_YAML_DEPTH:  # PyYAML's scanner is quadratic in the depth of [ and { nesting
         raise ConfigError(f"{source}: YAML nested deeper than {MAX_YAML_DEPTH} levels")
     try:
-        loader = yaml.SafeLoader(text)
+        loader = ParamsLoader(text)
     except yaml.YAMLError as exc:  # a character YAML does not allow (NUL, other control characters)
         raise InvalidYAML(f"{source}: not valid YAML: {_yaml_problem(exc)}") from None
     try:
@@ -656,10 +696,9 @@ def _check_expansion(root: yaml.Node, source: str) -> None:
 
 def read_text_file(path: Path, what: str = "params file", limit: int = MAX_PARAMS_FILE_BYTES) -> str:
     """The text of a UTF-8 file (a UTF-8 byte-order mark is fine); one-line errors name the file."""
-    if path.is_dir():
-        raise ConfigError(f"{path}: is a folder, not a {what}")
-    if not path.is_file():
-        raise ConfigError(f"{path}: {what} not found")
+    problem = file_problem(path, what)
+    if problem is not None:
+        raise ConfigError(f"{path}: {problem}")
     try:
         size = path.stat().st_size
         if size > limit:

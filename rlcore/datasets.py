@@ -69,7 +69,7 @@ import torch
 from gymnasium import spaces
 
 from rlcore.actions import action_layout, sub_action_sizes
-from rlcore.errors import RLCoreError
+from rlcore.errors import RLCoreError, file_problem
 from rlcore.io import AtomicTarget, atomic_path
 from rlcore.observations import storage_dtype
 
@@ -518,8 +518,9 @@ def _one_line(exc: BaseException) -> str:
 def _open(path: Path) -> pq.ParquetFile:
     """The Parquet file at ``path``, every page's checksum verified as it is read (pages without one: unchecked)."""
     path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"{path}: dataset not found")
+    problem = file_problem(path, "dataset")
+    if problem is not None:
+        raise DatasetError(f"{path}: {problem}")
     try:
         return pq.ParquetFile(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as exc:

@@ -8,11 +8,13 @@ import importlib
 import math
 import re
 import reprlib
+import traceback
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
-from rlcore.errors import did_you_mean
+from rlcore.errors import describe_exception, did_you_mean, format_traceback
 
 
 def check_env_id(env_id: str) -> None:
@@ -86,7 +88,7 @@ def env_spec(env_id: str) -> Any:
         try:
             importlib.import_module(module)
         except (Exception, SystemExit) as exc:  # whatever the module raises: a syntax error, its own checks
-            raise ValueError(f"cannot import module {module!r} named in the env id: {_one_line(exc)}") from None
+            raise ValueError(f"cannot import module {module!r} named in the env id: {raised_at(exc)}") from None
     namespace = env_id.partition("/")[0] if "/" in env_id else None
     if namespace in _NAMESPACES and env_id not in gym.registry:
         register, package = _NAMESPACES[namespace]
@@ -97,8 +99,25 @@ def env_spec(env_id: str) -> Any:
     return gym.spec(env_id)
 
 
+class UserCodeValueError(ValueError):
+    """A ``ValueError`` (what validators raise) for an exception of the user's code, keeping its traceback as
+    ``details`` (``rlcore.errors.RLCoreError``) for the run's error log."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
+
+
+def raised_at(exc: BaseException) -> str:
+    """``Type: message (at file.py:line)``: the exception on one line and the innermost frame it came from."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return describe_exception(exc) + ("" if isinstance(exc, SyntaxError) else where)
+
+
 def import_object(path: str) -> Any:
-    """The object at ``package.module.Name`` or ``package.module:Name``; ``ValueError`` naming what is missing."""
+    """The object at ``package.module.Name`` or ``package.module:Name``; ``ValueError`` naming what is missing, or
+    (:class:`UserCodeValueError`) what the module raised when imported: any exception, a syntax error included."""
     module_name, sep, attribute = path.partition(":") if ":" in path else path.rpartition(".")
     if not sep or not module_name or not attribute:
         raise ValueError(f"expected an import path like gymnasium.wrappers.ClipReward, got {path!r}")
@@ -106,11 +125,17 @@ def import_object(path: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValueError(f"cannot import module {module_name!r}: {exc}") from None
+    except (Exception, SystemExit) as exc:  # the module's own code raised (or has a syntax error)
+        message = f"importing module {module_name!r} raised {raised_at(exc)}"
+        raise UserCodeValueError(message, format_traceback(exc)) from None
     try:
         return getattr(module, attribute)
     except AttributeError:
         names = [name for name in dir(module) if not name.startswith("_")]
         raise ValueError(f"{module_name} has no {attribute!r}{did_you_mean(attribute, names)}") from None
+    except Exception as exc:  # a module-level __getattr__ of the user's
+        message = f"{module_name}.{attribute} raised {raised_at(exc)}"
+        raise UserCodeValueError(message, format_traceback(exc)) from None
 
 
 def check_env_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 
 from rlcore.env_ids import env_creator, import_object
 from rlcore.env_settings import Constant, Gaussian, Parameters, Sampler, Uniform, Value
-from rlcore.errors import did_you_mean
+from rlcore.errors import UserCodeError, did_you_mean
 
 
 def _cartpole(env: Any) -> None:
@@ -340,7 +340,10 @@ class EnvParameters:
         replacement = self._rebuilt(env, {}) if applied - values.keys() else None
         target = replacement if replacement is not None else env
         assert self.adapter is not None
-        import_object(self.adapter)(target, values)
+        try:
+            import_object(self.adapter)(target, values)
+        except Exception as exc:  # the user's function: one error naming the key, its traceback in the log
+            raise UserCodeError.raised(f"env.parameters_adapter: {self.adapter} raised on {values}", exc) from None
         setattr(target, ADAPTED, set(values))
         return replacement
 

@@ -174,7 +174,15 @@ Parameter = Annotated[Constant | Uniform | Gaussian | MultiRangeUniform, BeforeV
 Parameters = dict[str, Parameter]
 """Parameter name -> its value or sampler, applied in this order."""
 
-_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+"""A lesson's or a setting's name, anchored: pydantic's ``pattern`` searches (``a/b`` holds a match), and a name
+shows in the report's tables (a ``|`` would break one)."""
+MAX_EVAL_SETTINGS = 64
+"""The most ``eval.settings``: each is a full evaluation of every checkpoint (``eval.episodes`` each) and of the
+selected model's test episodes, a row of the report's table and a bar of its chart; 10,000 ran evaluate past 120 s."""
+MAX_LESSONS = 64
+"""The most ``env.curriculum`` lessons: one advances at most at each periodic evaluation, and each is checked against
+the env at load."""
 MEAN_OVER_SETTINGS = "mean"
 """``select.setting`` value for the mean over ``eval.settings`` (so no setting may have this name)."""
 
@@ -224,6 +232,8 @@ class Lesson(StrictModel):
 def check_curriculum(lessons: list[Lesson]) -> None:
     """``ValueError`` (naming ``env.curriculum.<i>...``) unless every lesson but the last has ``until`` and names
     are unique."""
+    if len(lessons) > MAX_LESSONS:
+        raise ValueError(f"env.curriculum: at most {MAX_LESSONS} lessons, got {len(lessons)}")
     seen: set[str] = set()
     for index, lesson in enumerate(lessons):
         if lesson.name in seen:
@@ -255,6 +265,10 @@ class EvalSetting(StrictModel):
 
 
 def check_eval_settings(settings: list[EvalSetting]) -> None:
+    if len(settings) > MAX_EVAL_SETTINGS:
+        raise ValueError(
+            f"at most {MAX_EVAL_SETTINGS} settings (each is a full evaluation of every checkpoint), got {len(settings)}"
+        )
     seen: set[str] = set()
     for index, setting in enumerate(settings):
         if setting.name == MEAN_OVER_SETTINGS:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -22,7 +23,7 @@ from rlcore.config import EnvConfig
 from rlcore.env_ids import env_spec, import_object
 from rlcore.env_parameters import EnvParameters
 from rlcore.env_settings import Parameters, lesson_parameters
-from rlcore.errors import ConfigError
+from rlcore.errors import ConfigError, RLCoreError, UserCodeError, describe_exception, format_traceback
 from rlcore.observations import PackDictObservations, PackedDict, observation_problem
 
 
@@ -112,7 +113,7 @@ def make_vector_env(
     loop here relies on (gymnasium's default, ``AutoresetMode.NEXT_STEP``).
     """
     wrappers: list[Callable[[gym.Env], gym.Wrapper]] = [
-        functools.partial(import_object(item.wrapper), **item.kwargs) for item in env.wrappers
+        UserWrapper(index, item.wrapper, item.kwargs) for index, item in enumerate(env.wrappers)
     ]
     if episode_settings is None:
         episode_settings = training_settings(env)
@@ -126,6 +127,8 @@ def make_vector_env(
         vector_env = gym.make_vec(
             env.id, num_envs=num_envs, vectorization_mode=mode, wrappers=wrappers or None, **env.kwargs
         )
+    except RLCoreError:  # a wrapper's (UserWrapper), already naming its key
+        raise
     except TypeError as exc:
         raise ConfigError(f"env.kwargs: {env.id} does not accept these arguments: {_one_line(exc)}") from None
     except (gym.error.DependencyNotInstalled, ImportError) as exc:  # an optional dependency, found only when built
@@ -133,8 +136,10 @@ def make_vector_env(
     except gym.error.Error as exc:  # e.g. vector_kwargs for an env's own batched implementation
         raise ConfigError(f"env: {env.id} cannot be built ({mode} vectorization): {_one_line(exc)}") from None
     except (ValueError, AssertionError, ArithmeticError, LookupError) as exc:  # the env's (or a wrapper's) own checks
-        where = "env.kwargs/env.wrappers" if env.wrappers else "env.kwargs"
-        raise ConfigError(f"{where}: {env.id} refuses them: {type(exc).__name__}: {_one_line(exc)}") from None
+        raise ConfigError(f"env.kwargs: {env.id} refuses them: {type(exc).__name__}: {_one_line(exc)}") from None
+    except Exception as exc:  # the env's constructor is the user's code too
+        raise UserCodeError.raised(f"env.id: {env.id} raised when built", exc) from None
+    vector_env = UserCodeGuard(vector_env, env.id, bool(env.wrappers))
     try:
         check_spaces(env.id, vector_env.single_observation_space, vector_env.single_action_space)
         check_autoreset(env.id, vector_env)
@@ -144,6 +149,92 @@ def make_vector_env(
     if isinstance(vector_env.single_observation_space, spaces.Dict):
         return PackDictObservations(vector_env)  # one flat vector per observation (rlcore.observations)
     return vector_env
+
+
+class UserWrapper:
+    """Builds ``env.wrappers.<index>`` around a sub-env: what the user's wrapper raises, or a result that is not an
+    env, becomes one error naming that key (a plain class, so async vectorization can pickle it)."""
+
+    def __init__(self, index: int, path: str, kwargs: dict[str, Any]) -> None:
+        self.key = f"env.wrappers.{index}.wrapper"
+        self.path = path
+        self.kwargs = dict(kwargs)
+        try:
+            self.wrapper = import_object(path)  # checked at load; params built in code may skip that
+        except ValueError as exc:
+            raise ConfigError(f"{self.key}: {exc}") from None
+
+    def __call__(self, env: gym.Env) -> Any:  # a gym.Env (a wrapper, or what a function returns)
+        try:
+            wrapped = self.wrapper(env, **self.kwargs)
+        except RLCoreError:
+            raise
+        except Exception as exc:
+            raise UserCodeError.raised(f"{self.key}: {self.path} raised when built", exc) from None
+        if not isinstance(wrapped, gym.Env):
+            raise ConfigError(
+                f"{self.key}: {self.path} returned {type(wrapped).__name__} {_short(wrapped)}, not a gymnasium env"
+            )
+        return wrapped
+
+
+class UserCodeGuard(gym.vector.VectorWrapper):
+    """What the env (or a wrapper of ``env.wrappers``) raises in ``reset`` or ``step`` becomes one
+    :class:`UserCodeError` naming the env and the step (counted in this vector env's ``step`` calls), its traceback
+    kept for the run's error log. rlcore's own errors (an adapter's, a wrapper's) pass through as they are."""
+
+    def __init__(self, env: gym.vector.VectorEnv, env_id: str, wrapped: bool) -> None:
+        super().__init__(env)
+        self.what = f"env.id: {env_id}" + (" (or one of env.wrappers)" if wrapped else "")
+        self.steps = 0
+        self.asynchronous = isinstance(env.unwrapped, gym.vector.AsyncVectorEnv)
+
+    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        return self._guarded(lambda: self.env.reset(seed=seed, options=options), "reset")
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        self.steps += 1
+        return self._guarded(lambda: self.env.step(actions), "step")
+
+    def _guarded(self, call: Callable[[], Any], what: str) -> Any:
+        """``call()``; an async env's worker reports its error (with the traceback) as gymnasium warnings: those are
+        kept for the error log instead of shown, any other warning is shown as usual."""
+        caught: list[warnings.WarningMessage] = []
+        try:
+            if not self.asynchronous:
+                return call()
+            with warnings.catch_warnings(record=True) as recorded:
+                caught = recorded
+                return call()
+        except RLCoreError:
+            raise
+        except Exception as exc:
+            where = f"raised in step {self.steps}" if what == "step" else f"raised in reset (after step {self.steps})"
+            reports = "".join(f"{warning.message}\n" for warning in caught if _worker_report(warning))
+            raise UserCodeError(
+                f"{self.what} {where}: {describe_exception(exc)}", reports + format_traceback(exc)
+            ) from None
+        finally:
+            for warning in caught:
+                if not _worker_report(warning):
+                    warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+
+    def __getattr__(self, name: str) -> Any:
+        """The wrapped vector env's own methods (``set_attr``, ``get_attr``, ``call``), which gymnasium's vector
+        wrappers do not forward."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+
+def _worker_report(warning: warnings.WarningMessage) -> bool:
+    """Whether ``warning`` is gymnasium's report of an async worker's exception (``gymnasium.logger.error``)."""
+    return "ERROR: " in str(warning.message) and "async_vector_env" in warning.filename
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return f"({text[:60]}…)" if len(text) > 60 else f"({text})"
 
 
 def _one_line(exc: BaseException) -> str:

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import difflib
+import stat
+import traceback
+from pathlib import Path
+from typing import Any
+
+MAX_MESSAGE_CHARS = 300
+"""The most characters of an exception's own message quoted in an error line (a user's exception may hold a page)."""
 
 
 class RLCoreError(Exception):
-    """Base class: the CLI prints ``error: <message>`` and exits with status 2, no traceback."""
+    """Base class: the CLI prints ``error: <message>`` and exits with status 2, no traceback.
+
+    ``details`` (a traceback, empty by default) never reaches the terminal: the CLI writes it to the run's
+    ``error.log`` and names that file in the line."""
+
+    details: str = ""
 
 
 class ConfigError(RLCoreError):
@@ -15,6 +27,76 @@ class ConfigError(RLCoreError):
 
 class CheckpointError(RLCoreError):
     """A checkpoint or model file is missing, truncated, or was written by something else."""
+
+
+class UserCodeError(RLCoreError):
+    """The user's code (an env, a wrapper, an ``env.parameters_adapter``) raised. The message names the key or the
+    env and the step, then the exception's own ``Type: message`` on one line; ``details`` holds its traceback."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable with its details (sent back by worker processes)
+        return (type(self), (str(self), self.details))
+
+    @classmethod
+    def raised(cls, where: str, exc: BaseException) -> UserCodeError:
+        """``<where>: <Type>: <message>`` for ``exc``, its traceback as the details."""
+        return cls(f"{where}: {describe_exception(exc)}", format_traceback(exc))
+
+
+def worker_failure(exc: BaseException) -> RLCoreError:
+    """What a worker process sends back for ``exc`` (picklable): rlcore's own error as it is, any other as one line
+    (``Type: message``) with its traceback as the details."""
+    if isinstance(exc, RLCoreError):
+        return exc
+    error = RLCoreError(describe_exception(exc))
+    error.details = format_traceback(exc)
+    return error
+
+
+def raise_worker_failure(worker: str, failure: RLCoreError, error: type[RLCoreError]) -> None:
+    """Raise what ``worker`` sent back (:func:`worker_failure`): an error naming a key or the user's code as it is
+    (it says what went wrong wherever it ran), any other as ``error`` naming the worker, with the same details."""
+    if isinstance(failure, UserCodeError | ConfigError):
+        raise failure
+    raised = error(f"{worker} failed: {failure}")
+    raised.details = failure.details
+    raise raised
+
+
+def describe_exception(exc: BaseException, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``Type: message`` of ``exc`` on one line, its message cut to ``limit`` characters."""
+    message = " ".join(str(exc).split())
+    if len(message) > limit:
+        message = message[: limit - 1].rstrip() + "…"
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def format_traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def file_problem(path: Path, what: str) -> str | None:
+    """Why ``path`` cannot be read as a ``what`` (a file), or None when it is a regular file: the one check of every
+    path a user gives (params files, checkpoints, ``train.init_from``, datasets), so ``/dev/zero`` or a pipe is "not a
+    regular file" everywhere rather than "not found" (or a read that never ends)."""
+    try:
+        mode = path.stat().st_mode  # a symbolic link is followed: what it points to counts
+    except (FileNotFoundError, NotADirectoryError):
+        return f"{what} not found"
+    except OSError as exc:
+        return f"cannot read the {what}: {exc.strerror or exc}"
+    if stat.S_ISDIR(mode):
+        return f"is a folder, not {_a(what)}"
+    if not stat.S_ISREG(mode):
+        return f"not a regular file (a device, a pipe or a socket), so not {_a(what)}"
+    return None
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
 
 
 def did_you_mean(word: str, candidates: list[str] | tuple[str, ...], prefix: str = "") -> str:

@@ -69,11 +69,17 @@ def validate_params(tree: dict[str, Any], source: str = "params") -> Params:
     try:
         params = model.model_validate(tree)
     except ValidationError as exc:
-        raise ConfigError(
-            f"{source}: {other_algorithms_key(exc, name) or describe_validation_error(exc, model)}"
-        ) from None
+        error = ConfigError(f"{source}: {other_algorithms_key(exc, name) or describe_validation_error(exc, model)}")
+        error.details = validation_details(exc)  # the traceback of the user's code that raised, if it did
+        raise error from None
     check_capabilities(params, source)
     return params
+
+
+def validation_details(exc: ValidationError) -> str:
+    """The traceback a validator kept of the user's code (``rlcore.env_ids.UserCodeValueError``), or ``""``."""
+    first = exc.errors(include_url=False)[0]
+    return str(getattr(first.get("ctx", {}).get("error"), "details", ""))
 
 
 def other_algorithms_key(exc: ValidationError, name: str) -> str | None:
@@ -106,6 +112,15 @@ def check_capabilities(params: Params, source: str) -> None:
             f"{source}: policy.memory: {name} does not train recurrent policies ({able('memory')} do); "
             "set policy.memory: null"
         )
+    rollout_steps = getattr(params.algo, "n_steps", None)  # PPO, A2C: their sequences are cut from one rollout
+    if params.policy.memory is not None and isinstance(rollout_steps, int):
+        sequence_length = params.policy.memory.sequence_length
+        if sequence_length > rollout_steps:  # every sequence would be padded to its length: compute for nothing
+            raise ConfigError(
+                f"{source}: policy.memory.sequence_length: {sequence_length} is longer than a rollout "
+                f"(algo.n_steps: {rollout_steps}), and every sequence would be padded to it; set it to at most "
+                f"{rollout_steps} (or raise algo.n_steps)"
+            )
     if params.policy.memory is not None and getattr(params.algo, "behavioral_cloning", None) is not None:
         raise ConfigError(
             f"{source}: policy.memory: algo.behavioral_cloning scores single dataset observations, which a recurrent "

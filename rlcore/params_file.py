@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from rlcore.config import read_yaml_mapping
+from rlcore.config import ParamsLoader, read_yaml_mapping
 from rlcore.errors import ConfigError
 from rlcore.io import write_text
 from rlcore.params import validate_params
@@ -71,7 +71,7 @@ def apply_values(params_file: Path, values: dict[str, Any]) -> str:
     validate_params(expected, str(params_file))
     text, missing = set_values(params_file.read_text(), values)
     how = "edited in place (comments kept)"
-    if missing or yaml.safe_load(text) != expected:
+    if missing or yaml.load(text, Loader=ParamsLoader) != expected:  # noqa: S506 - a SafeLoader
         text = yaml.safe_dump(expected, sort_keys=False)
         how = "rewritten (comments dropped: " + (f"{', '.join(missing)} not in the file" if missing else "layout") + ")"
     write_text(params_file, text)

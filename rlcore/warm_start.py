@@ -32,7 +32,7 @@ from gymnasium import spaces
 from rlcore.checkpoints import load_checkpoint
 from rlcore.config import Params, PolicyConfig, short_repr
 from rlcore.envs import describe_space
-from rlcore.errors import CheckpointError, ConfigError
+from rlcore.errors import CheckpointError, ConfigError, file_problem
 from rlcore.io import sha256_file, shown_path
 from rlcore.policies import Policy
 from rlcore.registry import policy_from_checkpoint
@@ -181,8 +181,9 @@ def load_warm_start(
     """Read and check ``path`` against this run's freshly built ``policy``; ``shown`` is the path as the params
     give it. Every problem is one ``ConfigError`` line: ``train.init_from: <shown>: ...``."""
     where = f"{KEY}: {shown}"
-    if not path.is_file():
-        raise ConfigError(f"{where}: {'is a folder, not a checkpoint' if path.is_dir() else 'file not found'}")
+    problem = file_problem(path, "checkpoint")
+    if problem is not None:
+        raise ConfigError(f"{where}: {'file not found' if problem.endswith('not found') else problem}")
     if path.suffix in (".onnx", ".pt2"):
         raise ConfigError(
             f"{where}: an exported graph holds no trainable weights; give the run's checkpoint or its selected "

@@ -362,3 +362,48 @@ def test_every_preset_in_configs_is_valid_params(preset: str) -> None:
 
     params = load_params(PROJECT / "configs" / preset)
     assert params.name == preset.removesuffix(".yaml")
+
+
+# --- files that are not what a key names --------------------------------------------------------------------------
+
+
+def test_a_pickle_torch_refuses_is_refused_without_torchs_advice_to_load_it_unsafely(tmp_path: Path) -> None:
+    """torch's message for such a file says to retry with ``weights_only=False``, which runs whatever the file holds."""
+    import fractions
+
+    from rlcore.checkpoints import load_checkpoint
+    from rlcore.errors import CheckpointError
+
+    path = tmp_path / "foreign.pt"
+    torch.save({"value": fractions.Fraction(1, 3)}, path)
+    with pytest.raises(CheckpointError) as refused:
+        load_checkpoint(path)
+    message = str(refused.value)
+    assert "weights_only" not in message and "\n" not in message
+    assert message.startswith(f"{path}: not a readable checkpoint") and "fractions.Fraction" in message
+
+
+def test_every_path_a_user_gives_is_checked_to_be_a_regular_file(tmp_path: Path) -> None:
+    """A device or a pipe is "not a regular file" (it was "not found", or a read that never ends), a folder "is a
+    folder", a missing path "not found": one check (``rlcore.errors.file_problem``) for every path-taking key."""
+    import os
+
+    from rlcore.checkpoints import load_checkpoint
+    from rlcore.config import read_text_file
+    from rlcore.datasets import read_metadata
+    from rlcore.errors import RLCoreError, file_problem
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert file_problem(Path("/dev/zero"), "checkpoint") == (
+        "not a regular file (a device, a pipe or a socket), so not a checkpoint"
+    )
+    assert (
+        file_problem(fifo, "params file") == "not a regular file (a device, a pipe or a socket), so not a params file"
+    )
+    assert file_problem(tmp_path, "dataset") == "is a folder, not a dataset"
+    assert file_problem(tmp_path / "nope", "dataset") == "dataset not found"
+    for read in (load_checkpoint, read_text_file, read_metadata):
+        for path in (Path("/dev/zero"), fifo):
+            with pytest.raises(RLCoreError, match=r": not a regular file \(a device, a pipe or a socket\), so not a"):
+                read(path)

@@ -8,6 +8,7 @@ import pytest
 from conftest import PROJECT
 
 from rlcore.actors.runners import ActorError
+from rlcore.errors import UserCodeError
 from rlcore.failed_starts import MAX_FAILED_STARTS, FailedStarts
 from rlcore.params import load_params
 from rlcore.stages import train_stage
@@ -34,7 +35,8 @@ def test_the_third_replacement_in_a_row_without_a_delivery_raises_and_a_delivery
 def test_an_impala_run_whose_actor_process_cannot_step_its_env_stops_with_the_error_instead_of_respawning(
     tmp_path: Path,
 ):
-    """``failing_env:Failing-v0`` raises on its first step: every actor process dies before sending anything."""
+    """``failing_env:Failing-v0`` raises on its first step: the actor sends the error back, and the run stops with it
+    at once (one line naming the env and the step) rather than after respawning the actor."""
     params = load_params(
         PROJECT / "configs" / "impala-cartpole.yaml",
         [
@@ -45,5 +47,5 @@ def test_an_impala_run_whose_actor_process_cannot_step_its_env_stops_with_the_er
             "train.target_return=null",
         ],
     )
-    with pytest.raises(ActorError, match=r"actor 0 died \(exit code 1\) 3 times in a row before sending a trajectory"):
+    with pytest.raises(UserCodeError, match=r"^env.id: failing_env:Failing-v0 raised in step 1: RuntimeError: "):
         train_stage(params, tmp_path)

@@ -294,3 +294,20 @@ def test_the_memory_estimate_counts_the_recurrent_core() -> None:
         sizes[memory] = estimate(params, env.observation_space, env.action_space)["policy.hidden_sizes"][0]
     lstm_parameters = sum(p.numel() for p in torch.nn.LSTM(4, 256).parameters())
     assert sizes["{type: lstm, size: 256}"] - sizes["null"] == 40 * lstm_parameters
+
+
+def test_a_sequence_longer_than_the_rollout_is_refused_at_load_naming_both_keys():
+    """Every sequence is padded to ``sequence_length``: 1,000 steps over a 32-step rollout took 22.8 s for 1,024 env
+    steps against 0.2 s at 16 or 32. Refused in one line; a sequence as long as the rollout is accepted."""
+    base = PROJECT / "params.yaml"
+    memory = "policy.memory={type: lstm, size: 16, sequence_length: 1000}"
+    for algo in ("ppo", "a2c"):
+        with pytest.raises(
+            ConfigError,
+            match=r"policy\.memory\.sequence_length: 1000 is longer than a rollout \(algo\.n_steps: 32\).*at most 32",
+        ):
+            load_params(base, [f"algo={{name: {algo}, n_steps: 32}}", memory])
+    params = load_params(base, ["algo.n_steps=32", "policy.memory={type: lstm, size: 16, sequence_length: 32}"])
+    assert params.policy.memory is not None and params.policy.memory.sequence_length == 32
+    # IMPALA unrolls whole trajectories and does not read sequence_length
+    load_params(PROJECT / "configs" / "impala-cartpole.yaml", [memory])

@@ -17,6 +17,7 @@ is reported (a warning naming it and why) and replaced by a new one with fresh s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
 import pickle
@@ -32,7 +33,7 @@ import numpy as np
 import torch
 
 from rlcore.actors.actor import Actor, ActorSpec
-from rlcore.errors import RLCoreError
+from rlcore.errors import RLCoreError, raise_worker_failure, worker_failure
 from rlcore.failed_starts import FailedStarts
 from rlcore.parent_death import start_child
 
@@ -138,11 +139,12 @@ def _local_actor_main(
     spec = ActorSpec(**spec_fields)
     torch.set_num_threads(1)
     torch.manual_seed(spec.sampling_seed)
-    actor = Actor(spec)
     flat = np.frombuffer(weights, dtype=np.float64)
     version = np.frombuffer(versions, dtype=np.int64)
     taken = np.frombuffer(acquired, dtype=np.int64)
+    actor: Actor | None = None
     try:
+        actor = Actor(spec)
         while not stop.is_set():
             if not credits.acquire(timeout=0.2):
                 continue
@@ -151,10 +153,12 @@ def _local_actor_main(
             conn.send(actor.rollout())
     except (BrokenPipeError, EOFError, KeyboardInterrupt):
         pass  # the learner closed the run
-    except RLCoreError as exc:  # a user's error (a non-finite value from the env): the learner stops with it
-        conn.send({"error": str(exc)})
+    except Exception as exc:  # a bad env or wrapper, a bug: the learner raises it (one line, no traceback here)
+        with contextlib.suppress(BrokenPipeError, EOFError, OSError):
+            conn.send(worker_failure(exc))
     finally:
-        actor.close()
+        if actor is not None:
+            actor.close()
 
 
 def _refresh(actor: Actor, flat: np.ndarray, version: np.ndarray) -> None:
@@ -262,8 +266,8 @@ class LocalRunner(Runner):
             code = process.exitcode
             self._replace(actor_id, f"died (exit code {code})" if code is not None else "broke its pipe")
             return
-        if "error" in trajectory:
-            raise ActorError(trajectory["error"])  # its message names the actor
+        if isinstance(trajectory, RLCoreError):  # what the actor raised (_local_actor_main)
+            raise_worker_failure(f"actor {actor_id}", trajectory, ActorError)
         self._received[actor_id] += 1
         self._last_progress[actor_id] = time.monotonic()
         self._ready.append(trajectory)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from rlcore.dask_cluster import local_cluster_kwargs
-from rlcore.errors import RLCoreError
+from rlcore.errors import RLCoreError, raise_worker_failure
 from rlcore.population.runners import PopulationRunner, PopulationRunnerError
 from rlcore.population.tasks import RolloutResult, RolloutTask
 from rlcore.population.worker import cached_worker
@@ -101,11 +101,11 @@ class DaskRunner(PopulationRunner):
                     results[index] = future.result()
                     del running[index]
                 elif future.status in ("error", "cancelled", "lost"):
-                    why = future.status
+                    why, error = future.status, None
                     if future.status == "error":
                         error = future.exception()
-                        if isinstance(error, RLCoreError):  # a user's error (a non-finite value): not retried
-                            raise PopulationRunnerError(f"rollout task {index}: {error}")
+                        if isinstance(error, RLCoreError):  # a user's error (the env raised, a non-finite value):
+                            raise_worker_failure(f"rollout task {index}", error, PopulationRunnerError)  # no retry
                         why = f"{type(error).__name__}: {error}"
                     if attempts[index] >= MAX_ATTEMPTS:
                         raise PopulationRunnerError(

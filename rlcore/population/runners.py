@@ -21,7 +21,6 @@ import logging
 import multiprocessing as mp
 import pickle
 import time
-import traceback
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Sequence
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlcore.errors import RLCoreError
+from rlcore.errors import RLCoreError, raise_worker_failure, worker_failure
 from rlcore.failed_starts import FailedStarts
 from rlcore.parent_death import start_child
 from rlcore.population.tasks import RolloutResult, RolloutTask
@@ -103,10 +102,8 @@ def _local_worker_main(tree: dict[str, Any], conn: Connection) -> None:
             conn.send(("result", index, worker.run(task)))
     except (BrokenPipeError, EOFError, KeyboardInterrupt):
         pass  # the learner closed the run
-    except RLCoreError as exc:  # a user's error (a non-finite value from the env): its own line, no traceback
-        conn.send(("error", -1, str(exc)))
-    except Exception:  # a bug or a bad env: tell the learner instead of dying silently
-        conn.send(("error", -1, traceback.format_exc()))
+    except Exception as exc:  # a bug or a bad env: tell the learner instead of dying silently
+        conn.send(("error", -1, worker_failure(exc)))
     finally:
         if worker is not None:
             worker.close()
@@ -165,7 +162,7 @@ class LocalRunner(PopulationRunner):
                     )
                     continue
                 if message[0] == "error":
-                    raise PopulationRunnerError(f"rollout worker {worker_id} failed:\n{message[2]}")
+                    raise_worker_failure(f"rollout worker {worker_id}", message[2], PopulationRunnerError)
                 index, result = int(message[1]), message[2]
                 self._in_flight[worker_id].remove(index)
                 self._last_progress[worker_id] = time.monotonic()

@@ -138,6 +138,108 @@ REFUSED: dict[str, tuple[str, ...]] = {
 }
 """Cases refused, with what their one line must hold (the key or the file, and what was wrong)."""
 
+SECOND_ROUND: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "lesson name a/b": (
+        ["--set", "env.curriculum=[{name: a/b, parameters: {length: 0.5}}]"],
+        ("env.curriculum.0.name:", "'a/b'"),
+    ),
+    "setting name ../x": (
+        ["--set", "eval.settings=[{name: ../x, parameters: {length: 0.5}}]"],
+        ("eval.settings.0.name:", "'../x'"),
+    ),
+    "setting name of 200 characters with | and spaces": (
+        ["--set", "eval.settings=[{name: 'x|y " + "z" * 196 + "', parameters: {length: 0.5}}]"],
+        ("eval.settings.0.name:",),
+    ),
+    "65 eval.settings": (
+        ["--set", "eval.settings=[" + ", ".join(f"{{name: s{i}}}" for i in range(65)) + "]"],
+        ("eval.settings:", "at most 64 settings", "got 65"),
+    ),
+    "65 curriculum lessons": (
+        [
+            "--set",
+            "env.curriculum=["
+            + ", ".join(f"{{name: l{i}, until: {{measure: progress, threshold: 0.5}}}}" for i in range(64))
+            + ", {name: last}]",
+        ],
+        ("env.curriculum:", "at most 64 lessons", "got 65"),
+    ),
+    "quoted curriculum threshold '450'": (
+        [
+            "--set",
+            "env.curriculum=[{name: a, until: {measure: eval_return, threshold: '450'}}, {name: b}]",
+        ],
+        ("env.curriculum.0.until.threshold:", "got a string ('450')"),
+    ),
+    "quoted train.target_return '450'": (["--set", "train.target_return='450'"], ("train.target_return:", "string")),
+    "quoted item of policy.hidden_sizes": (["--set", "policy.hidden_sizes=['64', 64]"], ("policy.hidden_sizes:",)),
+    "train.init_from a params file": (
+        ["--set", "train.init_from=params.yaml"],
+        ("train.init_from: params.yaml: not a readable checkpoint",),
+    ),
+    "train.init_from /dev/zero": (["--set", "train.init_from=/dev/zero"], ("/dev/zero: not a regular file",)),
+    "--params /dev/zero": (["--params", "/dev/zero"], ("/dev/zero: not a regular file", "params file")),
+    "--resume-from /dev/zero": (["--resume-from", "/dev/zero"], ("/dev/zero: not a regular file", "checkpoint")),
+    "sequence_length 1000 over a 32-step rollout": (
+        ["--set", "algo.n_steps=32", "--set", "policy.memory={type: lstm, size: 16, sequence_length: 1000}"],
+        ("policy.memory.sequence_length: 1000", "algo.n_steps: 32"),
+    ),
+}
+"""Bad input found by the second probe (issue 26): ``rlcore train ARGS``, and what its one line must hold."""
+
+
+HOSTILE_WRAPPERS = """
+import gymnasium as gym
+
+CONSTANT = 3
+
+
+def not_an_env(env):
+    return "not an env"
+
+
+class RaisesInInit(gym.Wrapper):
+    def __init__(self, env, level=1):
+        super().__init__(env)
+        raise KeyError("hostilemod: no such level")
+"""
+HOSTILE_CASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "wrapper module raises at import": ("{wrapper: raisingmod.Wrap}", ("env.wrappers.0.wrapper:", "RuntimeError")),
+    "wrapper module has a syntax error": ("{wrapper: syntaxmod.Wrap}", ("env.wrappers.0.wrapper:", "SyntaxError")),
+    "wrapper path names a constant": ("{wrapper: hostilemod.CONSTANT}", ("env.wrappers.0.wrapper:", "not a wrapper")),
+    "wrapper returns a non-env": ("{wrapper: hostilemod.not_an_env}", ("env.wrappers.0.wrapper:", "not a gymnasium")),
+    "wrapper raises in __init__": ("{wrapper: hostilemod.RaisesInInit}", ("env.wrappers.0.wrapper:", "KeyError")),
+    "wrapper kwarg it does not take": (
+        "{wrapper: hostilemod.RaisesInInit, kwargs: {levle: 2}}",
+        ("env.wrappers.0.kwargs:", "'levle'"),
+    ),
+}
+"""Hostile user code in ``env.wrappers`` (issue 26): what the one line of ``rlcore train`` must hold."""
+
+
+@pytest.mark.parametrize("label", list(HOSTILE_CASES))
+def test_hostile_wrapper_is_refused_in_one_line_and_writes_only_its_error_log(
+    label: str, project: Path, modules: Path
+) -> None:
+    """The traceback of the user's code goes to ``error.log`` (of the run, or ``runs/`` before the params load):
+    the one file a refusal may write; nothing else changes."""
+    wrapper, fragments = HOSTILE_CASES[label]
+    logs = ("runs/error.log", *(f"runs/{name}/error.log" for name in FINISHED_RUNS))
+    before = snapshot(project, ignore=logs)
+    assert_refused(run_in_process(["train", "--set", f"env.wrappers=[{wrapper}]"], project), *fragments)
+    assert snapshot(project, ignore=logs) == before, "a refused command changed the project"
+
+
+@pytest.mark.parametrize("label", list(SECOND_ROUND))
+def test_second_round_case_is_refused_in_one_line_and_writes_nothing(label: str, project: Path) -> None:
+    args, fragments = SECOND_ROUND[label]
+    locks = tuple(f"runs/{name}/.lock" for name in FINISHED_RUNS)  # an empty lock file: --resume-from takes the lock
+    before = snapshot(project, ignore=locks)
+    line = assert_refused(run_in_process(["train", *args], project), *fragments)
+    assert "weights_only" not in line  # torch's advice to load unsafely is never passed on
+    assert snapshot(project, ignore=locks) == before, "a refused command changed the project"
+
+
 SUBPROCESS_SAMPLE = (
     "billion laughs as seed",  # hung 60 s
     "binary garbage 4KB",  # UnicodeDecodeError traceback
@@ -225,10 +327,12 @@ def fake_finished_run(run_dir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def modules(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Env modules named by ``env.id=module:Env-v0`` whose import raises (importable while the tests run)."""
+    """Env modules named by ``env.id=module:Env-v0`` whose import raises, and hostile wrappers (``hostilemod``),
+    importable while the tests run."""
     folder = tmp_path_factory.mktemp("modules")
     (folder / "raisingmod.py").write_text('raise RuntimeError("raisingmod: boom at import")\n')
     (folder / "syntaxmod.py").write_text("def broken(:\n    pass\n")
+    (folder / "hostilemod.py").write_text(HOSTILE_WRAPPERS)
     sys.path.insert(0, str(folder))
     yield folder
     sys.path.remove(str(folder))
@@ -394,7 +498,14 @@ NAME_LIKE = {
         [{"wrapper": "gymnasium.wrappers.ClipReward", "x": 1}],
         "x",
     ],
-    ("policy", "hidden_sizes"): [[], [0], [-3], [10**12], [100_000, 100_000], [1] * 101, ["wide"]],
+    ("policy", "hidden_sizes"): [[], [0], [-3], [10**12], [100_000, 100_000], [1] * 101, ["wide"], ["64"]],
+    ("eval", "settings"): [
+        [{"name": "../x"}],
+        [{"name": "x|y z"}],
+        [{"name": "a" * 65}],
+        [{"name": f"s{i}"} for i in range(65)],
+    ],
+    ("env", "curriculum"): [[{"name": "a/b"}], [{"name": "x\ny"}]],
     ("algo", "name"): ["bogus", 5, ["ppo"], None],
 }
 """Invalid values of keys whose type alone does not say what is invalid."""
@@ -415,6 +526,8 @@ def invalid_values(path: tuple[str, ...], field: Any) -> st.SearchStrategy[Any]:
         choices += [5, "text", [1, 2]]
     elif numeric:
         choices += ["abc", [1, 2], {"a": 1}]
+        if str not in members:
+            choices.append("450")  # a quoted number: a string, never converted
         if bool not in members:
             choices.append(True)
         if float in numeric:
