@@ -262,13 +262,24 @@ class ParityDiff:
 
     max_abs_diff: float
     max_rel_diff: float
-    """Largest ``|exported - torch| / |torch|`` over the elements where torch is not 0."""
+    """Largest ``|exported - torch| / |torch|`` over the elements where torch is not 0: large where torch's output is
+    near 0 (a recurrent state's element, a logit), which the absolute term covers."""
+    max_allowed_fraction: float
+    """Largest ``|exported - torch| / (atol + rtol * |torch|)``: the check passes when it is at most 1."""
 
     def card(self, prefix: str) -> dict[str, float]:
-        return {f"{prefix}_max_abs_diff": self.max_abs_diff, f"{prefix}_max_rel_diff": self.max_rel_diff}
+        return {
+            f"{prefix}_max_abs_diff": self.max_abs_diff,
+            f"{prefix}_max_rel_diff": self.max_rel_diff,
+            f"{prefix}_max_allowed_fraction": self.max_allowed_fraction,
+        }
 
     def worst(self, other: ParityDiff) -> ParityDiff:
-        return ParityDiff(max(self.max_abs_diff, other.max_abs_diff), max(self.max_rel_diff, other.max_rel_diff))
+        return ParityDiff(
+            max(self.max_abs_diff, other.max_abs_diff),
+            max(self.max_rel_diff, other.max_rel_diff),
+            max(self.max_allowed_fraction, other.max_allowed_fraction),
+        )
 
 
 def _check(
@@ -287,7 +298,7 @@ def _check(
             raise ExportError(f"{what}: greedy actions differ from torch on {int(mismatched.sum())} observations")
     else:
         named.insert(0, ("action", expected_action, action))
-    max_abs, max_rel = 0.0, 0.0
+    max_abs, max_rel, max_fraction = 0.0, 0.0, 0.0
     for name, want, got in named:
         want64, got64 = want.astype(np.float64), np.asarray(got).astype(np.float64)
         diff = np.abs(got64 - want64)
@@ -296,6 +307,7 @@ def _check(
         max_abs = max(max_abs, float(diff.max(initial=0.0)))
         max_rel = max(max_rel, float(rel.max(initial=0.0)))
         excess = diff / rule.allowed(want64)
+        max_fraction = max(max_fraction, float(excess.max(initial=0.0)))
         if diff.size and not float(excess.max()) <= 1.0:  # a NaN fails too
             at = np.unravel_index(int(np.nanargmax(np.where(np.isnan(excess), np.inf, excess))), diff.shape)
             where = f"{name}[{', '.join(map(str, at))}]"
@@ -304,7 +316,7 @@ def _check(
                 f"{want64[at]:.6g}) exceeds export.parity_atol {rule.atol:g} + export.parity_rtol {rule.rtol:g} "
                 "x |torch|"
             )
-    return ParityDiff(max_abs, max_rel)
+    return ParityDiff(max_abs, max_rel, max_fraction)
 
 
 def _greedy_margins(scores: np.ndarray, action_space: spaces.Space) -> np.ndarray:

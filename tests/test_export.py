@@ -184,6 +184,8 @@ def test_outputs_in_the_hundreds_pass_the_rule_the_old_absolute_tolerance_failed
     assert parity["onnx_max_abs_diff"] <= 1e-4 * np.abs(scores).max()
     assert parity["torch_export_max_abs_diff"] <= 1e-4 * np.abs(scores).max()
     assert (parity["atol"], parity["rtol"]) == (1e-5, 1e-4)
+    # The card says how much of the allowance the worst element used (at most 1: passed).
+    assert 0 < parity["onnx_max_allowed_fraction"] <= 1 and 0 <= parity["torch_export_max_allowed_fraction"] <= 1
 
 
 @pytest.mark.parametrize("exported", ["policy.onnx", "policy.pt2"])
