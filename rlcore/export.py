@@ -162,11 +162,13 @@ def export_policy(
     onnx: bool,
     torch_export: bool,
     observations: int,
-    tolerance: float,
+    atol: float,
+    rtol: float,
     opset: int,
     seed: int = 0,
 ) -> ExportResult:
-    """Write ``policy.onnx`` and/or ``policy.pt2`` into ``out_dir`` after checking them against torch.
+    """Write ``policy.onnx`` and/or ``policy.pt2`` into ``out_dir`` after checking them against torch: every output
+    element within ``atol + rtol * |torch|`` (``export.parity_atol``, ``export.parity_rtol``).
 
     Files are built in a temporary folder and moved into ``out_dir`` only once every check passed,
     so a failed export never replaces a good one.
@@ -186,7 +188,8 @@ def export_policy(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out_dir))
-    parity: dict[str, Any] = {"observations": int(len(inputs["obs"])), "tolerance": tolerance}
+    rule = ParityRule(atol, rtol)
+    parity: dict[str, Any] = {"observations": int(len(inputs["obs"])), "atol": atol, "rtol": rtol}
     try:
         batch = torch.export.Dim("batch", min=1, max=1 << 16)
         example = tuple(t[:2].clone() for t in tensors)
@@ -198,7 +201,7 @@ def export_policy(
                 loaded = torch.export.load(staging / "policy.pt2").module()
             with torch.no_grad():
                 outputs = [t.numpy() for t in loaded(*tensors)]
-            parity["torch_export_max_abs_diff"] = _check(expected, outputs, tolerance, "policy.pt2", action_space)
+            parity.update(_check(expected, outputs, rule, "policy.pt2", action_space).card("torch_export"))
         if onnx:
             with _quiet_exporters():
                 torch.onnx.export(
@@ -213,9 +216,7 @@ def export_policy(
                     external_data=False,
                     verbose=False,
                 )
-            parity["onnx_max_abs_diff"] = _check_onnx(
-                staging / "policy.onnx", inputs, expected, tolerance, action_space
-            )
+            parity.update(_check_onnx(staging / "policy.onnx", inputs, expected, rule, action_space).card("onnx"))
         files = {}
         for path in sorted(staging.iterdir()):
             files[path.name] = sha256_file(path)
@@ -244,26 +245,78 @@ def _quiet_exporters() -> Iterator[None]:
             logger.setLevel(level)
 
 
+@dataclass(frozen=True)
+class ParityRule:
+    """``|exported - torch| <= atol + rtol * |torch|`` per output element (numpy's ``allclose`` rule)."""
+
+    atol: float
+    rtol: float
+
+    def allowed(self, expected: np.ndarray) -> np.ndarray:
+        return self.atol + self.rtol * np.abs(expected)
+
+
+@dataclass(frozen=True)
+class ParityDiff:
+    """The worst differences between an exported model's outputs and torch's, over every output element."""
+
+    max_abs_diff: float
+    max_rel_diff: float
+    """Largest ``|exported - torch| / |torch|`` over the elements where torch is not 0: large where torch's output is
+    near 0 (a recurrent state's element, a logit), which the absolute term covers."""
+    max_allowed_fraction: float
+    """Largest ``|exported - torch| / (atol + rtol * |torch|)``: the check passes when it is at most 1."""
+
+    def card(self, prefix: str) -> dict[str, float]:
+        return {
+            f"{prefix}_max_abs_diff": self.max_abs_diff,
+            f"{prefix}_max_rel_diff": self.max_rel_diff,
+            f"{prefix}_max_allowed_fraction": self.max_allowed_fraction,
+        }
+
+    def worst(self, other: ParityDiff) -> ParityDiff:
+        return ParityDiff(
+            max(self.max_abs_diff, other.max_abs_diff),
+            max(self.max_rel_diff, other.max_rel_diff),
+            max(self.max_allowed_fraction, other.max_allowed_fraction),
+        )
+
+
 def _check(
-    expected: list[np.ndarray], outputs: list[np.ndarray], tolerance: float, what: str, action_space: spaces.Space
-) -> float:
-    """Max |exported - torch| over the outputs (action, scores, and next_state where there is one)."""
+    expected: list[np.ndarray], outputs: list[np.ndarray], rule: ParityRule, what: str, action_space: spaces.Space
+) -> ParityDiff:
+    """Every float output (scores, a Box action, next_state where there is one) within ``rule`` of torch's, and the
+    same greedy integer actions except where torch's own choice is within the rule of flipping."""
     (expected_action, expected_scores, *expected_rest), (action, scores, *rest) = expected, outputs
-    diff = float(np.max(np.abs(expected_scores - scores)))
-    for want, got in zip(expected_rest, rest, strict=True):
-        diff = max(diff, float(np.max(np.abs(want - got))))
-    action_diff = float(np.max(np.abs(expected_action.astype(np.float64) - action.astype(np.float64))))
+    named = [("scores", expected_scores, scores)]
+    named += [("next_state", want, got) for want, got in zip(expected_rest, rest, strict=True)]
     if np.issubdtype(expected_action.dtype, np.integer):
-        # Argmax may legitimately flip where two logits are closer than the tolerance.
+        # Argmax may legitimately flip where two logits are closer than the rule lets each move.
         mismatched = expected_action != action
-        close = _greedy_margins(expected_scores, action_space) <= tolerance
+        close = _greedy_margins(expected_scores, action_space) <= _greedy_slack(expected_scores, action_space, rule)
         if np.any(mismatched & ~close):
             raise ExportError(f"{what}: greedy actions differ from torch on {int(mismatched.sum())} observations")
-        action_diff = 0.0
-    worst = max(diff, action_diff)
-    if worst > tolerance:
-        raise ExportError(f"{what}: max |exported - torch| = {worst:.3g} exceeds export.parity_tolerance {tolerance:g}")
-    return worst
+    else:
+        named.insert(0, ("action", expected_action, action))
+    max_abs, max_rel, max_fraction = 0.0, 0.0, 0.0
+    for name, want, got in named:
+        want64, got64 = want.astype(np.float64), np.asarray(got).astype(np.float64)
+        diff = np.abs(got64 - want64)
+        scale = np.abs(want64)
+        rel = np.divide(diff, scale, out=np.zeros_like(diff), where=scale > 0)
+        max_abs = max(max_abs, float(diff.max(initial=0.0)))
+        max_rel = max(max_rel, float(rel.max(initial=0.0)))
+        excess = diff / rule.allowed(want64)
+        max_fraction = max(max_fraction, float(excess.max(initial=0.0)))
+        if diff.size and not float(excess.max()) <= 1.0:  # a NaN fails too
+            at = np.unravel_index(int(np.nanargmax(np.where(np.isnan(excess), np.inf, excess))), diff.shape)
+            where = f"{name}[{', '.join(map(str, at))}]"
+            raise ExportError(
+                f"{what}: {where}: |exported - torch| = {diff[at]:.3g} (relative {rel[at]:.3g}, torch "
+                f"{want64[at]:.6g}) exceeds export.parity_atol {rule.atol:g} + export.parity_rtol {rule.rtol:g} "
+                "x |torch|"
+            )
+    return ParityDiff(max_abs, max_rel, max_fraction)
 
 
 def _greedy_margins(scores: np.ndarray, action_space: spaces.Space) -> np.ndarray:
@@ -283,18 +336,29 @@ def _greedy_margins(scores: np.ndarray, action_space: spaces.Space) -> np.ndarra
     return np.stack(gaps, axis=-1) if sizes is not None else gaps[0]
 
 
+def _greedy_slack(scores: np.ndarray, action_space: spaces.Space, rule: ParityRule) -> np.ndarray:
+    """How much the margin of :func:`_greedy_margins` may move under ``rule``, shaped like it: a bit's logit moves
+    by its allowance; a gap between two logits by both allowances, bounded by twice the larger logit's."""
+    if isinstance(action_space, spaces.MultiBinary):
+        return rule.allowed(scores)
+    sizes = sub_action_sizes(action_space)
+    chunks = np.split(scores, np.cumsum(sizes)[:-1], axis=-1) if sizes is not None else [scores]
+    slack = [2 * rule.allowed(np.abs(chunk).max(axis=-1)) for chunk in chunks]
+    return np.stack(slack, axis=-1) if sizes is not None else slack[0]
+
+
 def _check_onnx(
-    path: Path, inputs: dict[str, np.ndarray], expected: list[np.ndarray], tolerance: float, action_space: spaces.Space
-) -> float:
+    path: Path, inputs: dict[str, np.ndarray], expected: list[np.ndarray], rule: ParityRule, action_space: spaces.Space
+) -> ParityDiff:
     import onnx
     import onnxruntime
 
     onnx.checker.check_model(str(path))
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [output.name for output in session.get_outputs()]
-    worst = _check(expected, session.run(names, inputs), tolerance, "policy.onnx", action_space)
+    worst = _check(expected, session.run(names, inputs), rule, "policy.onnx", action_space)
     single = session.run(names, {name: values[:1] for name, values in inputs.items()})
-    return max(worst, _check([e[:1] for e in expected], single, tolerance, "policy.onnx (batch 1)", action_space))
+    return worst.worst(_check([e[:1] for e in expected], single, rule, "policy.onnx (batch 1)", action_space))
 
 
 def git_revision(cwd: Path) -> dict[str, Any]:

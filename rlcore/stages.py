@@ -407,7 +407,8 @@ def export_stage(params: Params, root: Path) -> Path:
         cfg.onnx,
         cfg.torch_export,
         cfg.parity_observations,
-        cfg.parity_tolerance,
+        cfg.parity_atol,
+        cfg.parity_rtol,
         cfg.opset,
     )
     card = model_card(checkpoint.meta, selection, result, command_line(), root)

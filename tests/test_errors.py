@@ -229,8 +229,8 @@ def test_env_kwargs_the_env_refuses_keep_the_finished_run(finished: Path) -> Non
 def test_bad_export_param_keeps_the_export(finished: Path) -> None:
     before = outputs(finished)
     assert {"export/policy.onnx", "export/model_card.json", "reports/metrics.json"} <= before.keys()
-    result = in_process("export", *sets([*QUICK, "export.parity_tolerance=-1"]), cwd=finished)
-    one_line_error(result, "export.parity_tolerance", "must be > 0", "-1")
+    result = in_process("export", *sets([*QUICK, "export.parity_atol=-1"]), cwd=finished)
+    one_line_error(result, "export.parity_atol", "must be > 0", "-1")
     assert outputs(finished) == before
 
 
@@ -257,8 +257,9 @@ def test_export_names_a_truncated_best_policy_and_keeps_the_export(finished: Pat
 def test_failed_parity_check_keeps_the_previous_export(finished: Path) -> None:
     before = outputs(finished)
     # ONNX Runtime and torch differ by ~1e-7 in float32: no real export meets this tolerance.
-    result = in_process("export", *sets([*QUICK, "export.parity_tolerance=1e-30"]), cwd=finished)
-    one_line_error(result, "policy.onnx", "exceeds export.parity_tolerance")
+    tolerance = ["export.parity_atol=1e-30", "export.parity_rtol=0"]
+    result = in_process("export", *sets([*QUICK, *tolerance]), cwd=finished)
+    one_line_error(result, "policy.onnx", "exceeds export.parity_atol 1e-30 + export.parity_rtol 0")
     # Byte-identical, and no staging folder left behind in export/.
     assert outputs(finished) == before
     assert sorted(p.name for p in (finished / "export").iterdir()) == ["model_card.json", "policy.onnx", "policy.pt2"]

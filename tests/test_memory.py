@@ -243,7 +243,7 @@ def test_onnx_and_torch_export_carry_the_state_along_a_200_step_episode_sequence
         },
         "params": {"env": env_config.model_dump(mode="json")},
     }
-    result = export_policy(policy, meta, tmp_path, True, True, 400, 1e-5, 18)
+    result = export_policy(policy, meta, tmp_path, True, True, 400, 1e-5, 1e-4, 18)
     assert result.interface["state"]["shape"] == [2 if kind == "lstm" else 1, 32]
     assert result.interface["state"]["initial"] == np.zeros((2 if kind == "lstm" else 1, 32)).tolist()
 

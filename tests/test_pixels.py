@@ -60,7 +60,7 @@ def test_ppo_on_minatar_breakout_learns_and_exports_an_onnx_model_taking_raw_boo
     assert "![first test episode](episode.gif)" in (tmp_path / "reports" / "report.md").read_text()
     with Image.open(tmp_path / "reports" / "episode.gif") as gif:
         assert gif.size == (160, 160) and gif.n_frames > 1  # 10x10 frames enlarged 16x
-    assert card["parity"]["onnx_max_abs_diff"] <= card["parity"]["tolerance"]
+    assert card["parity"]["onnx_max_abs_diff"] <= card["parity"]["atol"]
     path = tmp_path / "export" / "policy.onnx"
     assert onnx_input(path) == ("bool", [onnx_input(path)[1][0], 10, 10, 4])
     # The exported model acts on frames straight from the env, as torch does.
@@ -87,7 +87,7 @@ def test_dqn_on_minatar_breakout_trains_from_a_bool_frame_replay_and_exports(tmp
     )
     assert metrics["env_steps"] > 0 and np.isfinite(metrics["mean_return"])
     assert onnx_input(tmp_path / "export" / "policy.onnx")[0] == "bool"
-    assert card["parity"]["onnx_max_abs_diff"] <= card["parity"]["tolerance"]
+    assert card["parity"]["onnx_max_abs_diff"] <= card["parity"]["atol"]
 
 
 @pytest.mark.slow
@@ -120,7 +120,7 @@ def test_dict_observations_train_and_export_a_model_taking_the_packed_vector(
     assert onnx_input(tmp_path / "export" / "policy.onnx")[0] == "float32"  # the packed vector (image + floats)
     keys = card["interface"]["inputs"]["obs"]["keys"]
     assert [(key["key"], key["offset"], key["shape"]) for key in keys] == [("image", 0, [8, 8]), ("vector", 64, [3])]
-    assert card["parity"]["onnx_max_abs_diff"] <= card["parity"]["tolerance"]
+    assert card["parity"]["onnx_max_abs_diff"] <= card["parity"]["atol"]
 
 
 @pytest.mark.slow
@@ -142,4 +142,4 @@ def test_uint8_frames_train_and_export_an_onnx_model_taking_uint8(tmp_path: Path
     path = tmp_path / "export" / "policy.onnx"
     assert onnx_input(path)[0] == "uint8" and onnx_input(path)[1][1:] == [8, 8, 2]
     assert "uint8" in card["interface"]["inputs"]["obs"]
-    assert card["parity"]["onnx_max_abs_diff"] <= card["parity"]["tolerance"]
+    assert card["parity"]["onnx_max_abs_diff"] <= card["parity"]["atol"]

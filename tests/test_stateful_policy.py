@@ -81,7 +81,7 @@ def test_export_takes_and_returns_the_state_and_matches_torch_along_real_sequenc
         "params": {"env": EnvConfig(id="CartPole-v1").model_dump(mode="json")},
     }
     del policy_space
-    result = export_policy(policy, meta, tmp_path, True, True, 300, 1e-5, 18)
+    result = export_policy(policy, meta, tmp_path, True, True, 300, 1e-5, 1e-4, 18)
     assert result.interface["state"] == {"shape": [1], "initial": [0.0], "reset": result.interface["state"]["reset"]}
     inputs = parity_inputs(EnvConfig(id="CartPole-v1"), policy, 2000, seed=3)  # 16 envs x 125 steps
     assert inputs["state"].max() > 20 and (inputs["state"][16:] == 0).any()  # real sequences, with resets
