@@ -98,6 +98,7 @@ def main() -> None:
     parser.add_argument("--val-episodes", type=int, default=10)
     parser.add_argument("--test-episodes", type=int, default=50)
     parser.add_argument("--set", action="append", default=[], help="extra params override for every run")
+    parser.add_argument("--label", default="", help="suffix of the run directories and variant names (a settings tag)")
     args = parser.parse_args()
 
     work = args.work.resolve()
@@ -118,8 +119,9 @@ def main() -> None:
         "test_episodes": args.test_episodes,
         "variants": {},
     }
-    for name in args.variants:
-        overrides = [item.replace("DEMO_RANDOM", str(random)) for item in VARIANTS[name]]
+    for variant in args.variants:
+        overrides = [item.replace("DEMO_RANDOM", str(random)) for item in VARIANTS[variant]]
+        name = f"{variant}{args.label}"
         runs = []
         for seed in args.seeds:
             root = work / "runs-bench" / name / str(seed)
@@ -135,7 +137,7 @@ def main() -> None:
                 f"eval.test_episodes={args.test_episodes}",
                 *args.set,
             ]
-            if name == "ppo":
+            if variant == "ppo":
                 changes = [c for c in changes if not c.startswith("algo.reward_signals")] + ["algo.reward_signals=null"]
             params = load_params(args.params, changes)
             start = time.perf_counter()
