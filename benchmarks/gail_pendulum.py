@@ -15,7 +15,7 @@ episodes and select-best scores the chosen one on ``--test-episodes`` test episo
 Prints one JSON line: per variant and seed the test mean with its 95% bootstrap interval, wall seconds, and GAIL's
 learning-curve rows (discriminator loss, D's mean estimate on expert and policy pairs, the mean GAIL reward).
 
-    python benchmarks/gail_pendulum.py --params P.yaml --expert models/best/policy.pt --work /tmp/gail
+    python benchmarks/gail_pendulum.py --expert models/best/policy.pt --work /tmp/gail   # params: gail_pendulum.yaml
 """
 
 from __future__ import annotations
@@ -89,7 +89,9 @@ def main() -> None:
     from rlcore.stages import evaluate_stage, select_stage, train_stage
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--params", type=Path, required=True, help="PPO + GAIL params (Pendulum-v1)")
+    parser.add_argument(
+        "--params", type=Path, default=Path(__file__).with_name("gail_pendulum.yaml"), help="PPO + GAIL params"
+    )
     parser.add_argument("--expert", required=True, help="the expert's model (.pt)")
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--variants", nargs="+", default=["gail", "gail-frozen", "gail-random"])
