@@ -131,13 +131,13 @@ def main() -> None:
                 f"seed={seed}",
                 f"name={name}-{seed}",
                 f"algo.reward_signals.gail.dataset={expert}",
-                *overrides,
                 "train.target_return=null",
                 "train.max_wall_seconds=null",
                 "train.progress_bar=off",
                 f"eval.episodes={args.val_episodes}",
                 f"eval.test_episodes={args.test_episodes}",
                 *args.set,
+                *overrides,  # last: the frozen control stays frozen whatever --set gives the discriminator's lr
             ]
             if variant == "ppo":
                 changes = [c for c in changes if not c.startswith("algo.reward_signals")] + ["algo.reward_signals=null"]
