@@ -13,7 +13,7 @@ tau 0.005. Its preprocessing for locomotion scales rewards by 1000 / (max return
 episodes (CORL: ``max_episode_steps`` / (max - min)); here that is ``reward_scale``, which
 :func:`returns_reward_scale` computes for a dataset (the same T / (max - min) with T its longest episode), so that
 beta weighs advantages on the scale the paper tuned it for. Where the two references differ, this follows CORL: V(s')
-and the advantages come from V before its step, and the weights from the target critics.
+and the advantages come from V before its step (the authors' code uses V after it).
 Discrete actions: Q(s, .) over all actions and a categorical policy; Box actions: Q(s, a) and a Gaussian policy with
 a state-independent standard deviation (the references squash its mean with tanh; here it is unbounded and the env
 clips).
