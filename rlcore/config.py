@@ -605,8 +605,11 @@ class InvalidYAML(ConfigError):
     """Text that is not YAML at all (``--set`` then takes the value as a string)."""
 
 
-class ParamsLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that also reads ``1e-3`` and ``1e5`` as numbers, as YAML 1.2 (and DVC, reading the same
+_SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: ~10x faster
+
+
+class ParamsLoader(_SAFE_LOADER):  # type: ignore[valid-type,misc]
+    """``yaml.SafeLoader`` (libyaml's where PyYAML has it) that also reads ``1e-3`` and ``1e5`` as numbers, as YAML 1.2 (and DVC, reading the same
     params.yaml) does: YAML 1.1 floats need a dot (``1.0e-3``), and the string ``'1e-3'`` would now be refused where
     a number is expected (``rlcore.strict``)."""
 
