@@ -30,7 +30,7 @@ from conftest import PROJECT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from faults.test_params_cases import FUZZ, base_tree, fake_finished_run, snapshot
+from faults.test_params_cases import FUZZ, base_tree, fake_finished_run, modules, snapshot, template  # noqa: F401 (fixtures: the project is built on theirs)
 
 pytestmark = pytest.mark.slow
 
@@ -285,24 +285,12 @@ def hostile_modules(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory, hostile_modules: Path) -> Path:
-    """The presets, a finished run under every name a case trains, a selected model, a dataset, a garbage file."""
-    root = tmp_path_factory.mktemp("newer") / "project"
-    root.mkdir()
-    for name in ("params.yaml", "offline.yaml", "dvc.yaml", ".dvcignore", "prefect.toml"):
-        shutil.copy(PROJECT / name, root / name)
-    shutil.copytree(PROJECT / "configs", root / "configs")
-    for name in ("ppo-cartpole", "dqn-cartpole", "impala-cartpole", "es-cartpole"):
+def project(template: Path, tmp_path_factory: pytest.TempPathFactory, hostile_modules: Path) -> Path:  # noqa: F811
+    """The params-case fuzzer's project (presets, finished runs, a selected model, a dataset), with finished runs of
+    the IMPALA and ES presets too and a file of random bytes."""
+    root = shutil.copytree(template, tmp_path_factory.mktemp("newer") / "project")
+    for name in ("impala-cartpole", "es-cartpole"):
         fake_finished_run(root / "runs" / name)
-    (root / "models" / "best").mkdir(parents=True)
-    import torch
-
-    torch.save({"policy": {"weight": torch.zeros(4, 2)}, "meta": {"algo": "ppo"}}, root / "models/best/policy.pt")
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    (root / "data").mkdir()
-    pq.write_table(pa.table({"episode_id": [0, 0], "reward": [1.0, 1.0]}), root / "data/dataset.parquet")
     (root / "garbage.pt").write_bytes(os.urandom(2048))
     return root
 
