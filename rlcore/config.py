@@ -608,10 +608,10 @@ class InvalidYAML(ConfigError):
 _SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: ~10x faster
 
 
-class ParamsLoader(_SAFE_LOADER):  # type: ignore[valid-type,misc]
-    """``yaml.SafeLoader`` (libyaml's where PyYAML has it) that also reads ``1e-3`` and ``1e5`` as numbers, as YAML 1.2 (and DVC, reading the same
-    params.yaml) does: YAML 1.1 floats need a dot (``1.0e-3``), and the string ``'1e-3'`` would now be refused where
-    a number is expected (``rlcore.strict``)."""
+class ParamsLoader(_SAFE_LOADER):
+    """``yaml.SafeLoader`` (libyaml's where PyYAML has it) that also reads ``1e-3`` and ``1e5`` as numbers, as
+    YAML 1.2 (and DVC, reading the same params.yaml) does: YAML 1.1 floats need a dot (``1.0e-3``), and the string
+    ``'1e-3'`` would now be refused where a number is expected (``rlcore.strict``)."""
 
 
 ParamsLoader.add_implicit_resolver(  # copies SafeLoader's resolvers before adding this one

@@ -130,6 +130,22 @@ def estimate(params: Any, observation_space: spaces.Space, action_space: spaces.
         batch * (3 * transition + 2 * FLOAT * trained * (encoded + sum(hidden) + action_outputs + 1)),
         f"minibatches of {batch:,} transitions through {layers}",
     )
+    signals = getattr(algo, "reward_signals", None)
+    for name in ("rnd", "curiosity", "gail"):
+        signal = getattr(signals, name, None) if signals is not None else None
+        if signal is None:
+            continue
+        # Three networks a signal at most (RND's target, predictor and value net; curiosity's encoder, forward and
+        # inverse models and value net share its widths; GAIL's discriminator and value net), each trained with
+        # Adam (weights, gradients, two moments) and saved; a minibatch's activations and gradients through them.
+        widths = list(signal.hidden_sizes)
+        outputs = max(int(getattr(signal, "output_size", 0)), int(getattr(signal, "encoding_size", 0)), 1)
+        net = encoder_parameters + mlp_parameters(features + action_dim, widths, outputs)
+        batch_rows = int(signal.batch_size)
+        parts[f"algo.reward_signals.{name}.hidden_sizes"] = (
+            3 * net * FLOAT * 5 + batch_rows * 3 * 2 * FLOAT * (encoded + sum(widths) + outputs),
+            f"the {name} signal's networks of {net:,} parameters each",
+        )
     processes = worker_processes(params)
     if processes is not None:
         key, count, kind = processes

@@ -80,3 +80,28 @@ def test_worker_processes_count_in_the_estimate_only_where_they_run() -> None:
     es = load_params(PROJECT / "configs" / "es-cartpole.yaml", ["algo.noise_table_size=16777216"])
     worker = estimate(es, env_.observation_space, env_.action_space)["algo.num_workers"][0] / es.algo.num_workers
     assert worker >= PROCESS_BYTES + 4 * 2**24  # each worker builds its own float32 noise table
+
+
+@pytest.mark.parametrize(
+    ("preset", "override", "key"),
+    [
+        ("params.yaml", "algo.reward_signals={rnd: {hidden_sizes: [1000000000]}}", "algo.reward_signals.rnd"),
+        (
+            "configs/ppo-curiosity-mountaincar.yaml",
+            "algo.reward_signals.curiosity.hidden_sizes=[100000, 100000]",
+            "algo.reward_signals.curiosity",
+        ),
+    ],
+)
+def test_reward_signal_networks_too_large_for_memory_are_refused_not_allocated(
+    preset: str, override: str, key: str, tmp_path: Path
+) -> None:
+    """A signal's widths count in the estimate: [1e9] was a 16 GB allocation (a traceback, or the OOM killer
+    taking the process), found by the fuzzer of the newer sections."""
+    shutil.copy(PROJECT / preset, tmp_path / "params.yaml")
+    before = snapshot(tmp_path)
+    result = subprocess.run(
+        [RLCORE, "train", *sets([override])], cwd=tmp_path, capture_output=True, text=True, env=env(), timeout=120
+    )
+    one_line_error(result, f"error: {key}.hidden_sizes: ", "memory", "available")
+    assert snapshot(tmp_path) == before
