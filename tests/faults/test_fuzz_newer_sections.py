@@ -333,8 +333,16 @@ def refused(root: Path, tree: dict[str, Any], *fragments: str, started: bool = F
 
 # --- the fuzzers ---------------------------------------------------------------------------------------------------
 
-SECTIONS = ("env.parameters", "env.curriculum", "eval.settings", "algo.reward_signals", "policy.memory",
-            "train.init_from", "workers", "env.wrappers")  # fmt: skip
+SECTION_VALUES = {
+    "env.parameters": bad_parameter_values,
+    "env.curriculum": bad_curriculum,
+    "eval.settings": bad_settings,
+    "algo.reward_signals": bad_reward_signals,
+    "policy.memory": bad_memory,
+    "train.init_from": bad_init_from,
+}
+"""Sections of PPO's params whose bad values are refused at load, naming the section."""
+SECTIONS = (*SECTION_VALUES, "workers", "env.wrappers")
 
 
 def small_budget(tree: dict[str, Any]) -> dict[str, Any]:
@@ -348,25 +356,11 @@ def small_budget(tree: dict[str, Any]) -> dict[str, Any]:
 @given(data=st.data())
 def test_fuzz_newer_sections_are_refused_cleanly(project: Path, data: st.DataObject) -> None:
     section = data.draw(st.sampled_from(SECTIONS), label="section")
-    tree = small_budget(base_tree("ppo"))
-    if section == "env.parameters":
-        tree["env"]["parameters"] = data.draw(bad_parameter_values(), label="value")
-        refused(project, tree, "env.parameters")
-    elif section == "env.curriculum":
-        tree["env"]["curriculum"] = data.draw(bad_curriculum(), label="value")
-        refused(project, tree, "env.curriculum")
-    elif section == "eval.settings":
-        tree["eval"]["settings"] = data.draw(bad_settings(), label="value")
-        refused(project, tree, "eval.settings")
-    elif section == "algo.reward_signals":
-        tree["algo"]["reward_signals"] = data.draw(bad_reward_signals(), label="value")
-        refused(project, tree, "algo.reward_signals")
-    elif section == "policy.memory":
-        tree["policy"]["memory"] = data.draw(bad_memory(), label="value")
-        refused(project, tree, "policy.memory")
-    elif section == "train.init_from":
-        tree["train"]["init_from"] = data.draw(bad_init_from(), label="value")
-        refused(project, tree, "train.init_from")
+    if section in SECTION_VALUES:
+        tree = small_budget(base_tree("ppo"))
+        section_name, key = section.split(".")
+        tree[section_name][key] = data.draw(SECTION_VALUES[section](), label="value")
+        refused(project, tree, section)
     elif section == "workers":
         algo, key, value = data.draw(bad_worker_count(), label="count")
         tree = small_budget(yaml.safe_load((PROJECT / f"configs/{algo}-cartpole.yaml").read_text()))
