@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -175,3 +176,13 @@ def add_peer(result: dict[str, Any], peer: list[dict[str, Any]], rates: dict[str
 def emit(result: dict[str, Any]) -> None:
     """The benchmark's one line of output."""
     print(json.dumps(result), flush=True)
+
+
+def t_interval(values: list[float]) -> list[float] | None:
+    """95% Student-t interval of the mean over seeds (None for one seed)."""
+    if len(values) < 2:
+        return None
+    quantile = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}.get(len(values), 2.262)
+    half = quantile * statistics.stdev(values) / math.sqrt(len(values))
+    mean = statistics.fmean(values)
+    return [round(mean - half, 1), round(mean + half, 1)]

@@ -23,14 +23,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from common import stdout_to_stderr
+from common import stdout_to_stderr, t_interval
 
 VARIANTS: dict[str, list[str]] = {
     "ppo": [],
@@ -70,16 +69,6 @@ def gail_rows(run: Path) -> dict[str, list[list[float]]]:
                 [int(row["step"]), round(float(row[tsv.stem]), 4)] for row in csv.DictReader(handle, delimiter="\t")
             ]
     return rows
-
-
-def t_interval(values: list[float]) -> list[float] | None:
-    """95% Student-t interval of the mean over seeds (None for one seed)."""
-    if len(values) < 2:
-        return None
-    quantile = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}.get(len(values), 2.262)
-    half = quantile * statistics.stdev(values) / math.sqrt(len(values))
-    mean = statistics.fmean(values)
-    return [round(mean - half, 1), round(mean + half, 1)]
 
 
 def main() -> None:

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
-from common import ROOT, stdout_to_stderr
+from common import ROOT, stdout_to_stderr, t_interval
 
 # The offline learning test's settings for each algorithm (tests/test_offline_learning.py), and variants of IQL.
 NETS = {"normalize_obs": True, "hidden_sizes": [128, 128], "activation": "relu"}
@@ -99,16 +98,6 @@ def medium_dataset(work: Path) -> Path:
         },
     )
     return collect_stage(params, work)
-
-
-def t_interval(values: list[float]) -> list[float] | None:
-    """95% Student-t interval of the mean over seeds (None for one seed)."""
-    if len(values) < 2:
-        return None
-    quantile = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}.get(len(values), 2.262)
-    half = quantile * statistics.stdev(values) / math.sqrt(len(values))
-    mean = statistics.fmean(values)
-    return [round(mean - half, 1), round(mean + half, 1)]
 
 
 def main() -> None:
