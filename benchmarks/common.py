@@ -186,3 +186,8 @@ def t_interval(values: list[float]) -> list[float] | None:
     half = quantile * statistics.stdev(values) / math.sqrt(len(values))
     mean = statistics.fmean(values)
     return [round(mean - half, 1), round(mean + half, 1)]
+
+
+def over_seeds(scores: list[float]) -> dict[str, Any]:
+    """The mean of per-seed scores and its 95% t-interval (None for one seed), for a benchmark's JSON line."""
+    return {"mean_over_seeds": round(statistics.fmean(scores), 1), "t95_over_seeds": t_interval(scores)}

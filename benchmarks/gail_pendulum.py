@@ -23,13 +23,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from common import stdout_to_stderr, t_interval
+from common import over_seeds, stdout_to_stderr
 
 VARIANTS: dict[str, list[str]] = {
     "ppo": [],
@@ -152,8 +151,7 @@ def main() -> None:
         result["variants"][name] = {
             "overrides": overrides,
             "runs": runs,
-            "mean_over_seeds": round(statistics.fmean(means), 1),
-            "t95_over_seeds": t_interval(means),
+            **over_seeds(means),
         }
     print(json.dumps(result))
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
-from common import ROOT, stdout_to_stderr, t_interval
+from common import ROOT, over_seeds, stdout_to_stderr
 
 # The offline learning test's settings for each algorithm (tests/test_offline_learning.py), and variants of IQL.
 NETS = {"normalize_obs": True, "hidden_sizes": [128, 128], "activation": "relu"}
@@ -180,13 +180,12 @@ def main() -> None:
                     "total_wall_seconds": round(time.perf_counter() - start, 1),
                 }
             )
-            print(json.dumps({name: runs[-1]}), file=__import__("sys").stderr, flush=True)
+            print(json.dumps({name: runs[-1]}), file=sys.stderr, flush=True)
         means = [run["test_mean"] for run in runs]
         result["variants"][name] = {
             "changes": changes,
             "runs": runs,
-            "mean_over_seeds": round(statistics.fmean(means), 1),
-            "t95_over_seeds": t_interval(means),
+            **over_seeds(means),
         }
     print(json.dumps(result))
 
