@@ -42,10 +42,10 @@ def _params(runner: str, workers: int, *extra: str) -> Any:
 
 def solved_policy_weights(root: Path) -> np.ndarray:
     """(1, size) weights of a preset run trained in-process to an evaluation of 500."""
-    from rlcore.actors.actor import WeightsCodec
-    from rlcore.checkpoints import list_checkpoints, load_checkpoint
+    from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
     from rlcore.registry import policy_from_checkpoint
     from rlcore.stages import train_stage
+    from rlcore.workers.actors.actor import WeightsCodec
 
     params = _params("dev", 1)
     run_dir = train_stage(params, root)

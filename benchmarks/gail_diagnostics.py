@@ -58,8 +58,8 @@ def rollout(policy: Any, episodes: int, seed: int) -> dict[str, np.ndarray]:
 def main() -> None:
     import gymnasium as gym
 
-    from rlcore.checkpoints import list_checkpoints, load_checkpoint
-    from rlcore.datasets import load_dataset
+    from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
+    from rlcore.data.datasets import load_dataset
     from rlcore.params import load_params
     from rlcore.registry import policy_from_checkpoint
     from rlcore.reward_signals.gail import GAIL, load_demonstrations

@@ -66,7 +66,7 @@ def offline_params(work: Path, changes: dict[str, Any]) -> Any:
 
 def medium_dataset(work: Path) -> Path:
     """The test's dataset (made once per work directory)."""
-    from rlcore.checkpoints import list_checkpoints, load_checkpoint
+    from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
     from rlcore.params import load_params
     from rlcore.stages import collect_stage, train_stage
 
@@ -104,8 +104,8 @@ def main() -> None:
     import gymnasium as gym
 
     from rlcore.algos.iql import returns_reward_scale
-    from rlcore.datasets import load_dataset, read_metadata
-    from rlcore.io import read_json
+    from rlcore.common.files import read_json
+    from rlcore.data.datasets import load_dataset, read_metadata
     from rlcore.stages import evaluate_stage, select_stage, train_stage
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

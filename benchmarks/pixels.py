@@ -55,7 +55,7 @@ def rlcore_run(
     evaluation (and a checkpoint) every ``steps / curve_points`` env steps: the learning curve."""
     import torch
 
-    from rlcore.io import read_json
+    from rlcore.common.files import read_json
     from rlcore.params import load_params
     from rlcore.stages import evaluate_stage, select_stage, train_stage
 
@@ -138,7 +138,7 @@ def sb3_ppo_minatar(seed: int, steps: int, test_episodes: int) -> dict[str, Any]
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
     from torch import nn
 
-    from rlcore.env_ids import env_spec
+    from rlcore.envs.ids import env_spec
 
     env_spec("MinAtar/Breakout-v1")  # registers MinAtar's ids (seeds below 2**32 here: SB3 seeds from seed)
 
@@ -215,7 +215,7 @@ def sb3_ppo_pong(seed: int, steps: int) -> dict[str, Any]:
     from stable_baselines3.common.env_util import make_atari_env
     from stable_baselines3.common.vec_env import VecFrameStack
 
-    from rlcore.env_ids import env_spec
+    from rlcore.envs.ids import env_spec
 
     env_spec("ALE/Pong-v5")
     kwargs = {"frameskip": 1, "repeat_action_probability": 0.0}
@@ -235,9 +235,9 @@ def frames_dataset(transitions: int, seed: int) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rlcore.collection import collect_dataset
-    from rlcore.datasets import load_dataset
-    from rlcore.envs import make_vector_env
+    from rlcore.data.collection import collect_dataset
+    from rlcore.data.datasets import load_dataset
+    from rlcore.envs.vector import make_vector_env
     from rlcore.params import load_params
 
     params = load_params(ROOT / "configs" / "ppo-atari-pong.yaml", [])
@@ -280,7 +280,7 @@ def frames_dataset(transitions: int, seed: int) -> dict[str, Any]:
 
 def plot_curves(runs: dict[int, dict[str, Any]], title: str, path: Path) -> None:
     """One line per seed: periodic-evaluation mean return against env steps."""
-    from rlcore.plots import new_figure
+    from rlcore.evaluation.plots import new_figure
 
     with new_figure(path, figsize=(6, 3.5), dpi=100) as (_, axes):
         for seed, run in runs.items():

@@ -56,8 +56,8 @@ def main() -> None:
     from flows.collect import collect_flow
     from flows.evaluate import evaluate_checkpoints
     from flows.task_runners import dask_task_runner
-    from rlcore.config import DeployConfig
-    from rlcore.io import read_json, sha256_file
+    from rlcore.common.files import read_json, sha256_file
+    from rlcore.config.sections import DeployConfig
     from rlcore.params import load_params
     from rlcore.stages import collect_stage, evaluate_stage, train_stage
 

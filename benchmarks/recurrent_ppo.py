@@ -5,7 +5,7 @@ by actor and critic); the same preset without memory runs beside it as the contr
 With the optional ``bench`` extra (sb3-contrib) installed, sb3-contrib's ``RecurrentPPO`` with RL Zoo's
 hyperparameters for CartPoleNoVel-v1 (8 envs, n_steps 32, batch 256, 20 epochs, lr 1e-3 and clip 0.2 linear over
 1e5 steps, gamma 0.98, lambda 0.8, ReLU heads [64], LSTM of 64, a separate critic LSTM) runs in the same process on
-the same partially observable env (``rlcore.partial_observation.KeepObservations``, position and angle).
+the same partially observable env (``rlcore.envs.partial_observation.KeepObservations``, position and angle).
 
     python benchmarks/recurrent_ppo.py [--seeds 0 1 2] [--peer-seeds 0] [--no-peer]
 
@@ -49,7 +49,7 @@ def sb3_run(seed: int, eval_every: int) -> dict[str, Any]:
     from stable_baselines3.common.env_util import make_vec_env
     from torch import nn
 
-    from rlcore.partial_observation import KeepObservations
+    from rlcore.envs.partial_observation import KeepObservations
 
     env = make_vec_env("CartPole-v1", n_envs=8, seed=seed, wrapper_class=KeepObservations, wrapper_kwargs=KEEP)
     model = RecurrentPPO(

@@ -44,9 +44,9 @@ from common import (  # noqa: E402
     sb3_time_to_target,
 )
 
+from rlcore.data.replay import ReplayBuffer  # noqa: E402
 from rlcore.params import load_params  # noqa: E402
 from rlcore.registry import algorithm_class  # noqa: E402
-from rlcore.replay import ReplayBuffer  # noqa: E402
 
 TARGET = -200.0
 PARAMS = ROOT / "configs" / "sac-pendulum.yaml"

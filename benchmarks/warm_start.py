@@ -40,7 +40,7 @@ ARMS = ("scratch", "warm_start", "bc_loss", "warm_start_bc_loss")
 
 def upstream(root: Path, seed: int) -> dict[str, Any]:
     """``make run``'s stages up to the offline branch's selected model, in ``root``; what they cost."""
-    from rlcore.io import read_json
+    from rlcore.common.files import read_json
     from rlcore.params import load_params
     from rlcore.stages import collect_stage, evaluate_stage, select_stage, train_stage
 

@@ -1,7 +1,8 @@
 """Task caching of the pipeline's stages: a re-run of the flow skips every stage whose inputs did not change.
 
 Each stage task is keyed (a Prefect ``CachePolicy``) on what the stage reads, as ``dvc.yaml`` lists it: the params
-keys it reads (hashed; ``rlcore.config`` has the table), the digests of the files those params name, the results of
+keys it reads (hashed; ``rlcore.config.sections`` has the table), the digests of the files those params name, the
+results of
 the stages before it (content digests of their outputs), and the code version (rlcore's and flows' sources). Results
 are persisted as JSON under ``<root>/.prefect/storage``, so a re-run after a kill, or after changing an evaluation
 key, continues from the first stage whose inputs changed, as ``dvc repro`` does.
@@ -23,7 +24,7 @@ from typing import Any
 from prefect.cache_policies import CachePolicy
 from prefect.context import TaskRunContext
 
-from rlcore.io import sha256_file
+from rlcore.common.files import sha256_file
 from rlcore.params import load_params
 
 STAGE_KEYS: dict[str, tuple[str, ...]] = {
@@ -43,7 +44,7 @@ STAGE_KEYS: dict[str, tuple[str, ...]] = {
     "select": ("name", "branch", "torch_threads", "env", "eval", "select"),
     "export": ("name", "branch", "torch_threads", "export"),
 }
-"""The params keys each stage reads (``rlcore.config``'s table, ``dvc.yaml``'s ``params``)."""
+"""The params keys each stage reads (``rlcore.config.sections``'s table, ``dvc.yaml``'s ``params``)."""
 
 NOT_READ = {"train.progress_bar"}
 """Keys of those sections that change nothing a stage writes (as the run fingerprint leaves them out)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.cli import add_params_arguments, build_parser, load, run
-from rlcore.errors import RLCoreError
+from rlcore.common.errors import RLCoreError
 
 
 def _checked(args: argparse.Namespace) -> Any:
@@ -75,7 +75,7 @@ class _NoFlow(argparse.Action):
 def _sweep(args: argparse.Namespace) -> Any:
     root = Path.cwd()
     if args.apply:
-        from rlcore.params_file import apply_fragment
+        from flows.sweep.apply import apply_fragment
 
         params_file = Path(args.params)
         values = apply_fragment(params_file, root / "reports" / "sweep" / "best_params.yaml")

@@ -9,8 +9,8 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.task_runners import dask_task_runner, retry_options
-from rlcore.datasets import read_metadata
-from rlcore.io import sha256_file
+from rlcore.common.files import sha256_file
+from rlcore.data.datasets import read_metadata
 from rlcore.params import load_params
 from rlcore.stages import collect_shard, collect_stage, merge_collected_shards
 

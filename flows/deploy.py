@@ -21,7 +21,7 @@ from flows.collect import collect_flow
 from flows.pipeline import training_pipeline
 from flows.retrain import retrain_offline
 from flows.sweep.flow import sweep_flow
-from rlcore.config import ScheduleConfig
+from rlcore.config.sections import ScheduleConfig
 from rlcore.params import load_params
 
 

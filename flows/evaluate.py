@@ -12,18 +12,16 @@ from typing import Any
 from prefect import flow, task
 
 from flows.task_runners import dask_task_runner, retry_options
-from rlcore.checkpoints import list_checkpoints
-from rlcore.errors import RLCoreError
-from rlcore.io import sha256_file
-from rlcore.layout import Layout
+from rlcore.common.checkpoints import list_checkpoints
+from rlcore.common.errors import RLCoreError
+from rlcore.common.files import sha256_file
+from rlcore.common.stage_paths import Layout
 from rlcore.params import load_params
 from rlcore.stages import evaluate_checkpoint, write_evaluations
 
 
 @task(name="evaluate-checkpoint")
-def evaluate_checkpoint_task(
-    params_path: str, overrides: list[str], root: str, checkpoint: str
-) -> dict[str, Any]:
+def evaluate_checkpoint_task(params_path: str, overrides: list[str], root: str, checkpoint: str) -> dict[str, Any]:
     return evaluate_checkpoint(load_params(params_path, overrides), Path(root), Path(checkpoint))
 
 
@@ -41,9 +39,7 @@ def evaluate_checkpoints(
         raise RLCoreError(f"{layout.checkpoints}: no checkpoints to evaluate; run `rlcore train` first")
     evaluate = evaluate_checkpoint_task.with_options(**retry_options(params.deploy))
     futures = [
-        evaluate.with_options(task_run_name=f"evaluate-{path.stem}").submit(
-            params_path, overrides, root, str(path)
-        )
+        evaluate.with_options(task_run_name=f"evaluate-{path.stem}").submit(params_path, overrides, root, str(path))
         for _, path in checkpoints
     ]
     candidates = [future.result() for future in futures]  # in checkpoint order, as evaluate_stage writes them

@@ -15,9 +15,9 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.caching import StageInputs, file_digests
 from flows.task_runners import retry_options
-from rlcore.checkpoints import list_checkpoints
-from rlcore.io import read_json, sha256_file
-from rlcore.layout import Layout
+from rlcore.common.checkpoints import list_checkpoints
+from rlcore.common.files import read_json, sha256_file
+from rlcore.common.stage_paths import Layout
 from rlcore.params import load_params
 from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage
 

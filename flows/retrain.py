@@ -13,7 +13,7 @@ from prefect import flow, get_run_logger
 
 from flows.collect import collect_flow
 from flows.pipeline import training_pipeline
-from rlcore.io import read_json
+from rlcore.common.files import read_json
 
 
 @flow(name="retrain_offline", log_prints=True)

@@ -2,9 +2,9 @@
 
 Prefect starts that server (uvicorn, ~250 MB) itself, from whichever thread first needs the API, and stops it at
 the interpreter's exit: a SIGKILLed ``rlcore pipeline`` left it running for good. Here the flow's process starts it
-first, from its main thread, through ``python -m rlcore.parent_death <pid> uvicorn ...``: the server process sets
-``PR_SET_PDEATHSIG`` (Linux) and watches its parent (everywhere) before uvicorn starts, so it ends with the flow's
-process however that ends (:mod:`rlcore.parent_death`). It is registered where Prefect looks for its temporary
+first, from its main thread, through ``python -m rlcore.workers.parent_death <pid> uvicorn ...``: the server process
+sets ``PR_SET_PDEATHSIG`` (Linux) and watches its parent (everywhere) before uvicorn starts, so it ends with the flow's
+process however that ends (:mod:`rlcore.workers.parent_death`). It is registered where Prefect looks for its temporary
 server, so every Prefect client of the process uses it and none starts another.
 
 Why this and not a watchdog process: a watchdog that outlives the flow to kill the server is one more process that
@@ -47,7 +47,7 @@ def _server_class() -> type[Any]:
                 args=[
                     sys.executable,
                     "-m",
-                    "rlcore.parent_death",
+                    "rlcore.workers.parent_death",
                     str(os.getpid()),
                     "uvicorn",
                     "--app-dir",

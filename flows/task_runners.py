@@ -13,8 +13,8 @@ from typing import Any
 
 from prefect.task_runners import TaskRunner
 
-from rlcore.config import DeployConfig
-from rlcore.dask_cluster import local_cluster_kwargs as dask_local_cluster_kwargs
+from rlcore.config.sections import DeployConfig
+from rlcore.workers.dask_cluster import local_cluster_kwargs as dask_local_cluster_kwargs
 
 
 def dask_task_runner(deploy: DeployConfig) -> TaskRunner:

@@ -18,7 +18,7 @@ from prefect import flow, get_run_logger
 
 from flows.pipeline import training_pipeline
 from flows.retrain import retrain_offline
-from rlcore.io import read_json
+from rlcore.common.files import read_json
 
 
 @flow(name="warm_start_pipeline", log_prints=True)

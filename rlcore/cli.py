@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlcore.errors import RLCoreError
+from rlcore.common.errors import RLCoreError
 
 StageRunner = Callable[[argparse.Namespace], Any]
 
@@ -108,7 +108,7 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> argparse.Argume
 
 
 def _import_minari(args: argparse.Namespace) -> Any:
-    from rlcore.minari_import import import_minari
+    from rlcore.data.minari import import_minari
 
     if args.row_group_size < 1:
         raise RLCoreError(f"--row-group-size: a positive number of transitions expected, got {args.row_group_size}")

@@ -1,6 +1,6 @@
-"""Loading the whole params tree: the sections of ``rlcore.config`` with the chosen algorithm's own config.
+"""Loading the whole params tree: the sections of ``rlcore.config.sections`` with the chosen algorithm's own config.
 
-Kept apart from ``rlcore.config`` because it needs the algorithm registry, and the algorithms need the
+Kept apart from ``rlcore.config.sections`` because it needs the algorithm registry, and the algorithms need the
 config sections: ``config`` (sections) <- ``algos`` (family and algorithm configs) <- ``registry`` <- ``params``.
 Loading never mutates the tree it is given.
 """
@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import Field, ValidationError, create_model
 
-from rlcore.config import (
+from rlcore.common.errors import ConfigError, did_you_mean
+from rlcore.config.sections import (
     SECTIONS,
     Params,
     apply_overrides,
@@ -21,7 +22,6 @@ from rlcore.config import (
     read_yaml_mapping,
     short_repr,
 )
-from rlcore.errors import ConfigError, did_you_mean
 from rlcore.registry import algo_config_class, algorithm_class, registered_algorithms
 
 REQUIRED = {
@@ -29,7 +29,7 @@ REQUIRED = {
     "algo": ("name", "the algorithm, e.g. algo: {name: ppo}"),
 }
 """The sections (and their key) every params tree must give: nothing falls back to a default env or algorithm.
-Every other section and key has a default (``rlcore.config``)."""
+Every other section and key has a default (``rlcore.config.sections``)."""
 
 
 @functools.cache
@@ -77,7 +77,7 @@ def validate_params(tree: dict[str, Any], source: str = "params") -> Params:
 
 
 def validation_details(exc: ValidationError) -> str:
-    """The traceback a validator kept of the user's code (``rlcore.env_ids.UserCodeValueError``), or ``""``."""
+    """The traceback a validator kept of the user's code (``rlcore.envs.ids.UserCodeValueError``), or ``""``."""
     first = exc.errors(include_url=False)[0]
     return str(getattr(first.get("ctx", {}).get("error"), "details", ""))
 
@@ -99,7 +99,7 @@ def check_capabilities(params: Params, source: str) -> None:
     """Refuse (one line) optional params the algorithm would not honour: a recurrent policy (``policy.memory``),
     mixed precision (``train.precision``) or a GPU (``train.device: cuda``) for an algorithm without them. Whether
     this machine has the GPU is the training session's check: evaluate, select and export of a GPU-trained run work
-    on any machine (``rlcore.compute``)."""
+    on any machine (``rlcore.nets.precision``)."""
     name = params.algo.name
     capabilities = algorithm_class(name).capabilities
 

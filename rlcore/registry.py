@@ -19,11 +19,11 @@ from rlcore.algos.ppo import PPO
 from rlcore.algos.sac import SAC
 from rlcore.algos.svpg import SVPG
 from rlcore.algos.td3bc import TD3BC
-from rlcore.checkpoints import Checkpoint
-from rlcore.config import PolicyConfig
-from rlcore.envs import space_from_description
-from rlcore.errors import CheckpointError, ConfigError
-from rlcore.policies import Policy
+from rlcore.common.checkpoints import Checkpoint
+from rlcore.common.errors import CheckpointError, ConfigError
+from rlcore.config.sections import PolicyConfig
+from rlcore.envs.vector import space_from_description
+from rlcore.nets.policies import Policy
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls for cls in (PPO, A2C, IMPALA, DQN, SAC, BC, TD3BC, IQL, ES, SVPG)

@@ -1,7 +1,7 @@
 """The pipeline's stages as plain functions: params and a project root in, paths out.
 
 No Prefect, no DVC: ``rlcore <stage>`` (used by dvc.yaml) and the Prefect tasks in ``flows/`` both
-call these. Each stage reads only its own params sections (see ``rlcore.config``).
+call these. Each stage reads only its own params sections (see ``rlcore.config.sections``).
 """
 
 from __future__ import annotations
@@ -14,26 +14,32 @@ from typing import Any
 
 import torch
 
-from rlcore.checkpoints import Checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from rlcore.collection import collect_dataset, env_record
-from rlcore.config import Params
-from rlcore.datasets import merge_datasets, read_metadata
-from rlcore.env_settings import describe_parameters
-from rlcore.envs import settings_for
-from rlcore.errors import RLCoreError
-from rlcore.evaluation import SCORE_KEYS, EvalResult, Evaluator, episode_cap
-from rlcore.export import export_policy, model_card, write_model_card
-from rlcore.io import read_json, sha256_file, write_json
-from rlcore.layout import Layout, project_path
-from rlcore.policies import Policy
+from rlcore.common.checkpoints import Checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from rlcore.common.errors import RLCoreError
+from rlcore.common.files import read_json, sha256_file, write_json
+from rlcore.common.seeds import describe, test_seeds, validation_seeds
+from rlcore.common.stage_paths import Layout, project_path
+from rlcore.config.sections import Params
+from rlcore.data.collection import collect_dataset, env_record
+from rlcore.data.datasets import merge_datasets, read_metadata
+from rlcore.envs.settings import describe_parameters
+from rlcore.envs.vector import settings_for
+from rlcore.evaluation.evaluator import SCORE_KEYS, EvalResult, Evaluator, episode_cap
+from rlcore.evaluation.export import export_policy, model_card, write_model_card
+from rlcore.evaluation.report import (
+    baseline_words,
+    plot_baseline_comparison,
+    plot_learning_curve,
+    plot_settings,
+    write_report,
+)
+from rlcore.evaluation.selection import select_best, view_scores
+from rlcore.evaluation.video import record_episode
+from rlcore.nets.policies import Policy
 from rlcore.registry import policy_from_checkpoint
-from rlcore.report import baseline_words, plot_baseline_comparison, plot_learning_curve, plot_settings, write_report
-from rlcore.seeds import describe, test_seeds, validation_seeds
-from rlcore.selection import select_best, view_scores
 from rlcore.trainers import is_offline, train
 from rlcore.trainers.run_directory import command_line
 from rlcore.trainers.stopping import EvaluationCallback
-from rlcore.video import record_episode
 
 log = logging.getLogger("rlcore")
 
@@ -60,7 +66,7 @@ def train_stage(
 
 
 def evaluate_stage(params: Params, root: Path) -> Path:
-    """Evaluate every checkpoint of ``runs/<name>/`` on ``eval.episodes`` validation episodes (``rlcore.seeds``),
+    """Evaluate every checkpoint of ``runs/<name>/`` on ``eval.episodes`` validation episodes (``rlcore.common.seeds``),
     under the training distribution and under each of ``eval.settings`` (the same episode seeds).
 
     Writes ``reports/evaluations.json``; returns its path.
@@ -207,7 +213,7 @@ def select_stage(params: Params, root: Path) -> Path:
     """Pick the best checkpoint on the validation scores, then score it on the test episodes.
 
     Selection reads ``reports/evaluations.json`` (the evaluate stage's validation episodes); the selected policy
-    alone is then evaluated on ``eval.test_episodes`` test episodes that no other stage runs (``rlcore.seeds``):
+    alone is then evaluated on ``eval.test_episodes`` test episodes that no other stage runs (``rlcore.common.seeds``):
     the reported score. Choosing the best of N checkpoints on the same episodes it is reported on would
     overstate it. Writes ``models/best/{policy.pt,selection.json}``,
     ``reports/{metrics.json,report.md,learning_curve.png}``.

@@ -12,11 +12,11 @@ from conftest import PROJECT
 from gymnasium import spaces
 
 from rlcore.algos.a2c import A2C, A2CConfig
-from rlcore.buffers import RolloutBuffer
-from rlcore.config import PolicyConfig
-from rlcore.io import read_json
+from rlcore.common.files import read_json
+from rlcore.config.sections import PolicyConfig
+from rlcore.data.rollouts import RolloutBuffer
+from rlcore.objectives.returns import gae, n_step_returns
 from rlcore.params import load_params
-from rlcore.returns import gae, n_step_returns
 from rlcore.stages import evaluate_stage, select_stage, train_stage
 
 OBS_SPACE = spaces.Box(-np.inf, np.inf, (2,), np.float32)

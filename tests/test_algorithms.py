@@ -5,7 +5,7 @@ Discrete, Pendulum-like Box; spaces only, no env), one update (``policy_delay`` 
 return finite metrics with the algorithm's documented keys, change the policy and every parameter each of its
 optimizers steps, and count gradient steps; be bitwise reproducible under a seed; and survive a round trip
 through ``Algorithm.state_dict`` (the generic state saving of ``rlcore/algos/base.py``), so that a resumed
-algorithm continues exactly as the original does. Also: ``rlcore.nets.TwinQ``'s shapes and its ``taken``.
+algorithm continues exactly as the original does. Also: ``rlcore.nets.blocks.TwinQ``'s shapes and its ``taken``.
 """
 
 from __future__ import annotations
@@ -28,10 +28,7 @@ from rlcore.algos.base import (
     OnPolicyAlgorithm,
     PopulationAlgorithm,
 )
-from rlcore.buffers import RolloutBuffer, TrajectoryBatch
-from rlcore.config import PolicyConfig
-from rlcore.nets import TwinQ
-from rlcore.population.tasks import (
+from rlcore.algos.population_tasks import (
     PairResults,
     ParticleSegment,
     PerturbedPairs,
@@ -39,6 +36,9 @@ from rlcore.population.tasks import (
     RolloutTask,
     SegmentResult,
 )
+from rlcore.config.sections import PolicyConfig
+from rlcore.data.rollouts import RolloutBuffer, TrajectoryBatch
+from rlcore.nets.blocks import TwinQ
 from rlcore.registry import ALGORITHMS
 
 SPACES: dict[str, tuple[spaces.Box, spaces.Space]] = {

@@ -13,14 +13,14 @@ import pytest
 import torch
 from conftest import RLCORE, sets
 
-from rlcore.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
-from rlcore.errors import CheckpointError
-from rlcore.io import read_json, sha256_file
+from rlcore.common.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
+from rlcore.common.errors import CheckpointError
+from rlcore.common.files import read_json, sha256_file
 
 WRITER = textwrap.dedent(
     """
     import sys, torch
-    from rlcore.checkpoints import checkpoint_path, save_checkpoint
+    from rlcore.common.checkpoints import checkpoint_path, save_checkpoint
     directory = sys.argv[1]
     big = {"w": torch.randn(4_000_000)}  # ~16 MB: each write takes long enough to be interrupted
     step = 1

@@ -60,8 +60,18 @@ def test_a_run_stopped_by_the_time_limit_leaves_the_process_as_it_was(project: P
     rng = (torch.random.get_rng_state(), np.random.get_state(), random.getstate())
     # -q sets the logger's level, torch_threads=2 the thread count, training seeds torch and NumPy; 8 s stop it
     # (with no target return: the default PPO solves CartPole and exits 0 in ~2.4 s on a quiet machine).
-    args = ["-q", "train", "--set", "torch_threads=2", "--set", "train.max_steps=100000000", "--set", "name=long",
-            "--set", "train.target_return=null"]  # fmt: skip (PPO reaches 500 on CartPole in ~2 s otherwise)
+    args = [
+        "-q",
+        "train",
+        "--set",
+        "torch_threads=2",
+        "--set",
+        "train.max_steps=100000000",
+        "--set",
+        "name=long",
+        "--set",
+        "train.target_return=null",
+    ]  # fmt: skip (PPO reaches 500 on CartPole in ~2 s otherwise)
     outcome = run_in_process(args, project, limit=8)
     assert outcome.hung and outcome.returncode < 0, outcome
     # The run's checkpoints folder is made after the session seeded the generators and set the thread count.

@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from conftest import PROJECT
 
-from rlcore.checkpoints import list_checkpoints
-from rlcore.config import EnvConfig
-from rlcore.env_parameters import EnvParameters
-from rlcore.env_settings import Constant
-from rlcore.envs import make_vector_env, settings_for, use_settings
-from rlcore.io import read_json
+from rlcore.common.checkpoints import list_checkpoints
+from rlcore.common.files import read_json
+from rlcore.common.seeds import periodic_seeds
+from rlcore.config.sections import EnvConfig
+from rlcore.envs.parameters import EnvParameters
+from rlcore.envs.settings import Constant
+from rlcore.envs.vector import make_vector_env, settings_for, use_settings
 from rlcore.params import load_params
-from rlcore.seeds import periodic_seeds
 from rlcore.trainers import train
 
 Physics = dict[str, float]

@@ -27,10 +27,10 @@ from conftest import PROJECT, one_line_error, rlcore, sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlcore.collection import collect_dataset
-from rlcore.config import EnvConfig
-from rlcore.datasets import SCHEMA_VERSION, DatasetError, DatasetWriter, OfflineData, load_dataset, read_metadata
-from rlcore.envs import describe_space
+from rlcore.config.sections import EnvConfig
+from rlcore.data.collection import collect_dataset
+from rlcore.data.datasets import SCHEMA_VERSION, DatasetError, DatasetWriter, OfflineData, load_dataset, read_metadata
+from rlcore.envs.vector import describe_space
 
 DATASET = Path("data/dataset.parquet")
 TRAIN_SMALL = ["train.max_steps=10", "train.eval_every=10", "train.eval_episodes=1"]
@@ -550,7 +550,7 @@ def test_unreadable_rlcore_metadata_is_a_dataset_error(tmp_path: Path, valid_dat
 def test_chunked_reading_yields_one_validated_row_group_at_a_time_matching_the_whole_file(
     cartpole_dataset: tuple[Path, dict],
 ) -> None:
-    from rlcore.datasets import iter_dataset
+    from rlcore.data.datasets import iter_dataset
 
     path, _ = cartpole_dataset
     whole = load(path)
@@ -595,7 +595,7 @@ def test_sharded_collection_is_the_shards_back_to_back_with_their_own_seeds(proj
 
 
 def test_a_missing_shard_stops_the_merge_and_keeps_the_previous_dataset(project: Path) -> None:
-    from rlcore.errors import RLCoreError
+    from rlcore.common.errors import RLCoreError
     from rlcore.params import load_params
     from rlcore.stages import collect_shard, merge_collected_shards
 
@@ -622,7 +622,7 @@ def test_a_shard_rolled_out_by_a_policy_depends_on_its_seed_only(project: Path) 
     """The Dask workers run shards in any order, in fresh processes: the data must not depend on that."""
     import torch
 
-    from rlcore.io import sha256_file
+    from rlcore.common.files import sha256_file
     from rlcore.params import load_params
     from rlcore.stages import collect_shard, train_stage
 
@@ -641,7 +641,7 @@ def test_a_shard_rolled_out_by_a_policy_depends_on_its_seed_only(project: Path) 
 def test_a_rerun_keeps_the_shards_an_interrupted_collection_finished(
     project: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from rlcore.io import sha256_file
+    from rlcore.common.files import sha256_file
     from rlcore.params import load_params
     from rlcore.stages import collect_shard, collect_stage
 
@@ -666,7 +666,7 @@ def test_a_rerun_keeps_the_shards_an_interrupted_collection_finished(
 
 
 def test_a_streamed_dataset_visits_every_training_row_and_rebuilds_its_buffer_from_the_step(tmp_path: Path) -> None:
-    from rlcore.dataset_stream import RowGroupStream, validation_mask
+    from rlcore.data.stream import RowGroupStream, validation_mask
 
     path = tmp_path / "d.parquet"
     collect_dataset(path, EnvConfig(), None, {"kind": "random"}, 4, 5000, None, 0.0, False, 0, 500)

@@ -13,7 +13,7 @@ import yaml
 from conftest import QUICK, RLCORE, sets
 from prefect_server import group_alive, pointed_at, prefect_server, stop
 
-from rlcore.io import read_json
+from rlcore.common.files import read_json
 
 
 async def _wait_for_deployment(name: str, timeout: float):

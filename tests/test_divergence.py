@@ -10,9 +10,9 @@ from conftest import PROJECT
 from gymnasium import spaces
 
 from rlcore.algos.ppo import PPO, PPOConfig
-from rlcore.config import PolicyConfig
+from rlcore.config.sections import PolicyConfig
+from rlcore.nets.policies import ActorCritic
 from rlcore.params import load_params
-from rlcore.policies import ActorCritic
 from rlcore.stages import train_stage
 from rlcore.trainers.session import MAX_CONSECUTIVE_SKIPS, DivergenceError
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import GITIGNORE, PROJECT
 from test_dvc_pipeline import dvc, edit_params, git, read_json
 
-from rlcore.io import sha256_file
+from rlcore.common.files import sha256_file
 from rlcore.params import load_params
 from rlcore.stages import collect_stage, evaluate_stage, select_stage, train_stage
 

@@ -1,4 +1,4 @@
-"""The valid ranges of known envs' parameters (``rlcore.env_parameters.RANGES``): in step with the envs, refusing
+"""The valid ranges of known envs' parameters (``rlcore.envs.parameters.RANGES``): in step with the envs, refusing
 at load every constant or sampler that can leave them, and refusing only what really breaks the physics."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from conftest import one_line_error, rlcore
 
-from rlcore.config import EnvConfig
-from rlcore.env_parameters import RANGES, EnvParameters, catalogue, check_parameters
-from rlcore.env_settings import Constant, parse_sampler
-from rlcore.envs import make_vector_env
-from rlcore.errors import UserCodeError
-from rlcore.stepping import NonFiniteError, VectorStepper
+from rlcore.common.errors import UserCodeError
+from rlcore.config.sections import EnvConfig
+from rlcore.envs.parameters import RANGES, EnvParameters, catalogue, check_parameters
+from rlcore.envs.settings import Constant, parse_sampler
+from rlcore.envs.stepping import NonFiniteError, VectorStepper
+from rlcore.envs.vector import make_vector_env
 
 ENV_OF = {
     "gymnasium.envs.classic_control.cartpole.CartPoleEnv": "CartPole-v1",

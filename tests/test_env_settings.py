@@ -10,13 +10,13 @@ import pytest
 import yaml
 from conftest import PROJECT, QUICK
 
-from rlcore.config import EnvConfig
-from rlcore.curriculum import Curriculum
-from rlcore.env_settings import Constant, Gaussian, MultiRangeUniform, Uniform, parse_sampler
-from rlcore.envs import make_vector_env, settings_for
-from rlcore.io import read_json
+from rlcore.common.files import read_json
+from rlcore.config.sections import EnvConfig
+from rlcore.envs.curriculum import Curriculum
+from rlcore.envs.settings import Constant, Gaussian, MultiRangeUniform, Uniform, parse_sampler
+from rlcore.envs.vector import make_vector_env, settings_for
+from rlcore.evaluation.selection import scores_on_test, select_best, view_scores
 from rlcore.params import load_params
-from rlcore.selection import scores_on_test, select_best, view_scores
 from rlcore.stages import evaluate_stage, select_stage, train_stage
 
 DRAWS = 20_000
@@ -127,7 +127,7 @@ def test_a_constructor_parameter_rebuilds_the_env_at_episode_boundaries_reproduc
 
 
 def test_draws_follow_the_reset_seed_so_a_resumed_run_draws_what_any_run_reset_there_draws():
-    """Training envs are reset from ``seed + env_steps`` (rlcore.seeds); the draws of every later episode follow
+    """Training envs are reset from ``seed + env_steps`` (rlcore.common.seeds); the draws of every later episode follow
     from that seed alone: the same reset seed, the same per-episode values; another seed, other values."""
     env = EnvConfig(
         id="CartPole-v1",
@@ -330,7 +330,7 @@ def test_off_policy_training_runs_under_parameters_and_a_curriculum(tmp_path: Pa
 
 
 def test_offline_training_evaluates_under_the_parameters_and_refuses_a_curriculum(tmp_path: Path):
-    from rlcore.errors import ConfigError
+    from rlcore.common.errors import ConfigError
     from rlcore.stages import collect_stage
 
     base = [

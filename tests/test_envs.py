@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from conftest import PROJECT
 
-from rlcore.config import EnvConfig
-from rlcore.envs import make_vector_env
-from rlcore.errors import ConfigError
-from rlcore.evaluation import Evaluator
-from rlcore.io import read_json
+from rlcore.common.errors import ConfigError
+from rlcore.common.files import read_json
+from rlcore.config.sections import EnvConfig
+from rlcore.envs.vector import make_vector_env
+from rlcore.evaluation.evaluator import Evaluator
+from rlcore.nets.policies import ActorCritic
 from rlcore.params import load_params
-from rlcore.policies import ActorCritic
 from rlcore.stages import train_stage
 
 

@@ -116,6 +116,13 @@ def test_unknown_env_id_suggests_a_registered_one(project: Path) -> None:
     one_line_error(result, "env.id", "'CartPol-v1'", "did you mean 'CartPole-v1'")
 
 
+def test_a_wrapper_named_by_its_module_before_the_concept_folders_names_the_new_path(project: Path) -> None:
+    wrapper = "env.wrappers=[{wrapper: rlcore.partial_observation.KeepObservations, kwargs: {indices: [0]}}]"
+    result = in_process("train", "--set", wrapper, cwd=project)
+    expected = "write rlcore.envs.partial_observation.KeepObservations"
+    one_line_error(result, "env.wrappers", "rlcore.partial_observation moved to rlcore.envs.partial_observation", expected)
+
+
 def test_unknown_algorithm_lists_the_known_ones(project: Path) -> None:
     from rlcore.registry import registered_algorithms
 
@@ -372,8 +379,8 @@ def test_a_pickle_torch_refuses_is_refused_without_torchs_advice_to_load_it_unsa
     """torch's message for such a file says to retry with ``weights_only=False``, which runs whatever the file holds."""
     import fractions
 
-    from rlcore.checkpoints import load_checkpoint
-    from rlcore.errors import CheckpointError
+    from rlcore.common.checkpoints import load_checkpoint
+    from rlcore.common.errors import CheckpointError
 
     path = tmp_path / "foreign.pt"
     torch.save({"value": fractions.Fraction(1, 3)}, path)
@@ -386,13 +393,13 @@ def test_a_pickle_torch_refuses_is_refused_without_torchs_advice_to_load_it_unsa
 
 def test_every_path_a_user_gives_is_checked_to_be_a_regular_file(tmp_path: Path) -> None:
     """A device or a pipe is "not a regular file" (it was "not found", or a read that never ends), a folder "is a
-    folder", a missing path "not found": one check (``rlcore.errors.file_problem``) for every path-taking key."""
+    folder", a missing path "not found": one check (``rlcore.common.errors.file_problem``) for every path-taking key."""
     import os
 
-    from rlcore.checkpoints import load_checkpoint
-    from rlcore.config import read_text_file
-    from rlcore.datasets import read_metadata
-    from rlcore.errors import RLCoreError, file_problem
+    from rlcore.common.checkpoints import load_checkpoint
+    from rlcore.common.errors import RLCoreError, file_problem
+    from rlcore.config.sections import read_text_file
+    from rlcore.data.datasets import read_metadata
 
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)

@@ -20,10 +20,10 @@ from conftest import PROJECT
 from torch.nn.utils import parameters_to_vector
 
 from rlcore.algos.es import ES
+from rlcore.algos.es_optimizers import OpenAIAdam, OpenAISGD
+from rlcore.algos.noise_table import noise_rows, noise_table
+from rlcore.algos.population_tasks import PairResults
 from rlcore.params import load_params
-from rlcore.population.noise import noise_rows, noise_table
-from rlcore.population.optimizers import OpenAIAdam, OpenAISGD
-from rlcore.population.tasks import PairResults
 
 ES_PRESET = PROJECT / "configs" / "es-cartpole.yaml"
 

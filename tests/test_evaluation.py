@@ -12,13 +12,13 @@ import pytest
 from conftest import PROJECT, QUICK, one_line_error, rlcore, sets
 from recording_env import RecordResets
 
-from rlcore import seeds
-from rlcore.config import EnvConfig
-from rlcore.errors import ConfigError
-from rlcore.evaluation import EvalResult, Evaluator, bootstrap_interval, interquartile_mean
-from rlcore.io import read_json
+from rlcore.common import seeds
+from rlcore.common.errors import ConfigError
+from rlcore.common.files import read_json
+from rlcore.config.sections import EnvConfig
+from rlcore.evaluation.evaluator import EvalResult, Evaluator, bootstrap_interval, interquartile_mean
+from rlcore.nets.policies import ActorCritic
 from rlcore.params import load_params
-from rlcore.policies import ActorCritic
 from rlcore.stages import evaluate_stage, select_stage, train_stage
 
 TESTS = Path(__file__).resolve().parent

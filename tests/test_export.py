@@ -10,15 +10,15 @@ import torch
 from conftest import PROJECT, QUICK
 from torch import nn
 
-from rlcore.checkpoints import load_checkpoint
-from rlcore.config import EnvConfig, MemoryConfig, PolicyConfig
-from rlcore.envs import describe_space
-from rlcore.errors import ConfigError
-from rlcore.export import ExportError, export_policy, parity_inputs, parity_observations
-from rlcore.io import read_json
-from rlcore.memory import RecurrentActorCritic
+from rlcore.common.checkpoints import load_checkpoint
+from rlcore.common.errors import ConfigError
+from rlcore.common.files import read_json
+from rlcore.config.sections import EnvConfig, MemoryConfig, PolicyConfig
+from rlcore.envs.vector import describe_space
+from rlcore.evaluation.export import ExportError, export_policy, parity_inputs, parity_observations
+from rlcore.nets.policies import Policy, QPolicy
+from rlcore.nets.recurrent import RecurrentActorCritic
 from rlcore.params import load_params
-from rlcore.policies import Policy, QPolicy
 from rlcore.registry import policy_from_checkpoint
 from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage
 

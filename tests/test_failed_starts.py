@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT
 
-from rlcore.actors.runners import ActorError
-from rlcore.errors import UserCodeError
-from rlcore.failed_starts import MAX_FAILED_STARTS, FailedStarts
+from rlcore.common.errors import UserCodeError
 from rlcore.params import load_params
 from rlcore.stages import train_stage
+from rlcore.workers.actors.runners import ActorError
+from rlcore.workers.failed_starts import MAX_FAILED_STARTS, FailedStarts
 
 
 def test_the_third_replacement_in_a_row_without_a_delivery_raises_and_a_delivery_resets_the_count():

@@ -10,7 +10,7 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.testing.utilities import prefect_test_harness
 
 from flows.pipeline import training_pipeline
-from rlcore.io import read_json
+from rlcore.common.files import read_json
 
 pytestmark = pytest.mark.server
 
@@ -111,7 +111,7 @@ def test_warm_start_flow_trains_bc_then_ppo_initialized_from_the_bc_model(projec
     import shutil
 
     from flows.warmstart import warm_start_pipeline
-    from rlcore.io import sha256_file
+    from rlcore.common.files import sha256_file
 
     source_tree = Path(__file__).resolve().parents[1]
     shutil.copy(source_tree / "offline.yaml", project / "offline.yaml")

@@ -16,13 +16,13 @@ import pytest
 import torch
 from conftest import PROJECT
 
-from rlcore.actors.actor import Actor, ActorSpec, WeightsCodec
-from rlcore.actors.runners import DevRunner, _refresh
-from rlcore.buffers import TrajectoryBatch
-from rlcore.io import read_json
+from rlcore.common.files import read_json
+from rlcore.data.rollouts import TrajectoryBatch
 from rlcore.params import load_params
 from rlcore.registry import algorithm_class
 from rlcore.stages import evaluate_stage, select_stage, train_stage
+from rlcore.workers.actors.actor import Actor, ActorSpec, WeightsCodec
+from rlcore.workers.actors.runners import DevRunner, _refresh
 
 # Actors, workers and sweep processes run side by side: their timing (and IMPALA's learning) needs a quiet machine.
 pytestmark = pytest.mark.serial

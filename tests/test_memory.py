@@ -12,18 +12,18 @@ import pytest
 import torch
 from conftest import PROJECT
 
-from rlcore.actions import action_layout
-from rlcore.config import EnvConfig, MemoryConfig, PolicyConfig
-from rlcore.envs import make_vector_env
-from rlcore.errors import ConfigError
-from rlcore.memory import RecurrentActorCritic
-from rlcore.observations import obs_tensor
+from rlcore.common.errors import ConfigError
+from rlcore.config.sections import EnvConfig, MemoryConfig, PolicyConfig
+from rlcore.data.sequences import SequenceRollout
+from rlcore.envs.actions import action_layout
+from rlcore.envs.observations import obs_tensor
+from rlcore.envs.stepping import VectorStepper
+from rlcore.envs.vector import make_vector_env
+from rlcore.nets.policies import reset_state
+from rlcore.nets.recurrent import RecurrentActorCritic
 from rlcore.params import load_params
-from rlcore.policies import reset_state
-from rlcore.sequences import SequenceRollout
-from rlcore.stepping import VectorStepper
 
-PO_WRAPPER = {"wrapper": "rlcore.partial_observation.KeepObservations", "kwargs": {"indices": [0, 2]}}
+PO_WRAPPER = {"wrapper": "rlcore.envs.partial_observation.KeepObservations", "kwargs": {"indices": [0, 2]}}
 """CartPole-v1 without its two velocities (cart position and pole angle only)."""
 
 
@@ -177,7 +177,7 @@ def through_a_file(state: dict) -> dict:
 def po_overrides(*extra: str) -> list[str]:
     return [
         "env.num_envs=4",
-        "env.wrappers=[{wrapper: rlcore.partial_observation.KeepObservations, kwargs: {indices: [0, 2]}}]",
+        "env.wrappers=[{wrapper: rlcore.envs.partial_observation.KeepObservations, kwargs: {indices: [0, 2]}}]",
         "policy.memory={type: lstm, size: 16, sequence_length: 8, burn_in: 2}",
         "policy.hidden_sizes=[16]",
         "algo.n_steps=32",
@@ -198,7 +198,7 @@ def test_an_interrupted_recurrent_run_resumes_from_its_checkpoint_reproducibly(t
     resumes end bitwise equal."""
     import shutil
 
-    from rlcore.checkpoints import list_checkpoints, load_checkpoint
+    from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
     from rlcore.trainers import train
 
     params = load_params(PROJECT / "params.yaml", po_overrides())
@@ -225,8 +225,8 @@ def test_onnx_and_torch_export_carry_the_state_along_a_200_step_episode_sequence
     within 1e-5 of torch."""
     import onnxruntime
 
-    from rlcore.envs import describe_space
-    from rlcore.export import export_policy
+    from rlcore.envs.vector import describe_space
+    from rlcore.evaluation.export import export_policy
 
     env_config = EnvConfig(id="CartPole-v1", wrappers=[PO_WRAPPER])
     torch.manual_seed(0)
@@ -280,12 +280,13 @@ def test_onnx_and_torch_export_carry_the_state_along_a_200_step_episode_sequence
 
 
 def test_the_memory_estimate_counts_the_recurrent_core() -> None:
-    """rlcore.resources counts an LSTM's 4 gates x (input + recurrent weights, two biases) in each of PPO's two
+    """rlcore.trainers.memory_estimate counts an LSTM's 4 gates x (input + recurrent weights, two biases) in each of
+    PPO's two
     networks' weights, gradients, Adam moments and checkpoint copy: 2 x 5 float32 copies = 40 bytes a parameter."""
     import gymnasium as gym
 
     from rlcore.params import load_params
-    from rlcore.resources import estimate
+    from rlcore.trainers.memory_estimate import estimate
 
     env = gym.make("CartPole-v1")
     sizes = {}

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from conftest import PROJECT
 
-from rlcore.io import read_json
+from rlcore.common.files import read_json
+from rlcore.common.seeds import test_seeds
+from rlcore.envs.partial_observation import KeepObservations
 from rlcore.params import load_params
-from rlcore.partial_observation import KeepObservations
-from rlcore.seeds import test_seeds
 from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage
 
 PRESET = PROJECT / "configs" / "ppo-lstm-cartpole-po.yaml"

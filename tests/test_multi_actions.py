@@ -21,16 +21,16 @@ from conftest import PROJECT, QUICK, one_line_error, rlcore, sets
 from gymnasium import spaces
 from torch.distributions import Categorical
 
-from rlcore.actions import action_layout, random_actions, to_env_actions
-from rlcore.checkpoints import load_checkpoint
-from rlcore.collection import collect_dataset
-from rlcore.config import EnvConfig, PolicyConfig
-from rlcore.datasets import DatasetError, DatasetWriter, iter_dataset, load_dataset
-from rlcore.envs import check_spaces, describe_space, make_vector_env, space_from_description
-from rlcore.errors import ConfigError
-from rlcore.io import read_json
+from rlcore.common.checkpoints import load_checkpoint
+from rlcore.common.errors import ConfigError
+from rlcore.common.files import read_json
+from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.data.collection import collect_dataset
+from rlcore.data.datasets import DatasetError, DatasetWriter, iter_dataset, load_dataset
+from rlcore.envs.actions import action_layout, random_actions, to_env_actions
+from rlcore.envs.vector import check_spaces, describe_space, make_vector_env, space_from_description
+from rlcore.nets.policies import ActorCritic, MultiBernoulli, MultiCategorical, action_dim
 from rlcore.params import load_params
-from rlcore.policies import ActorCritic, MultiBernoulli, MultiCategorical, action_dim
 from rlcore.registry import check_action_space, policy_from_checkpoint
 from rlcore.stages import collect_stage, evaluate_stage, export_stage, select_stage, train_stage
 

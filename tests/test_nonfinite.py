@@ -1,5 +1,6 @@
 """A NaN or infinite observation, reward or action is an error naming the env, the sub-env and the step, never a
-result: one check where every family steps its envs (``rlcore.stepping``) and in evaluation (``rlcore.evaluation``),
+result: one check where every family steps its envs (``rlcore.envs.stepping``) and in evaluation
+(``rlcore.evaluation.evaluator``),
 and through the command one ``error:`` line, exit status 2, the finished run it would have replaced untouched."""
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ import numpy as np
 import pytest
 from conftest import QUICK, rlcore, sets
 
-from rlcore.config import EnvConfig, PolicyConfig
-from rlcore.env_parameters import EnvParameters
-from rlcore.env_settings import Constant
-from rlcore.envs import make_vector_env
-from rlcore.evaluation import Evaluator
-from rlcore.policies import ActorCritic
-from rlcore.stepping import NonFiniteError, VectorStepper
+from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.envs.parameters import EnvParameters
+from rlcore.envs.settings import Constant
+from rlcore.envs.stepping import NonFiniteError, VectorStepper
+from rlcore.envs.vector import make_vector_env
+from rlcore.evaluation.evaluator import Evaluator
+from rlcore.nets.policies import ActorCritic
 
 TESTS = Path(__file__).parent
 

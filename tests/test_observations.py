@@ -15,16 +15,16 @@ import torch
 from gymnasium import spaces
 
 from rlcore.algos.ppo import PPO, PPOConfig
-from rlcore.buffers import RolloutBuffer
-from rlcore.config import EnvConfig, PolicyConfig
-from rlcore.datasets import DatasetWriter, iter_dataset, load_dataset, read_metadata
-from rlcore.encoders import DictEncoder, Flatten, NatureCNN, OneHot, SmallCNN, build_encoder, float_mask
-from rlcore.envs import describe_space, make_vector_env, space_from_description
-from rlcore.errors import ConfigError
-from rlcore.nets import ObsNormalizer
-from rlcore.observations import PackedDict, obs_tensor, pack, storage_dtype
-from rlcore.policies import ActorCritic
-from rlcore.replay import ReplayBuffer
+from rlcore.common.errors import ConfigError
+from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.data.datasets import DatasetWriter, iter_dataset, load_dataset, read_metadata
+from rlcore.data.replay import ReplayBuffer
+from rlcore.data.rollouts import RolloutBuffer
+from rlcore.envs.observations import PackedDict, obs_tensor, pack, storage_dtype
+from rlcore.envs.vector import describe_space, make_vector_env, space_from_description
+from rlcore.nets.blocks import ObsNormalizer
+from rlcore.nets.encoders import DictEncoder, Flatten, NatureCNN, OneHot, SmallCNN, build_encoder, float_mask
+from rlcore.nets.policies import ActorCritic
 
 ATARI = spaces.Box(0, 255, (4, 84, 84), np.uint8)  # FrameStackObservation(AtariPreprocessing(...), 4): channels first
 MINATAR = spaces.Box(0, 1, (10, 10, 4), np.bool_)  # MinAtar/Breakout-v1: channels last
@@ -228,7 +228,7 @@ def storage_dtype_torch(space: gym.Space) -> torch.dtype:
 
 REPLAY_FRAMES = 100_000
 REPLAY_LIMIT_MB = 60
-"""MinAtar frames are 400 bool bytes: stored once (1.125 rows per transition, rlcore.replay), 100k transitions
+"""MinAtar frames are 400 bool bytes: stored once (1.125 rows per transition, rlcore.data.replay), 100k transitions
 are 45 MB of frames (two float32 copies would be 320 MB, two bool copies 80 MB)."""
 
 

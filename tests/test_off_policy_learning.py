@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT
 
-from rlcore.io import read_json
+from rlcore.common.files import read_json
 from rlcore.params import load_params
 from rlcore.stages import evaluate_stage, select_stage, train_stage
 

@@ -1,4 +1,5 @@
-"""rlcore.parent_death: a child started through it dies with its parent, and one whose parent is already gone exits.
+"""rlcore.workers.parent_death: a child started through it dies with its parent, and one whose parent is already gone
+exits.
 
 Real processes: a parent (a Python subprocess) starts the child, prints its pid, and is SIGKILLed; the child must
 be gone within seconds (its work is a 60 s sleep). The whole runs' version is in tests/faults/test_kills.py."""
@@ -13,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from rlcore.parent_death import EXIT_CODE
+from rlcore.workers.parent_death import EXIT_CODE
 
 SLEEP = ["timeit", "-n", "1", "-r", "1", "import time; time.sleep(60)"]
 """``python -m timeit ...``: a module that runs for a minute."""
@@ -22,16 +23,19 @@ PARENTS = {
     # A multiprocessing child, started with start_child from the parent's main thread.
     "start_child": (
         "import multiprocessing as mp, sys, time\n"
-        "from rlcore.parent_death import start_child\n"
+        "from rlcore.workers.parent_death import start_child\n"
         "if __name__ == '__main__':\n"
         "    child = start_child(mp.get_context('spawn'), time.sleep, (60,), 'sleeper')\n"
         "    print(child.pid, flush=True)\n"
         "    time.sleep(60)\n"
     ),
-    # A command run through `python -m rlcore.parent_death <pid> <module> ...` (the embedded Prefect server's way).
+    # A command run through `python -m rlcore.workers.parent_death <pid> <module> ...` (the embedded Prefect server's
+    # way).
     "command": (
         "import os, subprocess, sys, time\n"
-        f"child = subprocess.Popen([sys.executable, '-m', 'rlcore.parent_death', str(os.getpid()), *{SLEEP!r}])\n"
+        "child = subprocess.Popen(\n"
+        f"    [sys.executable, '-m', 'rlcore.workers.parent_death', str(os.getpid()), *{SLEEP!r}]\n"
+        ")\n"
         "print(child.pid, flush=True)\n"
         "time.sleep(60)\n"
     ),
@@ -39,7 +43,7 @@ PARENTS = {
     "fallback": (
         "import os, subprocess, sys, time\n"
         "child = subprocess.Popen([sys.executable, '-c', "
-        '\'import os, sys, time; sys.platform = "other"; from rlcore.parent_death import die_with_parent; '
+        '\'import os, sys, time; sys.platform = "other"; from rlcore.workers.parent_death import die_with_parent; '
         "die_with_parent(os.getppid()); time.sleep(60)'])\n"
         "print(child.pid, flush=True)\n"
         "time.sleep(60)\n"
@@ -80,6 +84,6 @@ def test_a_child_whose_parent_is_already_gone_exits_at_once() -> None:
     # The pid given is not this child's parent (this test's process is): as if the parent had died before the child
     # tied its life to it, leaving it reparented.
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "rlcore.parent_death", "1", *SLEEP], timeout=30)
+    result = subprocess.run([sys.executable, "-m", "rlcore.workers.parent_death", "1", *SLEEP], timeout=30)
     assert result.returncode == EXIT_CODE
     assert time.monotonic() - started < 30

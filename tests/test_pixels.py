@@ -16,9 +16,9 @@ import torch
 from conftest import PROJECT
 from PIL import Image
 
-from rlcore.config import EnvConfig
-from rlcore.envs import make_vector_env
-from rlcore.io import read_json
+from rlcore.common.files import read_json
+from rlcore.config.sections import EnvConfig
+from rlcore.envs.vector import make_vector_env
 from rlcore.params import load_params
 from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage
 
@@ -69,7 +69,7 @@ def test_ppo_on_minatar_breakout_learns_and_exports_an_onnx_model_taking_raw_boo
     env.close()
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     action, _ = session.run(["action", "scores"], {"obs": frames})
-    from rlcore.checkpoints import load_checkpoint
+    from rlcore.common.checkpoints import load_checkpoint
     from rlcore.registry import policy_from_checkpoint
 
     policy = policy_from_checkpoint(load_checkpoint(tmp_path / "models" / "best" / "policy.pt"))

@@ -24,17 +24,17 @@ import torch
 from conftest import PROJECT
 
 from rlcore.algos.es import ES, centered_ranks, merge_moments
+from rlcore.algos.noise_table import noise_rows, noise_table
+from rlcore.algos.population_tasks import PairResults, PerturbedPairs
 from rlcore.algos.svpg import SVPG, actor_parameters, rbf_kernel, stein_direction
-from rlcore.checkpoints import list_checkpoints, load_checkpoint
-from rlcore.errors import ConfigError
-from rlcore.io import read_json
-from rlcore.nets import ObsNormalizer
+from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
+from rlcore.common.errors import ConfigError
+from rlcore.common.files import read_json
+from rlcore.nets.blocks import ObsNormalizer
 from rlcore.params import load_params
-from rlcore.population.noise import noise_rows, noise_table
-from rlcore.population.runners import DevRunner, LocalRunner
-from rlcore.population.tasks import PairResults, PerturbedPairs
 from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage
 from rlcore.trainers.population import iteration_seed
+from rlcore.workers.population.runners import DevRunner, LocalRunner
 
 # Actors, workers and sweep processes run side by side: their timing (and IMPALA's learning) needs a quiet machine.
 pytestmark = pytest.mark.serial

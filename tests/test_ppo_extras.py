@@ -15,12 +15,12 @@ from gymnasium import spaces
 from pydantic import ValidationError
 
 from rlcore.algos.ppo import PPO, PPOConfig, clipped_surrogate
-from rlcore.buffers import RolloutBuffer
-from rlcore.config import PolicyConfig
-from rlcore.errors import ConfigError
+from rlcore.common.errors import ConfigError
+from rlcore.config.sections import PolicyConfig
+from rlcore.data.rollouts import RolloutBuffer
+from rlcore.objectives.returns import gae
+from rlcore.objectives.reward_scaling import RewardScaler
 from rlcore.params import load_params
-from rlcore.returns import gae
-from rlcore.reward_scaling import RewardScaler
 
 # --- dual clip -----------------------------------------------------------------------------------------------------
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from conftest import PROJECT
 
-from rlcore.checkpoints import list_checkpoints, load_checkpoint
-from rlcore.io import read_json
+from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
+from rlcore.common.files import read_json
 from rlcore.params import load_params
 from rlcore.stages import evaluate_stage, select_stage, train_stage
 

@@ -11,18 +11,18 @@ import torch
 from conftest import PROJECT
 from test_memory import collect, recurrent_policy
 
-from rlcore.actions import action_layout
 from rlcore.algos.a2c import A2C, A2CConfig
 from rlcore.algos.base import Algorithm
 from rlcore.algos.ppo import PPO, PPOConfig
-from rlcore.buffers import RolloutBuffer
-from rlcore.config import EnvConfig, PolicyConfig
-from rlcore.envs import make_vector_env
-from rlcore.errors import ConfigError
-from rlcore.observations import obs_tensor
+from rlcore.common.errors import ConfigError
+from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.data.rollouts import RolloutBuffer
+from rlcore.envs.actions import action_layout
+from rlcore.envs.observations import obs_tensor
+from rlcore.envs.stepping import VectorStepper
+from rlcore.envs.vector import make_vector_env
+from rlcore.nets.policies import ActorCritic
 from rlcore.params import load_params
-from rlcore.policies import ActorCritic
-from rlcore.stepping import VectorStepper
 
 SMALL_RUN = [
     "seed=0",
@@ -167,7 +167,7 @@ def test_a_run_keeps_its_fingerprint_on_another_device():
 def first_step_gradients(precision: str) -> list[torch.Tensor]:
     """The first PPO update's gradients (one minibatch, one epoch) at ``precision``, from the same weights and
     rollout."""
-    from rlcore.compute import Precision
+    from rlcore.nets.precision import Precision
 
     torch.manual_seed(0)
     policy = ActorCritic(gym.spaces.Box(-np.inf, np.inf, (4,)), gym.spaces.Discrete(2), PolicyConfig())
@@ -198,7 +198,7 @@ def test_fp16_unscales_its_gradients_to_those_of_fp32():
 
 
 def test_an_fp16_step_that_overflows_is_skipped_and_the_loss_scale_halves():
-    from rlcore.compute import Precision
+    from rlcore.nets.precision import Precision
 
     torch.manual_seed(0)
     policy = ActorCritic(gym.spaces.Box(-np.inf, np.inf, (4,)), gym.spaces.Discrete(2), PolicyConfig())
@@ -221,7 +221,7 @@ def test_an_fp16_step_that_overflows_is_skipped_and_the_loss_scale_halves():
 
 def test_a_resumed_fp16_run_continues_with_the_loss_scale_of_its_checkpoint(tmp_path: Path):
     """The session sets the precision before it loads the checkpoint, so the scale saved there is the one used."""
-    from rlcore.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
+    from rlcore.common.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
     from rlcore.trainers import train
     from rlcore.trainers.session import TrainingSession
     from rlcore.trainers.sources import EnvSource
@@ -256,7 +256,7 @@ def test_training_a_separate_learner_copy_gives_the_run_of_training_in_place(tmp
     uninterrupted and resumed, end bitwise equal to training the policy in place."""
     import copy
 
-    from rlcore.checkpoints import list_checkpoints, load_checkpoint
+    from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
     from rlcore.trainers import train
 
     params = load_params(PROJECT / "params.yaml", [*SMALL_RUN, "policy.normalize_obs=true"])
@@ -282,7 +282,7 @@ def test_training_a_separate_learner_copy_gives_the_run_of_training_in_place(tmp
 @pytest.mark.parametrize("memory", [False, True], ids=["mlp", "lstm"])
 def test_ppo_learns_on_cuda_in_fp16_and_its_checkpoints_load_on_the_cpu(tmp_path: Path, memory: bool):
     """``train.device: cuda``: the learner's copy on the GPU, acting on the CPU policy, synced after each update."""
-    from rlcore.checkpoints import list_checkpoints, load_checkpoint
+    from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
     from rlcore.trainers import train
 
     extra = ["policy.memory={type: lstm, size: 16, sequence_length: 8, burn_in: 2}"] if memory else []
@@ -297,7 +297,7 @@ def test_ppo_learns_on_cuda_in_fp16_and_its_checkpoints_load_on_the_cpu(tmp_path
 
 @pytest.mark.parametrize("recurrent", [False, True], ids=["mlp", "lstm-burn-in"])
 def test_bf16_runs_the_losses_in_bfloat16_and_keeps_the_weights_float32(recurrent: bool):
-    from rlcore.compute import Precision
+    from rlcore.nets.precision import Precision
 
     torch.manual_seed(0)
     if recurrent:
@@ -325,7 +325,7 @@ def test_bf16_ppo_reaches_475_on_cartpole_within_100k_steps_seed_0(tmp_path: Pat
 
 
 def assert_default_run_reaches_475(project: Path, precision: str) -> None:
-    from rlcore.io import read_json
+    from rlcore.common.files import read_json
     from rlcore.stages import evaluate_stage, select_stage, train_stage
 
     overrides = ["seed=0", "train.max_steps=100000", "train.progress_bar=off", f"train.precision={precision}"]

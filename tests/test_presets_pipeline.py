@@ -17,8 +17,8 @@ import yaml
 from cli_support import Outcome, run_in_process
 from conftest import PROJECT, sets
 
-from rlcore.env_ids import check_env_id
-from rlcore.io import read_json
+from rlcore.common.files import read_json
+from rlcore.envs.ids import check_env_id
 
 CONFIGS = sorted(f"configs/{path.name}" for path in (PROJECT / "configs").glob("*.yaml"))
 PRESETS = ["params.yaml", "offline.yaml", *CONFIGS]

@@ -12,8 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlcore.errors import CheckpointError
-from rlcore.replay import FIELDS, ReplayBuffer
+from rlcore.common.errors import CheckpointError
+from rlcore.data.replay import FIELDS, ReplayBuffer
 
 GAMMA = 0.9
 
@@ -144,7 +144,7 @@ def test_sampled_transitions_are_exactly_ones_added_across_wrap_around(
 
 def reference_transitions(steps: list[tuple], num_envs: int, n_step: int) -> list[tuple]:
     """What a buffer storing both observations of every transition would hold, in insertion order: the n-step
-    windows of ``rlcore.replay`` written out plainly. ``steps``: (obs, actions, rewards, next_obs, terminated,
+    windows of ``rlcore.data.replay`` written out plainly. ``steps``: (obs, actions, rewards, next_obs, terminated,
     truncated, valid) per vector step."""
     gamma32, out = float(np.float32(GAMMA)), []
     windows: list[list[tuple]] = [[] for _ in range(num_envs)]

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rlcore.returns import gae, n_step_returns
+from rlcore.objectives.returns import gae, n_step_returns
 
 
 def test_gae_matches_a_hand_computed_example_with_termination_and_truncation():

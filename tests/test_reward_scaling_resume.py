@@ -15,9 +15,9 @@ import pytest
 import torch
 from conftest import PROJECT
 
-from rlcore.checkpoints import list_checkpoints, load_checkpoint
+from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
+from rlcore.objectives.reward_scaling import RewardScaler
 from rlcore.params import load_params
-from rlcore.reward_scaling import RewardScaler
 from rlcore.trainers import train
 
 SMALL = [

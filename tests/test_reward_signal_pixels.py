@@ -13,15 +13,15 @@ import torch
 from conftest import PROJECT
 
 from rlcore.algos.ppo import PPO, PPOConfig
-from rlcore.checkpoints import list_checkpoints, load_checkpoint
-from rlcore.config import EnvConfig, PolicyConfig
-from rlcore.encoders import Flatten, ImageEncoder
-from rlcore.envs import make_vector_env
+from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
+from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.envs.stepping import VectorStepper
+from rlcore.envs.vector import make_vector_env
+from rlcore.nets.encoders import Flatten, ImageEncoder
+from rlcore.nets.policies import ActorCritic
 from rlcore.params import load_params
-from rlcore.policies import ActorCritic
 from rlcore.reward_signals.rnd import RND
 from rlcore.stages import train_stage
-from rlcore.stepping import VectorStepper
 
 sys.path.insert(0, str(Path(__file__).parent))
 import dict_obs_env  # noqa: E402

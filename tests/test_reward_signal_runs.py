@@ -16,8 +16,8 @@ import pytest
 from conftest import PROJECT, RLCORE, sets
 from test_reward_signals import write_cartpole_expert
 
-from rlcore.checkpoints import list_checkpoints, load_checkpoint
-from rlcore.io import read_json
+from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
+from rlcore.common.files import read_json
 from rlcore.params import load_params
 from rlcore.stages import evaluate_stage, select_stage, train_stage
 

@@ -16,13 +16,13 @@ from conftest import PROJECT
 from gymnasium import spaces
 
 from rlcore.algos.ppo import PPO, PPOConfig
-from rlcore.buffers import RolloutBuffer
-from rlcore.config import PolicyConfig
-from rlcore.datasets import DatasetWriter
-from rlcore.envs import describe_space
-from rlcore.errors import ConfigError
+from rlcore.common.errors import ConfigError
+from rlcore.config.sections import PolicyConfig
+from rlcore.data.datasets import DatasetWriter
+from rlcore.data.rollouts import RolloutBuffer
+from rlcore.envs.vector import describe_space
+from rlcore.nets.policies import ActorCritic
 from rlcore.params import load_params
-from rlcore.policies import ActorCritic
 from rlcore.reward_signals.config import GAILConfig, RewardSignalsConfig
 from rlcore.reward_signals.curiosity import forward_error
 from rlcore.reward_signals.gail import GAIL, gail_reward, gradient_penalty
@@ -412,7 +412,7 @@ SHORT_RUN = [
 
 
 def checkpoint_state(run: Path) -> dict:
-    from rlcore.checkpoints import list_checkpoints, load_checkpoint
+    from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 
     return load_checkpoint(list_checkpoints(run / "checkpoints")[-1][1]).tensors
 

@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from rlcore.collection import collect_dataset
-from rlcore.config import EnvConfig, PolicyConfig
-from rlcore.evaluation import Evaluator
-from rlcore.policies import Policy
+from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.data.collection import collect_dataset
+from rlcore.evaluation.evaluator import Evaluator
+from rlcore.nets.policies import Policy
 
 
 class StepCounter(Policy):
@@ -69,8 +69,8 @@ class LearnedStepCounter(StepCounter):
 def test_export_takes_and_returns_the_state_and_matches_torch_along_real_sequences(tmp_path: Path):
     import onnxruntime
 
-    from rlcore.envs import describe_space
-    from rlcore.export import export_policy, parity_inputs
+    from rlcore.envs.vector import describe_space
+    from rlcore.evaluation.export import export_policy, parity_inputs
 
     policy = LearnedStepCounter().eval()
     meta = {

@@ -28,7 +28,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from flows.sweep import InProcessExecutor, TrialJob, TrialResult, plan_sweep, run_sweep
-from rlcore.params_file import set_values
+from flows.sweep.apply import set_values
 
 # Actors, workers and sweep processes run side by side: their timing (and IMPALA's learning) needs a quiet machine.
 pytestmark = pytest.mark.serial
@@ -355,11 +355,14 @@ def test_the_driver_runs_trials_through_a_trial_executor_and_tells_optuna_each_r
 
 
 def test_the_sweep_package_imports_no_prefect_and_the_sweep_section_no_rlcore() -> None:
-    """Worker processes import ``flows.sweep`` (never Prefect); ``rlcore.config`` imports ``rlcore.sweep_config``,
-    which imports nothing of rlcore back but the leaf ``rlcore.strict`` (no import cycle)."""
+    """Worker processes import ``flows.sweep`` (never Prefect); ``rlcore.config.sections`` imports
+    ``rlcore.config.sweep``,
+    which imports nothing of rlcore back but the leaf ``rlcore.common.strict_model`` (no import cycle)."""
     code = (
-        "import sys; import rlcore.sweep_config; "
-        "assert sorted(m for m in sys.modules if m.startswith('rlcore.')) == ['rlcore.strict', 'rlcore.sweep_config']; "
+        "import sys; import rlcore.config.sweep; "
+        "loaded = sorted(m for m in sys.modules if m.startswith('rlcore.')); "
+        "allowed = {'rlcore.common', 'rlcore.common.strict_model', 'rlcore.config', 'rlcore.config.sweep'}; "
+        "assert set(loaded) <= allowed, loaded; "
         "import flows.sweep; assert not [m for m in sys.modules if m.split('.')[0] == 'prefect']"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PROJECT)

@@ -12,9 +12,9 @@ import pytest
 from conftest import QUICK, rlcore, sets
 from prefect_server import pointed_at, prefect_server
 
-from rlcore.config import DeployConfig
-from rlcore.datasets import load_dataset, read_metadata
-from rlcore.io import read_json, sha256_file
+from rlcore.common.files import read_json, sha256_file
+from rlcore.config.sections import DeployConfig
+from rlcore.data.datasets import load_dataset, read_metadata
 from rlcore.params import load_params
 from rlcore.stages import evaluate_stage, train_stage
 

@@ -21,17 +21,17 @@ from conftest import PROJECT
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from rlcore.actions import to_env_actions
 from rlcore.algos.ppo import PPO, PPOConfig
 from rlcore.algos.sac import SAC, SACConfig
 from rlcore.algos.td3bc import TD3BC
-from rlcore.buffers import RolloutBuffer
-from rlcore.config import EnvConfig, PolicyConfig
-from rlcore.envs import check_autoreset, check_spaces, make_vector_env
-from rlcore.errors import ConfigError
-from rlcore.io import read_json
+from rlcore.common.errors import ConfigError
+from rlcore.common.files import read_json
+from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.data.rollouts import RolloutBuffer
+from rlcore.envs.actions import to_env_actions
+from rlcore.envs.vector import check_autoreset, check_spaces, make_vector_env
+from rlcore.nets.policies import ActorCritic
 from rlcore.params import load_params
-from rlcore.policies import ActorCritic
 from rlcore.stages import train_stage
 from rlcore.trainers.metrics import MetricsLog
 
@@ -303,8 +303,8 @@ def test_minari_discrete_actions_with_a_start_are_stored_from_0(tmp_path: Path, 
     minari = pytest.importorskip("minari")
     from minari.data_collector.episode_buffer import EpisodeBuffer
 
-    from rlcore.datasets import load_dataset
-    from rlcore.minari_import import import_minari
+    from rlcore.data.datasets import load_dataset
+    from rlcore.data.minari import import_minari
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -337,7 +337,7 @@ def test_minari_discrete_actions_with_a_start_are_stored_from_0(tmp_path: Path, 
 
 
 def test_image_observations_are_accepted_and_other_observation_spaces_refused_in_one_line():
-    # Images have a CNN encoder since issue 14 (rlcore/encoders.py); Tuple observations are still refused.
+    # Images have a CNN encoder since issue 14 (rlcore/nets/encoders.py); Tuple observations are still refused.
     check_spaces("ALE/Pong-v5", spaces.Box(0, 255, (210, 160, 3), np.uint8), spaces.Discrete(6))
     check_spaces("CartPole-v1", CARTPOLE_OBS, spaces.Discrete(2))  # vectors are fine
     pair = spaces.Tuple((spaces.Discrete(2), spaces.Discrete(3)))
@@ -348,7 +348,7 @@ def test_image_observations_are_accepted_and_other_observation_spaces_refused_in
 
 
 def test_datasets_keep_box_actions_with_a_2d_shape_flat(tmp_path: Path):
-    from rlcore.datasets import DatasetWriter, load_dataset
+    from rlcore.data.datasets import DatasetWriter, load_dataset
 
     observation_space, action_space = MatrixActionEnv.observation_space, MatrixActionEnv.action_space
     actions = np.random.default_rng(0).uniform(-1, 1, (4, 2, 3)).astype(np.float32)
@@ -363,9 +363,9 @@ def test_datasets_keep_box_actions_with_a_2d_shape_flat(tmp_path: Path):
 
 @pytest.mark.parametrize("epsilon", [0.0, 0.5], ids=["policy", "epsilon-noise"])
 def test_collection_on_box_actions_with_a_2d_shape_stores_flat_actions(tmp_path: Path, epsilon: float):
-    from rlcore.collection import collect_dataset
-    from rlcore.datasets import load_dataset
-    from rlcore.policies import GaussianActor
+    from rlcore.data.collection import collect_dataset
+    from rlcore.data.datasets import load_dataset
+    from rlcore.nets.policies import GaussianActor
 
     env_config = EnvConfig(id="rlcore-test/MatrixAction-v0", vectorization="sync")
     space = MatrixActionEnv.action_space

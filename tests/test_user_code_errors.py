@@ -16,7 +16,7 @@ import pytest
 from cli_support import Outcome, assert_refused, run_in_process
 from conftest import PROJECT, sets
 
-from rlcore.errors import UserCodeError, describe_exception
+from rlcore.common.errors import UserCodeError, describe_exception
 
 HOSTILE = """
 import multiprocessing

@@ -6,9 +6,9 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from rlcore.config import describe_validation_error
-from rlcore.nets import mlp
-from rlcore.value_transforms import (
+from rlcore.config.sections import describe_validation_error
+from rlcore.nets.blocks import mlp
+from rlcore.nets.value_transforms import (
     ValueHead,
     ValueHeadConfig,
     scalar_to_two_hot,
@@ -201,8 +201,8 @@ def test_checkpoints_written_before_value_heads_still_load():
     import numpy as np
     from gymnasium import spaces
 
-    from rlcore.config import PolicyConfig
-    from rlcore.policies import ActorCritic
+    from rlcore.config.sections import PolicyConfig
+    from rlcore.nets.policies import ActorCritic
 
     observation_space, action_space = spaces.Box(-1, 1, (4,), np.float32), spaces.Discrete(2)
     torch.manual_seed(0)
@@ -222,7 +222,7 @@ def test_ppo_with_a_categorical_value_head_solves_cartpole_seed_0(tmp_path):
     # below 50), seed 0, 100k env steps: the selected model's 100 test episodes. Measured: 500.0 (seeds 0 and 1).
     from conftest import PROJECT
 
-    from rlcore.io import read_json
+    from rlcore.common.files import read_json
     from rlcore.params import load_params
     from rlcore.stages import evaluate_stage, select_stage, train_stage
 

@@ -1,4 +1,4 @@
-"""eval.video: the selected model's first test episode as an animated GIF (rlcore.video)."""
+"""eval.video: the selected model's first test episode as an animated GIF (rlcore.evaluation.video)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 import torch
 from PIL import Image, ImageSequence
 
-from rlcore.config import EnvConfig, PolicyConfig
-from rlcore.evaluation import Evaluator
-from rlcore.policies import ActorCritic
-from rlcore.video import record_episode
+from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.evaluation.evaluator import Evaluator
+from rlcore.evaluation.video import record_episode
+from rlcore.nets.policies import ActorCritic
 
 sys.path.insert(0, str(Path(__file__).parent))
 import dict_obs_env  # noqa: E402

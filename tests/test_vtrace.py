@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.distributions import Categorical
 
-from rlcore.returns import log_importance_weights, n_step_returns, vtrace, vtrace_log_rhos_from_logits
+from rlcore.objectives.returns import log_importance_weights, n_step_returns, vtrace, vtrace_log_rhos_from_logits
 
 
 def _random_rollout(steps: int, envs: int, seed: int) -> dict[str, torch.Tensor]:

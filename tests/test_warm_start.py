@@ -1,5 +1,5 @@
-"""Warm starts: ``train.init_from`` (rlcore.warm_start) and the auxiliary BC loss ``algo.behavioral_cloning``
-(rlcore.bc_regularizer), on real CartPole runs with tiny budgets.
+"""Warm starts: ``train.init_from`` (rlcore.trainers.warm_start) and the auxiliary BC loss ``algo.behavioral_cloning``
+(rlcore.objectives.bc_regularizer), on real CartPole runs with tiny budgets.
 
 One module-scoped project holds the sources: a PPO run (seed 0, 2048 env steps, a checkpoint every 1024), a dataset
 collected from its last checkpoint (1,000 transitions) and a BC run on it (100 gradient steps), ~5 s in all.
@@ -15,16 +15,16 @@ import pytest
 import torch
 from conftest import PROJECT, one_line_error, rlcore, sets
 
-from rlcore.bc_regularizer import BCRegularizer, BehavioralCloningConfig, bc_weight
-from rlcore.checkpoints import list_checkpoints, load_checkpoint
-from rlcore.errors import ConfigError
-from rlcore.io import read_json, sha256_file
+from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
+from rlcore.common.errors import ConfigError
+from rlcore.common.files import read_json, sha256_file
+from rlcore.objectives.bc_regularizer import BCRegularizer, BehavioralCloningConfig, bc_weight
 from rlcore.params import load_params
 from rlcore.registry import algorithm_class, policy_from_checkpoint
 from rlcore.stages import collect_stage, train_stage
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import EnvSource
-from rlcore.warm_start import map_keys
+from rlcore.trainers.warm_start import map_keys
 
 PPO_RUN = [
     "train.max_steps=2048",

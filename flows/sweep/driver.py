@@ -28,7 +28,7 @@ from flows.sweep.search import decode, make_sampler
 from flows.sweep.storage import study_lock
 from flows.sweep.study import Heartbeat, SweepStudy
 from flows.sweep.trial import TrialJob, TrialResult, plan_runs, reproduce_command, run_params
-from rlcore.errors import RLCoreError
+from rlcore.common.errors import RLCoreError
 from rlcore.params import validate_params
 
 log = logging.getLogger("rlcore.sweep")

@@ -1,7 +1,7 @@
 """Plan a sweep: load the params, check everything before any trial, and name the study and its folders.
 
 Every check raises a one-line :class:`ConfigError` naming the key: the ``sweep`` section's own (pydantic,
-``rlcore/sweep_config.py``), the env ids of ``sweep.envs``, the search space against the params model
+``rlcore/config/sweep.py``), the env ids of ``sweep.envs``, the search space against the params model
 (:func:`check_space`), and the sampler's and pruner's options (``flows/sweep/search.py``).
 """
 
@@ -22,11 +22,11 @@ from pydantic import BaseModel
 
 from flows.sweep.search import check_options, distributions
 from flows.sweep.storage import storage_spec
-from rlcore.config import Params, apply_overrides, read_yaml_mapping
-from rlcore.env_ids import check_env_id
-from rlcore.errors import ConfigError, RLCoreError, did_you_mean
+from rlcore.common.errors import ConfigError, RLCoreError, did_you_mean
+from rlcore.config.sections import Params, apply_overrides, read_yaml_mapping
+from rlcore.config.sweep import SweepConfig, flatten, overrides_for, yaml_text
+from rlcore.envs.ids import check_env_id
 from rlcore.params import params_model, validate_params
-from rlcore.sweep_config import SweepConfig, flatten, overrides_for, yaml_text
 
 _RESERVED = {"name": "the sweep names each trial's folder", "seed": "set sweep.seeds instead"}
 

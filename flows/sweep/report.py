@@ -28,9 +28,9 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.trial import FrozenTrial, TrialState
 
 from flows.sweep.search import decode
-from rlcore.io import atomic_path, write_text
-from rlcore.plots import pyplot, save_figure
-from rlcore.sweep_config import SearchDimension, SweepConfig, nested, yaml_text
+from rlcore.common.files import atomic_path, write_text
+from rlcore.config.sweep import SearchDimension, SweepConfig, nested, yaml_text
+from rlcore.evaluation.plots import pyplot, save_figure
 
 if TYPE_CHECKING:
     import pandas as pd

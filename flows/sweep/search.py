@@ -10,8 +10,8 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.exceptions import ExperimentalWarning
 
-from rlcore.errors import ConfigError, did_you_mean
-from rlcore.sweep_config import SweepConfig
+from rlcore.common.errors import ConfigError, did_you_mean
+from rlcore.config.sweep import SweepConfig
 
 _SAMPLERS: dict[str, Any] = {
     "tpe": optuna.samplers.TPESampler,

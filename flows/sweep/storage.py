@@ -20,7 +20,7 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages.journal import JournalFileBackend
 
-from rlcore.sweep_config import SweepConfig
+from rlcore.config.sweep import SweepConfig
 
 DEFAULT_JOURNAL = Path(".optuna") / "journal.log"
 T = TypeVar("T")

@@ -29,7 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from flows.sweep.search import make_pruner, make_sampler
 from flows.sweep.storage import open_storage, racing_schema_creation
-from rlcore.sweep_config import SweepConfig
+from rlcore.config.sweep import SweepConfig
 
 OWNER = "rlcore:owner"
 HEARTBEAT = "rlcore:heartbeat"

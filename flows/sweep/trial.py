@@ -34,15 +34,15 @@ from typing import Any, Literal
 import optuna
 
 from flows.sweep.study import load_study
-from rlcore.config import Params, apply_overrides
-from rlcore.errors import RLCoreError
-from rlcore.evaluation import EvalResult
-from rlcore.io import read_json, write_json
-from rlcore.layout import Layout
+from rlcore.common.errors import RLCoreError
+from rlcore.common.files import read_json, write_json
+from rlcore.common.stage_paths import Layout
+from rlcore.config.sections import Params, apply_overrides
+from rlcore.config.sweep import SweepConfig, SweepEnv, overrides_for, yaml_text
+from rlcore.evaluation.evaluator import EvalResult
+from rlcore.evaluation.selection import scores_on_test
 from rlcore.params import validate_params
-from rlcore.selection import scores_on_test
 from rlcore.stages import evaluate_stage, select_stage, train_stage
-from rlcore.sweep_config import SweepConfig, SweepEnv, overrides_for, yaml_text
 
 AGGREGATES = {"mean": statistics.fmean, "median": statistics.median, "min": min}
 

@@ -1,4 +1,5 @@
-"""Algorithms, one module each (its config, loss and update), built on the families of ``base.py``.
+"""Algorithms, one module each (its config, loss and update), built on the families of ``base.py``, with the
+parts only population methods use (``population_tasks``, ``noise_table``, ``es_optimizers``).
 
-The registry that maps ``algo.name`` to these classes is ``rlcore.registry``.
-"""
+The registry that maps ``algo.name`` to these classes is ``rlcore.registry``. May import: ``rlcore.reward_signals``,
+``rlcore.objectives``, ``rlcore.data``, ``rlcore.nets`` and below."""

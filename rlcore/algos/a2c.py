@@ -28,13 +28,13 @@ from torch import nn
 
 from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig
 from rlcore.algos.ppo import PPO, explained_variance
-from rlcore.bc_regularizer import BCRegularizer
-from rlcore.buffers import RolloutBuffer
-from rlcore.config import PolicyConfig
-from rlcore.memory import actor_critic
-from rlcore.policies import ActorCritic
-from rlcore.returns import n_step_returns
-from rlcore.schedules import ScheduleName, scheduled
+from rlcore.config.sections import PolicyConfig
+from rlcore.data.rollouts import RolloutBuffer
+from rlcore.nets.policies import ActorCritic
+from rlcore.nets.recurrent import actor_critic
+from rlcore.objectives.bc_regularizer import BCRegularizer
+from rlcore.objectives.returns import n_step_returns
+from rlcore.objectives.schedules import ScheduleName, scheduled
 
 RMSPROP_ALPHA = 0.99
 """RMSprop's squared-gradient averaging weight, as in the paper's shared RMSprop and SB3's A2C."""
@@ -54,7 +54,8 @@ class A2CConfig(OnPolicyConfig):
     """The optimizer's epsilon (SB3's ``rms_prop_eps``)."""
     advantage_estimator: Literal["gae", "n_step"] = "gae"
     """``gae``: GAE with ``gae_lambda`` (SB3's A2C: lambda 1.0); ``n_step``: the paper's n-step return with
-    n = ``n_steps``, every step bootstrapping from the value after the rollout (``rlcore.returns.n_step_returns``)."""
+    n = ``n_steps``, every step bootstrapping from the value after the rollout
+    (``rlcore.objectives.returns.n_step_returns``)."""
     normalize_advantage: bool = False
     """Standardize the rollout's advantages (not in the paper; SB3's default is off too)."""
     ent_coef: float = Field(0.0, ge=0)

@@ -27,15 +27,15 @@ from gymnasium import spaces
 from pydantic import Field, model_validator
 from torch import nn
 
-from rlcore.bc_regularizer import BehavioralCloningConfig
-from rlcore.buffers import RolloutBuffer, TrajectoryBatch
-from rlcore.compute import Precision
-from rlcore.config import AlgoConfig, PolicyConfig
-from rlcore.policies import Policy
-from rlcore.population.tasks import RolloutResult, RolloutTask
-from rlcore.returns import gae
+from rlcore.algos.population_tasks import RolloutResult, RolloutTask
+from rlcore.config.sections import AlgoConfig, PolicyConfig
+from rlcore.data.rollouts import RolloutBuffer, TrajectoryBatch
+from rlcore.nets.policies import Policy
+from rlcore.nets.precision import Precision
+from rlcore.nets.value_transforms import ValueHeadConfig
+from rlcore.objectives.bc_regularizer import BehavioralCloningConfig
+from rlcore.objectives.returns import gae
 from rlcore.reward_signals import RewardSignals, RewardSignalsConfig
-from rlcore.value_transforms import ValueHeadConfig
 
 __all__ = [
     "AlgoConfig",
@@ -68,7 +68,8 @@ class OnPolicyConfig(AlgoConfig):
     step: k minibatches of ``batch_size / k`` give the step of one minibatch of ``batch_size`` in a k-th of the
     activation memory (PPO); A2C splits its one batch into k parts."""
     behavioral_cloning: BehavioralCloningConfig | None = None
-    """An auxiliary BC loss on a dataset's demonstrations, its weight decaying to 0 (``rlcore.bc_regularizer``)."""
+    """An auxiliary BC loss on a dataset's demonstrations, its weight decaying to 0
+    (``rlcore.objectives.bc_regularizer``)."""
     reward_signals: RewardSignalsConfig | None = None
     """Rewards beside the env's: ``extrinsic``, ``rnd``, ``curiosity``, ``gail``, each with a ``strength`` and a
     ``gamma`` (``rlcore.reward_signals``); null: the env's reward alone."""
@@ -215,7 +216,7 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
         self.consecutive_skips = 0
         self._pending_skip = False
         self.precision = Precision()
-        """How losses are computed (``rlcore.compute``): float32 unless the session says otherwise
+        """How losses are computed (``rlcore.nets.precision``): float32 unless the session says otherwise
         (:meth:`compute_in`)."""
 
     def compute_in(self, precision: Precision) -> None:
@@ -347,7 +348,7 @@ class OnPolicyAlgorithm(Algorithm[ConfigT, PolicyT]):
     @torch.no_grad()
     def advantages(self, rollout: RolloutBuffer) -> tuple[torch.Tensor, torch.Tensor]:
         """(advantages, value targets), each (T, N), for a filled rollout. GAE unless a member chooses
-        another estimator from ``rlcore.returns``."""
+        another estimator from ``rlcore.objectives.returns``."""
         cfg = self.config
         assert isinstance(cfg, OnPolicyConfig)
         return gae(
@@ -423,7 +424,7 @@ class PopulationAlgorithm(Algorithm[ConfigT, PolicyT]):
     @abstractmethod
     def ask(self, seed: int, first_env_seed: int) -> list[RolloutTask]:
         """This iteration's tasks. ``seed`` is the iteration's own (from the run's seed and ``iterations``);
-        ``first_env_seed`` the first training-range env seed the tasks may use (``rlcore.seeds``)."""
+        ``first_env_seed`` the first training-range env seed the tasks may use (``rlcore.common.seeds``)."""
 
     @abstractmethod
     def tell(self, tasks: list[RolloutTask], results: list[RolloutResult], progress: float) -> dict[str, float]:

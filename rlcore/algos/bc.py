@@ -16,8 +16,8 @@ from gymnasium import spaces
 from pydantic import Field
 
 from rlcore.algos.base import OfflineAlgorithm, OfflineConfig
-from rlcore.config import PolicyConfig
-from rlcore.policies import Policy, stochastic_actor
+from rlcore.config.sections import PolicyConfig
+from rlcore.nets.policies import Policy, stochastic_actor
 
 
 class BCConfig(OfflineConfig):

@@ -20,10 +20,10 @@ from gymnasium import spaces
 from pydantic import Field
 
 from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
-from rlcore.config import PolicyConfig
-from rlcore.nets import polyak_update
-from rlcore.policies import QPolicy
-from rlcore.schedules import scheduled
+from rlcore.config.sections import PolicyConfig
+from rlcore.nets.blocks import polyak_update
+from rlcore.nets.policies import QPolicy
+from rlcore.objectives.schedules import scheduled
 
 
 class DQNConfig(OffPolicyConfig):

@@ -3,14 +3,14 @@
 The policy's parameters theta (a flat vector: ``parameters_to_vector`` of any of our policies) are the mean of
 a Gaussian search distribution. Per iteration, with P = population_size / 2 antithetic pairs:
 
-    offsets o_1..o_P <- uniform windows of the shared noise table (rlcore.population.noise); eps_i = noise[o_i:]
+    offsets o_1..o_P <- uniform windows of the shared noise table (rlcore.algos.noise_table); eps_i = noise[o_i:]
     R_i^+, R_i^- <- the returns of greedy rollouts of theta + sigma * eps_i and theta - sigma * eps_i
                     (pair i's two rollouts start from the same env seed; workers run them, results by offset)
     F <- centered ranks of all 2P returns, in [-0.5, 0.5] (ties share their mean rank)
     g = 1/(2P) * sum_i (F_i^+ - F_i^-) * eps_i              (divided by the number of rollouts; the 1/sigma of the
                                                              estimator is in the learning rate, as in OpenAI's code)
     theta <- optimizer step on -g + weight_decay * theta    (OpenAI's Adam or SGD with momentum,
-                                                             rlcore.population.optimizers; weight_decay is l2coeff)
+                                                             rlcore.algos.es_optimizers; weight_decay is l2coeff)
     observation statistics <- merged with each rollout's, in pair order (Welford; when policy.normalize_obs)
 
 This is OpenAI's ``es_distributed`` (``es.py``: ``g /= returns_n2.size``, then
@@ -31,14 +31,14 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from rlcore.algos.base import PopulationAlgorithm, PopulationConfig
-from rlcore.config import PolicyConfig
-from rlcore.errors import CheckpointError, ConfigError
-from rlcore.nets import ObsNormalizer
-from rlcore.policies import CategoricalActor, DeterministicActor, Policy, require_bounded
-from rlcore.population.noise import noise_rows, noise_table, sample_offsets
-from rlcore.population.optimizers import OpenAIAdam, OpenAISGD
-from rlcore.population.tasks import PairResults, PerturbedPairs, RolloutResult, RolloutTask
-from rlcore.schedules import ScheduleName, scheduled
+from rlcore.algos.es_optimizers import OpenAIAdam, OpenAISGD
+from rlcore.algos.noise_table import noise_rows, noise_table, sample_offsets
+from rlcore.algos.population_tasks import PairResults, PerturbedPairs, RolloutResult, RolloutTask
+from rlcore.common.errors import CheckpointError, ConfigError
+from rlcore.config.sections import PolicyConfig
+from rlcore.nets.blocks import ObsNormalizer
+from rlcore.nets.policies import CategoricalActor, DeterministicActor, Policy, require_bounded
+from rlcore.objectives.schedules import ScheduleName, scheduled
 
 MAX_NOISE_TABLE = 2**28
 """The largest noise table (1 GiB of float32 in every worker process and the learner)."""
@@ -59,7 +59,7 @@ class ESConfig(PopulationConfig):
     """Seeds the noise table: the same table in every process (and in every run with this seed)."""
     optimizer: Literal["adam", "sgd"] = "adam"
     """OpenAI's ``adam``, or OpenAI's ``sgd`` with ``momentum`` (an exponential moving average of the gradient that
-    starts at 0; ``rlcore.population.optimizers``)."""
+    starts at 0; ``rlcore.algos.es_optimizers``)."""
     lr: float = Field(0.01, gt=0)
     lr_schedule: ScheduleName = "constant"
     momentum: float = Field(0.9, ge=0, lt=1)

@@ -5,8 +5,8 @@ trainer runs them: in-process, subprocesses, or Dask tasks). For each batch of t
 
     V(s_0..s_T) <- the learner's critic on every observation (s_T: after the last step, for the bootstrap)
     log rho_t   <- log pi(a_t|s_t) - log mu(a_t|s_t)            (mu's log-probs travel with the trajectory)
-    v_s, A_t    <- V-trace(log rho, r, V, rho_bar, c_bar)      (rlcore.returns.vtrace: targets, pg advantages)
-    loss = -E[log pi(a_t|s_t) A_t] + c_v * L_value(V(s_t), v_s) / 2 - c_e * H[pi(.|s_t)]
+    v_s, A_t    <- V-trace(log rho, r, V, rho_bar, c_bar)      (rlcore.objectives.returns.vtrace: targets, pg
+    advantages) loss = -E[log pi(a_t|s_t) A_t] + c_v * L_value(V(s_t), v_s) / 2 - c_e * H[pi(.|s_t)]
 
 (L_value: the squared error, or the critic's own loss for transformed or categorical value heads)
 
@@ -28,12 +28,12 @@ from pydantic import Field
 
 from rlcore.algos.base import ActorLearnerAlgorithm, ActorLearnerConfig
 from rlcore.algos.ppo import PPO, explained_variance
-from rlcore.buffers import TrajectoryBatch
-from rlcore.config import PolicyConfig
-from rlcore.memory import RecurrentActorCritic, actor_critic
-from rlcore.policies import ActorCritic
-from rlcore.returns import log_importance_weights, vtrace
-from rlcore.schedules import ScheduleName, scheduled
+from rlcore.config.sections import PolicyConfig
+from rlcore.data.rollouts import TrajectoryBatch
+from rlcore.nets.policies import ActorCritic
+from rlcore.nets.recurrent import RecurrentActorCritic, actor_critic
+from rlcore.objectives.returns import log_importance_weights, vtrace
+from rlcore.objectives.schedules import ScheduleName, scheduled
 
 
 class IMPALAConfig(ActorLearnerConfig):

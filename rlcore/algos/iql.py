@@ -31,10 +31,10 @@ from gymnasium import spaces
 from pydantic import Field
 
 from rlcore.algos.base import OfflineAlgorithm, OfflineConfig
-from rlcore.config import PolicyConfig
-from rlcore.datasets import OfflineData
-from rlcore.nets import TwinQ, mlp, polyak_update
-from rlcore.policies import Policy, stochastic_actor
+from rlcore.config.sections import PolicyConfig
+from rlcore.data.datasets import OfflineData
+from rlcore.nets.blocks import TwinQ, mlp, polyak_update
+from rlcore.nets.policies import Policy, stochastic_actor
 
 
 class IQLConfig(OfflineConfig):

@@ -22,14 +22,14 @@ from gymnasium import spaces
 from pydantic import Field, model_validator
 
 from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig, accumulation_groups
-from rlcore.bc_regularizer import BCRegularizer
-from rlcore.buffers import RolloutBuffer
-from rlcore.config import PolicyConfig
-from rlcore.memory import actor_critic
-from rlcore.policies import ActorCritic
-from rlcore.returns import gae
-from rlcore.reward_scaling import RewardScaler
-from rlcore.schedules import ScheduleName, scheduled
+from rlcore.config.sections import PolicyConfig
+from rlcore.data.rollouts import RolloutBuffer
+from rlcore.nets.policies import ActorCritic
+from rlcore.nets.recurrent import actor_critic
+from rlcore.objectives.bc_regularizer import BCRegularizer
+from rlcore.objectives.returns import gae
+from rlcore.objectives.reward_scaling import RewardScaler
+from rlcore.objectives.schedules import ScheduleName, scheduled
 
 
 class PPOConfig(OnPolicyConfig):
@@ -60,7 +60,8 @@ class PPOConfig(OnPolicyConfig):
     > 1 (the paper uses 3); null: off."""
     normalize_rewards: bool = False
     """Divide rewards by the running standard deviation of the discounted return before GAE (SB3's VecNormalize
-    reward scaling; ``rlcore.reward_scaling``). The statistics are saved in checkpoints, not in the policy."""
+    reward scaling; ``rlcore.objectives.reward_scaling``). The statistics are saved in checkpoints, not in the
+    policy."""
     reward_clip: float | None = Field(10.0, gt=0)
     """With normalize_rewards: clip scaled rewards to [-reward_clip, reward_clip]; null: no clipping."""
 

@@ -24,9 +24,9 @@ from gymnasium import spaces
 from pydantic import Field
 
 from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
-from rlcore.config import PolicyConfig
-from rlcore.nets import TwinQ, polyak_update
-from rlcore.policies import CategoricalActor, Policy, SquashedGaussianActor, require_bounded
+from rlcore.config.sections import PolicyConfig
+from rlcore.nets.blocks import TwinQ, polyak_update
+from rlcore.nets.policies import CategoricalActor, Policy, SquashedGaussianActor, require_bounded
 
 
 class SACConfig(OffPolicyConfig):

@@ -3,7 +3,7 @@ A2C-style, their actors coupled through an RBF kernel on their flattened paramet
 
 Per iteration, each particle i runs n_steps vector steps of its own envs (a rollout task, on any runner), then:
 
-    A_i, R_i  <- GAE from particle i's own critic                      (rlcore.returns.gae)
+    A_i, R_i  <- GAE from particle i's own critic                      (rlcore.objectives.returns.gae)
     g_i       =  grad of the A2C policy objective E[log pi_i(a|s) A_i] (+ ent_coef * entropy), norm-clipped
     theta_i   =  particle i's actor parameters, flattened
     k(a, b)   =  exp(-||a - b||^2 / h),  h = median of the N x N squared distances / log(N + 1)
@@ -30,13 +30,13 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector
 
 from rlcore.algos.base import PopulationAlgorithm, PopulationConfig
+from rlcore.algos.population_tasks import ParticleSegment, RolloutResult, RolloutTask, SegmentResult
 from rlcore.algos.ppo import PPO, explained_variance
-from rlcore.config import PolicyConfig
-from rlcore.policies import ActorCritic
-from rlcore.population.tasks import ParticleSegment, RolloutResult, RolloutTask, SegmentResult
-from rlcore.returns import gae
-from rlcore.schedules import ScheduleName, scheduled
-from rlcore.value_transforms import ValueHeadConfig
+from rlcore.config.sections import PolicyConfig
+from rlcore.nets.policies import ActorCritic
+from rlcore.nets.value_transforms import ValueHeadConfig
+from rlcore.objectives.returns import gae
+from rlcore.objectives.schedules import ScheduleName, scheduled
 
 
 class SVPGConfig(PopulationConfig):

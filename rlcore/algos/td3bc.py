@@ -22,9 +22,9 @@ from gymnasium import spaces
 from pydantic import Field
 
 from rlcore.algos.base import OfflineAlgorithm, OfflineConfig
-from rlcore.config import PolicyConfig
-from rlcore.nets import TwinQ, polyak_update
-from rlcore.policies import DeterministicActor, require_bounded
+from rlcore.config.sections import PolicyConfig
+from rlcore.nets.blocks import TwinQ, polyak_update
+from rlcore.nets.policies import DeterministicActor, require_bounded
 
 
 class TD3BCConfig(OfflineConfig):

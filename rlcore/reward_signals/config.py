@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from rlcore.strict import StrictModel
+from rlcore.common.strict_model import StrictModel
 
 
 class ExtrinsicConfig(StrictModel):
@@ -90,7 +90,8 @@ class GAILConfig(IntrinsicConfig):
     is the expert's, trained against a dataset with a gradient penalty; the policy's reward is -log(1 - D)."""
 
     dataset: str
-    """A Parquet dataset of the expert's transitions (``rlcore.datasets``' schema: what ``rlcore collect`` writes)."""
+    """A Parquet dataset of the expert's transitions (``rlcore.data.datasets``' schema: what ``rlcore collect``
+    writes)."""
     max_episodes: int | None = Field(None, ge=1)
     """Use only the dataset's first this many episodes (by episode id); null: all of them."""
     use_actions: bool = True

@@ -19,8 +19,8 @@ import gymnasium as gym
 import torch
 from gymnasium import spaces
 
-from rlcore.encoders import Encoder
-from rlcore.nets import mlp
+from rlcore.nets.blocks import mlp
+from rlcore.nets.encoders import Encoder
 from rlcore.reward_signals.config import CuriosityConfig
 from rlcore.reward_signals.inputs import action_features, action_width, inverse_loss
 from rlcore.reward_signals.signal import RewardSignal, SignalBatch

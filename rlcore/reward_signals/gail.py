@@ -13,7 +13,7 @@ per pair and penalizes the gradient of the logit w.r.t. the concatenated (observ
 differs: it penalizes the gradient of D = sigmoid(l), mixes with one coefficient per input element, and takes the
 norm over the first observation's gradient only.
 
-The expert's transitions come from a Parquet dataset of our schema (``rlcore.datasets``: what ``rlcore collect``
+The expert's transitions come from a Parquet dataset of our schema (``rlcore.data.datasets``: what ``rlcore collect``
 writes), read whole when the run starts; each minibatch of policy transitions meets as many expert transitions,
 drawn with the update's generator. GAIL's return is episodic by default: its reward is positive, so the policy
 also learns to keep episodes going, as the expert does where episodes end in failure.
@@ -31,10 +31,10 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
-from rlcore import demonstrations
-from rlcore.encoders import Encoder
-from rlcore.errors import ConfigError
-from rlcore.io import shown_path
+from rlcore.common.errors import ConfigError
+from rlcore.common.files import shown_path
+from rlcore.data import demonstrations
+from rlcore.nets.encoders import Encoder
 from rlcore.reward_signals.config import GAILConfig
 from rlcore.reward_signals.inputs import action_features, action_width
 from rlcore.reward_signals.signal import RewardSignal, SignalBatch
@@ -73,7 +73,7 @@ def gradient_penalty(
 
 
 def check_header(config: GAILConfig, observation_space: gym.Space, action_space: spaces.Space) -> dict[str, Any]:
-    """What can be refused before a run starts (``rlcore.demonstrations.check_header``): the dataset's metadata."""
+    """What can be refused before a run starts (``rlcore.data.demonstrations.check_header``): the dataset's metadata."""
     return demonstrations.check_header(f"{KEY}.dataset", Path(config.dataset), observation_space, action_space)
 
 

@@ -1,7 +1,7 @@
 """What the signals' networks read: observations through an encoder of the policy's architecture, actions as
 float features, and the inverse model's loss in each action space's own terms.
 
-Actions arrive in the policy's convention (``rlcore.actions``): (B,) int64 indices for ``Discrete(n)``, (B, k)
+Actions arrive in the policy's convention (``rlcore.envs.actions``): (B,) int64 indices for ``Discrete(n)``, (B, k)
 int64 for ``MultiDiscrete``/``MultiBinary``, (B, d) float32 for ``Box``.
 """
 
@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
-from rlcore.actions import sub_action_sizes
-from rlcore.nets import mlp
+from rlcore.envs.actions import sub_action_sizes
+from rlcore.nets.blocks import mlp
 
 
 def action_width(action_space: spaces.Space) -> int:

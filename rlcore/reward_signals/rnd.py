@@ -24,7 +24,7 @@ from collections.abc import Callable
 import gymnasium as gym
 import torch
 
-from rlcore.encoders import Encoder
+from rlcore.nets.encoders import Encoder
 from rlcore.reward_signals.config import RNDConfig
 from rlcore.reward_signals.signal import RewardSignal, SignalBatch
 

@@ -31,12 +31,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlcore.buffers import RolloutBuffer
-from rlcore.encoders import Encoder, Flatten, ImageEncoder, float_mask
-from rlcore.nets import ObsNormalizer
-from rlcore.observations import PackedDict, is_image, layout
-from rlcore.returns import gae
-from rlcore.reward_scaling import RewardScaler
+from rlcore.data.rollouts import RolloutBuffer
+from rlcore.envs.observations import PackedDict, is_image, layout
+from rlcore.nets.blocks import ObsNormalizer
+from rlcore.nets.encoders import Encoder, Flatten, ImageEncoder, float_mask
+from rlcore.objectives.returns import gae
+from rlcore.objectives.reward_scaling import RewardScaler
 from rlcore.reward_signals.config import IntrinsicConfig
 from rlcore.reward_signals.inputs import EncodedMLP
 
@@ -85,7 +85,8 @@ def signal_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE of one signal over (T, N) tensors; returns (advantages, value targets), 0 and V(s_t) on autoreset rows.
 
-    ``episodic``: :func:`rlcore.returns.gae`, as the extrinsic return (no value after a terminal state, nothing flows
+    ``episodic``: :func:`rlcore.objectives.returns.gae`, as the extrinsic return (no value after a terminal state,
+    nothing flows
     back across an episode's end); the autoreset rows (``valid`` False), which GAE keeps for the time structure,
     get advantage 0, so they carry no weight wherever they are read.
 
@@ -132,8 +133,8 @@ def has_images(space: gym.Space) -> bool:
 
 
 def normalized_elements(space: gym.Space, images: bool) -> np.ndarray | None:
-    """Which elements of an observation a signal's normalizer applies to (``rlcore.nets.ObsNormalizer``'s mask):
-    the float values (:func:`rlcore.encoders.float_mask`), and with ``images`` every pixel of a frame too."""
+    """Which elements of an observation a signal's normalizer applies to (``rlcore.nets.blocks.ObsNormalizer``'s mask):
+    the float values (:func:`rlcore.nets.encoders.float_mask`), and with ``images`` every pixel of a frame too."""
     mask = float_mask(space)
     if not images:
         return mask

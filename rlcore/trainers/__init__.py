@@ -14,7 +14,7 @@ from rlcore.algos.base import (
     OnPolicyAlgorithm,
     PopulationAlgorithm,
 )
-from rlcore.config import Params
+from rlcore.config.sections import Params
 from rlcore.registry import algorithm_class
 from rlcore.trainers.actor_learner import train_actor_learner
 from rlcore.trainers.off_policy import train_off_policy

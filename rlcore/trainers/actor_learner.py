@@ -21,16 +21,16 @@ from typing import Any
 
 import numpy as np
 
-from rlcore.actors.actor import ActorSpec, WeightsCodec
-from rlcore.actors.runners import DevRunner, LocalRunner, Runner
 from rlcore.algos.base import ActorLearnerAlgorithm, ActorLearnerConfig
-from rlcore.buffers import TrajectoryBatch
-from rlcore.config import Params
-from rlcore.policies import Policy
-from rlcore.seeds import training_seed
+from rlcore.common.seeds import training_seed
+from rlcore.config.sections import Params
+from rlcore.data.rollouts import TrajectoryBatch
+from rlcore.nets.policies import Policy
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import DataSource
 from rlcore.trainers.stopping import EvaluationCallback
+from rlcore.workers.actors.actor import ActorSpec, WeightsCodec
+from rlcore.workers.actors.runners import DevRunner, LocalRunner, Runner
 
 
 def make_runner(params: Params, policy: Policy, env_steps: int) -> Runner:
@@ -52,7 +52,7 @@ def make_runner(params: Params, policy: Policy, env_steps: int) -> Runner:
     if cfg.runner == "local":
         size = WeightsCodec(policy).size
         return LocalRunner(make_spec, cfg.num_actors, size, cfg.queue_size, cfg.actor_timeout_seconds)
-    from rlcore.actors.dask_runner import DaskRunner
+    from rlcore.workers.actors.dask_runner import DaskRunner
 
     return DaskRunner(make_spec, cfg.num_actors, cfg.queue_size, cfg.actor_timeout_seconds, params.deploy.dask_address)
 

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlcore.actions import random_actions
 from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
-from rlcore.config import Params
-from rlcore.observations import obs_tensor
+from rlcore.config.sections import Params
+from rlcore.envs.actions import random_actions
+from rlcore.envs.observations import obs_tensor
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import ReplaySource
 from rlcore.trainers.stopping import EvaluationCallback

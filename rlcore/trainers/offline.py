@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.algos.base import OfflineAlgorithm, OfflineConfig
-from rlcore.config import Params
+from rlcore.config.sections import Params
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import DatasetSource
 from rlcore.trainers.stopping import EvaluationCallback

@@ -13,13 +13,13 @@ from typing import Any, cast
 
 import torch
 
-from rlcore.actions import action_layout
 from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig
-from rlcore.compute import copy_weights
-from rlcore.config import Params
-from rlcore.observations import obs_tensor
-from rlcore.policies import ActorCritic, reset_state
-from rlcore.sequences import SequenceRollout, make_rollout
+from rlcore.config.sections import Params
+from rlcore.data.sequences import SequenceRollout, make_rollout
+from rlcore.envs.actions import action_layout
+from rlcore.envs.observations import obs_tensor
+from rlcore.nets.policies import ActorCritic, reset_state
+from rlcore.nets.precision import copy_weights
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import EnvSource
 from rlcore.trainers.stopping import EvaluationCallback
@@ -38,10 +38,10 @@ def train_on_policy(
         obs = obs_tensor(source.reset(session.state.env_steps))
         policy.obs_normalizer.update(obs)
         action_shape, action_dtype = action_layout(session.action_space)  # Box actions of any shape are flat
-        obs_dtype = obs.dtype  # the storage dtype: uint8 frames stay uint8 (rlcore.observations)
+        obs_dtype = obs.dtype  # the storage dtype: uint8 frames stay uint8 (rlcore.envs.observations)
         obs_shape = tuple(session.observation_space.shape or ())
         rollout = make_rollout(policy, n_steps, num_envs, obs_shape, action_shape, action_dtype, obs_dtype)
-        learner = algorithm.policy  # policy itself, or its copy on train.device (rlcore.compute)
+        learner = algorithm.policy  # policy itself, or its copy on train.device (rlcore.nets.precision)
         state = policy.initial_state(num_envs)  # a recurrent policy's memory (None: feed-forward); episodes restart
         stop_reason = session.stops.budget(session.state)
         while stop_reason is None:

@@ -22,15 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from rlcore.actors.actor import WeightsCodec
 from rlcore.algos.base import PopulationAlgorithm, PopulationConfig
-from rlcore.config import Params
-from rlcore.population.runners import DevRunner, LocalRunner, PopulationRunner
+from rlcore.common.seeds import training_seed
+from rlcore.config.sections import Params
 from rlcore.registry import algorithm_class
-from rlcore.seeds import training_seed
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import DataSource
 from rlcore.trainers.stopping import EvaluationCallback
+from rlcore.workers.actors.actor import WeightsCodec
+from rlcore.workers.population.runners import DevRunner, LocalRunner, PopulationRunner
 
 
 def make_runner(params: Params) -> PopulationRunner:
@@ -42,7 +42,7 @@ def make_runner(params: Params) -> PopulationRunner:
         return DevRunner(tree)
     if cfg.runner == "local":
         return LocalRunner(tree, cfg.num_workers, cfg.worker_timeout_seconds)
-    from rlcore.population.dask_runner import DaskRunner
+    from rlcore.workers.population.dask_runner import DaskRunner
 
     return DaskRunner(tree, cfg.num_workers, params.deploy.dask_address)
 

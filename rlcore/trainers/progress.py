@@ -6,7 +6,7 @@ import logging
 import sys
 import time
 
-from rlcore.evaluation import EvalResult
+from rlcore.evaluation.evaluator import EvalResult
 
 log = logging.getLogger("rlcore")
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlcore.checkpoints import (
+from rlcore.common.checkpoints import (
     Checkpoint,
     StepUnit,
     checkpoint_path,
@@ -34,10 +34,10 @@ from rlcore.checkpoints import (
     load_checkpoint,
     save_checkpoint,
 )
-from rlcore.config import Params
-from rlcore.errors import CheckpointError, RLCoreError
-from rlcore.evaluation import EvalResult
-from rlcore.io import write_json, write_text
+from rlcore.common.errors import CheckpointError, RLCoreError
+from rlcore.common.files import write_json, write_text
+from rlcore.config.sections import Params
+from rlcore.evaluation.evaluator import EvalResult
 
 log = logging.getLogger("rlcore")
 
@@ -78,10 +78,11 @@ class RunState:
     warnings: list[str] = field(default_factory=list)
     """What the user should know about the run (e.g. a collapsed policy), in the summary and the report."""
     curriculum: dict[str, Any] | None = None
-    """The curriculum's state (``rlcore.curriculum``: the lesson, its start, its smoothed signal, when each lesson
+    """The curriculum's state (``rlcore.envs.curriculum``: the lesson, its start, its smoothed signal, when each lesson
     started), restored on resume; None without ``env.curriculum``."""
     initialized_from: dict[str, Any] | None = None
-    """``train.init_from``'s record (``rlcore.warm_start``: path, sha256, what was loaded), kept across resumes."""
+    """``train.init_from``'s record (``rlcore.trainers.warm_start``: path, sha256, what was loaded), kept across
+    resumes."""
 
     @property
     def steps(self) -> int:

@@ -19,23 +19,23 @@ import torch
 from gymnasium import spaces
 
 from rlcore.algos.base import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
-from rlcore.bc_regularizer import check_demonstrations
-from rlcore.compute import Precision, copy_weights, learner_copy, training_device
-from rlcore.config import Params
-from rlcore.curriculum import Curriculum
-from rlcore.envs import describe_space, settings_for
-from rlcore.errors import ConfigError, RLCoreError
-from rlcore.evaluation import Evaluator
+from rlcore.common.errors import ConfigError, RLCoreError
+from rlcore.common.seeds import periodic_seeds
+from rlcore.config.sections import Params
+from rlcore.envs.curriculum import Curriculum
+from rlcore.envs.vector import describe_space, settings_for
+from rlcore.evaluation.evaluator import Evaluator
+from rlcore.nets.precision import Precision, copy_weights, learner_copy, training_device
+from rlcore.objectives.bc_regularizer import check_demonstrations
 from rlcore.registry import algorithm_class, check_action_space
-from rlcore.resources import check_resources
 from rlcore.reward_signals import check_reward_signals
-from rlcore.seeds import periodic_seeds
+from rlcore.trainers.memory_estimate import check_resources
 from rlcore.trainers.metrics import EpisodeStats, MetricsLog
 from rlcore.trainers.progress import Progress
 from rlcore.trainers.run_directory import RunDirectory, RunState, log, train_fingerprint
 from rlcore.trainers.sources import DataSource, EnvSource
 from rlcore.trainers.stopping import EvaluationCallback, StopConditions
-from rlcore.warm_start import warm_start_of
+from rlcore.trainers.warm_start import warm_start_of
 
 SourceT = TypeVar("SourceT", bound=DataSource)
 
@@ -97,7 +97,7 @@ class TrainingSession(Generic[SourceT]):
         algo_cls = algorithm_class(params.algo.name)
         # Everything that can refuse the run comes first (env kwargs, algorithm/space fit, the policy, the
         # source: e.g. the dataset), so a refused run never replaces the previous one.
-        # Periodic evaluations: the run's own episodes, apart from training, validation and test (rlcore.seeds).
+        # Periodic evaluations: the run's own episodes, apart from training, validation and test (rlcore.common.seeds).
         seeds = periodic_seeds(params.seed, params.train.eval_episodes)
         self.evaluator = Evaluator(
             params.env,
@@ -140,7 +140,7 @@ class TrainingSession(Generic[SourceT]):
         }
         if self.checkpoint is None and self.warm_start is not None:  # before the algorithm copies it (targets)
             self.warm_start.apply(self.policy)
-        # train.device: the algorithm trains self.policy, or on a GPU a copy of it there (rlcore.compute);
+        # train.device: the algorithm trains self.policy, or on a GPU a copy of it there (rlcore.nets.precision);
         # acting, evaluation and checkpoints use self.policy.
         learner = learner_copy(self.policy, self.device)
         self.algorithm: Algorithm[Any, Any] = algorithm_class(params.algo.name)(learner, params.algo)

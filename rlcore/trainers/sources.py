@@ -21,18 +21,18 @@ import torch
 from gymnasium import spaces
 
 from rlcore.algos.base import Algorithm, OfflineAlgorithm, OffPolicyConfig
-from rlcore.checkpoints import StepUnit
-from rlcore.config import Params
-from rlcore.dataset_stream import InMemoryBatches, RowGroupStream
-from rlcore.datasets import OfflineData, load_dataset, transition_count
-from rlcore.envs import EpisodeSettings, make_vector_env, use_settings
-from rlcore.io import file_digests
-from rlcore.nets import ObsNormalizer
-from rlcore.observations import storage_dtype
-from rlcore.policies import action_dim
-from rlcore.replay import OlderReplayFormatError, ReplayBuffer
-from rlcore.seeds import training_seed
-from rlcore.stepping import VectorStepper
+from rlcore.common.checkpoints import StepUnit
+from rlcore.common.files import file_digests
+from rlcore.common.seeds import training_seed
+from rlcore.config.sections import Params
+from rlcore.data.datasets import OfflineData, load_dataset, transition_count
+from rlcore.data.replay import OlderReplayFormatError, ReplayBuffer
+from rlcore.data.stream import InMemoryBatches, RowGroupStream
+from rlcore.envs.observations import storage_dtype
+from rlcore.envs.stepping import VectorStepper
+from rlcore.envs.vector import EpisodeSettings, make_vector_env, use_settings
+from rlcore.nets.blocks import ObsNormalizer
+from rlcore.nets.policies import action_dim
 
 log = logging.getLogger("rlcore")
 
@@ -80,7 +80,7 @@ class EnvSource(DataSource):
 
     def reset(self, env_steps: int) -> np.ndarray:
         """Reset every env; seeded from the step count, so a resumed run is itself reproducible (per-episode env
-        parameters too: they are drawn from each sub-env's reset seed, ``rlcore.envs.ApplyEpisodeSettings``)."""
+        parameters too: they are drawn from each sub-env's reset seed, ``rlcore.envs.vector.ApplyEpisodeSettings``)."""
         return self.stepper.reset(training_seed(self.params.seed, env_steps), env_steps)
 
     def use_settings(self, settings: EpisodeSettings) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rlcore.config import TrainConfig
-from rlcore.evaluation import EvalResult
+from rlcore.config.sections import TrainConfig
+from rlcore.evaluation.evaluator import EvalResult
 from rlcore.trainers.run_directory import RunState
 
 EvaluationCallback = Callable[[int, EvalResult], bool]

@@ -7,7 +7,7 @@ ways), no traceback, and nothing written or removed: a finished offline run stay
   ``collect_dataset`` output, and either refused (:data:`REFUSED`) or named as valid input with the reason
   (:data:`VALID`): valid input trains, both ways.
 - More corruptions of the same kinds (:data:`MORE_REFUSED`), and unit tests of the integrity checks (page
-  checksums, ``rows_sha256``) on ``rlcore.datasets`` directly.
+  checksums, ``rows_sha256``) on ``rlcore.data.datasets`` directly.
 
 Everything runs in-process through ``flows.cli.main`` (what the ``rlcore`` command runs).
 """
@@ -34,9 +34,9 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import PROJECT
 
-from rlcore.collection import collect_dataset
-from rlcore.config import EnvConfig
-from rlcore.datasets import DatasetError, iter_dataset, load_dataset, read_metadata
+from rlcore.config.sections import EnvConfig
+from rlcore.data.collection import collect_dataset
+from rlcore.data.datasets import DatasetError, iter_dataset, load_dataset, read_metadata
 
 HERE = Path(__file__).parent
 CASES: list[dict[str, Any]] = [
@@ -353,7 +353,8 @@ def test_more_valid_layouts_train_both_ways(project: Path, collected: Path, name
     assert_trains_both_ways(project, collected, name, MORE_VALID[name][0])
 
 
-# --- the integrity checks, on rlcore.datasets directly ---------------------------------------------------------------
+# --- the integrity checks, on rlcore.data.datasets directly
+# ---------------------------------------------------------------
 
 _cartpole = gym.make("CartPole-v1")
 SPACES = (cast(gym.spaces.Box, _cartpole.observation_space), _cartpole.action_space, "CartPole-v1")
@@ -426,7 +427,7 @@ def test_a_file_written_before_checksums_still_loads(collected: Path, tmp_path: 
 
 
 def test_row_groups_without_rows_are_read_and_streamed_past(collected: Path, tmp_path: Path) -> None:
-    from rlcore.dataset_stream import RowGroupStream
+    from rlcore.data.stream import RowGroupStream
 
     table = pq.read_table(collected).replace_schema_metadata(None)
     path = tmp_path / "empty_groups.parquet"

@@ -18,7 +18,7 @@ import pytest
 from cli_support import assert_refused, run_in_process
 from conftest import PROJECT, RLCORE
 
-from rlcore.checkpoints import load_checkpoint
+from rlcore.common.checkpoints import load_checkpoint
 
 from .run_support import checkpoint_name, kill, read_json, read_tsv, start, wait_until, write_params
 

@@ -48,7 +48,7 @@ import pytest
 import yaml
 from conftest import PROJECT, RLCORE, rlcore, sets
 
-from rlcore.checkpoints import load_checkpoint
+from rlcore.common.checkpoints import load_checkpoint
 
 from .run_support import (
     DVC,

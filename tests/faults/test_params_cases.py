@@ -415,7 +415,7 @@ def test_case_is_valid_input(case: dict[str, Any], project: Path) -> None:
     elif label == "--set algo.batch_size=1000000000":
         import gymnasium as gym
 
-        from rlcore.resources import check_resources
+        from rlcore.trainers.memory_estimate import check_resources
 
         env = gym.make(params.env.id)
         check_resources(params, env.observation_space, env.action_space)  # nothing of that size is allocated
@@ -423,8 +423,8 @@ def test_case_is_valid_input(case: dict[str, Any], project: Path) -> None:
         pytest.importorskip("mujoco")
         import gymnasium as gym
 
-        from rlcore.envs import check_spaces
-        from rlcore.resources import check_resources
+        from rlcore.envs.vector import check_spaces
+        from rlcore.trainers.memory_estimate import check_resources
 
         env = gym.make(params.env.id)
         check_spaces(params.env.id, env.observation_space, env.action_space)

@@ -30,8 +30,8 @@ import torch
 import yaml
 from conftest import PROJECT, QUICK, one_line_error, rlcore, sets
 
-from rlcore.checkpoints import load_checkpoint, save_checkpoint
-from rlcore.errors import CheckpointError
+from rlcore.common.checkpoints import load_checkpoint, save_checkpoint
+from rlcore.common.errors import CheckpointError
 
 from .run_support import (
     DVC,
@@ -190,7 +190,8 @@ def test_a_zero_byte_dvclive_metrics_json_is_rewritten_when_the_run_resumes(proj
 
 
 def test_temporary_files_a_kill_leaves_mid_write_are_removed_by_the_next_run(project: Path, tmp_path: Path) -> None:
-    """Every output goes through ``.<name>.<pid>.tmp`` beside it (rlcore.io): a kill in the middle of a write leaves
+    """Every output goes through ``.<name>.<pid>.tmp`` beside it (rlcore.common.files): a kill in the middle of a
+    write leaves
     that file. The next run removes them all: checkpoints, replay, the summary, and the curves it rewrites."""
     killed_after(project, tmp_path / "killed.log", 2048)
     folder = run_dir(project)

@@ -14,7 +14,7 @@ import pytest
 from conftest import PROJECT, RLCORE, one_line_error, sets
 
 from rlcore.params import load_params
-from rlcore.resources import DASK_PROCESS_BYTES, PROCESS_BYTES, available_memory, estimate
+from rlcore.trainers.memory_estimate import DASK_PROCESS_BYTES, PROCESS_BYTES, available_memory, estimate
 
 from .run_support import env, snapshot
 

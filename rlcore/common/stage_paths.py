@@ -1,0 +1,93 @@
+"""Where each stage reads and writes, relative to the project root (see the README's Outputs table)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlcore.common.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+    name: str = "default"
+    branch: str = ""
+    """``""`` for the main pipeline; e.g. ``offline`` puts reports, models and export in their own subfolders."""
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "runs" / self.name
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+    @property
+    def learning_curve_tsv(self) -> Path:
+        return self.run_dir / "dvclive" / "plots" / "metrics" / "eval" / "mean_return.tsv"
+
+    @property
+    def train_summary(self) -> Path:
+        return self.run_dir / "train_summary.json"
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports" / self.branch if self.branch else self.root / "reports"
+
+    @property
+    def evaluations(self) -> Path:
+        return self.reports / "evaluations.json"
+
+    @property
+    def metrics(self) -> Path:
+        return self.reports / "metrics.json"
+
+    @property
+    def report(self) -> Path:
+        return self.reports / "report.md"
+
+    @property
+    def learning_curve_png(self) -> Path:
+        return self.reports / "learning_curve.png"
+
+    @property
+    def settings_png(self) -> Path:
+        """The selected model's test scores under each of ``eval.settings`` (only when some are declared)."""
+        return self.reports / "settings.png"
+
+    @property
+    def baseline_png(self) -> Path:
+        """This run's learning curve beside ``select.baseline_run``'s (only when one is named)."""
+        return self.reports / "baseline_comparison.png"
+
+    @property
+    def best(self) -> Path:
+        return self.root / "models" / self.branch / "best" if self.branch else self.root / "models" / "best"
+
+    @property
+    def best_policy(self) -> Path:
+        return self.best / "policy.pt"
+
+    @property
+    def selection(self) -> Path:
+        return self.best / "selection.json"
+
+    @property
+    def export(self) -> Path:
+        return self.root / "export" / self.branch if self.branch else self.root / "export"
+
+
+def project_path(root: Path, value: str, key: str) -> Path:
+    """Where a path from params points: a relative path is inside the project ``root`` and may not climb out of
+    it (``../elsewhere``); an absolute path is the user's explicit choice and taken as given."""
+    path = Path(value)
+    if path.is_absolute():
+        return path
+    resolved = (root / path).resolve()
+    if not resolved.is_relative_to(Path(root).resolve()):
+        raise ConfigError(
+            f"{key}: {value!r} points outside the project ({resolved}); give a path inside it, or an absolute "
+            "path to write elsewhere on purpose"
+        )
+    return root / path

@@ -1,0 +1,217 @@
+"""Roll out a policy (or uniformly random actions) over a vector env and stream the episodes to a dataset."""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from tqdm import tqdm
+
+from rlcore.config.sections import EnvConfig
+from rlcore.data.datasets import DatasetWriter
+from rlcore.envs.actions import random_actions, sub_action_sizes
+from rlcore.envs.observations import obs_tensor
+from rlcore.envs.stepping import VectorStepper
+from rlcore.envs.vector import describe_space, make_vector_env
+from rlcore.nets.policies import Policy, reset_state
+
+log = logging.getLogger("rlcore")
+
+
+class _Episode:
+    """The transitions of one env's episode in progress."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[np.ndarray, Any, float, np.ndarray, bool, bool, float]] = []
+
+    def arrays(self, force_truncated: bool) -> tuple[np.ndarray, ...]:
+        obs, actions, rewards, next_obs, terminated, truncated, log_probs = (
+            np.asarray(c) for c in zip(*self.rows, strict=True)
+        )
+        truncated = truncated.copy()
+        if force_truncated:
+            truncated[-1] = True
+        return obs, actions, rewards, next_obs, terminated, truncated, log_probs
+
+
+def random_log_prob(action_space: spaces.Space) -> float:
+    """log-probability of any action under the uniform policy (of :func:`rlcore.envs.actions.random_actions`)."""
+    if isinstance(action_space, spaces.Discrete):
+        return -math.log(int(action_space.n))
+    sizes = sub_action_sizes(action_space)
+    if sizes is not None:  # independent uniform sub-actions
+        return -float(np.sum(np.log(sizes)))
+    assert isinstance(action_space, spaces.Box)
+    return -float(np.sum(np.log(action_space.high - action_space.low)))
+
+
+def collect_dataset(
+    path: Path,
+    env_config: EnvConfig,
+    policy: Policy | None,
+    provenance: dict[str, Any],
+    num_envs: int,
+    steps: int | None,
+    episodes: int | None,
+    epsilon: float,
+    deterministic: bool,
+    seed: int,
+    row_group_size: int,
+    extra_metadata: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Collect ``steps`` transitions or ``episodes`` episodes into the Parquet file ``path``; returns its metadata.
+
+    ``policy`` None means uniformly random actions. With ``epsilon`` > 0, each action is replaced by a random
+    one with that probability (log-probabilities are then unknown and left null).
+    """
+    env = make_vector_env(env_config, num_envs)
+    action_space = env.single_action_space
+    rng = np.random.default_rng(seed)
+    generator = torch.Generator().manual_seed(seed)
+    metadata = {
+        "env": env_record(env_config),
+        "observation_space": describe_space(env.single_observation_space),
+        "action_space": describe_space(action_space),
+        "policy": {**provenance, "epsilon": epsilon, "deterministic": deterministic},
+        "seed": seed,
+        "num_envs": num_envs,
+        **(extra_metadata or {}),
+    }
+    # Observations are written in their storage dtype: uint8 frames as bytes (rlcore.data.datasets).
+    writer = DatasetWriter(path, env.single_observation_space, action_space, metadata, row_group_size)
+    try:
+        # Distribution.sample() draws from torch's global generator: seed it for this collection alone, so a
+        # shard's data depend on its seed only, not on what ran before it in the process.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            _roll_out(
+                VectorStepper(env),
+                writer,
+                policy,
+                action_space,
+                num_envs,
+                steps,
+                episodes,
+                epsilon,
+                deterministic,
+                rng,
+                generator,
+                seed,
+            )
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        env.close()
+    result = writer.close()
+    log.info(
+        "collected %d transitions in %d episodes (mean return %.1f) -> %s",
+        result["transitions"],
+        result["episodes"],
+        result["episode_return"]["mean"],
+        path,
+    )
+    return result
+
+
+def _roll_out(
+    stepper: VectorStepper,
+    writer: DatasetWriter,
+    policy: Policy | None,
+    action_space: spaces.Space,
+    num_envs: int,
+    steps: int | None,
+    episodes: int | None,
+    epsilon: float,
+    deterministic: bool,
+    rng: np.random.Generator,
+    generator: torch.Generator,
+    seed: int,
+) -> None:
+    uniform_log_prob = random_log_prob(action_space)
+    in_progress = [_Episode() for _ in range(num_envs)]
+    obs = stepper.reset(seed)
+    state = policy.initial_state(num_envs) if policy is not None else None
+
+    def collected() -> int:
+        if episodes is not None:
+            return writer.episodes
+        return writer.transitions + sum(len(e.rows) for e in in_progress)
+
+    total = episodes if episodes is not None else steps
+    assert total is not None
+    bar = tqdm(
+        total=total,
+        unit=" episodes" if episodes is not None else " transitions",
+        unit_scale=True,
+        dynamic_ncols=True,
+        disable=not sys.stderr.isatty(),  # on a terminal only: not in logs, DVC stages or Dask workers
+        desc=writer.path.name,
+    )
+    try:
+        while (count := collected()) < total:
+            bar.update(count - bar.n)
+            log_probs = np.full(num_envs, np.nan, dtype=np.float32)
+            if policy is None:
+                actions = random_actions(action_space, num_envs, rng)
+                log_probs[:] = uniform_log_prob
+            else:
+                obs_t = obs_tensor(obs)
+                with torch.no_grad():
+                    if deterministic or state is not None or not policy.has_distribution:
+                        action_t, state = policy.act(obs_t, state, deterministic, generator)
+                    else:  # a stateless stochastic policy: record the behaviour's log-probabilities
+                        dist = policy.distribution(obs_t)
+                        action_t = dist.sample()
+                        log_probs = dist.log_prob(action_t).numpy().astype(np.float32)
+                actions = action_t.numpy()
+            if epsilon > 0:
+                explore = rng.random(num_envs) < epsilon
+                random = random_actions(action_space, num_envs, rng)
+                actions = np.where(explore.reshape(-1, *([1] * (np.ndim(actions) - 1))), random, actions)
+                log_probs[:] = np.nan
+            if isinstance(action_space, spaces.Box):  # store what the env executes
+                low, high = action_space.low.reshape(-1), action_space.high.reshape(-1)  # actions are flat
+                actions = np.clip(actions, low, high).astype(np.float32)
+            step = stepper.step(actions)
+            for i in np.flatnonzero(step.valid):
+                in_progress[i].rows.append(
+                    (
+                        obs[i],
+                        actions[i],
+                        float(step.rewards[i]),
+                        step.next_obs[i],
+                        bool(step.terminated[i]),
+                        bool(step.truncated[i]),
+                        float(log_probs[i]),
+                    )
+                )
+                if step.ended[i]:
+                    writer.add_episode(*in_progress[i].arrays(force_truncated=False))
+                    in_progress[i] = _Episode()
+                    if episodes is not None and writer.episodes >= episodes:
+                        break
+            obs = step.next_obs
+            if policy is not None:
+                state = reset_state(policy, state, ~step.valid)  # those envs just began a new episode
+        bar.update(min(collected(), total) - bar.n)  # the last step may overshoot by up to num_envs - 1
+    finally:
+        bar.close()
+    if episodes is None:
+        for episode in in_progress:  # collection ended mid-episode: keep it, marked truncated
+            if episode.rows:
+                writer.add_episode(*episode.arrays(force_truncated=True))
+
+
+def env_record(env: EnvConfig) -> dict[str, Any]:
+    """How a dataset's metadata names its env: id and kwargs, and the wrappers where there are any."""
+    record: dict[str, Any] = {"id": env.id, "kwargs": env.kwargs}
+    if env.wrappers:
+        record["wrappers"] = [item.model_dump(mode="json") for item in env.wrappers]
+    return record

@@ -1,0 +1,217 @@
+"""Names that params refer to: gymnasium env ids and import paths of wrappers. A leaf module (config uses it)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import math
+import re
+import reprlib
+import traceback
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from rlcore.common.errors import describe_exception, did_you_mean, format_traceback
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise ``ValueError`` (pydantic turns it into a one-line ``ConfigError``) unless ``env_id`` is registered,
+    importing the module of a ``module:Env-v0`` id first."""
+    try:
+        spec = env_spec(env_id)
+    except gym.error.Error:
+        known = list(gym.registry.keys())
+        raise ValueError(f"unknown gymnasium env id {env_id!r}{did_you_mean(env_id, known)}") from None
+    env_creator(env_id, spec)
+
+
+_EXTRAS = {"jax": "gymnasium[jax]", "Box2D": "gymnasium[box2d]", "mujoco": "gymnasium[mujoco]", "ale_py": "ale-py"}
+"""The pip requirement that brings a module gymnasium's envs import lazily."""
+
+
+def env_creator(env_id: str, spec: Any = None) -> Any:
+    """The callable that builds one ``env_id`` env (its class, usually), imported now so that a missing optional
+    dependency is refused at load, in one line that says what to install (``ValueError``)."""
+    spec = env_spec(env_id) if spec is None else spec
+    entry = spec.entry_point
+    if getattr(entry, "__name__", "") == "_raise_shimmy_error":  # gymnasium's placeholder for the gym-compat envs
+        raise ValueError(f'{env_id} needs shimmy: `pip install "shimmy[gym-v26]"` (or shimmy[gym-v21])')
+    if not isinstance(entry, str):
+        return entry
+    try:
+        return gym.envs.registration.load_env_creator(entry)
+    except gym.error.DependencyNotInstalled as exc:
+        extra = re.search(r"gymnasium\[[\w-]+\]", str(exc))
+        what = f'`pip install "{extra.group()}"`' if extra else " ".join(str(exc).split())
+        raise ValueError(f"{env_id} needs {what}") from None
+    except ModuleNotFoundError as exc:
+        package = _EXTRAS.get(exc.name or "", exc.name)
+        raise ValueError(f'{env_id} needs `pip install "{package}"` (no module named {exc.name!r})') from None
+    except (Exception, SystemExit) as exc:
+        raise ValueError(f"{env_id}: its entry point {entry} does not import: {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def _register_minatar() -> None:
+    import minatar.gym
+
+    minatar.gym.register_envs()
+    for env_id in [env_id for env_id in gym.registry if env_id.startswith("MinAtar/")]:
+        # The same games and kwargs, built by the subclass that takes seeds of any size (rlcore.envs.minatar).
+        spec = gym.registry[env_id]
+        gym.registry[env_id] = dataclasses.replace(spec, entry_point="rlcore.envs.minatar:MinAtarEnv")
+
+
+def _register_ale() -> None:
+    import ale_py
+
+    gym.register_envs(ale_py)
+
+
+_NAMESPACES = {"MinAtar": (_register_minatar, "minatar"), "ALE": (_register_ale, "ale-py")}
+"""Namespaces of packages whose envs are registered by a call (gymnasium 1.x loads no plugins): an id in one of them
+(``MinAtar/Breakout-v1``, ``ALE/Pong-v5``) registers its package's envs on first use, in every process."""
+
+
+def env_spec(env_id: str) -> Any:
+    """Gymnasium's registered spec of ``env_id``; for ``module:Env-v0`` the module is imported first (it registers
+    the env) and the spec is ``Env-v0``'s (``gym.spec`` itself does not read the module prefix; ``gym.make`` does).
+    Raises ``ValueError`` for a module that does not import, ``gym.error.Error`` for an unknown id."""
+    if ":" in env_id:
+        module, _, env_id = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except (Exception, SystemExit) as exc:  # whatever the module raises: a syntax error, its own checks
+            raise ValueError(f"cannot import module {module!r} named in the env id: {raised_at(exc)}") from None
+    namespace = env_id.partition("/")[0] if "/" in env_id else None
+    if namespace in _NAMESPACES and env_id not in gym.registry:
+        register, package = _NAMESPACES[namespace]
+        try:
+            register()
+        except ImportError:
+            raise ValueError(f'{env_id} needs `pip install "{package}"`') from None
+    return gym.spec(env_id)
+
+
+class UserCodeValueError(ValueError):
+    """A ``ValueError`` (what validators raise) for an exception of the user's code, keeping its traceback as
+    ``details`` (``rlcore.common.errors.RLCoreError``) for the run's error log."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
+
+
+def raised_at(exc: BaseException) -> str:
+    """``Type: message (at file.py:line)``: the exception on one line and the innermost frame it came from."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return describe_exception(exc) + ("" if isinstance(exc, SyntaxError) else where)
+
+
+MOVED_MODULES = {
+    "rlcore.partial_observation": "rlcore.envs.partial_observation",
+    "rlcore.minatar_env": "rlcore.envs.minatar",
+}
+"""rlcore modules a params file may name (a wrapper, an entry point) that moved into a concept folder: an import
+path through the old name is refused with the new one."""
+
+
+def import_object(path: str) -> Any:
+    """The object at ``package.module.Name`` or ``package.module:Name``; ``ValueError`` naming what is missing, or
+    (:class:`UserCodeValueError`) what the module raised when imported: any exception, a syntax error included."""
+    module_name, sep, attribute = path.partition(":") if ":" in path else path.rpartition(".")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"expected an import path like gymnasium.wrappers.ClipReward, got {path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        moved = MOVED_MODULES.get(module_name)
+        if moved is not None:
+            raise ValueError(f"{module_name} moved to {moved}: write {moved}{sep}{attribute}") from None
+        raise ValueError(f"cannot import module {module_name!r}: {exc}") from None
+    except (Exception, SystemExit) as exc:  # the module's own code raised (or has a syntax error)
+        message = f"importing module {module_name!r} raised {raised_at(exc)}"
+        raise UserCodeValueError(message, format_traceback(exc)) from None
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        names = [name for name in dir(module) if not name.startswith("_")]
+        raise ValueError(f"{module_name} has no {attribute!r}{did_you_mean(attribute, names)}") from None
+    except Exception as exc:  # a module-level __getattr__ of the user's
+        message = f"{module_name}.{attribute} raised {raised_at(exc)}"
+        raise UserCodeValueError(message, format_traceback(exc)) from None
+
+
+def check_env_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
+    """Refuse (``ValueError`` naming ``env.kwargs.<key>``) what the env would only trip over later, mid-training:
+    ``max_episode_steps`` that is not a positive integer, a ``render_mode`` the env does not list, and a value of
+    another type than the default of the constructor's parameter it sets (a number for a number, true/false for a
+    flag, a string for a string; null is passed through). Anything else is left to the env's constructor."""
+    steps = kwargs.get("max_episode_steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"env.kwargs.max_episode_steps: expected a positive integer (or null), got {_short(steps)}")
+    spec = env_spec(env_id)
+    creators = [env_creator(env_id, spec)]
+    if isinstance(spec.vector_entry_point, str):
+        with contextlib.suppress(Exception):  # a broken vector entry point is refused where used (make_vector_env)
+            creators.append(gym.envs.registration.load_env_creator(spec.vector_entry_point))
+    elif callable(spec.vector_entry_point):
+        creators.append(spec.vector_entry_point)
+    mode = kwargs.get("render_mode")
+    modes = (getattr(creators[0], "metadata", None) or {}).get("render_modes")
+    if mode is not None and modes and mode not in modes:
+        listed = ", ".join(repr(m) for m in modes)
+        raise ValueError(f"env.kwargs.render_mode: {env_id} renders in {listed} (or null), got {mode!r}")
+    for key, value in kwargs.items():
+        if value is None or key in {"max_episode_steps", "render_mode"}:
+            continue
+        default = _constructor_default(creators, key)
+        expected = _kind(default)
+        if expected is not None and _kind(value, of_value=True) not in _ACCEPTS[expected]:
+            raise ValueError(
+                f"env.kwargs.{key}: {env_id} expects {expected} (its default is {default!r}), got {_short(value)}"
+            )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"env.kwargs.{key}: expected a finite number, got {value!r}")
+
+
+_ACCEPTS = {"a number": {"an integer", "a number"}, "true or false": {"true or false"}, "a string": {"a string"}}
+
+
+def _kind(value: Any, of_value: bool = False) -> str | None:
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int):
+        return "an integer" if of_value else "a number"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "something else" if of_value else None
+
+
+def _short(value: Any) -> str:
+    shortener = reprlib.Repr()
+    shortener.maxlevel, shortener.maxlist, shortener.maxdict, shortener.maxstring, shortener.maxlong = 2, 6, 6, 60, 40
+    return shortener.repr(value)
+
+
+def _constructor_default(creators: list[Any], key: str) -> Any:
+    """The default of parameter ``key`` of the first creator that declares one (None when none does)."""
+    import inspect
+
+    for creator in creators:
+        try:
+            parameter = inspect.signature(creator).parameters.get(key)
+        except (TypeError, ValueError):
+            continue
+        if parameter is not None and parameter.default is not inspect.Parameter.empty:
+            return parameter.default
+    return None

@@ -1,0 +1,299 @@
+"""Human-readable outputs of a run: a learning-curve PNG and a short markdown report."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from rlcore.common.files import write_text
+from rlcore.evaluation.plots import new_figure
+
+
+def read_curve(tsv: Path, column: str = "mean_return") -> tuple[list[int], list[float]]:
+    """(env steps, values) from a dvclive TSV; empty lists if the file does not exist."""
+    if not tsv.is_file():
+        return [], []
+    steps, values = [], []
+    with open(tsv, newline="") as handle:
+        for row in csv.DictReader(handle, delimiter="\t"):
+            steps.append(int(float(row["step"])))
+            values.append(float(row[column]))
+    return steps, values
+
+
+def plot_learning_curve(
+    tsv: Path,
+    candidates: list[dict[str, Any]],
+    selected: dict[str, Any],
+    test: dict[str, Any] | None,
+    title: str,
+    target: Path,
+    lessons: list[dict[str, Any]] | None = None,
+) -> None:
+    """Periodic-evaluation returns during training, each checkpoint's validation score (the evaluate stage), the
+    selected model's test score with its 95% interval, and where each curriculum lesson started (``lessons``:
+    ``[{lesson, step}, ...]``, the train summary's)."""
+    steps, values = read_curve(tsv)
+    with new_figure(target) as (_, ax):
+        if steps:
+            ax.plot(steps, values, marker=".", label="periodic evaluation (mean return)")
+        ax.errorbar(
+            [c["step"] for c in candidates],
+            [c["mean_return"] for c in candidates],
+            yerr=[c["std_return"] for c in candidates],
+            fmt="o",
+            capsize=3,
+            alpha=0.8,
+            label="validation, evaluate stage (mean ± std)",
+        )
+        ax.scatter(
+            [selected["step"]],
+            [selected["mean_return"]],
+            s=160,
+            facecolors="none",
+            edgecolors="red",
+            linewidths=2,
+            label="selected",
+            zorder=5,
+        )
+        if test is not None:
+            mean = test["mean_return"]
+            ax.errorbar(
+                [selected["step"]],
+                [mean],
+                yerr=[[mean - test["ci95_low"]], [test["ci95_high"] - mean]],
+                fmt="D",
+                color="black",
+                capsize=5,
+                label=f"test, selected model (mean, 95% CI; {test['episodes']} episodes)",
+                zorder=6,
+            )
+        for number, start in enumerate(lessons or []):
+            ax.axvline(
+                start["step"], color="gray", linestyle="--", linewidth=1, label="lesson starts" if number == 0 else None
+            )
+            ax.annotate(
+                f" {start['lesson']}", (start["step"], 1.0), xycoords=("data", "axes fraction"), va="top", fontsize=7
+            )
+        ax.set_xlabel(_unit(selected))
+        ax.set_ylabel("episode return")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
+
+
+def first_reaching(steps: list[int], values: list[float], threshold: float | None) -> int | None:
+    """The first step whose value is at least ``threshold`` (None: never, or no threshold)."""
+    if threshold is None:
+        return None
+    return next((step for step, value in zip(steps, values, strict=True) if value >= threshold), None)
+
+
+def plot_baseline_comparison(
+    curves: dict[str, Path], threshold: float | None, unit: str, title: str, target: Path
+) -> dict[str, int | None]:
+    """Periodic-evaluation returns of several runs in one chart (``curves``: label -> dvclive TSV), with
+    ``threshold`` (``train.target_return``) as a line; returns each run's first step at or above it."""
+    reached: dict[str, int | None] = {}
+    with new_figure(target) as (_, ax):
+        for label, tsv in curves.items():
+            steps, values = read_curve(tsv)
+            reached[label] = first_reaching(steps, values, threshold)
+            ax.plot(steps, values, marker=".", label=label)
+        if threshold is not None:
+            ax.axhline(threshold, color="gray", linestyle="--", linewidth=1, label=f"target {threshold:g}")
+        ax.set_xlim(left=0)
+        ax.set_xlabel(unit)
+        ax.set_ylabel("periodic evaluation, mean return")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
+    return reached
+
+
+def baseline_words(reached: dict[str, int | None], threshold: float | None, unit: str, plot: str) -> list[str]:
+    """The report's lines on the comparison with ``select.baseline_run``."""
+    lines = ["Beside the baseline run (`select.baseline_run`), periodic evaluations of both:", ""]
+    if threshold is not None:
+        parts = [
+            f"`{label}` {'never' if step is None else f'after {step:,} {unit}'}" for label, step in reached.items()
+        ]
+        lines += [f"First periodic evaluation at or above {threshold:g}: " + "; ".join(parts) + ".", ""]
+    return [*lines, f"![learning curves beside the baseline]({plot})", ""]
+
+
+def write_report(
+    target: Path,
+    name: str,
+    env_id: str,
+    algo: str,
+    selection: dict[str, Any],
+    candidates: list[dict[str, Any]],
+    summary: dict[str, Any] | None,
+    plot_name: str,
+    video_name: str | None = None,
+    settings_plot: str | None = None,
+    baseline: list[str] | None = None,
+) -> None:
+    """``reports/report.md``: the test score with its interval, the validation score selection used (and which
+    is which), how training went (and when each curriculum lesson started), the learning curve (and ``video_name``,
+    a video of the first test episode, when recorded), the scores under ``eval.settings`` (a table and
+    ``settings_plot``), the comparison with a baseline run (``baseline``: :func:`baseline_words`) and every
+    candidate's validation scores."""
+    test, validation = selection["test"], selection["validation"]
+    lines = [
+        f"# Run `{name}`: {algo} on {env_id}",
+        "",
+        f"**Test score: {test['mean_return']:.1f}** mean return, 95% CI [{test['ci95_low']:.1f}, "
+        f"{test['ci95_high']:.1f}], IQM {test['iqm_return']:.1f}, over {test['episodes']} test episodes "
+        f"(std {test['std_return']:.1f}, min {test['min_return']:.1f}, max {test['max_return']:.1f}; "
+        f"{test['truncated']} truncated).",
+        "",
+        f"**Validation score: {validation['value']:.2f}** {validation['metric']}{_setting_words(validation)} "
+        "(mean return "
+        f"{validation['mean_return']:.1f}, 95% CI [{validation['ci95_low']:.1f}, {validation['ci95_high']:.1f}], "
+        f"over {validation['episodes']} validation episodes).",
+        "",
+        "The checkpoint was selected on the validation episodes and is reported on test episodes that neither "
+        "training, its periodic evaluations nor selection ran (the best of several checkpoints, scored on the "
+        "episodes that chose it, would look better than it is).",
+        "",
+        f"**Selected:** `{selection['checkpoint']}`, after {selection['step']:,} {_unit(selection)}. "
+        f"Why: {selection['reason']}.",
+        "",
+    ]
+    if summary:
+        lines += [
+            f"Training: {summary[summary['step_unit']]:,} {_unit(summary)} in {summary['wall_seconds']:.1f} s "
+            f"({summary[summary['step_unit'] + '_per_second']:,.0f} {_unit(summary)}/s); "
+            f"stop reason: {summary['stop_reason']}.",
+            "",
+        ]
+        lines += [f"**Warning:** {warning}." for warning in summary.get("warnings", [])]
+        if summary.get("warnings"):
+            lines.append("")
+        if summary.get("curriculum"):
+            lines += ["Curriculum lessons (`env.curriculum`), when each started:", "", lessons_table(summary), ""]
+    lines += [f"![learning curve]({plot_name})", ""]
+    if summary and summary.get("initialized_from"):
+        source = summary["initialized_from"]
+        lines += [f"Initialized from `{source['path']}` (sha256 `{source['sha256'][:16]}…`, `train.init_from`).", ""]
+    lines += baseline or []
+    if video_name:
+        lines += [f"The selected model's first test episode: ![first test episode]({video_name})", ""]
+    if selection.get("settings"):
+        lines += [
+            "Scores under `eval.settings` (each setting's parameters on top of the env's defaults; the same test "
+            "and validation episode seeds as the training distribution):",
+            "",
+            settings_table(selection),
+            "",
+        ]
+        if settings_plot:
+            lines += [f"![scores under eval.settings]({settings_plot})", ""]
+    lines += [
+        "Validation scores of every checkpoint:",
+        "",
+        candidates_table(candidates, selection["checkpoint"]),
+        "",
+        "Exported model: `export/policy.onnx`, `export/policy.pt2`, card `export/model_card.json` "
+        "(after the export stage).",
+        "",
+    ]
+    write_text(target, "\n".join(lines))
+
+
+def _setting_words(validation: dict[str, Any]) -> str:
+    setting = validation.get("setting")
+    if setting is None:
+        return ""
+    return ", mean over eval.settings," if setting == "mean" else f" under setting `{setting}`"
+
+
+def lessons_table(summary: dict[str, Any]) -> str:
+    """When each curriculum lesson started (the train summary's ``curriculum.started``), as a markdown table."""
+    started = summary["curriculum"]["started"]
+    unit = _unit(summary)
+    rows = [f"| lesson | started at ({unit}) |", "|---|---:|"]
+    rows += [f"| `{entry['lesson']}` | {entry['step']:,} |" for entry in started]
+    return "\n".join(rows)
+
+
+def _setting_rows(selection: dict[str, Any]) -> list[tuple[str, str, dict[str, Any], dict[str, Any] | None]]:
+    """(name, parameters, test scores, validation scores) of the training distribution, then of each setting."""
+    validation = selection["validation"]  # the training distribution's only when selection read it there
+    rows: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = [
+        (
+            "training distribution",
+            "env.parameters",
+            selection["test"],
+            validation if validation.get("setting") is None else None,
+        )
+    ]
+    for name, entry in selection.get("settings", {}).items():
+        parameters = ", ".join(f"{key}: {value}" for key, value in entry["parameters"].items()) or "env defaults"
+        rows.append((name, parameters, entry["test"], entry["validation"]))
+    return rows
+
+
+def settings_table(selection: dict[str, Any]) -> str:
+    """The selected model's test (and validation) mean return under the training distribution and each setting."""
+    rows = [
+        "| setting | parameters | test mean return | test 95% CI | episodes | validation mean |",
+        "|---|---|---:|---|---:|---:|",
+    ]
+    for name, parameters, test, validation in _setting_rows(selection):
+        valid = f"{validation['mean_return']:.1f}" if validation and "mean_return" in validation else ""
+        rows.append(
+            f"| {name} | {parameters} | {test['mean_return']:.1f} | [{test['ci95_low']:.1f}, {test['ci95_high']:.1f}] "
+            f"| {test['episodes']} | {valid} |"
+        )
+    return "\n".join(rows)
+
+
+def plot_settings(selection: dict[str, Any], title: str, target: Path) -> None:
+    """A bar chart of the selected model's test mean return under the training distribution and each setting, with
+    95% bootstrap intervals."""
+    rows = _setting_rows(selection)
+    names = [name for name, *_ in rows]
+    means = [test["mean_return"] for _, _, test, _ in rows]
+    errors = [
+        [m - test["ci95_low"] for m, (_, _, test, _) in zip(means, rows, strict=True)],
+        [test["ci95_high"] - m for m, (_, _, test, _) in zip(means, rows, strict=True)],
+    ]
+    with new_figure(target, figsize=(max(4.0, 1.3 * len(rows) + 2), 3.6)) as (_, ax):
+        ax.bar(range(len(rows)), means, yerr=errors, capsize=4, color=["#4c72b0"] + ["#dd8452"] * (len(rows) - 1))
+        ax.set_xticks(range(len(rows)), names, rotation=15, ha="right", fontsize=8)
+        ax.set_ylabel("test mean return (95% CI)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+
+
+def candidates_table(candidates: list[dict[str, Any]], selected: str) -> str:
+    """Every candidate's validation scores as a markdown table (pandas), oldest first, the selected one marked."""
+    import pandas as pd
+
+    ordered = sorted(candidates, key=lambda c: c["step"])
+    unit = _unit(ordered[0]) if ordered else "env steps"
+    frame = pd.DataFrame(
+        {
+            "checkpoint": [
+                f"`{Path(c['checkpoint']).name}`" + (" **(selected)**" if c["checkpoint"] == selected else "")
+                for c in ordered
+            ],
+            unit: [f"{c['step']:,}" for c in ordered],
+            "mean": [c["mean_return"] for c in ordered],
+            "95% CI": [f"[{c['ci95_low']:.1f}, {c['ci95_high']:.1f}]" if "ci95_low" in c else "" for c in ordered],
+            "IQM": [c.get("iqm_return", float("nan")) for c in ordered],
+            "std": [c["std_return"] for c in ordered],
+            "min": [c["min_return"] for c in ordered],
+            "max": [c["max_return"] for c in ordered],
+        }
+    )
+    return str(frame.to_markdown(index=False, floatfmt=".1f", colalign=("left", "right", *["right"] * 6)))
+
+
+def _unit(record: dict[str, Any]) -> str:
+    """``env steps`` or ``gradient steps``: what a record's step counts."""
+    return str(record.get("step_unit", "env_steps")).replace("_", " ")

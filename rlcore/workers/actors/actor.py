@@ -1,0 +1,145 @@
+"""An actor: its own vector env and a copy of the policy, rolling out fixed-length trajectories.
+
+The same class runs in the learner's process (``runner: dev``), in a subprocess (``local``) and in a Dask
+task (``dask``). It is built from plain data (:class:`ActorSpec`: the params tree as JSON and seeds), so
+any process can build it; weights arrive as one flat float64 vector with a version number
+(:class:`WeightsCodec`), and trajectories leave as a dict of NumPy arrays (``rlcore.data.rollouts.TrajectoryBatch``
+names them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+import torch
+
+from rlcore.algos.base import ActorLearnerConfig
+from rlcore.envs.observations import obs_tensor
+from rlcore.envs.stepping import VectorStepper
+from rlcore.envs.vector import make_vector_env
+from rlcore.nets.policies import ActorCritic, Policy, reset_state
+from rlcore.params import validate_params
+from rlcore.registry import algorithm_class
+
+
+@dataclass(frozen=True)
+class ActorSpec:
+    """What a process needs to build actor ``actor_id``: the run's params tree (JSON-safe) and its seeds."""
+
+    params: dict[str, Any]
+    actor_id: int
+    env_seed: int
+    """The actor's envs reset with ``env_seed`` (sub-env ``i``: ``+ i``): in the training seed range."""
+    sampling_seed: int
+    """Seeds the actor's action sampling (a subprocess's torch RNG)."""
+
+
+class WeightsCodec:
+    """A policy's ``state_dict`` as one flat float64 vector (float32 weights and float64 statistics both fit
+    exactly), so weights can sit in one shared-memory block or one message."""
+
+    def __init__(self, policy: Policy) -> None:
+        state = policy.state_dict()
+        self.names = list(state)
+        self.shapes = [tuple(value.shape) for value in state.values()]
+        self.dtypes = [value.dtype for value in state.values()]
+        self.sizes = [int(value.numel()) for value in state.values()]
+        self.size = sum(self.sizes)
+
+    def encode(self, policy: Policy) -> np.ndarray:
+        """(size,) float64."""
+        with torch.no_grad():
+            return torch.cat([value.reshape(-1).double() for value in policy.state_dict().values()]).numpy()
+
+    def decode_into(self, policy: Policy, flat: np.ndarray) -> None:
+        parts = torch.from_numpy(np.asarray(flat, dtype=np.float64)).split(self.sizes)
+        state = {
+            name: part.reshape(shape).to(dtype)
+            for name, part, shape, dtype in zip(self.names, parts, self.shapes, self.dtypes, strict=True)
+        }
+        policy.load_state_dict(state)
+
+
+class Actor:
+    """Rolls out ``algo.trajectory_length`` vector steps of ``env.num_envs`` envs per :meth:`rollout`; episodes
+    continue across trajectories."""
+
+    def __init__(self, spec: ActorSpec) -> None:
+        params = validate_params(spec.params, source=f"actor {spec.actor_id}")
+        self.actor_id = spec.actor_id
+        assert isinstance(params.algo, ActorLearnerConfig), "actors belong to actor-learner algorithms"
+        self.trajectory_length = params.algo.trajectory_length
+        self.env = make_vector_env(params.env, params.env.num_envs)
+        self.stepper = VectorStepper(self.env, owner=f"actor {spec.actor_id}")
+        algo_cls = algorithm_class(params.algo.name)
+        # Actor-learner algorithms (IMPALA) act with an actor-critic: its heads read step_features.
+        self.policy = cast(
+            ActorCritic,
+            algo_cls.make_policy(
+                self.env.single_observation_space, self.env.single_action_space, params.policy, params.algo
+            ),
+        )
+        self.codec = WeightsCodec(self.policy)
+        self.version = -1
+        self.stepper.reset(spec.env_seed)
+        num_envs = params.env.num_envs
+        self._running_return = np.zeros(num_envs)
+        self._running_length = np.zeros(num_envs, dtype=np.int64)
+        self.state = self.policy.initial_state(num_envs)
+        """A recurrent policy's state (``policy.memory``), carried across trajectories as episodes are; None."""
+
+    def set_weights(self, version: int, flat: np.ndarray) -> None:
+        self.codec.decode_into(self.policy, flat)
+        self.version = version
+
+    @torch.no_grad()
+    def rollout(self) -> dict[str, Any]:
+        """One trajectory: arrays named as :class:`rlcore.data.rollouts.TrajectoryBatch`'s fields, (T, N) or
+        (T + 1, N, ...) for ``obs``, plus ``version``, ``actor_id`` and the returns and lengths of the episodes
+        that ended in it (``episode_returns``, ``episode_lengths``)."""
+        steps, stepper = self.trajectory_length, self.stepper
+        obs, actions, log_probs, rewards, terminated, ended, valid = [], [], [], [], [], [], []
+        finished_returns: list[float] = []
+        finished_lengths: list[int] = []
+        initial_state = None if self.state is None else self.state.numpy().copy()
+        for _ in range(steps):
+            obs_t = obs_tensor(stepper.obs)  # in its storage dtype: frames travel as uint8
+            features, next_state = self.policy.step_features(obs_t, self.state)
+            dist = self.policy.distribution_of(features)
+            action = dist.sample()
+            step = stepper.step(action.numpy())
+            self.state = reset_state(self.policy, next_state, ~step.valid)  # the step after a reset starts anew
+            obs.append(obs_t.numpy())
+            actions.append(action.numpy())
+            log_probs.append(dist.log_prob(action).numpy())
+            rewards.append(step.rewards.astype(np.float32))
+            terminated.append(step.terminated)
+            ended.append(step.ended)
+            valid.append(step.valid)
+            self._running_return += step.rewards * step.valid
+            self._running_length += step.valid
+            if step.ended.any():
+                finished_returns += self._running_return[step.ended].tolist()
+                finished_lengths += self._running_length[step.ended].tolist()
+                self._running_return[step.ended] = 0.0
+                self._running_length[step.ended] = 0
+        obs.append(obs_tensor(stepper.obs).numpy())
+        return {
+            "obs": np.stack(obs),
+            "actions": np.stack(actions),
+            "behaviour_log_probs": np.stack(log_probs),
+            "rewards": np.stack(rewards),
+            "terminated": np.stack(terminated),
+            "episode_end": np.stack(ended),
+            "valid": np.stack(valid),
+            "initial_state": initial_state,
+            "version": self.version,
+            "actor_id": self.actor_id,
+            "episode_returns": np.asarray(finished_returns, dtype=np.float64),
+            "episode_lengths": np.asarray(finished_lengths, dtype=np.int64),
+        }
+
+    def close(self) -> None:
+        self.env.close()

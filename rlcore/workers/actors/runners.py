@@ -1,0 +1,318 @@
+"""Runners: where an actor-learner run's actors live, behind one interface the learner calls.
+
+| runner    | actors                              | weights to actors                 | trajectories to the learner |
+|-----------|-------------------------------------|-----------------------------------|-----------------------------|
+| ``dev``   | in the learner's process, in turn   | set directly                      | returned                    |
+| ``local`` | one spawned subprocess each         | one shared-memory block + version | one pipe per actor          |
+| ``dask``  | one long-running task each          | a Dask Variable                   | a Dask Queue                |
+|           | (``dask_runner``)                   |                                   |                             |
+
+At most ``queue_size`` trajectories are in flight (being made, in transit, or waiting for the learner): an
+actor takes a credit before each trajectory and the learner gives it back when it takes the trajectory,
+so actors never run ahead of the learner by more than that, and the policy lag stays bounded.
+
+A runner watches its actors: one that exits, breaks its pipe or sends nothing for ``actor_timeout_seconds``
+is reported (a warning naming it and why) and replaced by a new one with fresh seeds; the run goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import pickle
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlcore.common.errors import RLCoreError, raise_worker_failure, worker_failure
+from rlcore.workers.actors.actor import Actor, ActorSpec
+from rlcore.workers.failed_starts import FailedStarts
+from rlcore.workers.parent_death import start_child
+
+log = logging.getLogger("rlcore")
+
+SpecFactory = Callable[[int, int], ActorSpec]
+"""(actor id, incarnation) -> the spec of that actor; a replaced actor gets the next incarnation."""
+
+
+class ActorError(RLCoreError):
+    """Actors cannot run: they keep dying before sending anything."""
+
+
+class Runner(ABC):
+    """Starts actors, publishes weights to them, and hands the learner their trajectories."""
+
+    def __init__(self) -> None:
+        self.replacements = 0
+        """Actors replaced so far (each one also logged as a warning)."""
+        self.dropped = 0
+        """Trajectories dropped for a policy lag above ``max_policy_lag``."""
+
+    @abstractmethod
+    def start(self, weights: np.ndarray, version: int) -> None:
+        """Start the actors acting with ``weights`` (flat float64) of ``version``."""
+
+    @abstractmethod
+    def publish(self, weights: np.ndarray, version: int) -> None:
+        """Make ``weights`` of ``version`` the ones actors use from their next trajectory on."""
+
+    @abstractmethod
+    def _next(self) -> dict[str, Any]:
+        """The next trajectory any actor finished (blocks)."""
+
+    def _taken(self) -> None:  # noqa: B027 - runners without credits do nothing
+        """The learner took a trajectory: its credit goes back to the actors."""
+
+    def collect(self, count: int, min_version: int) -> list[dict[str, Any]]:
+        """``count`` trajectories made with weights of version ``min_version`` or later (older ones are
+        dropped and counted in :attr:`dropped`)."""
+        batch: list[dict[str, Any]] = []
+        while len(batch) < count:
+            trajectory = self._next()
+            self._taken()
+            if int(trajectory["version"]) < min_version:
+                self.dropped += 1
+                continue
+            batch.append(trajectory)
+        return batch
+
+    def close(self) -> None:  # noqa: B027 - in-process runners hold nothing to release
+        pass
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class DevRunner(Runner):
+    """Actors in the learner's process, taking turns: reproducible and easy to debug (no lag, no parallelism)."""
+
+    def __init__(self, make_spec: SpecFactory, num_actors: int) -> None:
+        super().__init__()
+        self.actors = [Actor(make_spec(actor_id, 0)) for actor_id in range(num_actors)]
+        self._turn = 0
+        self._weights: tuple[int, np.ndarray] | None = None
+
+    def start(self, weights: np.ndarray, version: int) -> None:
+        self.publish(weights, version)
+
+    def publish(self, weights: np.ndarray, version: int) -> None:
+        self._weights = (version, weights)
+
+    def _next(self) -> dict[str, Any]:
+        assert self._weights is not None, "start() first"
+        actor = self.actors[self._turn % len(self.actors)]
+        self._turn += 1
+        version, weights = self._weights
+        if actor.version != version:
+            actor.set_weights(version, weights)
+        return actor.rollout()
+
+    def close(self) -> None:
+        for actor in self.actors:
+            actor.close()
+
+
+def _local_actor_main(
+    spec_fields: dict[str, Any],
+    weights: Any,
+    versions: Any,
+    credits: Any,
+    acquired: Any,
+    stop: Any,
+    conn: Connection,
+) -> None:
+    """A subprocess actor: take a credit, refresh the weights if a newer version is published, send a trajectory.
+    Started by :func:`rlcore.workers.parent_death.start_child`, so it dies with the learner: a SIGKILLed learner gives
+    no credit back, and would leave its actors waiting for one forever. ``spec_fields``: the :class:`ActorSpec`'s
+    fields (plain data, unpickled before the child has tied its life to the learner's)."""
+    spec = ActorSpec(**spec_fields)
+    torch.set_num_threads(1)
+    torch.manual_seed(spec.sampling_seed)
+    flat = np.frombuffer(weights, dtype=np.float64)
+    version = np.frombuffer(versions, dtype=np.int64)
+    taken = np.frombuffer(acquired, dtype=np.int64)
+    actor: Actor | None = None
+    try:
+        actor = Actor(spec)
+        while not stop.is_set():
+            if not credits.acquire(timeout=0.2):
+                continue
+            taken[spec.actor_id] += 1  # only this actor's process writes its slot
+            _refresh(actor, flat, version)
+            conn.send(actor.rollout())
+    except (BrokenPipeError, EOFError, KeyboardInterrupt):
+        pass  # the learner closed the run
+    except Exception as exc:  # a bad env or wrapper, a bug: the learner raises it (one line, no traceback here)
+        with contextlib.suppress(BrokenPipeError, EOFError, OSError):
+            conn.send(worker_failure(exc))
+    finally:
+        if actor is not None:
+            actor.close()
+
+
+def _refresh(actor: Actor, flat: np.ndarray, version: np.ndarray) -> None:
+    """Copy the published weights if they are newer (a sequence lock: the learner writes ``version[0]``, the
+    weights, then ``version[1]``; a copy is consistent when both read the same before and after it)."""
+    while True:
+        published = int(version[1])
+        if published == actor.version:
+            return
+        copy = flat.copy()
+        if int(version[0]) == published:
+            actor.set_weights(published, copy)
+            return
+        time.sleep(0.0005)  # the learner is writing: read again
+
+
+class LocalRunner(Runner):
+    """One spawned subprocess per actor on this machine (see the module docstring)."""
+
+    def __init__(
+        self, make_spec: SpecFactory, num_actors: int, weights_size: int, queue_size: int, timeout_seconds: float
+    ) -> None:
+        super().__init__()
+        self._ctx = mp.get_context("spawn")
+        self._make_spec = make_spec
+        self._num_actors = num_actors
+        self._timeout = timeout_seconds
+        self._weights = self._ctx.RawArray("d", weights_size)
+        self._versions = self._ctx.RawArray("q", 2)
+        self._acquired = self._ctx.RawArray("q", num_actors)
+        self._credits = self._ctx.Semaphore(queue_size)
+        self._stop = self._ctx.Event()
+        self._flat = np.frombuffer(self._weights, dtype=np.float64)
+        self._version = np.frombuffer(self._versions, dtype=np.int64)
+        self._taken_by = np.frombuffer(self._acquired, dtype=np.int64)
+        self._received = np.zeros(num_actors, dtype=np.int64)
+        self._processes: list[Any] = [None] * num_actors
+        self._conns: list[Connection | None] = [None] * num_actors
+        self._incarnations = [0] * num_actors
+        self._failed_starts = FailedStarts(num_actors, "actor", "sending a trajectory", ActorError)
+        self._received_at_spawn = np.zeros(num_actors, dtype=np.int64)
+        self._last_progress = [0.0] * num_actors
+        self._seen_taken = np.zeros(num_actors, dtype=np.int64)
+        self._ready: deque[dict[str, Any]] = deque()
+
+    def start(self, weights: np.ndarray, version: int) -> None:
+        self.publish(weights, version)
+        for actor_id in range(self._num_actors):
+            self._spawn(actor_id)
+
+    def publish(self, weights: np.ndarray, version: int) -> None:
+        self._version[0] = version
+        self._flat[:] = weights
+        self._version[1] = version
+
+    def _spawn(self, actor_id: int) -> None:
+        receiver, sender = self._ctx.Pipe(duplex=False)
+        spec = self._make_spec(actor_id, self._incarnations[actor_id])
+        process = start_child(
+            self._ctx,
+            _local_actor_main,
+            (asdict(spec), self._weights, self._versions, self._credits, self._acquired, self._stop, sender),
+            name=f"rlcore-actor-{actor_id}",
+        )
+        sender.close()  # the child holds the only sending end: its death closes the pipe
+        self._processes[actor_id], self._conns[actor_id] = process, receiver
+        self._received_at_spawn[actor_id] = self._received[actor_id]
+        self._last_progress[actor_id] = time.monotonic()
+
+    def _replace(self, actor_id: int, why: str) -> None:
+        process, conn = self._processes[actor_id], self._conns[actor_id]
+        if process.is_alive():
+            process.kill()
+        process.join(timeout=10)
+        if conn is not None:
+            conn.close()
+            self._conns[actor_id] = None  # closed: close() skips it if the run stops before a replacement exists
+        sent_anything = self._received[actor_id] > self._received_at_spawn[actor_id]
+        # Credits the dead actor took for trajectories that never arrived go back to the pool.
+        for _ in range(int(self._taken_by[actor_id] - self._received[actor_id])):
+            self._credits.release()
+        self._received[actor_id] = self._taken_by[actor_id]
+        old_pid = process.pid
+        self._failed_starts.replaced(actor_id, sent_anything, why)
+        self._incarnations[actor_id] += 1
+        self._spawn(actor_id)
+        self.replacements += 1
+        log.warning(
+            "actor %d (pid %s) %s; replaced by a new actor process (pid %s, incarnation %d)",
+            actor_id,
+            old_pid,
+            why,
+            self._processes[actor_id].pid,
+            self._incarnations[actor_id],
+        )
+
+    def _receive(self, actor_id: int) -> None:
+        conn = self._conns[actor_id]
+        assert conn is not None
+        try:
+            trajectory = conn.recv()
+        except (EOFError, OSError, pickle.UnpicklingError):
+            process = self._processes[actor_id]
+            process.join(timeout=2.0)  # a closed pipe is most often a dead actor: wait for its exit code
+            code = process.exitcode
+            self._replace(actor_id, f"died (exit code {code})" if code is not None else "broke its pipe")
+            return
+        if isinstance(trajectory, RLCoreError):  # what the actor raised (_local_actor_main)
+            raise_worker_failure(f"actor {actor_id}", trajectory, ActorError)
+        self._received[actor_id] += 1
+        self._last_progress[actor_id] = time.monotonic()
+        self._ready.append(trajectory)
+
+    def _next(self) -> dict[str, Any]:
+        while not self._ready:
+            conns = {conn: actor_id for actor_id, conn in enumerate(self._conns) if conn is not None}
+            for ready in wait(list(conns), timeout=1.0):
+                self._receive(conns[ready])  # type: ignore[index]
+            self._watch()
+        return self._ready.popleft()
+
+    def _watch(self) -> None:
+        """Replace actors that died, and actors that hold a credit but have sent nothing for the timeout (an
+        actor waiting for a credit is idle, not stuck)."""
+        now = time.monotonic()
+        for actor_id, process in enumerate(self._processes):
+            conn = self._conns[actor_id]
+            taken = int(self._taken_by[actor_id])
+            if taken != self._seen_taken[actor_id]:
+                self._seen_taken[actor_id] = taken
+                self._last_progress[actor_id] = now
+            if not process.is_alive() and conn is not None and not conn.poll():
+                self._replace(actor_id, f"died (exit code {process.exitcode})")
+            elif taken > self._received[actor_id] and now - self._last_progress[actor_id] > self._timeout:
+                self._replace(actor_id, f"sent nothing for {self._timeout:g} s")
+
+    def _taken(self) -> None:
+        self._credits.release()
+
+    def close(self) -> None:
+        self._stop.set()
+        for conn in self._conns:
+            while conn is not None and conn.poll(0):  # unblock actors waiting to send
+                try:
+                    conn.recv()
+                except (EOFError, OSError, pickle.UnpicklingError):
+                    break
+        for process in self._processes:
+            if process is not None:
+                process.join(timeout=5)
+                if process.is_alive():
+                    process.kill()
+                    process.join(timeout=5)
+        for conn in self._conns:
+            if conn is not None:
+                conn.close()
+        self._conns = [None] * self._num_actors
