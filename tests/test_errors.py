@@ -119,8 +119,8 @@ def test_unknown_env_id_suggests_a_registered_one(project: Path) -> None:
 def test_a_wrapper_named_by_its_module_before_the_concept_folders_names_the_new_path(project: Path) -> None:
     wrapper = "env.wrappers=[{wrapper: rlcore.partial_observation.KeepObservations, kwargs: {indices: [0]}}]"
     result = in_process("train", "--set", wrapper, cwd=project)
-    expected = "write rlcore.envs.partial_observation.KeepObservations"
-    one_line_error(result, "env.wrappers", "rlcore.partial_observation moved to rlcore.envs.partial_observation", expected)
+    moved = "rlcore.partial_observation moved to rlcore.envs.partial_observation"
+    one_line_error(result, "env.wrappers", moved, "write rlcore.envs.partial_observation.KeepObservations")
 
 
 def test_unknown_algorithm_lists_the_known_ones(project: Path) -> None:
