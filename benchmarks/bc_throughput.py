@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import ROOT, emit  # noqa: E402
 
-from rlcore.data.datasets import OfflineData  # noqa: E402
+from rlcore.data.reader import OfflineData  # noqa: E402
 from rlcore.params import load_params  # noqa: E402
 from rlcore.registry import algorithm_class  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Benchmark: writing and reading 1M CartPole transitions as a Parquet dataset (rlcore.data.datasets).
+"""Benchmark: writing and reading 1M CartPole transitions as a Parquet dataset (rlcore.data.writer, rlcore.data.reader).
 
 Prints one JSON line: medians over ``--repeats`` repetitions of
 
@@ -163,7 +163,7 @@ def _synthesize(transitions: int, seed: int) -> list[tuple[Any, ...]]:
 
 
 def write_phase(path: str, transitions: int, seed: int) -> dict[str, Any]:
-    from rlcore.data.datasets import DatasetWriter
+    from rlcore.data.writer import DatasetWriter
 
     observation_space, action_space = _spaces()
     episodes = _synthesize(transitions, seed)
@@ -197,7 +197,7 @@ def _import_readers() -> None:
 def rlcore_read_phase(path: str) -> dict[str, Any]:
     import torch
 
-    from rlcore.data.datasets import load_dataset
+    from rlcore.data.reader import load_dataset
 
     _import_readers()
 
@@ -265,7 +265,7 @@ def profile_phase(path: str, top: int = 25) -> str:
     import io
     import pstats
 
-    from rlcore.data.datasets import load_dataset
+    from rlcore.data.reader import load_dataset
 
     _import_readers()
     observation_space, action_space = _spaces()

@@ -59,7 +59,7 @@ def main() -> None:
     import gymnasium as gym
 
     from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
-    from rlcore.data.datasets import load_dataset
+    from rlcore.data.reader import load_dataset
     from rlcore.params import load_params
     from rlcore.registry import policy_from_checkpoint
     from rlcore.reward_signals.gail import GAIL, load_demonstrations

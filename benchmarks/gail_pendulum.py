@@ -72,7 +72,7 @@ def gail_rows(run: Path) -> dict[str, list[list[float]]]:
 
 def main() -> None:
     from rlcore.common.files import read_json
-    from rlcore.data.datasets import read_metadata
+    from rlcore.data.reader import read_metadata
     from rlcore.params import load_params
     from rlcore.stages import evaluate_stage, select_stage, train_stage
 

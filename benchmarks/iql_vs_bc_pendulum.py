@@ -105,7 +105,7 @@ def main() -> None:
 
     from rlcore.algos.iql import returns_reward_scale
     from rlcore.common.files import read_json
-    from rlcore.data.datasets import load_dataset, read_metadata
+    from rlcore.data.reader import load_dataset, read_metadata
     from rlcore.stages import evaluate_stage, select_stage, train_stage
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

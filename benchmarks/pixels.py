@@ -236,7 +236,7 @@ def frames_dataset(transitions: int, seed: int) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
     from rlcore.data.collection import collect_dataset
-    from rlcore.data.datasets import load_dataset
+    from rlcore.data.reader import load_dataset
     from rlcore.envs.vector import make_vector_env
     from rlcore.params import load_params
 

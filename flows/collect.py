@@ -10,7 +10,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.task_runners import dask_task_runner, retry_options
 from rlcore.common.files import sha256_file
-from rlcore.data.datasets import read_metadata
+from rlcore.data.reader import read_metadata
 from rlcore.params import load_params
 from rlcore.stages import collect_shard, collect_stage, merge_collected_shards
 

@@ -21,7 +21,8 @@ from rlcore.common.seeds import describe, test_seeds, validation_seeds
 from rlcore.common.stage_paths import Layout, project_path
 from rlcore.config.sections import Params
 from rlcore.data.collection import collect_dataset, env_record
-from rlcore.data.datasets import merge_datasets, read_metadata
+from rlcore.data.reader import read_metadata
+from rlcore.data.writer import merge_datasets
 from rlcore.envs.settings import describe_parameters
 from rlcore.envs.vector import settings_for
 from rlcore.evaluation.evaluator import SCORE_KEYS, EvalResult, Evaluator, episode_cap

@@ -29,7 +29,9 @@ from hypothesis import strategies as st
 
 from rlcore.config.sections import EnvConfig
 from rlcore.data.collection import collect_dataset
-from rlcore.data.datasets import SCHEMA_VERSION, DatasetError, DatasetWriter, OfflineData, load_dataset, read_metadata
+from rlcore.data.reader import OfflineData, load_dataset, read_metadata
+from rlcore.data.schema import SCHEMA_VERSION, DatasetError
+from rlcore.data.writer import DatasetWriter
 from rlcore.envs.vector import describe_space
 
 DATASET = Path("data/dataset.parquet")
@@ -550,7 +552,7 @@ def test_unreadable_rlcore_metadata_is_a_dataset_error(tmp_path: Path, valid_dat
 def test_chunked_reading_yields_one_validated_row_group_at_a_time_matching_the_whole_file(
     cartpole_dataset: tuple[Path, dict],
 ) -> None:
-    from rlcore.data.datasets import iter_dataset
+    from rlcore.data.reader import iter_dataset
 
     path, _ = cartpole_dataset
     whole = load(path)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import PROJECT, one_line_error, rlcore, sets
 
-from rlcore.data.datasets import load_dataset, read_metadata
+from rlcore.data.reader import load_dataset, read_metadata
 
 minari = pytest.importorskip("minari")
 from minari.data_collector.episode_buffer import EpisodeBuffer  # noqa: E402

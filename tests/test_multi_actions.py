@@ -26,7 +26,9 @@ from rlcore.common.errors import ConfigError
 from rlcore.common.files import read_json
 from rlcore.config.sections import EnvConfig, PolicyConfig
 from rlcore.data.collection import collect_dataset
-from rlcore.data.datasets import DatasetError, DatasetWriter, iter_dataset, load_dataset
+from rlcore.data.reader import iter_dataset, load_dataset
+from rlcore.data.schema import DatasetError
+from rlcore.data.writer import DatasetWriter
 from rlcore.envs.actions import action_layout, random_actions, to_env_actions
 from rlcore.envs.vector import check_spaces, describe_space, make_vector_env, space_from_description
 from rlcore.nets.policies import ActorCritic, MultiBernoulli, MultiCategorical, action_dim

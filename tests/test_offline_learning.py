@@ -15,7 +15,7 @@ from rlcore.algos.iql import IQL, IQLConfig, returns_reward_scale
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.common.files import read_json
 from rlcore.config.sections import Params, PolicyConfig
-from rlcore.data.datasets import OfflineData, load_dataset, read_metadata
+from rlcore.data.reader import OfflineData, load_dataset, read_metadata
 from rlcore.params import load_params, validate_params
 from rlcore.stages import collect_stage, evaluate_stage, select_stage, train_stage
 

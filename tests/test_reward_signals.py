@@ -18,8 +18,8 @@ from gymnasium import spaces
 from rlcore.algos.ppo import PPO, PPOConfig
 from rlcore.common.errors import ConfigError
 from rlcore.config.sections import PolicyConfig
-from rlcore.data.datasets import DatasetWriter
 from rlcore.data.rollouts import RolloutBuffer
+from rlcore.data.writer import DatasetWriter
 from rlcore.envs.vector import describe_space
 from rlcore.nets.policies import ActorCritic
 from rlcore.params import load_params

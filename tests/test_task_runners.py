@@ -14,7 +14,7 @@ from prefect_server import pointed_at, prefect_server
 
 from rlcore.common.files import read_json, sha256_file
 from rlcore.config.sections import DeployConfig
-from rlcore.data.datasets import load_dataset, read_metadata
+from rlcore.data.reader import load_dataset, read_metadata
 from rlcore.params import load_params
 from rlcore.stages import evaluate_stage, train_stage
 

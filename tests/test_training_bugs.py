@@ -303,8 +303,8 @@ def test_minari_discrete_actions_with_a_start_are_stored_from_0(tmp_path: Path, 
     minari = pytest.importorskip("minari")
     from minari.data_collector.episode_buffer import EpisodeBuffer
 
-    from rlcore.data.datasets import load_dataset
     from rlcore.data.minari import import_minari
+    from rlcore.data.reader import load_dataset
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -348,7 +348,8 @@ def test_image_observations_are_accepted_and_other_observation_spaces_refused_in
 
 
 def test_datasets_keep_box_actions_with_a_2d_shape_flat(tmp_path: Path):
-    from rlcore.data.datasets import DatasetWriter, load_dataset
+    from rlcore.data.reader import load_dataset
+    from rlcore.data.writer import DatasetWriter
 
     observation_space, action_space = MatrixActionEnv.observation_space, MatrixActionEnv.action_space
     actions = np.random.default_rng(0).uniform(-1, 1, (4, 2, 3)).astype(np.float32)
@@ -364,7 +365,7 @@ def test_datasets_keep_box_actions_with_a_2d_shape_flat(tmp_path: Path):
 @pytest.mark.parametrize("epsilon", [0.0, 0.5], ids=["policy", "epsilon-noise"])
 def test_collection_on_box_actions_with_a_2d_shape_stores_flat_actions(tmp_path: Path, epsilon: float):
     from rlcore.data.collection import collect_dataset
-    from rlcore.data.datasets import load_dataset
+    from rlcore.data.reader import load_dataset
     from rlcore.nets.policies import GaussianActor
 
     env_config = EnvConfig(id="rlcore-test/MatrixAction-v0", vectorization="sync")

@@ -32,7 +32,7 @@ from pydantic import Field
 
 from rlcore.algos.base import OfflineAlgorithm, OfflineConfig
 from rlcore.config.sections import PolicyConfig
-from rlcore.data.datasets import OfflineData
+from rlcore.data.reader import OfflineData
 from rlcore.nets.blocks import TwinQ, mlp, polyak_update
 from rlcore.nets.policies import Policy, stochastic_actor
 

@@ -14,7 +14,7 @@ from gymnasium import spaces
 from tqdm import tqdm
 
 from rlcore.config.sections import EnvConfig
-from rlcore.data.datasets import DatasetWriter
+from rlcore.data.writer import DatasetWriter
 from rlcore.envs.actions import random_actions, sub_action_sizes
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.stepping import VectorStepper
@@ -83,7 +83,7 @@ def collect_dataset(
         "num_envs": num_envs,
         **(extra_metadata or {}),
     }
-    # Observations are written in their storage dtype: uint8 frames as bytes (rlcore.data.datasets).
+    # Observations are written in their storage dtype: uint8 frames as bytes (rlcore.data.schema).
     writer = DatasetWriter(path, env.single_observation_space, action_space, metadata, row_group_size)
     try:
         # Distribution.sample() draws from torch's global generator: seed it for this collection alone, so a

@@ -1,5 +1,5 @@
 """Demonstrations for an online run's auxiliary losses (``algo.behavioral_cloning``, the ``gail`` reward signal):
-a dataset in our Parquet schema (``rlcore.data.datasets``) checked against the run's spaces and read into memory, with
+a dataset in our Parquet schema (``rlcore.data.schema``) checked against the run's spaces and read into memory, with
 every problem one line naming the params key that pointed at the file.
 """
 
@@ -12,7 +12,8 @@ import gymnasium as gym
 
 from rlcore.common.errors import ConfigError
 from rlcore.common.files import shown_path
-from rlcore.data.datasets import DatasetError, OfflineData, load_dataset, read_metadata
+from rlcore.data.reader import OfflineData, load_dataset, read_metadata
+from rlcore.data.schema import DatasetError
 from rlcore.envs.vector import describe_space
 
 

@@ -18,7 +18,8 @@ import numpy as np
 from gymnasium import spaces
 
 from rlcore.common.errors import RLCoreError
-from rlcore.data.datasets import DatasetError, DatasetWriter
+from rlcore.data.schema import DatasetError
+from rlcore.data.writer import DatasetWriter
 from rlcore.envs.vector import describe_space
 
 log = logging.getLogger("rlcore")

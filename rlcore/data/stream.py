@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlcore.data.datasets import DatasetError, OfflineData, iter_dataset, read_row_group
+from rlcore.data.reader import OfflineData, iter_dataset, read_row_group
+from rlcore.data.schema import DatasetError
 from rlcore.nets.blocks import ObsNormalizer
 
 
@@ -36,7 +37,7 @@ def validation_mask(episode_id: np.ndarray, fraction: float, seed: int) -> np.nd
 
 
 class InMemoryBatches:
-    """Uniform minibatches by index from training data read whole (``rlcore.data.datasets.load_dataset``)."""
+    """Uniform minibatches by index from training data read whole (``rlcore.data.reader.load_dataset``)."""
 
     def __init__(self, data: OfflineData) -> None:
         self.rows, self.metadata = len(data), data.metadata

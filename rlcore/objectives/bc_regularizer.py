@@ -5,7 +5,7 @@ PPO and A2C add, to every loss they minimize,
     w(t) * L_bc,    L_bc = -E_{(s, a) ~ D}[log pi(a | s)]     (a minibatch of ``batch_size`` dataset transitions)
     w(t) = strength * max(0, 1 - t / steps)                    (``steps: 0``: w = strength throughout)
 
-where D is a Parquet dataset of our schema (``rlcore.data.datasets``, e.g. the ``collect`` stage's) and t the env steps
+where D is a Parquet dataset of our schema (``rlcore.data.schema``, e.g. the ``collect`` stage's) and t the env steps
 the run took before the rollout being trained on: the policy is pulled toward the demonstrations early and is free
 of them after ``steps`` env steps. The dataset is read whole and checked against this run's spaces when the
 algorithm is built (one line on a mismatch); its transitions are sampled with the update's torch generator, so a

@@ -90,7 +90,7 @@ class GAILConfig(IntrinsicConfig):
     is the expert's, trained against a dataset with a gradient penalty; the policy's reward is -log(1 - D)."""
 
     dataset: str
-    """A Parquet dataset of the expert's transitions (``rlcore.data.datasets``' schema: what ``rlcore collect``
+    """A Parquet dataset of the expert's transitions (``rlcore.data.schema``' schema: what ``rlcore collect``
     writes)."""
     max_episodes: int | None = Field(None, ge=1)
     """Use only the dataset's first this many episodes (by episode id); null: all of them."""

@@ -13,7 +13,7 @@ per pair and penalizes the gradient of the logit w.r.t. the concatenated (observ
 differs: it penalizes the gradient of D = sigmoid(l), mixes with one coefficient per input element, and takes the
 norm over the first observation's gradient only.
 
-The expert's transitions come from a Parquet dataset of our schema (``rlcore.data.datasets``: what ``rlcore collect``
+The expert's transitions come from a Parquet dataset of our schema (``rlcore.data.schema``: what ``rlcore collect``
 writes), read whole when the run starts; each minibatch of policy transitions meets as many expert transitions,
 drawn with the update's generator. GAIL's return is episodic by default: its reward is positive, so the policy
 also learns to keep episodes going, as the expert does where episodes end in failure.

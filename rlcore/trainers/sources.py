@@ -25,7 +25,7 @@ from rlcore.common.checkpoints import StepUnit
 from rlcore.common.files import file_digests
 from rlcore.common.seeds import training_seed
 from rlcore.config.sections import Params
-from rlcore.data.datasets import OfflineData, load_dataset, transition_count
+from rlcore.data.reader import OfflineData, load_dataset, transition_count
 from rlcore.data.replay import OlderReplayFormatError, ReplayBuffer
 from rlcore.data.stream import InMemoryBatches, RowGroupStream
 from rlcore.envs.observations import storage_dtype

@@ -7,7 +7,7 @@ ways), no traceback, and nothing written or removed: a finished offline run stay
   ``collect_dataset`` output, and either refused (:data:`REFUSED`) or named as valid input with the reason
   (:data:`VALID`): valid input trains, both ways.
 - More corruptions of the same kinds (:data:`MORE_REFUSED`), and unit tests of the integrity checks (page
-  checksums, ``rows_sha256``) on ``rlcore.data.datasets`` directly.
+  checksums, ``rows_sha256``) on ``rlcore.data.reader`` directly.
 
 Everything runs in-process through ``flows.cli.main`` (what the ``rlcore`` command runs).
 """
@@ -36,7 +36,8 @@ from conftest import PROJECT
 
 from rlcore.config.sections import EnvConfig
 from rlcore.data.collection import collect_dataset
-from rlcore.data.datasets import DatasetError, iter_dataset, load_dataset, read_metadata
+from rlcore.data.reader import iter_dataset, load_dataset, read_metadata
+from rlcore.data.schema import DatasetError
 
 HERE = Path(__file__).parent
 CASES: list[dict[str, Any]] = [
@@ -353,7 +354,7 @@ def test_more_valid_layouts_train_both_ways(project: Path, collected: Path, name
     assert_trains_both_ways(project, collected, name, MORE_VALID[name][0])
 
 
-# --- the integrity checks, on rlcore.data.datasets directly
+# --- the integrity checks, on rlcore.data.reader directly
 # ---------------------------------------------------------------
 
 _cartpole = gym.make("CartPole-v1")

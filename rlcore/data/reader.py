@@ -1,0 +1,290 @@
+"""Reading datasets of transitions (the schema: ``rlcore.data.schema``): their metadata, and their rows
+validated against an env, whole or one row group at a time.
+
+Every problem is one :class:`rlcore.data.schema.DatasetError` line naming the file; the checks of columns and rows
+are ``rlcore.data.checks``'.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from gymnasium import spaces
+
+from rlcore.common.errors import file_problem
+from rlcore.data.checks import _check_columns, _Checks
+from rlcore.data.schema import (
+    METADATA_KEY,
+    SCHEMA_VERSION,
+    DatasetError,
+    ObservationFormat,
+    _allocate,
+    _binary_bytes,
+)
+
+
+@dataclass
+class OfflineData:
+    """Transitions as NumPy arrays, rows in file order: obs/next_obs (N, *obs_shape) in their storage dtype
+    (float32; uint8/bool frames and int64 Discrete values as they are),
+    actions (N,) int64 (Discrete), (N, k) int64 (MultiDiscrete, MultiBinary) or (N, action_dim) float32 (Box),
+    rewards (N,) float32, terminated/truncated (N,) bool, episode_id (N,) int64."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_obs: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    episode_id: np.ndarray
+    metadata: dict[str, Any]
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    @classmethod
+    def concat(cls, parts: list[OfflineData]) -> OfflineData:
+        """``parts`` one after another (the first one's metadata)."""
+        # mypy cannot match *args of unknown length against the dataclass fields (misc, arg-type)
+        return cls(  # type: ignore[misc]
+            *(np.concatenate([getattr(part, name) for part in parts]) for name in  # type: ignore[arg-type]
+              ("obs", "actions", "rewards", "next_obs", "terminated", "truncated", "episode_id")),
+            metadata=parts[0].metadata,
+        )  # fmt: skip
+
+    def subset(self, rows: np.ndarray) -> OfflineData:
+        return OfflineData(
+            self.obs[rows],
+            self.actions[rows],
+            self.rewards[rows],
+            self.next_obs[rows],
+            self.terminated[rows],
+            self.truncated[rows],
+            self.episode_id[rows],
+            self.metadata,
+        )
+
+    def split_by_episode(self, validation_fraction: float, seed: int) -> tuple[OfflineData, OfflineData | None]:
+        """(train, validation): whole episodes go to one side, never split inside an episode."""
+        episodes = np.unique(self.episode_id)
+        count = int(round(len(episodes) * validation_fraction))
+        if validation_fraction <= 0 or len(episodes) < 2:
+            return self, None
+        count = min(max(count, 1), len(episodes) - 1)
+        held_out = np.random.default_rng(seed).permutation(episodes)[:count]
+        is_validation = np.isin(self.episode_id, held_out)
+        return self.subset(np.flatnonzero(~is_validation)), self.subset(np.flatnonzero(is_validation))
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Torch views of the arrays (no copy), keyed like replay batches."""
+        return {
+            "obs": torch.from_numpy(self.obs),
+            "actions": torch.from_numpy(self.actions),
+            "rewards": torch.from_numpy(self.rewards),
+            "next_obs": torch.from_numpy(self.next_obs),
+            "terminated": torch.from_numpy(self.terminated),
+        }
+
+
+def read_metadata(path: Path) -> dict[str, Any]:
+    """The file's ``rlcore`` metadata ({} for a file written elsewhere): strict JSON (no NaN or Infinity), the
+    schema version this rlcore reads, and the keys a read relies on well-typed."""
+    return _metadata(Path(path), _open(path))
+
+
+class _NonFiniteConstant(ValueError):
+    pass
+
+
+def _reject_constant(constant: str) -> Any:
+    raise _NonFiniteConstant(constant)
+
+
+def _metadata(path: Path, parquet: pq.ParquetFile) -> dict[str, Any]:
+    raw = (parquet.metadata.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        return {}
+    try:
+        metadata = json.loads(raw, parse_constant=_reject_constant)
+    except _NonFiniteConstant as exc:
+        raise DatasetError(f"{path}: unreadable rlcore metadata: not valid JSON ({exc} is not a JSON value)") from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise DatasetError(f"{path}: unreadable rlcore metadata (not JSON: {_one_line(exc)})") from None
+    if not isinstance(metadata, dict):
+        raise DatasetError(f"{path}: unreadable rlcore metadata (a JSON object expected)")
+    version = metadata.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise DatasetError(f"{path}: dataset schema version {version!r}; this rlcore reads version {SCHEMA_VERSION}")
+    env = metadata.get("env")
+    if env is not None and not (isinstance(env, dict) and isinstance(env.get("id"), str | None)):
+        raise DatasetError(f"{path}: unreadable rlcore metadata ('env' is not an object with a string 'id')")
+    digest = metadata.get("rows_sha256")
+    if digest is not None and not (isinstance(digest, str) and len(digest) == 64):
+        raise DatasetError(f"{path}: unreadable rlcore metadata ('rows_sha256' is not a sha256 hex digest)")
+    return metadata
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _open(path: Path) -> pq.ParquetFile:
+    """The Parquet file at ``path``, every page's checksum verified as it is read (pages without one: unchecked)."""
+    path = Path(path)
+    problem = file_problem(path, "dataset")
+    if problem is not None:
+        raise DatasetError(f"{path}: {problem}")
+    try:
+        return pq.ParquetFile(path, page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as exc:
+        raise DatasetError(f"{path}: not a readable Parquet file (truncated or corrupt?): {_one_line(exc)}") from None
+
+
+def _open_checked(
+    path: Path, observation_space: gym.Space, action_space: spaces.Space, env_id: str
+) -> tuple[pq.ParquetFile, dict[str, Any]]:
+    """The file and its metadata, after the checks that need no row: metadata, env, columns, some rows."""
+    parquet = _open(path)
+    metadata = _metadata(path, parquet)
+    recorded = (metadata.get("env") or {}).get("id")
+    if recorded is not None and recorded.rsplit(":", 1)[-1] != env_id.rsplit(":", 1)[-1]:
+        raise DatasetError(
+            f"{path}: collected on {recorded} (its rlcore metadata), but params train {env_id} (env.id); "
+            f"point dataset.path at a {env_id} dataset or set env.id to {recorded}"
+        )
+    _check_columns(path, parquet.schema_arrow, ObservationFormat.of(observation_space), action_space, env_id)
+    if parquet.metadata.num_rows == 0:
+        raise DatasetError(f"{path}: no transitions (the file has the dataset's columns but no rows)")
+    return parquet, metadata
+
+
+def load_dataset(path: Path, observation_space: gym.Space, action_space: spaces.Space, env_id: str) -> OfflineData:
+    """Read and validate a whole dataset against the env it will be trained for.
+
+    Row groups are decoded one at a time straight into preallocated arrays, so memory peaks at the result plus
+    one row group. Every problem is one :class:`DatasetError` line naming the file: unreadable or non-finite
+    metadata, metadata naming another env, a missing, mistyped or null column, shapes that do not fit ``env_id``,
+    no rows, non-finite values, actions out of range, rows not grouped by episode in step order (duplicated or
+    reordered rows), an episode without a final terminated/truncated row, an unknown schema version, a truncated
+    or damaged file (page checksums), rows that are not those the metadata's ``rows_sha256`` describes. The
+    checks are :func:`iter_dataset`'s, in the same order: a file gets the same message either way.
+    """
+    path = Path(path)
+    parquet, metadata = _open_checked(path, observation_space, action_space, env_id)
+    sizes = [parquet.metadata.row_group(group).num_rows for group in range(parquet.num_row_groups)]
+    arrays = _allocate(sum(sizes), ObservationFormat.of(observation_space), action_space)
+    checks = _Checks(path, action_space, env_id, metadata)
+    start = 0
+    for group, size in enumerate(sizes):
+        rows = {name: values[start : start + size] for name, values in arrays.items()}
+        _decode_group(path, parquet, group, rows)
+        checks.add(rows, group)
+        start += size
+    checks.finish()
+    return _as_data(arrays, observation_space, action_space, metadata)
+
+
+def iter_dataset(
+    path: Path, observation_space: gym.Space, action_space: spaces.Space, env_id: str
+) -> Iterator[OfflineData]:
+    """A dataset too large for memory, one validated row group at a time, in file order (row groups without rows
+    too, so the n-th chunk is row group n).
+
+    The same checks as :func:`load_dataset`, in the same order; an episode may continue into the next chunk. The
+    checks that need the whole file (the last episode ends, each episode id once, ``rows_sha256``) raise once the
+    last chunk has been yielded: consume the iterator to the end before trusting any chunk.
+    """
+    path = Path(path)
+    parquet, metadata = _open_checked(path, observation_space, action_space, env_id)
+    observation = ObservationFormat.of(observation_space)
+    checks = _Checks(path, action_space, env_id, metadata)
+    for group in range(parquet.num_row_groups):
+        arrays = _allocate(parquet.metadata.row_group(group).num_rows, observation, action_space)
+        _decode_group(path, parquet, group, arrays)
+        checks.add(arrays, group)
+        yield _as_data(arrays, observation_space, action_space, metadata)
+    checks.finish()
+
+
+def transition_count(path: Path) -> int:
+    """Rows (transitions) in the dataset at ``path``, from the Parquet footer."""
+    return int(_open(path).metadata.num_rows)
+
+
+def read_row_group(
+    path: Path, group: int, observation_space: gym.Space, action_space: spaces.Space, metadata: dict[str, Any]
+) -> OfflineData:
+    """Row group ``group`` of a dataset that :func:`iter_dataset` has already validated (page checksums only)."""
+    parquet = _open(path)
+    rows = parquet.metadata.row_group(group).num_rows
+    arrays = _allocate(rows, ObservationFormat.of(observation_space), action_space)
+    _decode_group(Path(path), parquet, group, arrays)
+    return _as_data(arrays, observation_space, action_space, metadata)
+
+
+def _read_row_group(path: Path, parquet: pq.ParquetFile, group: int, columns: list[str] | None = None) -> pa.Table:
+    """Row group ``group`` (its pages' checksums verified), or a one-line :class:`DatasetError`."""
+    try:
+        return parquet.read_row_group(group, columns=columns)
+    except (pa.ArrowException, OSError) as exc:
+        message = _one_line(exc)
+        if "checksum" in message.lower():
+            raise DatasetError(
+                f"{path}: corrupt (page checksum mismatch in row group {group}): its bytes changed after it was "
+                "written; restore the file or collect it again"
+            ) from None
+        raise DatasetError(
+            f"{path}: not a readable Parquet file (truncated or corrupt?): row group {group}: {message}"
+        ) from None
+
+
+def _decode_group(path: Path, parquet: pq.ParquetFile, group: int, arrays: dict[str, np.ndarray]) -> None:
+    """Row group ``group`` decoded into ``arrays`` (views of the right length: no copy beyond one row group)."""
+    batch = _read_row_group(path, parquet, group, list(arrays))
+    rows = len(arrays["reward"])
+    if batch.num_rows != rows:
+        raise DatasetError(
+            f"{path}: not a readable Parquet file (truncated or corrupt?): row group {group} holds "
+            f"{batch.num_rows} rows, its footer says {rows}"
+        )
+    for name, target in arrays.items():
+        column = batch.column(name)
+        if column.null_count:  # nulls would corrupt the arrays; only log_prob may be unknown
+            raise DatasetError(
+                f"{path}: column {name!r} has {column.null_count} null values in row group {group} "
+                "(only 'log_prob' may be null)"
+            )
+        if pa.types.is_fixed_size_binary(column.type):  # raw bytes of values in the target's dtype
+            target.reshape(-1).view(np.uint8)[:] = _binary_bytes(column.combine_chunks())
+        elif pa.types.is_fixed_size_list(column.type):
+            flat = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            target[:] = flat.reshape(target.shape)
+        else:
+            target[:] = column.to_numpy()
+
+
+def _as_data(
+    arrays: dict[str, np.ndarray], observation_space: gym.Space, action_space: spaces.Space, metadata: dict[str, Any]
+) -> OfflineData:
+    discrete = isinstance(action_space, spaces.Discrete)
+    obs_shape = tuple(observation_space.shape or ())
+    rows = len(arrays["reward"])
+    return OfflineData(
+        obs=arrays["observation"].reshape(rows, *obs_shape),
+        actions=arrays["action"] if discrete else arrays["action"].reshape(rows, -1),  # flat, as policies act
+        rewards=arrays["reward"],
+        next_obs=arrays["next_observation"].reshape(rows, *obs_shape),
+        terminated=arrays["terminated"],
+        truncated=arrays["truncated"],
+        episode_id=arrays["episode_id"],
+        metadata=metadata,
+    )
