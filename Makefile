@@ -52,6 +52,7 @@ bench: setup
 lint: setup-dev
 	$(BIN)/ruff check rlcore flows tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf runs models export data reports/*.json reports/*.md reports/*.png reports/offline reports/warmstart .prefect
