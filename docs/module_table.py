@@ -85,7 +85,7 @@ def table(project: Path = PROJECT) -> str:
 def rewrite(readme: str, new_table: str) -> str:
     """``readme`` with the text between the markers replaced by ``new_table``."""
     if readme.count(START) != 1 or readme.count(END) != 1 or readme.index(START) > readme.index(END):
-        raise TableError(f"README.md: expected one {START!r} line before one {END!r} line")
+        raise TableError(f"expected one {START!r} line before one {END!r} line")
     head, rest = readme.split(START, 1)
     _, tail = rest.split(END, 1)
     return f"{head}{START}\n{new_table}{END}{tail}"
@@ -96,11 +96,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 with a diff when they differ")
     parser.add_argument("--readme", type=Path, default=PROJECT / "README.md", help="default: the project's README.md")
     args = parser.parse_args(argv)
+    current = args.readme.read_text(encoding="utf-8")
     try:
-        current = args.readme.read_text(encoding="utf-8")
-        wanted = rewrite(current, table())
+        new_table = table()
     except TableError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        wanted = rewrite(current, new_table)
+    except TableError as exc:
+        print(f"error: {args.readme}: {exc}", file=sys.stderr)
         return 2
     if current == wanted:
         return 0
