@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
-from rlcore.nets.policies import Policy
+from torch import nn
 
 
 class WeightsCodec:
     """A policy's ``state_dict`` as one flat float64 vector (float32 weights and float64 statistics both fit
-    exactly), so weights can sit in one shared-memory block or one message."""
+    exactly), so weights can sit in one shared-memory block or one message. Any ``nn.Module`` works: it needs
+    only ``state_dict`` and ``load_state_dict``."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: nn.Module) -> None:
         state = policy.state_dict()
         self.names = list(state)
         self.shapes = [tuple(value.shape) for value in state.values()]
@@ -20,12 +20,12 @@ class WeightsCodec:
         self.sizes = [int(value.numel()) for value in state.values()]
         self.size = sum(self.sizes)
 
-    def encode(self, policy: Policy) -> np.ndarray:
+    def encode(self, policy: nn.Module) -> np.ndarray:
         """(size,) float64."""
         with torch.no_grad():
             return torch.cat([value.reshape(-1).double() for value in policy.state_dict().values()]).numpy()
 
-    def decode_into(self, policy: Policy, flat: np.ndarray) -> None:
+    def decode_into(self, policy: nn.Module, flat: np.ndarray) -> None:
         parts = torch.from_numpy(np.asarray(flat, dtype=np.float64)).split(self.sizes)
         state = {
             name: part.reshape(shape).to(dtype)
