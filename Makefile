@@ -50,7 +50,7 @@ bench: setup
 	$(BIN)/python benchmarks/ppo_cartpole.py
 
 lint: setup-dev
-	$(BIN)/ruff check rlcore flows tests benchmarks
+	$(BIN)/ruff check rlcore flows tests benchmarks docs
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
