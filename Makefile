@@ -50,8 +50,9 @@ bench: setup
 	$(BIN)/python benchmarks/ppo_cartpole.py
 
 lint: setup-dev
-	$(BIN)/ruff check rlcore flows tests benchmarks
+	$(BIN)/ruff check rlcore flows tests benchmarks docs
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf runs models export data reports/*.json reports/*.md reports/*.png reports/offline reports/warmstart .prefect

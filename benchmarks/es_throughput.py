@@ -45,7 +45,7 @@ def solved_policy_weights(root: Path) -> np.ndarray:
     from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
     from rlcore.registry import policy_from_checkpoint
     from rlcore.stages import train_stage
-    from rlcore.workers.actors.actor import WeightsCodec
+    from rlcore.workers.weights import WeightsCodec
 
     params = _params("dev", 1)
     run_dir = train_stage(params, root)

@@ -1,0 +1,1 @@
+"""rlcore: declarative, reproducible reinforcement learning; the library the stages, DVC and the flows run."""

@@ -1,4 +1,5 @@
-"""``rlcore <stage>``: one subcommand per pipeline stage, as dvc.yaml calls them.
+"""The command line of the stages: ``rlcore train|evaluate|select|export|collect`` as dvc.yaml calls them, and
+``rlcore import-minari``; the console command (``flows.cli``) adds the Prefect and sweep subcommands.
 
 Every subcommand takes ``--params FILE`` (default ``params.yaml``) and repeated ``--set KEY=VALUE``.
 Errors meant for users print one line, ``error: ...``, and exit with status 2.

@@ -1,6 +1,8 @@
-"""The algorithm registry, keyed by ``algo.name``: every algorithm rlcore can train, listed once.
+"""The algorithm registry, keyed by ``algo.name`` (every algorithm rlcore can train, listed once), and what needs
+it: the action-space check and rebuilding a policy from a checkpoint.
 
-Adding an algorithm = its module in ``rlcore/algos/`` and one entry in :data:`ALGORITHMS`.
+Adding an algorithm = its module in ``rlcore/algos/`` and two edits here: its import, and its class in the tuple
+:data:`ALGORITHMS` is built from.
 """
 
 from __future__ import annotations

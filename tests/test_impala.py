@@ -21,8 +21,9 @@ from rlcore.data.rollouts import TrajectoryBatch
 from rlcore.params import load_params
 from rlcore.registry import algorithm_class
 from rlcore.stages import evaluate_stage, select_stage, train_stage
-from rlcore.workers.actors.actor import Actor, ActorSpec, WeightsCodec
+from rlcore.workers.actors.actor import Actor, ActorSpec
 from rlcore.workers.actors.runners import DevRunner, _refresh
+from rlcore.workers.weights import WeightsCodec
 
 # Actors, workers and sweep processes run side by side: their timing (and IMPALA's learning) needs a quiet machine.
 pytestmark = pytest.mark.serial

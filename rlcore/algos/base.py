@@ -2,7 +2,8 @@
 
 A family is three things: a config base class (the keys its trainer reads), an abstract class with the
 methods its trainer calls, and the trainer (``rlcore/trainers/<family>.py``). An algorithm declares its
-family by subclassing it, and is one file in ``rlcore/algos/`` plus one entry in ``rlcore.registry``.
+family by subclassing it, and is one file in ``rlcore/algos/`` plus its import and its class in
+``rlcore.registry``.
 
 | family     | config base       | trainer calls                                         | trainer             |
 |------------|-------------------|-------------------------------------------------------|---------------------|

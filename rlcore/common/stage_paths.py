@@ -1,4 +1,5 @@
-"""Where each stage reads and writes, relative to the project root (see the README's Outputs table)."""
+"""Where each stage reads and writes under the project root, per branch (the README's "What you get" table), and
+the check that a path from params stays inside the project."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Human-readable outputs of a run: a learning-curve PNG and a short markdown report."""
+"""Human-readable outputs of a run: the markdown report with its tables, and its PNG plots (the learning curve,
+beside a baseline run's, and the test scores under each of ``eval.settings``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Training loops, one per algorithm family; :func:`train` runs the one the algorithm's family names."""
+"""Training: one loop per algorithm family and what the loops share (the session, experience sources, the run
+directory, metrics, stopping, warm starts, the memory estimate); :func:`train` runs the loop of the algorithm's family.
+
+May import: ``rlcore.workers`` and every layer below it; not ``rlcore.stages`` or ``rlcore.cli``."""
 
 from __future__ import annotations
 

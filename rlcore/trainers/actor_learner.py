@@ -29,8 +29,9 @@ from rlcore.nets.policies import Policy
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import DataSource
 from rlcore.trainers.stopping import EvaluationCallback
-from rlcore.workers.actors.actor import ActorSpec, WeightsCodec
+from rlcore.workers.actors.actor import ActorSpec
 from rlcore.workers.actors.runners import DevRunner, LocalRunner, Runner
+from rlcore.workers.weights import WeightsCodec
 
 
 def make_runner(params: Params, policy: Policy, env_steps: int) -> Runner:

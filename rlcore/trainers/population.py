@@ -29,8 +29,8 @@ from rlcore.registry import algorithm_class
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import DataSource
 from rlcore.trainers.stopping import EvaluationCallback
-from rlcore.workers.actors.actor import WeightsCodec
 from rlcore.workers.population.runners import DevRunner, LocalRunner, PopulationRunner
+from rlcore.workers.weights import WeightsCodec
 
 
 def make_runner(params: Params) -> PopulationRunner:

@@ -1,6 +1,7 @@
 """How rlcore starts a Dask LocalCluster when no ``deploy.dask_address`` is given: loopback only, no dashboard.
 
-Used by the flows' DaskTaskRunner (``flows/task_runners.py``) and by actor-learner runs with ``runner: dask``.
+Used by the flows' DaskTaskRunner (``flows/task_runners.py``) and by the ``dask`` runners of actor-learner (IMPALA)
+and population (ES, SVPG) runs.
 Its worker processes die with the process that started the cluster, however it ends: distributed's nannies live in
 that process, and each worker process exits at the EOF of a pipe from its nanny (``distributed.process.AsyncProcess``;
 checked after a SIGKILL by ``tests/faults/test_kills.py``).

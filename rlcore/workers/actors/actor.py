@@ -3,8 +3,8 @@
 The same class runs in the learner's process (``runner: dev``), in a subprocess (``local``) and in a Dask
 task (``dask``). It is built from plain data (:class:`ActorSpec`: the params tree as JSON and seeds), so
 any process can build it; weights arrive as one flat float64 vector with a version number
-(:class:`WeightsCodec`), and trajectories leave as a dict of NumPy arrays (``rlcore.data.rollouts.TrajectoryBatch``
-names them).
+(``rlcore.workers.weights.WeightsCodec``), and trajectories leave as a dict of NumPy arrays
+(``rlcore.data.rollouts.TrajectoryBatch`` names them).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from rlcore.algos.base import ActorLearnerConfig
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import make_vector_env
-from rlcore.nets.policies import ActorCritic, Policy, reset_state
+from rlcore.nets.policies import ActorCritic, reset_state
 from rlcore.params import validate_params
 from rlcore.registry import algorithm_class
+from rlcore.workers.weights import WeightsCodec
 
 
 @dataclass(frozen=True)
@@ -34,32 +35,6 @@ class ActorSpec:
     """The actor's envs reset with ``env_seed`` (sub-env ``i``: ``+ i``): in the training seed range."""
     sampling_seed: int
     """Seeds the actor's action sampling (a subprocess's torch RNG)."""
-
-
-class WeightsCodec:
-    """A policy's ``state_dict`` as one flat float64 vector (float32 weights and float64 statistics both fit
-    exactly), so weights can sit in one shared-memory block or one message."""
-
-    def __init__(self, policy: Policy) -> None:
-        state = policy.state_dict()
-        self.names = list(state)
-        self.shapes = [tuple(value.shape) for value in state.values()]
-        self.dtypes = [value.dtype for value in state.values()]
-        self.sizes = [int(value.numel()) for value in state.values()]
-        self.size = sum(self.sizes)
-
-    def encode(self, policy: Policy) -> np.ndarray:
-        """(size,) float64."""
-        with torch.no_grad():
-            return torch.cat([value.reshape(-1).double() for value in policy.state_dict().values()]).numpy()
-
-    def decode_into(self, policy: Policy, flat: np.ndarray) -> None:
-        parts = torch.from_numpy(np.asarray(flat, dtype=np.float64)).split(self.sizes)
-        state = {
-            name: part.reshape(shape).to(dtype)
-            for name, part, shape, dtype in zip(self.names, parts, self.shapes, self.dtypes, strict=True)
-        }
-        policy.load_state_dict(state)
 
 
 class Actor:

@@ -4,7 +4,7 @@ Built from the run's params tree (plain JSON-safe data), so any process can buil
 (``runner: dev``), a spawned subprocess (``local``), a Dask worker (``dask``: one per worker process, cached
 by the tree in :func:`cached_worker`, so a process builds its envs, policy and noise table once per run).
 Weights arrive once per iteration as ``(version, (members, size) float64)`` — every member's ``state_dict`` as
-one flat vector (``rlcore.workers.actors.actor.WeightsCodec``): one member for ES (the mean), one per particle for SVPG.
+one flat vector (``rlcore.workers.weights.WeightsCodec``): one member for ES (the mean), one per particle for SVPG.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from rlcore.envs.vector import make_vector_env
 from rlcore.nets.policies import Policy
 from rlcore.params import validate_params
 from rlcore.registry import algorithm_class
-from rlcore.workers.actors.actor import WeightsCodec
+from rlcore.workers.weights import WeightsCodec
 
 
 class RolloutWorker:
