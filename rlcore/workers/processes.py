@@ -59,7 +59,7 @@ class _Worker:
 
     process: BaseProcess
     conn: Connection | None
-    """The learner's end of its pipe; None once closed (lost, not replaced because the run stops)."""
+    """The learner's end of its pipe; None once closed (by :meth:`Supervisor.close`, or lost and not replaced)."""
     incarnation: int
     """0 for the first process of this worker id, one more for each replacement."""
     delivered: bool = False
