@@ -18,26 +18,21 @@ is reported (a warning naming it and why) and replaced by a new one with fresh s
 from __future__ import annotations
 
 import contextlib
-import logging
 import multiprocessing as mp
-import pickle
 import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlcore.common.errors import RLCoreError, raise_worker_failure, worker_failure
+from rlcore.common.errors import RLCoreError, worker_failure
 from rlcore.workers.actors.actor import Actor, ActorSpec
-from rlcore.workers.failed_starts import FailedStarts
-from rlcore.workers.parent_death import start_child
-
-log = logging.getLogger("rlcore")
+from rlcore.workers.processes import Supervisor, WorkerKind
 
 SpecFactory = Callable[[int, int], ActorSpec]
 """(actor id, incarnation) -> the spec of that actor; a replaced actor gets the next incarnation."""
@@ -175,144 +170,88 @@ def _refresh(actor: Actor, flat: np.ndarray, version: np.ndarray) -> None:
         time.sleep(0.0005)  # the learner is writing: read again
 
 
+ACTORS = WorkerKind(
+    noun="actor",
+    process_name="rlcore-actor",
+    main=_local_actor_main,
+    duplex=False,
+    delivery="sending a trajectory",
+    silence="sent nothing",
+    replacement="a new actor process (pid {pid}, incarnation {incarnation})",
+    error=ActorError,
+    exit_wait_seconds=2.0,
+)
+"""The local runner's actor processes, for their :class:`Supervisor`."""
+
+
 class LocalRunner(Runner):
-    """One spawned subprocess per actor on this machine (see the module docstring)."""
+    """One spawned subprocess per actor on this machine (see the module docstring), supervised by
+    :class:`rlcore.workers.processes.Supervisor`; this runner keeps the credits, the shared-memory weights and the
+    trajectories' pipes' protocol."""
 
     def __init__(
         self, make_spec: SpecFactory, num_actors: int, weights_size: int, queue_size: int, timeout_seconds: float
     ) -> None:
         super().__init__()
-        self._ctx = mp.get_context("spawn")
+        ctx = mp.get_context("spawn")
         self._make_spec = make_spec
-        self._num_actors = num_actors
-        self._timeout = timeout_seconds
-        self._weights = self._ctx.RawArray("d", weights_size)
-        self._versions = self._ctx.RawArray("q", 2)
-        self._acquired = self._ctx.RawArray("q", num_actors)
-        self._credits = self._ctx.Semaphore(queue_size)
-        self._stop = self._ctx.Event()
+        self._weights = ctx.RawArray("d", weights_size)
+        self._versions = ctx.RawArray("q", 2)
+        self._acquired = ctx.RawArray("q", num_actors)
+        self._credits = ctx.Semaphore(queue_size)
+        self._stop = ctx.Event()
         self._flat = np.frombuffer(self._weights, dtype=np.float64)
         self._version = np.frombuffer(self._versions, dtype=np.int64)
         self._taken_by = np.frombuffer(self._acquired, dtype=np.int64)
         self._received = np.zeros(num_actors, dtype=np.int64)
-        self._processes: list[Any] = [None] * num_actors
-        self._conns: list[Connection | None] = [None] * num_actors
-        self._incarnations = [0] * num_actors
-        self._failed_starts = FailedStarts(num_actors, "actor", "sending a trajectory", ActorError)
-        self._received_at_spawn = np.zeros(num_actors, dtype=np.int64)
-        self._last_progress = [0.0] * num_actors
         self._seen_taken = np.zeros(num_actors, dtype=np.int64)
         self._ready: deque[dict[str, Any]] = deque()
+        self._actors = Supervisor(ACTORS, num_actors, timeout_seconds, self._actor_args, self._take_back)
 
     def start(self, weights: np.ndarray, version: int) -> None:
         self.publish(weights, version)
-        for actor_id in range(self._num_actors):
-            self._spawn(actor_id)
+        self._actors.start()
 
     def publish(self, weights: np.ndarray, version: int) -> None:
         self._version[0] = version
         self._flat[:] = weights
         self._version[1] = version
 
-    def _spawn(self, actor_id: int) -> None:
-        receiver, sender = self._ctx.Pipe(duplex=False)
-        spec = self._make_spec(actor_id, self._incarnations[actor_id])
-        process = start_child(
-            self._ctx,
-            _local_actor_main,
-            (asdict(spec), self._weights, self._versions, self._credits, self._acquired, self._stop, sender),
-            name=f"rlcore-actor-{actor_id}",
-        )
-        sender.close()  # the child holds the only sending end: its death closes the pipe
-        self._processes[actor_id], self._conns[actor_id] = process, receiver
-        self._received_at_spawn[actor_id] = self._received[actor_id]
-        self._last_progress[actor_id] = time.monotonic()
+    def _actor_args(self, actor_id: int, incarnation: int) -> tuple[Any, ...]:
+        spec = self._make_spec(actor_id, incarnation)
+        return (asdict(spec), self._weights, self._versions, self._credits, self._acquired, self._stop)
 
-    def _replace(self, actor_id: int, why: str) -> None:
-        process, conn = self._processes[actor_id], self._conns[actor_id]
-        if process.is_alive():
-            process.kill()
-        process.join(timeout=10)
-        if conn is not None:
-            conn.close()
-            self._conns[actor_id] = None  # closed: close() skips it if the run stops before a replacement exists
-        sent_anything = self._received[actor_id] > self._received_at_spawn[actor_id]
-        # Credits the dead actor took for trajectories that never arrived go back to the pool.
+    def _take_back(self, actor_id: int) -> str:
+        """A lost actor: the credits it took for trajectories that never arrived go back to the pool."""
+        self.replacements += 1
         for _ in range(int(self._taken_by[actor_id] - self._received[actor_id])):
             self._credits.release()
         self._received[actor_id] = self._taken_by[actor_id]
-        old_pid = process.pid
-        self._failed_starts.replaced(actor_id, sent_anything, why)
-        self._incarnations[actor_id] += 1
-        self._spawn(actor_id)
-        self.replacements += 1
-        log.warning(
-            "actor %d (pid %s) %s; replaced by a new actor process (pid %s, incarnation %d)",
-            actor_id,
-            old_pid,
-            why,
-            self._processes[actor_id].pid,
-            self._incarnations[actor_id],
-        )
-
-    def _receive(self, actor_id: int) -> None:
-        conn = self._conns[actor_id]
-        assert conn is not None
-        try:
-            trajectory = conn.recv()
-        except (EOFError, OSError, pickle.UnpicklingError):
-            process = self._processes[actor_id]
-            process.join(timeout=2.0)  # a closed pipe is most often a dead actor: wait for its exit code
-            code = process.exitcode
-            self._replace(actor_id, f"died (exit code {code})" if code is not None else "broke its pipe")
-            return
-        if isinstance(trajectory, RLCoreError):  # what the actor raised (_local_actor_main)
-            raise_worker_failure(f"actor {actor_id}", trajectory, ActorError)
-        self._received[actor_id] += 1
-        self._last_progress[actor_id] = time.monotonic()
-        self._ready.append(trajectory)
+        return ""
 
     def _next(self) -> dict[str, Any]:
         while not self._ready:
-            conns = {conn: actor_id for actor_id, conn in enumerate(self._conns) if conn is not None}
-            for ready in wait(list(conns), timeout=1.0):
-                self._receive(conns[ready])  # type: ignore[index]
+            for actor_id, trajectory in self._actors.messages(timeout_seconds=1.0):
+                self._received[actor_id] += 1
+                self._actors.delivered(actor_id)
+                self._ready.append(trajectory)
             self._watch()
         return self._ready.popleft()
 
     def _watch(self) -> None:
         """Replace actors that died, and actors that hold a credit but have sent nothing for the timeout (an
-        actor waiting for a credit is idle, not stuck)."""
-        now = time.monotonic()
-        for actor_id, process in enumerate(self._processes):
-            conn = self._conns[actor_id]
+        actor waiting for a credit is idle, not stuck; taking one is progress)."""
+        for actor_id in range(self._actors.count):
             taken = int(self._taken_by[actor_id])
             if taken != self._seen_taken[actor_id]:
                 self._seen_taken[actor_id] = taken
-                self._last_progress[actor_id] = now
-            if not process.is_alive() and conn is not None and not conn.poll():
-                self._replace(actor_id, f"died (exit code {process.exitcode})")
-            elif taken > self._received[actor_id] and now - self._last_progress[actor_id] > self._timeout:
-                self._replace(actor_id, f"sent nothing for {self._timeout:g} s")
+                self._actors.progressed(actor_id)
+        self._actors.watch(lambda actor_id: bool(self._taken_by[actor_id] > self._received[actor_id]))
 
     def _taken(self) -> None:
         self._credits.release()
 
     def close(self) -> None:
         self._stop.set()
-        for conn in self._conns:
-            while conn is not None and conn.poll(0):  # unblock actors waiting to send
-                try:
-                    conn.recv()
-                except (EOFError, OSError, pickle.UnpicklingError):
-                    break
-        for process in self._processes:
-            if process is not None:
-                process.join(timeout=5)
-                if process.is_alive():
-                    process.kill()
-                    process.join(timeout=5)
-        for conn in self._conns:
-            if conn is not None:
-                conn.close()
-        self._conns = [None] * self._num_actors
+        self._actors.drain()  # unblock actors waiting to send
+        self._actors.close()

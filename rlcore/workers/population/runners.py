@@ -16,27 +16,19 @@ envs live in a worker, excepted: a lost worker's particle restarts its episodes)
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import multiprocessing as mp
-import pickle
-import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Sequence
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
 import torch
 
 from rlcore.algos.population_tasks import RolloutResult, RolloutTask
-from rlcore.common.errors import RLCoreError, raise_worker_failure, worker_failure
-from rlcore.workers.failed_starts import FailedStarts
-from rlcore.workers.parent_death import start_child
+from rlcore.common.errors import RLCoreError, worker_failure
 from rlcore.workers.population.worker import RolloutWorker
-
-log = logging.getLogger("rlcore")
+from rlcore.workers.processes import Supervisor, WorkerKind
 
 TASKS_IN_FLIGHT = 2
 """Tasks a local worker holds at once: one running, one waiting, so it never idles between messages."""
@@ -103,14 +95,30 @@ def _local_worker_main(tree: dict[str, Any], conn: Connection) -> None:
     except (BrokenPipeError, EOFError, KeyboardInterrupt):
         pass  # the learner closed the run
     except Exception as exc:  # a bug or a bad env: tell the learner instead of dying silently
-        conn.send(("error", -1, worker_failure(exc)))
+        conn.send(worker_failure(exc))
     finally:
         if worker is not None:
             worker.close()
 
 
+WORKERS = WorkerKind(
+    noun="rollout worker",
+    process_name="rlcore-rollout-worker",
+    main=_local_worker_main,
+    duplex=True,
+    delivery="returning a result",
+    silence="returned nothing",
+    replacement="a new worker process (pid {pid})",
+    error=PopulationRunnerError,
+    exit_wait_seconds=1.0,
+)
+"""The local runner's worker processes, for their :class:`Supervisor`."""
+
+
 class LocalRunner(PopulationRunner):
-    """``num_workers`` spawned subprocesses on this machine, each with its own pipe (see the module docstring).
+    """``num_workers`` spawned subprocesses on this machine, each with its own pipe (see the module docstring),
+    supervised by :class:`rlcore.workers.processes.Supervisor`; this runner dispatches the tasks and re-issues a
+    lost worker's.
 
     A worker that exits, breaks its pipe, or holds a task for ``timeout_seconds`` without answering is reported,
     replaced by a new process, and the tasks it held are sent again (to it or another worker).
@@ -118,139 +126,67 @@ class LocalRunner(PopulationRunner):
 
     def __init__(self, tree: dict[str, Any], num_workers: int, timeout_seconds: float) -> None:
         super().__init__()
-        self._ctx = mp.get_context("spawn")
-        self._tree = tree
-        self._timeout = timeout_seconds
-        self._processes: list[Any] = [None] * num_workers
-        self._conns: list[Connection | None] = [None] * num_workers
         self._versions = [-1] * num_workers
         self._in_flight: list[list[int]] = [[] for _ in range(num_workers)]
-        self._last_progress = [0.0] * num_workers
-        self._answered = [False] * num_workers
-        self._failed_starts = FailedStarts(num_workers, "rollout worker", "returning a result", PopulationRunnerError)
+        self._pending: deque[int] = deque()
         self._weights: tuple[int, np.ndarray] | None = None
-        for worker_id in range(num_workers):
-            self._spawn(worker_id)
-
-    def _spawn(self, worker_id: int) -> None:
-        conn, child = self._ctx.Pipe(duplex=True)
-        process = start_child(self._ctx, _local_worker_main, (self._tree, child), f"rlcore-rollout-worker-{worker_id}")
-        child.close()  # the child holds the only other end: its death closes the pipe
-        self._processes[worker_id], self._conns[worker_id] = process, conn
-        self._versions[worker_id] = -1
-        self._answered[worker_id] = False
-        self._last_progress[worker_id] = time.monotonic()
+        self._workers = Supervisor(WORKERS, num_workers, timeout_seconds, lambda *_: (tree,), self._take_back)
+        self._workers.start()
 
     def run(self, version: int, weights: np.ndarray, tasks: Sequence[RolloutTask]) -> list[RolloutResult]:
         self._weights = (version, weights)
-        pending: deque[int] = deque(range(len(tasks)))
+        self._pending = deque(range(len(tasks)))
         results: list[RolloutResult | None] = [None] * len(tasks)
         remaining = len(tasks)
         while remaining:
-            self._dispatch(pending, tasks)
-            conns = {conn: worker_id for worker_id, conn in enumerate(self._conns) if conn is not None}
-            for ready in wait(list(conns), timeout=0.5):
-                assert isinstance(ready, Connection)
-                worker_id = conns[ready]
-                try:
-                    message = ready.recv()
-                except (EOFError, OSError, pickle.UnpicklingError):
-                    self._processes[worker_id].join(timeout=1.0)  # a closed pipe: the process is exiting
-                    code = self._processes[worker_id].exitcode
-                    self._replace(
-                        worker_id, f"died (exit code {code})" if code is not None else "broke its pipe", pending
-                    )
-                    continue
-                if message[0] == "error":
-                    raise_worker_failure(f"rollout worker {worker_id}", message[2], PopulationRunnerError)
+            self._dispatch(tasks)
+            for worker_id, message in self._workers.messages(timeout_seconds=0.5):
                 index, result = int(message[1]), message[2]
                 self._in_flight[worker_id].remove(index)
-                self._last_progress[worker_id] = time.monotonic()
-                self._answered[worker_id] = True
+                self._workers.delivered(worker_id)
                 if results[index] is None:
                     results[index] = result
                     remaining -= 1
-            self._watch(pending)
+            self._workers.watch(lambda worker_id: bool(self._in_flight[worker_id]))
         return [result for result in results if result is not None]
 
-    def _dispatch(self, pending: deque[int], tasks: Sequence[RolloutTask]) -> None:
+    def _dispatch(self, tasks: Sequence[RolloutTask]) -> None:
         """Give every worker a task before any gets a second (up to :data:`TASKS_IN_FLIGHT`): the first pending one
         it may take (its affinity slot, or any worker), the weights first when it has not got this version yet."""
         for depth in range(TASKS_IN_FLIGHT):
-            for worker_id in range(len(self._processes)):
+            for worker_id in range(self._workers.count):
                 if len(self._in_flight[worker_id]) <= depth:
-                    index = next((i for i in pending if self._may_take(tasks[i], worker_id)), None)
+                    index = next((i for i in self._pending if self._may_take(tasks[i], worker_id)), None)
                     if index is not None:
-                        pending.remove(index)
+                        self._pending.remove(index)
                         self._send(worker_id, index, tasks[index])
 
     def _send(self, worker_id: int, index: int, task: RolloutTask) -> None:
         assert self._weights is not None
         version, weights = self._weights
-        conn = self._conns[worker_id]
-        assert conn is not None
         if not self._in_flight[worker_id]:
-            self._last_progress[worker_id] = time.monotonic()
+            self._workers.progressed(worker_id)
         self._in_flight[worker_id].append(index)
-        try:
-            if self._versions[worker_id] != version:
-                conn.send(("weights", version, weights))
-                self._versions[worker_id] = version
-            conn.send(("task", index, task))
-        except (BrokenPipeError, OSError):
-            pass  # it died: _watch replaces it and re-issues what it held
+        if self._versions[worker_id] != version:
+            self._workers.send(worker_id, ("weights", version, weights))
+            self._versions[worker_id] = version
+        self._workers.send(worker_id, ("task", index, task))
 
     def _may_take(self, task: RolloutTask, worker_id: int) -> bool:
         affinity = task.affinity
-        return affinity is None or affinity % len(self._processes) == worker_id
+        return affinity is None or affinity % self._workers.count == worker_id
 
-    def _watch(self, pending: deque[int]) -> None:
-        """Replace workers that died (once their pipe is drained), and workers holding tasks silent too long."""
-        now = time.monotonic()
-        for worker_id, process in enumerate(self._processes):
-            conn = self._conns[worker_id]
-            if not process.is_alive() and conn is not None and not conn.poll():
-                self._replace(worker_id, f"died (exit code {process.exitcode})", pending)
-            elif self._in_flight[worker_id] and now - self._last_progress[worker_id] > self._timeout:
-                self._replace(worker_id, f"returned nothing for {self._timeout:g} s", pending)
-
-    def _replace(self, worker_id: int, why: str, pending: deque[int]) -> None:
-        process, conn = self._processes[worker_id], self._conns[worker_id]
-        if process.is_alive():
-            process.kill()
-        process.join(timeout=10)
-        if conn is not None:
-            conn.close()
-            self._conns[worker_id] = None  # closed: close() skips it if the run stops before a replacement exists
+    def _take_back(self, worker_id: int) -> str:
+        """A lost worker: the tasks it held go back to the front of the pending ones, in task order."""
+        self.replacements += 1
         lost = sorted(self._in_flight[worker_id])
         self._in_flight[worker_id] = []
-        pending.extendleft(reversed(lost))  # at the front, in task order
+        self._versions[worker_id] = -1  # its replacement has no weights yet
+        self._pending.extendleft(reversed(lost))
         self.reissued += len(lost)
-        self._failed_starts.replaced(worker_id, self._answered[worker_id], why)
-        old_pid = process.pid
-        self._spawn(worker_id)
-        self.replacements += 1
-        log.warning(
-            "rollout worker %d (pid %s) %s; %d rollout task(s) re-issued; replaced by a new worker process (pid %s)",
-            worker_id,
-            old_pid,
-            why,
-            len(lost),
-            self._processes[worker_id].pid,
-        )
+        return f"{len(lost)} rollout task(s) re-issued; "
 
     def close(self) -> None:
-        for conn in self._conns:
-            if conn is not None:
-                with contextlib.suppress(BrokenPipeError, OSError):
-                    conn.send(("stop",))
-        for process in self._processes:
-            if process is not None:
-                process.join(timeout=5)
-                if process.is_alive():
-                    process.kill()
-                    process.join(timeout=5)
-        for conn in self._conns:
-            if conn is not None:
-                conn.close()
-        self._conns = [None] * len(self._conns)
+        for worker_id in range(self._workers.count):
+            self._workers.send(worker_id, ("stop",))
+        self._workers.close()
