@@ -27,9 +27,9 @@ from conftest import PROJECT, one_line_error, rlcore, sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlcore.config.sections import EnvConfig
 from rlcore.data.collection import collect_dataset
 from rlcore.data.datasets import SCHEMA_VERSION, DatasetError, DatasetWriter, OfflineData, load_dataset, read_metadata
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.vector import describe_space
 
 DATASET = Path("data/dataset.parquet")

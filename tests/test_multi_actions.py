@@ -24,10 +24,11 @@ from torch.distributions import Categorical
 from rlcore.common.checkpoints import load_checkpoint
 from rlcore.common.errors import ConfigError
 from rlcore.common.files import read_json
-from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.config.sections import PolicyConfig
 from rlcore.data.collection import collect_dataset
 from rlcore.data.datasets import DatasetError, DatasetWriter, iter_dataset, load_dataset
 from rlcore.envs.actions import action_layout, random_actions, to_env_actions
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.vector import check_spaces, describe_space, make_vector_env, space_from_description
 from rlcore.nets.policies import ActorCritic, MultiBernoulli, MultiCategorical, action_dim
 from rlcore.params import load_params

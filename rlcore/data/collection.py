@@ -13,9 +13,9 @@ import torch
 from gymnasium import spaces
 from tqdm import tqdm
 
-from rlcore.config.sections import EnvConfig
 from rlcore.data.datasets import DatasetWriter
 from rlcore.envs.actions import random_actions, sub_action_sizes
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import describe_space, make_vector_env

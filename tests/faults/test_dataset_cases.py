@@ -34,9 +34,9 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import PROJECT
 
-from rlcore.config.sections import EnvConfig
 from rlcore.data.collection import collect_dataset
 from rlcore.data.datasets import DatasetError, iter_dataset, load_dataset, read_metadata
+from rlcore.envs.config import EnvConfig
 
 HERE = Path(__file__).parent
 CASES: list[dict[str, Any]] = [
