@@ -17,7 +17,8 @@ from rlcore.config.sections import MemoryConfig, PolicyConfig
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.vector import describe_space
 from rlcore.evaluation.export import ExportError, export_policy, parity_inputs, parity_observations
-from rlcore.nets.policies import Policy, QPolicy
+from rlcore.nets.policies import QPolicy
+from rlcore.nets.policy import Policy
 from rlcore.nets.recurrent import RecurrentActorCritic
 from rlcore.params import load_params
 from rlcore.registry import policy_from_checkpoint

@@ -20,7 +20,7 @@ from rlcore.envs.config import EnvConfig
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import make_vector_env
-from rlcore.nets.policies import reset_state
+from rlcore.nets.policy import reset_state
 from rlcore.nets.recurrent import RecurrentActorCritic
 from rlcore.params import load_params
 

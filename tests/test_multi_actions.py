@@ -30,7 +30,9 @@ from rlcore.data.datasets import DatasetError, DatasetWriter, iter_dataset, load
 from rlcore.envs.actions import action_layout, random_actions, to_env_actions
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.vector import check_spaces, describe_space, make_vector_env, space_from_description
-from rlcore.nets.policies import ActorCritic, MultiBernoulli, MultiCategorical, action_dim
+from rlcore.nets.distributions import MultiBernoulli, MultiCategorical
+from rlcore.nets.policies import ActorCritic
+from rlcore.nets.policy import action_dim
 from rlcore.params import load_params
 from rlcore.registry import check_action_space, policy_from_checkpoint
 from rlcore.stages import collect_stage, evaluate_stage, export_stage, select_stage, train_stage

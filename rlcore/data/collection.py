@@ -19,7 +19,7 @@ from rlcore.envs.config import EnvConfig
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import describe_space, make_vector_env
-from rlcore.nets.policies import Policy, reset_state
+from rlcore.nets.policy import Policy, reset_state
 
 log = logging.getLogger("rlcore")
 

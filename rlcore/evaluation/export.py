@@ -37,7 +37,7 @@ from rlcore.envs.config import EnvConfig
 from rlcore.envs.observations import obs_tensor, observation_input
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import make_vector_env, space_from_description
-from rlcore.nets.policies import Policy, reset_state
+from rlcore.nets.policy import Policy, reset_state
 
 log = logging.getLogger("rlcore")
 

@@ -23,7 +23,7 @@ from rlcore.envs.config import EnvConfig
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import make_vector_env
-from rlcore.nets.policies import Policy
+from rlcore.nets.policy import Policy
 
 log = logging.getLogger("rlcore")
 
