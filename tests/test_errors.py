@@ -120,7 +120,9 @@ def test_a_wrapper_named_by_its_module_before_the_concept_folders_names_the_new_
     wrapper = "env.wrappers=[{wrapper: rlcore.partial_observation.KeepObservations, kwargs: {indices: [0]}}]"
     result = in_process("train", "--set", wrapper, cwd=project)
     expected = "write rlcore.envs.partial_observation.KeepObservations"
-    one_line_error(result, "env.wrappers", "rlcore.partial_observation moved to rlcore.envs.partial_observation", expected)
+    one_line_error(
+        result, "env.wrappers", "rlcore.partial_observation moved to rlcore.envs.partial_observation", expected
+    )
 
 
 def test_unknown_algorithm_lists_the_known_ones(project: Path) -> None:
