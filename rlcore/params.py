@@ -14,14 +14,9 @@ from typing import Any
 from pydantic import Field, ValidationError, create_model
 
 from rlcore.common.errors import ConfigError, did_you_mean
-from rlcore.config.sections import (
-    SECTIONS,
-    Params,
-    apply_overrides,
-    describe_validation_error,
-    read_yaml_mapping,
-    short_repr,
-)
+from rlcore.common.validation_errors import describe_validation_error, short_repr
+from rlcore.config.reading import apply_overrides, read_yaml_mapping
+from rlcore.config.sections import SECTIONS, Params
 from rlcore.registry import algo_config_class, algorithm_class, registered_algorithms
 
 REQUIRED = {

@@ -25,7 +25,7 @@ from rlcore.common.checkpoints import Checkpoint
 from rlcore.common.errors import CheckpointError, ConfigError
 from rlcore.config.sections import PolicyConfig
 from rlcore.envs.vector import space_from_description
-from rlcore.nets.policies import Policy
+from rlcore.nets.policy import Policy
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls for cls in (PPO, A2C, IMPALA, DQN, SAC, BC, TD3BC, IQL, ES, SVPG)

@@ -36,7 +36,7 @@ from rlcore.evaluation.report import (
 )
 from rlcore.evaluation.selection import select_best, view_scores
 from rlcore.evaluation.video import record_episode
-from rlcore.nets.policies import Policy
+from rlcore.nets.policy import Policy
 from rlcore.registry import policy_from_checkpoint
 from rlcore.trainers import is_offline, train
 from rlcore.trainers.run_directory import command_line

@@ -20,7 +20,7 @@ from conftest import PROJECT
 from rlcore.common.checkpoints import list_checkpoints
 from rlcore.common.files import read_json
 from rlcore.common.seeds import periodic_seeds
-from rlcore.config.sections import EnvConfig
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.parameters import EnvParameters
 from rlcore.envs.settings import Constant
 from rlcore.envs.vector import make_vector_env, settings_for, use_settings

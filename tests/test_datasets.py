@@ -27,11 +27,11 @@ from conftest import PROJECT, one_line_error, rlcore, sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlcore.config.sections import EnvConfig
 from rlcore.data.collection import collect_dataset
 from rlcore.data.reader import OfflineData, load_dataset, read_metadata
 from rlcore.data.schema import SCHEMA_VERSION, DatasetError
 from rlcore.data.writer import DatasetWriter
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.vector import describe_space
 
 DATASET = Path("data/dataset.parquet")

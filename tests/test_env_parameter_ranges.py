@@ -11,7 +11,7 @@ import pytest
 from conftest import one_line_error, rlcore
 
 from rlcore.common.errors import UserCodeError
-from rlcore.config.sections import EnvConfig
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.parameters import RANGES, EnvParameters, catalogue, check_parameters
 from rlcore.envs.settings import Constant, parse_sampler
 from rlcore.envs.stepping import NonFiniteError, VectorStepper

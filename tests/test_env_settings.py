@@ -11,7 +11,7 @@ import yaml
 from conftest import PROJECT, QUICK
 
 from rlcore.common.files import read_json
-from rlcore.config.sections import EnvConfig
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.curriculum import Curriculum
 from rlcore.envs.settings import Constant, Gaussian, MultiRangeUniform, Uniform, parse_sampler
 from rlcore.envs.vector import make_vector_env, settings_for

@@ -9,7 +9,7 @@ from conftest import PROJECT
 
 from rlcore.common.errors import ConfigError
 from rlcore.common.files import read_json
-from rlcore.config.sections import EnvConfig
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.vector import make_vector_env
 from rlcore.evaluation.evaluator import Evaluator
 from rlcore.nets.policies import ActorCritic

@@ -398,7 +398,7 @@ def test_every_path_a_user_gives_is_checked_to_be_a_regular_file(tmp_path: Path)
 
     from rlcore.common.checkpoints import load_checkpoint
     from rlcore.common.errors import RLCoreError, file_problem
-    from rlcore.config.sections import read_text_file
+    from rlcore.config.reading import read_text_file
     from rlcore.data.reader import read_metadata
 
     fifo = tmp_path / "pipe"

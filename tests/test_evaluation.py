@@ -15,7 +15,7 @@ from recording_env import RecordResets
 from rlcore.common import seeds
 from rlcore.common.errors import ConfigError
 from rlcore.common.files import read_json
-from rlcore.config.sections import EnvConfig
+from rlcore.envs.config import EnvConfig
 from rlcore.evaluation.evaluator import EvalResult, Evaluator, bootstrap_interval, interquartile_mean
 from rlcore.nets.policies import ActorCritic
 from rlcore.params import load_params

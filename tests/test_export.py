@@ -13,10 +13,12 @@ from torch import nn
 from rlcore.common.checkpoints import load_checkpoint
 from rlcore.common.errors import ConfigError
 from rlcore.common.files import read_json
-from rlcore.config.sections import EnvConfig, MemoryConfig, PolicyConfig
+from rlcore.config.sections import MemoryConfig, PolicyConfig
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.vector import describe_space
 from rlcore.evaluation.export import ExportError, export_policy, parity_inputs, parity_observations
-from rlcore.nets.policies import Policy, QPolicy
+from rlcore.nets.policies import QPolicy
+from rlcore.nets.policy import Policy
 from rlcore.nets.recurrent import RecurrentActorCritic
 from rlcore.params import load_params
 from rlcore.registry import policy_from_checkpoint

@@ -13,13 +13,14 @@ import torch
 from conftest import PROJECT
 
 from rlcore.common.errors import ConfigError
-from rlcore.config.sections import EnvConfig, MemoryConfig, PolicyConfig
+from rlcore.config.sections import MemoryConfig, PolicyConfig
 from rlcore.data.sequences import SequenceRollout
 from rlcore.envs.actions import action_layout
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import make_vector_env
-from rlcore.nets.policies import reset_state
+from rlcore.nets.policy import reset_state
 from rlcore.nets.recurrent import RecurrentActorCritic
 from rlcore.params import load_params
 

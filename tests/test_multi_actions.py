@@ -24,14 +24,17 @@ from torch.distributions import Categorical
 from rlcore.common.checkpoints import load_checkpoint
 from rlcore.common.errors import ConfigError
 from rlcore.common.files import read_json
-from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.config.sections import PolicyConfig
 from rlcore.data.collection import collect_dataset
 from rlcore.data.reader import iter_dataset, load_dataset
 from rlcore.data.schema import DatasetError
 from rlcore.data.writer import DatasetWriter
 from rlcore.envs.actions import action_layout, random_actions, to_env_actions
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.vector import check_spaces, describe_space, make_vector_env, space_from_description
-from rlcore.nets.policies import ActorCritic, MultiBernoulli, MultiCategorical, action_dim
+from rlcore.nets.distributions import MultiBernoulli, MultiCategorical
+from rlcore.nets.policies import ActorCritic
+from rlcore.nets.policy import action_dim
 from rlcore.params import load_params
 from rlcore.registry import check_action_space, policy_from_checkpoint
 from rlcore.stages import collect_stage, evaluate_stage, export_stage, select_stage, train_stage

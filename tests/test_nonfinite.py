@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from conftest import QUICK, rlcore, sets
 
-from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.config.sections import PolicyConfig
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.parameters import EnvParameters
 from rlcore.envs.settings import Constant
 from rlcore.envs.stepping import NonFiniteError, VectorStepper

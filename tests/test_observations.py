@@ -16,11 +16,12 @@ from gymnasium import spaces
 
 from rlcore.algos.ppo import PPO, PPOConfig
 from rlcore.common.errors import ConfigError
-from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.config.sections import PolicyConfig
 from rlcore.data.reader import iter_dataset, load_dataset, read_metadata
 from rlcore.data.replay import ReplayBuffer
 from rlcore.data.rollouts import RolloutBuffer
 from rlcore.data.writer import DatasetWriter
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.observations import PackedDict, obs_tensor, pack, storage_dtype
 from rlcore.envs.vector import describe_space, make_vector_env, space_from_description
 from rlcore.nets.blocks import ObsNormalizer

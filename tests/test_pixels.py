@@ -17,7 +17,7 @@ from conftest import PROJECT
 from PIL import Image
 
 from rlcore.common.files import read_json
-from rlcore.config.sections import EnvConfig
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.vector import make_vector_env
 from rlcore.params import load_params
 from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage

@@ -15,9 +15,10 @@ from rlcore.algos.a2c import A2C, A2CConfig
 from rlcore.algos.base import Algorithm
 from rlcore.algos.ppo import PPO, PPOConfig
 from rlcore.common.errors import ConfigError
-from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.config.sections import PolicyConfig
 from rlcore.data.rollouts import RolloutBuffer
 from rlcore.envs.actions import action_layout
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import make_vector_env

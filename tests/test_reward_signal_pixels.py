@@ -14,7 +14,8 @@ from conftest import PROJECT
 
 from rlcore.algos.ppo import PPO, PPOConfig
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
-from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.config.sections import PolicyConfig
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import make_vector_env
 from rlcore.nets.encoders import Flatten, ImageEncoder

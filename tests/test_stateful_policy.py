@@ -10,10 +10,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.config.sections import PolicyConfig
 from rlcore.data.collection import collect_dataset
+from rlcore.envs.config import EnvConfig
 from rlcore.evaluation.evaluator import Evaluator
-from rlcore.nets.policies import Policy
+from rlcore.nets.policy import Policy
 
 
 class StepCounter(Policy):

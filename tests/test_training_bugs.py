@@ -26,9 +26,10 @@ from rlcore.algos.sac import SAC, SACConfig
 from rlcore.algos.td3bc import TD3BC
 from rlcore.common.errors import ConfigError
 from rlcore.common.files import read_json
-from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.config.sections import PolicyConfig
 from rlcore.data.rollouts import RolloutBuffer
 from rlcore.envs.actions import to_env_actions
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.vector import check_autoreset, check_spaces, make_vector_env
 from rlcore.nets.policies import ActorCritic
 from rlcore.params import load_params

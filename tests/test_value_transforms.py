@@ -6,7 +6,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from rlcore.config.sections import describe_validation_error
+from rlcore.common.validation_errors import describe_validation_error
 from rlcore.nets.blocks import mlp
 from rlcore.nets.value_transforms import (
     ValueHead,

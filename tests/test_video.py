@@ -12,7 +12,8 @@ import pytest
 import torch
 from PIL import Image, ImageSequence
 
-from rlcore.config.sections import EnvConfig, PolicyConfig
+from rlcore.config.sections import PolicyConfig
+from rlcore.envs.config import EnvConfig
 from rlcore.evaluation.evaluator import Evaluator
 from rlcore.evaluation.video import record_episode
 from rlcore.nets.policies import ActorCritic

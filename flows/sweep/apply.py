@@ -18,7 +18,7 @@ import yaml
 
 from rlcore.common.errors import ConfigError
 from rlcore.common.files import write_text
-from rlcore.config.sections import ParamsLoader, read_yaml_mapping
+from rlcore.config.reading import ParamsLoader, read_yaml_mapping
 from rlcore.config.sweep import flatten, yaml_text
 from rlcore.params import validate_params
 

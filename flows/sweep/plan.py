@@ -23,7 +23,8 @@ from pydantic import BaseModel
 from flows.sweep.search import check_options, distributions
 from flows.sweep.storage import storage_spec
 from rlcore.common.errors import ConfigError, RLCoreError, did_you_mean
-from rlcore.config.sections import Params, apply_overrides, read_yaml_mapping
+from rlcore.config.reading import apply_overrides, read_yaml_mapping
+from rlcore.config.sections import Params
 from rlcore.config.sweep import SweepConfig, flatten, overrides_for, yaml_text
 from rlcore.envs.ids import check_env_id
 from rlcore.params import params_model, validate_params

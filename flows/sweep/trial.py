@@ -37,7 +37,8 @@ from flows.sweep.study import load_study
 from rlcore.common.errors import RLCoreError
 from rlcore.common.files import read_json, write_json
 from rlcore.common.stage_paths import Layout
-from rlcore.config.sections import Params, apply_overrides
+from rlcore.config.reading import apply_overrides
+from rlcore.config.sections import Params
 from rlcore.config.sweep import SweepConfig, SweepEnv, overrides_for, yaml_text
 from rlcore.evaluation.evaluator import EvalResult
 from rlcore.evaluation.selection import scores_on_test

@@ -27,13 +27,13 @@ from pydantic import Field
 from torch import nn
 
 from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig
-from rlcore.algos.ppo import PPO, explained_variance
+from rlcore.algos.ppo import PPO
 from rlcore.config.sections import PolicyConfig
 from rlcore.data.rollouts import RolloutBuffer
 from rlcore.nets.policies import ActorCritic
 from rlcore.nets.recurrent import actor_critic
 from rlcore.objectives.bc_regularizer import BCRegularizer
-from rlcore.objectives.returns import n_step_returns
+from rlcore.objectives.returns import explained_variance, n_step_returns
 from rlcore.objectives.schedules import ScheduleName, scheduled
 
 RMSPROP_ALPHA = 0.99

@@ -31,7 +31,7 @@ from torch import nn
 from rlcore.algos.population_tasks import RolloutResult, RolloutTask
 from rlcore.config.sections import AlgoConfig, PolicyConfig
 from rlcore.data.rollouts import RolloutBuffer, TrajectoryBatch
-from rlcore.nets.policies import Policy
+from rlcore.nets.policy import Policy
 from rlcore.nets.precision import Precision
 from rlcore.nets.value_transforms import ValueHeadConfig
 from rlcore.objectives.bc_regularizer import BehavioralCloningConfig

@@ -17,7 +17,8 @@ from pydantic import Field
 
 from rlcore.algos.base import OfflineAlgorithm, OfflineConfig
 from rlcore.config.sections import PolicyConfig
-from rlcore.nets.policies import Policy, stochastic_actor
+from rlcore.nets.policies import stochastic_actor
+from rlcore.nets.policy import Policy
 
 
 class BCConfig(OfflineConfig):

@@ -37,7 +37,8 @@ from rlcore.algos.population_tasks import PairResults, PerturbedPairs, RolloutRe
 from rlcore.common.errors import CheckpointError, ConfigError
 from rlcore.config.sections import PolicyConfig
 from rlcore.nets.blocks import ObsNormalizer
-from rlcore.nets.policies import CategoricalActor, DeterministicActor, Policy, require_bounded
+from rlcore.nets.policies import CategoricalActor, DeterministicActor, require_bounded
+from rlcore.nets.policy import Policy
 from rlcore.objectives.schedules import ScheduleName, scheduled
 
 MAX_NOISE_TABLE = 2**28

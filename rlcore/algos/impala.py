@@ -27,12 +27,12 @@ from gymnasium import spaces
 from pydantic import Field
 
 from rlcore.algos.base import ActorLearnerAlgorithm, ActorLearnerConfig
-from rlcore.algos.ppo import PPO, explained_variance
+from rlcore.algos.ppo import PPO
 from rlcore.config.sections import PolicyConfig
 from rlcore.data.rollouts import TrajectoryBatch
 from rlcore.nets.policies import ActorCritic
 from rlcore.nets.recurrent import RecurrentActorCritic, actor_critic
-from rlcore.objectives.returns import log_importance_weights, vtrace
+from rlcore.objectives.returns import explained_variance, log_importance_weights, vtrace
 from rlcore.objectives.schedules import ScheduleName, scheduled
 
 

@@ -34,7 +34,8 @@ from rlcore.algos.base import OfflineAlgorithm, OfflineConfig
 from rlcore.config.sections import PolicyConfig
 from rlcore.data.reader import OfflineData
 from rlcore.nets.blocks import TwinQ, mlp, polyak_update
-from rlcore.nets.policies import Policy, stochastic_actor
+from rlcore.nets.policies import stochastic_actor
+from rlcore.nets.policy import Policy
 
 
 class IQLConfig(OfflineConfig):

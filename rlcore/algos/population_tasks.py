@@ -32,7 +32,7 @@ from torch.nn.utils import parameters_to_vector
 from rlcore.algos.noise_table import noise_rows, noise_table
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.stepping import VectorStep, VectorStepper
-from rlcore.nets.policies import Policy
+from rlcore.nets.policy import Policy
 
 
 class ParticleEnvs:

@@ -27,7 +27,7 @@ from rlcore.data.rollouts import RolloutBuffer
 from rlcore.nets.policies import ActorCritic
 from rlcore.nets.recurrent import actor_critic
 from rlcore.objectives.bc_regularizer import BCRegularizer
-from rlcore.objectives.returns import gae
+from rlcore.objectives.returns import explained_variance, gae
 from rlcore.objectives.reward_scaling import RewardScaler
 from rlcore.objectives.schedules import ScheduleName, scheduled
 
@@ -195,14 +195,3 @@ def clipped_surrogate(
     if dual_clip is None:
         return surrogate
     return torch.where(advantages < 0, torch.max(surrogate, dual_clip * advantages), surrogate)
-
-
-def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> float:
-    """1 - Var[targets - predictions] / Var[targets]: 1 is perfect, 0 no better than a constant (and 0 where the
-    variance is undefined: fewer than two targets)."""
-    if targets.numel() < 2:
-        return 0.0
-    target_var = targets.var()
-    if target_var.item() == 0:
-        return 0.0
-    return float(1 - (targets - predictions).var() / target_var)

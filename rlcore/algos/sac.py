@@ -26,7 +26,8 @@ from pydantic import Field
 from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
 from rlcore.config.sections import PolicyConfig
 from rlcore.nets.blocks import TwinQ, polyak_update
-from rlcore.nets.policies import CategoricalActor, Policy, SquashedGaussianActor, require_bounded
+from rlcore.nets.policies import CategoricalActor, SquashedGaussianActor, require_bounded
+from rlcore.nets.policy import Policy
 
 
 class SACConfig(OffPolicyConfig):

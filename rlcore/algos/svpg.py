@@ -31,11 +31,11 @@ from torch.nn.utils import parameters_to_vector
 
 from rlcore.algos.base import PopulationAlgorithm, PopulationConfig
 from rlcore.algos.population_tasks import ParticleSegment, RolloutResult, RolloutTask, SegmentResult
-from rlcore.algos.ppo import PPO, explained_variance
+from rlcore.algos.ppo import PPO
 from rlcore.config.sections import PolicyConfig
 from rlcore.nets.policies import ActorCritic
 from rlcore.nets.value_transforms import ValueHeadConfig
-from rlcore.objectives.returns import gae
+from rlcore.objectives.returns import explained_variance, gae
 from rlcore.objectives.schedules import ScheduleName, scheduled
 
 

@@ -1,4 +1,4 @@
-"""The base of every params section (``rlcore.config.sections``, ``rlcore.config.sweep``, the algorithms' configs).
+"""The base of every params section (``rlcore.config``, ``rlcore.envs.config``, the algorithms' configs).
 
 A leaf module (pydantic only), so the sweep section can share it without an import cycle. What it refuses
 everywhere, unless a key's own type says otherwise:

@@ -1,202 +1,44 @@
-"""The params tree: typed sections loaded from ``params.yaml``, with ``--set a.b=c`` overrides.
+"""The params sections (``policy``, ``train``, ``eval``, ``select``, ``export``, ``collect``, ``dataset``,
+``deploy``; ``env`` is ``rlcore.envs.config``'s, ``sweep`` ``rlcore.config.sweep``'s) and :class:`Params`, their tree.
 
-Each stage reads only its own sections, so ``dvc.yaml`` lists exactly those keys:
+The keys each stage reads (its ``params`` in ``dvc.yaml`` must list them, so that changing one re-runs it):
 
 | stage    | reads                                                |
 |----------|------------------------------------------------------|
 | train    | ``seed``, ``name``, ``branch``, ``torch_threads``, ``env``, ``policy``, ``algo``, ``train``, ``dataset``, |
 |          | ``eval.max_episode_steps`` (the periodic evaluations' episode cap) |
 | evaluate | ``name``, ``branch``, ``torch_threads``, ``env``, ``eval`` |
-| select   | ``name``, ``branch``, ``torch_threads``, ``env``, ``eval``, ``select`` (it scores the selection on test) |
+| select   | ``name``, ``branch``, ``torch_threads``, ``env``, ``eval``, ``select`` (it scores the selection on test), |
+|          | ``train.target_return`` (the threshold line of the report's baseline comparison) |
 | export   | ``name``, ``branch``, ``torch_threads``, ``export``  |
 | collect  | ``torch_threads``, ``env``, ``collect``              |
 | sweep    | ``sweep`` and everything a trial trains and evaluates with |
 
-Validation happens once, at load; every problem becomes a one-line :class:`ConfigError` that
-names the key, says what was expected and shows what was given.
+Validation happens once, at load (``rlcore.params``); every problem becomes a one-line :class:`ConfigError` that
+names the key, says what was expected and shows what was given (``rlcore.common.validation_errors``).
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import AliasChoices, BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationInfo, field_validator, model_validator
 
-from rlcore.common.errors import ConfigError, did_you_mean, file_problem
+from rlcore.common.errors import did_you_mean
 from rlcore.common.seeds import MAX_EVAL_EPISODES, MAX_TRAIN_STEPS, PERIODIC_EPISODES_PER_SEED, SEED_LIMIT
 from rlcore.common.strict_model import StrictModel
+from rlcore.common.validation_errors import short_repr
 from rlcore.config.sweep import SweepConfig
-from rlcore.envs.settings import (
-    MEAN_OVER_SETTINGS,
-    EvalSetting,
-    Lesson,
-    Parameters,
-    check_curriculum,
-    check_eval_settings,
-    check_parameter_names,
-)
+from rlcore.envs.config import MAX_NUM_ENVS, EnvConfig
+from rlcore.envs.settings import MEAN_OVER_SETTINGS, EvalSetting, check_eval_settings
 
 _FOLDER_NAME = re.compile(r"(?!-)[A-Za-z0-9._-]{1,100}")
-MAX_NUM_ENVS = 4096
-"""The most envs stepped together (``env.num_envs``, ``collect.num_envs``, ``eval.max_parallel_envs``)."""
 MAX_TORCH_THREADS = 1024
 """The most torch threads (``torch_threads``): more only costs memory (libgomp allocates per thread)."""
 MAX_LAYERS = 100
 """The most hidden layers (``policy.hidden_sizes``); their widths are bounded by the memory check
 (``rlcore.trainers.memory_estimate``)."""
-
-
-class WrapperConfig(StrictModel):
-    """One gymnasium wrapper applied to every sub-env, e.g. ``{wrapper: gymnasium.wrappers.ClipReward, kwargs:
-    {min_reward: -1, max_reward: 1}}``."""
-
-    wrapper: str
-    """Import path of the wrapper class (or any callable taking the env first): ``package.module.Name`` or
-    ``package.module:Name``."""
-    kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Its keyword arguments after the env."""
-
-    @field_validator("wrapper")
-    @classmethod
-    def _importable(cls, path: str) -> str:
-        from rlcore.envs.ids import import_object
-
-        wrapper = import_object(path)
-        if not callable(wrapper):
-            raise ValueError(f"{path} is {_a(type(wrapper).__name__)}, not a wrapper class or function (env) -> env")
-        return path
-
-    @field_validator("kwargs")
-    @classmethod
-    def _kwargs_fit_the_wrapper(cls, kwargs: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        """Refused here, under this key, rather than as a TypeError when the env is built."""
-        import inspect
-
-        from rlcore.envs.ids import import_object
-
-        path = info.data.get("wrapper")  # absent when the wrapper itself was refused
-        if path is None:
-            return kwargs
-        try:
-            signature = inspect.signature(import_object(path))
-        except (TypeError, ValueError):  # no signature to read (a builtin): the wrapper checks its kwargs itself
-            return kwargs
-        try:
-            signature.bind(None, **kwargs)
-        except TypeError as exc:
-            raise ValueError(f"{path} does not accept them: {exc} (its parameters: {signature})") from None
-        return kwargs
-
-
-def _a(noun: str) -> str:
-    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
-
-
-class EnvConfig(StrictModel):
-    id: str = "CartPole-v1"
-    """A registered gymnasium id, optionally ``module:Env-v0`` to import the module that registers it."""
-    kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Keyword arguments for the env's constructor (``gymnasium.make_vec(id, **kwargs)``). Checked at load:
-    ``max_episode_steps`` is a positive integer, ``render_mode`` one the env lists, and a value has the type of the
-    constructor parameter's default (``rlcore.envs.ids.check_env_kwargs``); the env refuses the rest when built."""
-    num_envs: int = Field(8, ge=1, le=MAX_NUM_ENVS)
-    """Environments stepped together while training (at most 4096)."""
-    vectorization: Literal["auto", "vector_entry_point", "sync", "async"] = "auto"
-    """``auto`` uses the env's own batched implementation when it has one (CartPole does) and no wrappers are
-    declared, else ``sync``. ``async`` runs each env in a subprocess: worth it only for slow envs on more than
-    two cores."""
-    wrappers: list[WrapperConfig] = Field(default_factory=list)
-    """Gymnasium wrappers applied, in this order, to every sub-env wherever the env is built (training,
-    evaluation, collection, export checks). Needs ``sync`` or ``async`` vectorization (``auto`` picks ``sync``)."""
-    parameters: Parameters = Field(default_factory=dict)
-    """Env parameters applied at every episode reset of every sub-env: name -> a number (or true/false) or a sampler
-    (``{sampler: uniform, low, high}``, ``gaussian`` ``mean``/``std``, ``multirange_uniform`` ``intervals``;
-    ``rlcore.envs.settings``), drawn per episode from the episode's seed. A name is a constructor keyword of the env
-    (the sub-env is rebuilt at its episode boundary) or a numeric attribute of the unwrapped env
-    (``rlcore.envs.parameters``); anything else is refused at load. Like wrappers, needs sync or async vectorization."""
-    parameters_adapter: str | None = None
-    """``module:function`` called as ``function(env, values)`` (the unwrapped env, every drawn value by name) instead
-    of rlcore's own rules, for envs whose physics live elsewhere (MuJoCo model fields)."""
-    curriculum: list[Lesson] = Field(default_factory=list)
-    """Lessons in order, ``{name, parameters, until: {measure: eval_return | progress, threshold, min_lesson_steps,
-    smoothing}}``: a lesson's parameters override ``parameters`` key by key; every lesson but the last ends by its
-    ``until`` (``rlcore.envs.curriculum``). The training distribution (evaluation, collection) is the last lesson's."""
-
-    @field_validator("id")
-    @classmethod
-    def _registered(cls, env_id: str) -> str:
-        from rlcore.envs.ids import check_env_id
-
-        check_env_id(env_id)
-        return env_id
-
-    def time_limit(self) -> int | None:
-        """The step limit of this env's episodes as declared: ``kwargs.max_episode_steps`` (else the one
-        gymnasium registered for the id), and any ``TimeLimit`` in ``wrappers``; the smallest wins. None: no limit."""
-        import gymnasium as gym
-
-        from rlcore.envs.ids import env_spec, import_object
-
-        limits = [self.kwargs.get("max_episode_steps") or env_spec(self.id).max_episode_steps]
-        for item in self.wrappers:
-            wrapper = import_object(item.wrapper)
-            if isinstance(wrapper, type) and issubclass(wrapper, gym.wrappers.TimeLimit):
-                limits.append(item.kwargs.get("max_episode_steps"))
-        found = [int(limit) for limit in limits if isinstance(limit, int) and limit > 0]
-        return min(found) if found else None
-
-    @model_validator(mode="after")
-    def _kwargs_fit_the_env(self) -> EnvConfig:
-        from rlcore.envs.ids import check_env_kwargs
-
-        check_env_kwargs(self.id, self.kwargs)
-        return self
-
-    @model_validator(mode="after")
-    def _wrappers_need_sub_envs(self) -> EnvConfig:
-        if self.wrappers and self.vectorization == "vector_entry_point":
-            raise ValueError(
-                "env.vectorization: env.wrappers wrap each sub-env, which needs sync or async (or auto), "
-                "not vector_entry_point"
-            )
-        if (self.parameters or self.curriculum) and self.vectorization == "vector_entry_point":
-            raise ValueError(
-                "env.vectorization: env.parameters and env.curriculum apply to each sub-env, which needs sync or "
-                "async (or auto), not vector_entry_point"
-            )
-        return self
-
-    @field_validator("parameters")
-    @classmethod
-    def _parameter_names(cls, parameters: dict[str, Any]) -> dict[str, Any]:
-        return check_parameter_names(parameters)
-
-    @field_validator("parameters_adapter")
-    @classmethod
-    def _adapter_importable(cls, path: str | None) -> str | None:
-        from rlcore.envs.ids import import_object
-
-        if path is not None and not callable(import_object(path)):
-            raise ValueError(f"{path} is not a function (expected module:function(env, values))")
-        return path
-
-    @model_validator(mode="after")
-    def _parameters_reach_the_env(self) -> EnvConfig:
-        """Every parameter of ``parameters`` and of each lesson is one the env has (``rlcore.envs.parameters``)."""
-        check_curriculum(self.curriculum)
-        self.check_parameters(self.parameters, "env.parameters")
-        for index, lesson in enumerate(self.curriculum):
-            self.check_parameters(lesson.parameters, f"env.curriculum.{index}.parameters")
-        return self
-
-    def check_parameters(self, parameters: Parameters, key: str) -> None:
-        """``ValueError`` (one line, ``<key>.<name>: ...``) for a parameter this env does not have."""
-        from rlcore.envs.parameters import check_parameters
-
-        check_parameters(self.id, self.kwargs, self.parameters_adapter, parameters, key)
 
 
 class MemoryConfig(StrictModel):
@@ -592,266 +434,3 @@ class Params(StrictModel):
     def to_dict(self) -> dict[str, Any]:
         """The resolved tree as plain data, with the algorithm's own fields (YAML/JSON-safe)."""
         return self.model_dump(mode="json", serialize_as_any=True)
-
-
-MAX_PARAMS_FILE_BYTES = 1 << 20
-"""A params file larger than this (1 MiB) is refused unread: params files are a few KB."""
-MAX_YAML_VALUES = 100_000
-"""A params file or ``--set`` value whose YAML holds more values than this, counting every alias's expansion, is
-refused before it is built (an alias bomb, "billion laughs", would otherwise hang validation)."""
-MAX_YAML_DEPTH = 64
-"""Deepest nesting of YAML collections accepted."""
-
-
-class InvalidYAML(ConfigError):
-    """Text that is not YAML at all (``--set`` then takes the value as a string)."""
-
-
-_SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: ~10x faster
-
-
-class ParamsLoader(_SAFE_LOADER):
-    """``yaml.SafeLoader`` (libyaml's where PyYAML has it) that also reads ``1e-3`` and ``1e5`` as numbers, as
-    YAML 1.2 (and DVC, reading the same params.yaml) does: YAML 1.1 floats need a dot (``1.0e-3``), and the string
-    ``'1e-3'`` would now be refused where a number is expected (``rlcore.common.strict_model``)."""
-
-
-ParamsLoader.add_implicit_resolver(  # copies SafeLoader's resolvers before adding this one
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
-
-
-def parse_yaml(text: str, source: str) -> Any:
-    """``yaml.safe_load`` bounded: refuses (``ConfigError`` naming ``source``) YAML that is invalid, nested deeper
-    than :data:`MAX_YAML_DEPTH`, recursive, or that would expand to more than :data:`MAX_YAML_VALUES` values."""
-    if _flow_depth(text) > MAX_YAML_DEPTH:  # PyYAML's scanner is quadratic in the depth of [ and { nesting
-        raise ConfigError(f"{source}: YAML nested deeper than {MAX_YAML_DEPTH} levels")
-    try:
-        loader = ParamsLoader(text)
-    except yaml.YAMLError as exc:  # a character YAML does not allow (NUL, other control characters)
-        raise InvalidYAML(f"{source}: not valid YAML: {_yaml_problem(exc)}") from None
-    try:
-        try:
-            node = loader.get_single_node()
-        except yaml.YAMLError as exc:
-            raise InvalidYAML(f"{source}: not valid YAML{_yaml_line(exc)}: {_yaml_problem(exc)}") from None
-        except RecursionError:
-            raise ConfigError(f"{source}: YAML nested deeper than {MAX_YAML_DEPTH} levels") from None
-        if node is None:
-            return None
-        _check_expansion(node, source)
-        try:
-            return loader.construct_document(node)
-        except yaml.YAMLError as exc:
-            raise InvalidYAML(f"{source}: not valid YAML{_yaml_line(exc)}: {_yaml_problem(exc)}") from None
-        except Exception as exc:  # a tagged or implicit value that does not convert: !!int abc, 2001-13-45
-            problem = " ".join(f"{type(exc).__name__}: {exc}".split())
-            raise InvalidYAML(f"{source}: not valid YAML: a value that does not convert ({problem})") from None
-    finally:
-        loader.dispose()
-
-
-def _yaml_line(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    return f" (line {mark.line + 1})" if mark is not None else ""
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """PyYAML's message without its quoted excerpt of the text: one short line."""
-    if isinstance(exc, yaml.reader.ReaderError):
-        return f"unacceptable character #x{exc.character:04x} at offset {exc.position} ({exc.reason})"
-    parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
-    text = ", ".join(str(part) for part in parts if part) or str(exc)
-    return " ".join(text.split())
-
-
-_QUOTED_OR_COMMENT = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\']|\'\')*\'|(?:^|(?<=\s))#[^\n]*', re.MULTILINE)
-_FLOW_BRACKET = re.compile(r"[][{}]")
-
-
-def _flow_depth(text: str) -> int:
-    """The deepest nesting of flow collections (``[``, ``{``) outside quoted strings and comments."""
-    depth = deepest = 0
-    for match in _FLOW_BRACKET.finditer(_QUOTED_OR_COMMENT.sub("", text)):
-        depth = depth + 1 if match.group() in "[{" else max(depth - 1, 0)
-        deepest = max(deepest, depth)
-    return deepest
-
-
-def _check_expansion(root: yaml.Node, source: str) -> None:
-    """Count the values ``root`` expands to (aliases counted at every use) without expanding it."""
-
-    def children(node: yaml.Node) -> list[yaml.Node]:
-        if isinstance(node, yaml.SequenceNode):
-            return list(node.value)
-        if isinstance(node, yaml.MappingNode):
-            return [item for pair in node.value for item in pair]
-        return []
-
-    sizes: dict[int, int] = {}
-    heights: dict[int, int] = {}
-    active: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, finished = stack.pop()
-        key = id(node)
-        if finished:
-            active.discard(key)
-            below = children(node)
-            sizes[key] = 1 + sum(sizes[id(child)] for child in below)
-            heights[key] = 1 + max((heights[id(child)] for child in below), default=0)
-            if sizes[key] > MAX_YAML_VALUES:
-                raise ConfigError(
-                    f"{source}: YAML expands to more than {MAX_YAML_VALUES} values (aliases counted at every use: "
-                    "an alias bomb?)"
-                )
-            if heights[key] > MAX_YAML_DEPTH:
-                raise ConfigError(f"{source}: YAML nested deeper than {MAX_YAML_DEPTH} levels")
-            continue
-        if key in sizes:
-            continue
-        if key in active:
-            raise ConfigError(f"{source}: a YAML alias refers to a collection that contains it (recursive)")
-        active.add(key)
-        stack.append((node, True))
-        stack.extend((child, False) for child in children(node) if id(child) not in sizes)
-
-
-def read_text_file(path: Path, what: str = "params file", limit: int = MAX_PARAMS_FILE_BYTES) -> str:
-    """The text of a UTF-8 file (a UTF-8 byte-order mark is fine); one-line errors name the file."""
-    problem = file_problem(path, what)
-    if problem is not None:
-        raise ConfigError(f"{path}: {problem}")
-    try:
-        size = path.stat().st_size
-        if size > limit:
-            raise ConfigError(f"{path}: {size} bytes is too large for a {what} (at most {limit}): is it one?")
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise ConfigError(f"{path}: not a UTF-8 text {what} (it is UTF-16: save it as UTF-8)")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not a UTF-8 text {what} (byte 0x{raw[exc.start]:02x} at offset {exc.start} is not UTF-8; "
-            "a binary file, or another encoding such as latin-1?)"
-        ) from None
-    if "\x00" in text:
-        raise ConfigError(f"{path}: not a UTF-8 text {what} (it holds NUL bytes: a binary file?)")
-    return text
-
-
-def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    """Parse a YAML file that must hold a non-empty mapping; one-line errors name the file."""
-    data = parse_yaml(read_text_file(path), str(path))
-    if data is None:
-        raise ConfigError(f"{path}: params file is empty (nothing but blanks, comments or null): nothing to run")
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of params at the top level, got {type(data).__name__}")
-    return data
-
-
-def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``key.path=value`` overrides; values are parsed as YAML (``1e-3``, ``true``, ``[64, 64]``), bounded
-    like a params file (:func:`parse_yaml`); a value that is not valid YAML is taken as a string."""
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set algo.lr=0.001")
-        try:
-            value = parse_yaml(raw, f"--set {key.strip()}") if raw.strip() else ""
-        except InvalidYAML:
-            value = raw
-        node = tree
-        parts = key.strip().split(".")
-        for depth, part in enumerate(parts[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                prefix = ".".join(parts[: depth + 1])
-                raise ConfigError(f"--set {key}: {prefix} is a value, not a section")
-            node = child
-        node[parts[-1]] = value
-    return tree
-
-
-_UNION_TAG = re.compile(
-    r"^(int|float|str|bool|bytes|none|constrained-\w+|literal\[.*\]|function-\w+\[.*\]|list\[.*\]|dict\[.*\]"
-    r"|tagged-union\[.*\]|union\[.*\]|is-instance\[.*\]|json-or-python\[.*\]|lax-\w+|strict-\w+)$"
-)
-_COMPARISONS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
-
-
-def short_repr(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` cut to about ``limit`` characters (huge lists, strings and numbers stay one short line)."""
-    import reprlib
-
-    shortener = reprlib.Repr()
-    shortener.maxlevel, shortener.maxlist, shortener.maxdict, shortener.maxtuple = 3, 8, 8, 8
-    shortener.maxstring, shortener.maxlong, shortener.maxother = limit, 40, limit
-    text = shortener.repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> str:
-    """One line for the first problem: the dotted key, what was expected, what was given. The alternatives of a
-    union (``ent_coef: float | auto``) are named together."""
-    errors = exc.errors(include_url=False)
-    error = errors[0]
-    loc = [str(part) for part in error["loc"] if not _UNION_TAG.match(str(part))]
-    key = ".".join(loc) or "<top level>"
-    given = short_repr(error.get("input"))
-    if error["type"] == "extra_forbidden":
-        siblings = _field_names(model, loc[:-1])
-        prefix = ".".join(loc[:-1]) + "." if len(loc) > 1 else ""
-        return f"unknown key {short_repr(key)}{did_you_mean(loc[-1], siblings, prefix=prefix)}"
-    if error["type"] == "missing":
-        return f"{key}: required key is missing"
-    message = error["msg"]
-    if message.startswith("Value error, "):
-        message = message[len("Value error, ") :]
-        return message if not loc or message.startswith(f"{key}.") else f"{key}: {message}"
-    alternatives = [
-        other
-        for other in errors
-        if len(other["loc"]) > len(loc) and [str(p) for p in other["loc"] if not _UNION_TAG.match(str(p))] == loc
-    ]
-    if len(alternatives) > 1:
-        return f"{key}: expected {' or '.join(dict.fromkeys(_expected(other) for other in alternatives))}, got {given}"
-    if error["type"] in _COMPARISONS:
-        bound = next(iter(error.get("ctx", {}).values()), "?")
-        return f"{key}: must be {_COMPARISONS[error['type']]} {bound}, got {given}"
-    message = message[0].lower() + message[1:]
-    return f"{key}: {message} ({given})" if ", got " in message else f"{key}: {message}, got {given}"
-
-
-def _expected(error: Any) -> str:
-    """What one alternative of a union wanted, in a few words."""
-    kind = error["type"]
-    if kind in _COMPARISONS:
-        return f"a number {_COMPARISONS[kind]} {next(iter(error.get('ctx', {}).values()), '?')}"
-    if kind == "literal_error":
-        return str(error.get("ctx", {}).get("expected", "one of the listed values"))
-    if kind == "finite_number":
-        return "a finite number"
-    if kind.startswith("float_"):
-        return "a number"
-    if kind.startswith("int_"):
-        return "an integer"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    return message[0].lower() + message[1:]
-
-
-def _field_names(model: type[BaseModel], loc: list[str]) -> list[str]:
-    node: Any = model
-    for part in loc:
-        field = node.model_fields.get(part) if isinstance(node, type) and issubclass(node, BaseModel) else None
-        if field is None:
-            return []
-        node = field.annotation
-    if isinstance(node, type) and issubclass(node, BaseModel):
-        return list(node.model_fields)
-    return []

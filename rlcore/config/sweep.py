@@ -275,7 +275,7 @@ def yaml_text(value: Any) -> str:
 
 def overrides_for(values: dict[str, Any]) -> list[str]:
     """``{"algo.lr": 0.001}`` -> ``["algo.lr=0.001"]``, as ``--set`` and
-    :func:`rlcore.config.sections.apply_overrides` take."""
+    :func:`rlcore.config.reading.apply_overrides` take."""
     return [f"{key}={yaml_text(value)}" for key, value in values.items()]
 
 

@@ -13,13 +13,13 @@ import torch
 from gymnasium import spaces
 from tqdm import tqdm
 
-from rlcore.config.sections import EnvConfig
 from rlcore.data.writer import DatasetWriter
 from rlcore.envs.actions import random_actions, sub_action_sizes
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import describe_space, make_vector_env
-from rlcore.nets.policies import Policy, reset_state
+from rlcore.nets.policy import Policy, reset_state
 
 log = logging.getLogger("rlcore")
 

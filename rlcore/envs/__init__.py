@@ -1,4 +1,5 @@
-"""The env side: making vector envs from ``env`` params, stepping them with autoreset, actions and observations
-between the policy and the env, env parameters, settings and curriculum lessons, the envs rlcore ships (MinAtar).
+"""The env side: the ``env`` params section (``config.py``), making vector envs from it, stepping them with
+autoreset, actions and observations between the policy and the env, env parameters, settings and curriculum lessons,
+the envs rlcore ships (MinAtar).
 
-May import: ``rlcore.config`` (its env section) and ``rlcore.common``."""
+May import: ``rlcore.common`` only (the params package imports the ``env`` section from here, not the reverse)."""

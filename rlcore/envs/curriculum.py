@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlcore.config.sections import EnvConfig
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.settings import Lesson, Parameters, lesson_parameters
 
 

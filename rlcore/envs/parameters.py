@@ -15,7 +15,7 @@ is a value (or a sampler that can draw one) outside the parameter's valid range 
 (:data:`RANGES`: CartPole's masses and length must be > 0, ...). Values that pass and still break the physics (a
 wrapper, an adapter) are caught when stepped: ``rlcore.envs.stepping.NonFiniteError``. A parameter the settings in
 effect do not draw (an earlier curriculum lesson's) is at a fresh env's value (:class:`EnvParameters`).
-Nothing here reads the params model (``rlcore.config.sections`` calls the checks): plain ids, kwargs and samplers in.
+Nothing here reads the params model (``rlcore.envs.config`` calls the checks): plain ids, kwargs and samplers in.
 """
 
 from __future__ import annotations

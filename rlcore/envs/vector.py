@@ -20,7 +20,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from rlcore.common.errors import ConfigError, RLCoreError, UserCodeError, describe_exception, format_traceback
-from rlcore.config.sections import EnvConfig
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.ids import env_spec, import_object
 from rlcore.envs.observations import PackDictObservations, PackedDict, observation_problem
 from rlcore.envs.parameters import EnvParameters

@@ -20,11 +20,11 @@ import numpy as np
 import torch
 
 from rlcore.common.errors import ConfigError
-from rlcore.config.sections import EnvConfig
 from rlcore.envs.actions import to_env_actions
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.stepping import NonFiniteError, check_finite, finite
 from rlcore.envs.vector import EpisodeSettings, make_vector_env, use_settings
-from rlcore.nets.policies import Policy
+from rlcore.nets.policy import Policy
 
 BOOTSTRAP_RESAMPLES = 10_000
 """Resamples of the percentile bootstrap of the mean return."""

@@ -19,11 +19,11 @@ import torch
 from PIL import Image
 
 from rlcore.common.files import atomic_path
-from rlcore.config.sections import EnvConfig
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import make_vector_env
-from rlcore.nets.policies import Policy
+from rlcore.nets.policy import Policy
 
 log = logging.getLogger("rlcore")
 

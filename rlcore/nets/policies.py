@@ -1,25 +1,8 @@
-"""Acting networks: what evaluation and export need from every algorithm, over raw observations.
-
-Every policy takes *raw* observations: normalization is a module inside it, so a saved or exported
-policy carries its statistics and nobody ships them beside it. The interface (:class:`Policy`):
-
-- ``act_scores(obs)``: (B, action_dim) what the greedy action is read from: logits (categorical policies; for
-  MultiDiscrete the sub-actions' logits side by side, (B, sum(nvec)); for MultiBinary one logit per bit),
-  Q-values (DQN), the Gaussian mean (PPO, BC, IQL), or the pre-tanh mean (SAC, TD3+BC);
-- ``deterministic_action(obs)``: the greedy action in the policy's convention (``rlcore.envs.actions``): (B,) int64
-  (Discrete), (B, k) int64 (MultiDiscrete, MultiBinary) or (B, action_dim) float (Box);
-- ``sample_action(obs, generator)``: a stochastic action for evaluation and exploration;
-- ``distribution(obs)``: the action distribution of a stochastic policy (PPO's, SAC's, BC's, IQL's actors).
-
-A policy may carry a recurrent state between steps: ``initial_state(batch)`` is None for a stateless
-policy (all of today's), else a (B, *state_shape) tensor; :meth:`Policy.act` takes and returns it, and
-:func:`reset_state` puts the rows of envs that just started a new episode back to the initial state.
-Evaluation and collection act through ``act``, so a stateful policy works there unchanged.
-"""
+"""The policies of the algorithm families, behind :class:`rlcore.nets.policy.Policy`'s interface: the actor-critic
+(PPO, A2C, IMPALA, SVPG), Q-values (DQN), the squashed Gaussian (SAC), categorical and Gaussian actors (SAC, BC, IQL,
+ES) and the deterministic actor (TD3+BC, ES)."""
 
 from __future__ import annotations
-
-from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -28,7 +11,6 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import (
     AffineTransform,
-    Bernoulli,
     Categorical,
     Distribution,
     Independent,
@@ -37,26 +19,13 @@ from torch.distributions import (
     Transform,
     TransformedDistribution,
 )
-from torch.distributions.constraints import Constraint
 
 from rlcore.common.errors import ConfigError
 from rlcore.config.sections import PolicyConfig
-from rlcore.envs.actions import sub_action_sizes
-from rlcore.nets.blocks import ObsNormalizer, mlp
-from rlcore.nets.encoders import Encoder, build_encoder, float_mask
+from rlcore.nets.blocks import mlp
+from rlcore.nets.distributions import sample_categorical, sub_actions
+from rlcore.nets.policy import Policy
 from rlcore.nets.value_transforms import ValueHead, ValueHeadConfig
-
-
-def action_dim(action_space: spaces.Space) -> int:
-    """The width of a policy's action output: n (Discrete), sum(nvec) (MultiDiscrete: every sub-action's logits),
-    n (MultiBinary: a logit per bit), the flat size (Box). How actions are stored:
-    ``rlcore.envs.actions.action_layout``."""
-    if isinstance(action_space, spaces.Discrete):
-        return int(action_space.n)
-    if isinstance(action_space, spaces.MultiDiscrete):
-        return int(action_space.nvec.sum())
-    assert action_space.shape is not None
-    return int(np.prod(action_space.shape))
 
 
 def require_bounded(action_space: spaces.Space, algo_name: str) -> None:
@@ -66,214 +35,6 @@ def require_bounded(action_space: spaces.Space, algo_name: str) -> None:
         np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))
     ):
         raise ConfigError(f"algo.name: {algo_name} squashes actions into their bounds, but {action_space} is unbounded")
-
-
-class Policy(nn.Module):
-    """Base of every acting network (see the module docstring)."""
-
-    discrete: bool
-    obs_normalizer: ObsNormalizer
-    action_loc: torch.Tensor
-    action_scale: torch.Tensor
-    has_distribution: ClassVar[bool] = False
-    """Whether :meth:`distribution` is defined (stochastic actors)."""
-
-    def __init__(self, observation_space: gym.Space, action_space: spaces.Space, config: PolicyConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.observation_space = observation_space
-        self.action_space = action_space
-        self.discrete = isinstance(action_space, spaces.Discrete)
-        self.action_dim = action_dim(action_space)
-        self.obs_normalizer = ObsNormalizer(
-            tuple(observation_space.shape or ()),
-            config.obs_clip,
-            config.normalize_obs,
-            mask=float_mask(observation_space),
-        )
-        self.encoder = build_encoder(observation_space, config.encoder, config.image_channels)
-        self.feature_dim = self.encoder.out_features
-        """Width of :meth:`features`: what the heads read."""
-
-    def _register_action_bounds(self, action_space: spaces.Space) -> None:
-        """Buffers ``action_loc`` and ``action_scale``: a = loc + scale * u maps u in [-1, 1] onto the Box bounds."""
-        assert isinstance(action_space, spaces.Box)
-        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-            raise ValueError(
-                f"{type(self).__name__} squashes actions into their bounds, but {action_space} is unbounded"
-            )
-        low = torch.as_tensor(action_space.low.reshape(-1), dtype=torch.float32)
-        high = torch.as_tensor(action_space.high.reshape(-1), dtype=torch.float32)
-        self.register_buffer("action_loc", (high + low) / 2)
-        self.register_buffer("action_scale", (high - low) / 2)
-
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """Raw observations (B, *obs_shape), normalized and encoded (``rlcore.nets.encoders``): (B, feature_dim)."""
-        return self.encoder(self.obs_normalizer(obs))
-
-    def new_encoder(self) -> Encoder:
-        """A freshly initialized encoder of the same architecture as this policy's (for an algorithm's critics)."""
-        return build_encoder(self.observation_space, self.config.encoder, self.config.image_channels)
-
-    def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-    def distribution(self, obs: torch.Tensor) -> Distribution:
-        """The action distribution of a stochastic policy (DQN's and TD3's policies have none)."""
-        raise NotImplementedError(f"{type(self).__name__} has no action distribution")
-
-    def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-    def sample_action(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        raise NotImplementedError
-
-    def initial_state(self, batch_size: int) -> torch.Tensor | None:
-        """The recurrent state at an episode's start, (B, *state_shape); None: the policy has no state."""
-        return None
-
-    def act(
-        self,
-        obs: torch.Tensor,
-        state: torch.Tensor | None,
-        deterministic: bool,
-        generator: torch.Generator | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(actions, next state) for ``obs`` (B, *obs_shape) and the state after the previous step.
-        A stateful policy overrides this; a stateless one passes the state through."""
-        actions = self.deterministic_action(obs) if deterministic else self.sample_action(obs, generator)
-        return actions, state
-
-    def greedy(
-        self, obs: torch.Tensor, state: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """(greedy action, scores, next state): what the exported graph computes. A stateful policy overrides it."""
-        return self.deterministic_action(obs), self.act_scores(obs), state
-
-
-def reset_state(policy: Policy, state: torch.Tensor | None, started: np.ndarray) -> torch.Tensor | None:
-    """``state`` with the rows of ``started`` (B,) bool put back to the initial state.
-
-    With next-step autoreset, an env starts its new episode on the step after the one that ended the
-    last (the reset step, whose action is ignored): pass that step's ``~valid``.
-    """
-    if state is None or not started.any():
-        return state
-    rows = torch.as_tensor(started)
-    fresh = policy.initial_state(int(rows.numel()))
-    assert fresh is not None
-    return torch.where(rows.view(-1, *([1] * (state.dim() - 1))), fresh, state)
-
-
-def _sample_categorical(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
-
-
-_SampleShape = torch.Size | list[int] | tuple[int, ...]
-
-
-class MultiCategorical(Distribution):
-    """Independent categoricals, one per sub-action, the i-th over ``nvec[i]`` choices (MultiDiscrete actions).
-
-    torch.distributions has no batched categorical over rows of different sizes, so the logits (B, sum(nvec)) are
-    split by ``nvec`` into one :class:`Categorical` each. The sub-actions are independent: ``log_prob`` and
-    ``entropy`` are sums over them, (B,); samples and the ``mode`` (each sub-action's argmax) are (B, k) int64.
-    """
-
-    arg_constraints: ClassVar[dict[str, Constraint]] = {}  # none of its own: each Categorical has its logits
-
-    def __init__(self, logits: torch.Tensor, nvec: tuple[int, ...]) -> None:
-        self.nvec = nvec
-        self.parts = [Categorical(logits=chunk, validate_args=False) for chunk in logits.split(nvec, dim=-1)]
-        super().__init__(logits.shape[:-1], torch.Size([len(nvec)]), validate_args=False)
-
-    def sample(self, sample_shape: _SampleShape = torch.Size()) -> torch.Tensor:  # noqa: B008 (torch's signature)
-        return torch.stack([part.sample(sample_shape) for part in self.parts], dim=-1)
-
-    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        """``value``: (..., k) int64 sub-actions -> (...,) summed log-probabilities."""
-        return torch.stack(
-            [part.log_prob(v) for part, v in zip(self.parts, value.unbind(-1), strict=True)], dim=-1
-        ).sum(-1)
-
-    def entropy(self) -> torch.Tensor:
-        return torch.stack([part.entropy() for part in self.parts], dim=-1).sum(-1)
-
-    @property
-    def mode(self) -> torch.Tensor:
-        return torch.stack([part.logits.argmax(dim=-1) for part in self.parts], dim=-1)
-
-
-class MultiBernoulli(Independent):
-    """Independent Bernoullis over logits (B, n), one per bit (MultiBinary actions): ``Independent(Bernoulli, 1)``
-    with actions as int64 0/1, like every other integer action (``rlcore.envs.actions``), and ``mode`` = logits > 0."""
-
-    def __init__(self, logits: torch.Tensor) -> None:
-        self.logits = logits
-        super().__init__(Bernoulli(logits=logits, validate_args=False), 1, validate_args=False)
-
-    def sample(self, sample_shape: _SampleShape = torch.Size()) -> torch.Tensor:  # noqa: B008 (torch's signature)
-        return super().sample(sample_shape).long()
-
-    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        """``value``: (..., n) 0/1 (int64 or float) -> (...,) summed log-probabilities."""
-        return super().log_prob(value.to(self.logits.dtype))
-
-    @property
-    def mode(self) -> torch.Tensor:
-        return (self.logits > 0).long()
-
-
-class SubActions:
-    """Independent sub-actions read from one score vector (MultiDiscrete, MultiBinary): what an actor does with
-    its scores (B, action_dim) to get a distribution, the greedy action and a sample (B, k) int64."""
-
-    def distribution(self, scores: torch.Tensor) -> Distribution:
-        raise NotImplementedError
-
-    def greedy(self, scores: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-    def sample(self, scores: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        raise NotImplementedError
-
-
-class CategoricalSubActions(SubActions):
-    """A categorical per sub-action: the scores are the sub-actions' logits side by side, (B, sum(nvec))."""
-
-    def __init__(self, nvec: tuple[int, ...]) -> None:
-        self.nvec = nvec
-
-    def distribution(self, scores: torch.Tensor) -> Distribution:
-        return MultiCategorical(scores, self.nvec)
-
-    def greedy(self, scores: torch.Tensor) -> torch.Tensor:
-        return torch.stack([chunk.argmax(dim=-1) for chunk in scores.split(self.nvec, dim=-1)], dim=-1)
-
-    def sample(self, scores: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        chunks = scores.split(self.nvec, dim=-1)
-        return torch.stack([_sample_categorical(chunk, generator) for chunk in chunks], dim=-1)
-
-
-class BernoulliSubActions(SubActions):
-    """A Bernoulli per bit: the scores are the bits' logits, (B, n); greedy is logit > 0."""
-
-    def distribution(self, scores: torch.Tensor) -> Distribution:
-        return MultiBernoulli(scores)
-
-    def greedy(self, scores: torch.Tensor) -> torch.Tensor:
-        return (scores > 0).long()
-
-    def sample(self, scores: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        return (torch.rand(scores.shape, generator=generator) < torch.sigmoid(scores)).long()
-
-
-def sub_actions(action_space: spaces.Space) -> SubActions | None:
-    """The sub-action head of a MultiDiscrete or MultiBinary space; None for Discrete and Box."""
-    if isinstance(action_space, spaces.MultiBinary):
-        return BernoulliSubActions()
-    sizes = sub_action_sizes(action_space)
-    return None if sizes is None else CategoricalSubActions(sizes)
 
 
 class ActorCritic(Policy):
@@ -288,9 +49,9 @@ class ActorCritic(Policy):
     answers in reward units and :meth:`value_loss` is the head's own loss.
 
     Discrete actions: a categorical over logits. MultiDiscrete: a categorical per sub-action
-    (:class:`MultiCategorical`); MultiBinary: a Bernoulli per bit (:class:`MultiBernoulli`). Box actions: a
-    diagonal Gaussian with a learned, state-independent log standard deviation; sampled actions are clipped to the
-    bounds only when sent to the env, so log-probabilities stay those of the sampled values.
+    (``rlcore.nets.distributions.MultiCategorical``); MultiBinary: a Bernoulli per bit (``MultiBernoulli``). Box
+    actions: a diagonal Gaussian with a learned, state-independent log standard deviation; sampled actions are
+    clipped to the bounds only when sent to the env, so log-probabilities stay those of the sampled values.
     """
 
     has_distribution = True
@@ -402,7 +163,7 @@ class ActorCritic(Policy):
         if self.sub_actions is not None:
             return self.sub_actions.sample(scores, generator)
         if self.discrete:
-            return _sample_categorical(scores, generator)
+            return sample_categorical(scores, generator)
         return scores + self.log_std.exp() * torch.randn(scores.shape, generator=generator)
 
 
@@ -538,7 +299,7 @@ class CategoricalActor(Policy):
         return self.act_scores(obs).argmax(dim=-1)
 
     def sample_action(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        return _sample_categorical(self.act_scores(obs), generator)
+        return sample_categorical(self.act_scores(obs), generator)
 
 
 class GaussianActor(Policy):

@@ -15,7 +15,7 @@ does not batch. ``vf_coef`` weighs the critic's pull on the shared core.
 
 **Episode starts inside a sequence.** With next-step autoreset (``rlcore.envs.stepping``) an env starts its new episode
 on the step after a reset step (``valid`` False): the state is put back to zeros *after* every invalid step, the
-same rule :func:`rlcore.nets.policies.reset_state` applies while acting, so training sees the states acting saw.
+same rule :func:`rlcore.nets.policy.reset_state` applies while acting, so training sees the states acting saw.
 """
 
 from __future__ import annotations

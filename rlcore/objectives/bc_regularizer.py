@@ -25,7 +25,7 @@ from rlcore.common.errors import ConfigError
 from rlcore.common.files import sha256_file
 from rlcore.common.strict_model import StrictModel
 from rlcore.data.demonstrations import check_header, load_demonstrations
-from rlcore.nets.policies import Policy
+from rlcore.nets.policy import Policy
 
 KEY = "algo.behavioral_cloning"
 

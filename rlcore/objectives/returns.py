@@ -1,4 +1,5 @@
-"""Return and advantage estimators over (T, N) rollouts: parts an on-policy algorithm chooses from.
+"""Return and advantage estimators over (T, N) rollouts, parts an on-policy algorithm chooses from, and how well
+values predict the returns (:func:`explained_variance`, a logged diagnostic).
 
 GAE and n-step returns are on-policy; V-trace corrects for a behaviour policy that lags the target policy
 (IMPALA's actors, several epochs over one rollout) with truncated importance weights.
@@ -203,3 +204,14 @@ def vtrace_log_rhos_from_logits(
         log_mu = torch.log_softmax(behaviour, dim=-1).gather(-1, taken).squeeze(-1)
         log_rhos = log_rhos + (log_pi - log_mu)
     return log_rhos
+
+
+def explained_variance(predictions: torch.Tensor, targets: torch.Tensor) -> float:
+    """1 - Var[targets - predictions] / Var[targets]: 1 is perfect, 0 no better than a constant (and 0 where the
+    variance is undefined: fewer than two targets)."""
+    if targets.numel() < 2:
+        return 0.0
+    target_var = targets.var()
+    if target_var.item() == 0:
+        return 0.0
+    return float(1 - (targets - predictions).var() / target_var)

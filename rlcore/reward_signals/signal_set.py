@@ -22,7 +22,7 @@ import torch
 
 from rlcore.common.files import sha256_file
 from rlcore.data.rollouts import RolloutBuffer
-from rlcore.nets.policies import Policy
+from rlcore.nets.policy import Policy
 from rlcore.reward_signals.config import RewardSignalsConfig
 from rlcore.reward_signals.curiosity import Curiosity
 from rlcore.reward_signals.gail import GAIL, check_header, load_demonstrations

@@ -25,7 +25,7 @@ from rlcore.algos.base import ActorLearnerAlgorithm, ActorLearnerConfig
 from rlcore.common.seeds import training_seed
 from rlcore.config.sections import Params
 from rlcore.data.rollouts import TrajectoryBatch
-from rlcore.nets.policies import Policy
+from rlcore.nets.policy import Policy
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import DataSource
 from rlcore.trainers.stopping import EvaluationCallback

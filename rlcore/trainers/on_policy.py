@@ -18,7 +18,8 @@ from rlcore.config.sections import Params
 from rlcore.data.sequences import SequenceRollout, make_rollout
 from rlcore.envs.actions import action_layout
 from rlcore.envs.observations import obs_tensor
-from rlcore.nets.policies import ActorCritic, reset_state
+from rlcore.nets.policies import ActorCritic
+from rlcore.nets.policy import reset_state
 from rlcore.nets.precision import copy_weights
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import EnvSource

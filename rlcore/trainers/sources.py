@@ -32,7 +32,7 @@ from rlcore.envs.observations import storage_dtype
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import EpisodeSettings, make_vector_env, use_settings
 from rlcore.nets.blocks import ObsNormalizer
-from rlcore.nets.policies import action_dim
+from rlcore.nets.policy import action_dim
 
 log = logging.getLogger("rlcore")
 

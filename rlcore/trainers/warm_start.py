@@ -32,9 +32,10 @@ from gymnasium import spaces
 from rlcore.common.checkpoints import load_checkpoint
 from rlcore.common.errors import CheckpointError, ConfigError, file_problem
 from rlcore.common.files import sha256_file, shown_path
-from rlcore.config.sections import Params, PolicyConfig, short_repr
+from rlcore.common.validation_errors import short_repr
+from rlcore.config.sections import Params, PolicyConfig
 from rlcore.envs.vector import describe_space
-from rlcore.nets.policies import Policy
+from rlcore.nets.policy import Policy
 from rlcore.registry import policy_from_checkpoint
 
 log = logging.getLogger("rlcore")

@@ -34,10 +34,10 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import PROJECT
 
-from rlcore.config.sections import EnvConfig
 from rlcore.data.collection import collect_dataset
 from rlcore.data.reader import iter_dataset, load_dataset, read_metadata
 from rlcore.data.schema import DatasetError
+from rlcore.envs.config import EnvConfig
 
 HERE = Path(__file__).parent
 CASES: list[dict[str, Any]] = [

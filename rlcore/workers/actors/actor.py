@@ -19,7 +19,8 @@ from rlcore.algos.base import ActorLearnerConfig
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import make_vector_env
-from rlcore.nets.policies import ActorCritic, reset_state
+from rlcore.nets.policies import ActorCritic
+from rlcore.nets.policy import reset_state
 from rlcore.params import validate_params
 from rlcore.registry import algorithm_class
 from rlcore.workers.weights import WeightsCodec

@@ -19,7 +19,7 @@ import torch
 from rlcore.algos.population_tasks import BatchedGreedy, ParticleEnvs, RolloutResult, RolloutTask
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import make_vector_env
-from rlcore.nets.policies import Policy
+from rlcore.nets.policy import Policy
 from rlcore.params import validate_params
 from rlcore.registry import algorithm_class
 from rlcore.workers.weights import WeightsCodec

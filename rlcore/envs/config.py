@@ -1,0 +1,152 @@
+"""The ``env`` params section (:class:`EnvConfig`, its :class:`WrapperConfig`): which env, built how, with which
+per-episode parameters and curriculum; checked at load against the env's own code (its id, constructor keywords,
+wrappers and parameters), which is why it lives beside that code. The params tree holds it as ``env``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Literal
+
+import gymnasium as gym
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from rlcore.common.strict_model import StrictModel
+from rlcore.envs.ids import check_env_id, check_env_kwargs, env_spec, import_object
+from rlcore.envs.parameters import check_parameters as check_env_parameters
+from rlcore.envs.settings import Lesson, Parameters, check_curriculum, check_parameter_names
+
+MAX_NUM_ENVS = 4096
+"""The most envs stepped together (``env.num_envs``, ``collect.num_envs``, ``eval.max_parallel_envs``)."""
+
+
+class WrapperConfig(StrictModel):
+    """One gymnasium wrapper applied to every sub-env, e.g. ``{wrapper: gymnasium.wrappers.ClipReward, kwargs:
+    {min_reward: -1, max_reward: 1}}``."""
+
+    wrapper: str
+    """Import path of the wrapper class (or any callable taking the env first): ``package.module.Name`` or
+    ``package.module:Name``."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Its keyword arguments after the env."""
+
+    @field_validator("wrapper")
+    @classmethod
+    def _importable(cls, path: str) -> str:
+        wrapper = import_object(path)
+        if not callable(wrapper):
+            raise ValueError(f"{path} is {_a(type(wrapper).__name__)}, not a wrapper class or function (env) -> env")
+        return path
+
+    @field_validator("kwargs")
+    @classmethod
+    def _kwargs_fit_the_wrapper(cls, kwargs: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Refused here, under this key, rather than as a TypeError when the env is built."""
+        path = info.data.get("wrapper")  # absent when the wrapper itself was refused
+        if path is None:
+            return kwargs
+        try:
+            signature = inspect.signature(import_object(path))
+        except (TypeError, ValueError):  # no signature to read (a builtin): the wrapper checks its kwargs itself
+            return kwargs
+        try:
+            signature.bind(None, **kwargs)
+        except TypeError as exc:
+            raise ValueError(f"{path} does not accept them: {exc} (its parameters: {signature})") from None
+        return kwargs
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
+
+
+class EnvConfig(StrictModel):
+    id: str = "CartPole-v1"
+    """A registered gymnasium id, optionally ``module:Env-v0`` to import the module that registers it."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments for the env's constructor (``gymnasium.make_vec(id, **kwargs)``). Checked at load:
+    ``max_episode_steps`` is a positive integer, ``render_mode`` one the env lists, and a value has the type of the
+    constructor parameter's default (``rlcore.envs.ids.check_env_kwargs``); the env refuses the rest when built."""
+    num_envs: int = Field(8, ge=1, le=MAX_NUM_ENVS)
+    """Environments stepped together while training (at most 4096)."""
+    vectorization: Literal["auto", "vector_entry_point", "sync", "async"] = "auto"
+    """``auto`` uses the env's own batched implementation when it has one (CartPole does) and no wrappers are
+    declared, else ``sync``. ``async`` runs each env in a subprocess: worth it only for slow envs on more than
+    two cores."""
+    wrappers: list[WrapperConfig] = Field(default_factory=list)
+    """Gymnasium wrappers applied, in this order, to every sub-env wherever the env is built (training,
+    evaluation, collection, export checks). Needs ``sync`` or ``async`` vectorization (``auto`` picks ``sync``)."""
+    parameters: Parameters = Field(default_factory=dict)
+    """Env parameters applied at every episode reset of every sub-env: name -> a number (or true/false) or a sampler
+    (``{sampler: uniform, low, high}``, ``gaussian`` ``mean``/``std``, ``multirange_uniform`` ``intervals``;
+    ``rlcore.envs.settings``), drawn per episode from the episode's seed. A name is a constructor keyword of the env
+    (the sub-env is rebuilt at its episode boundary) or a numeric attribute of the unwrapped env
+    (``rlcore.envs.parameters``); anything else is refused at load. Like wrappers, needs sync or async vectorization."""
+    parameters_adapter: str | None = None
+    """``module:function`` called as ``function(env, values)`` (the unwrapped env, every drawn value by name) instead
+    of rlcore's own rules, for envs whose physics live elsewhere (MuJoCo model fields)."""
+    curriculum: list[Lesson] = Field(default_factory=list)
+    """Lessons in order, ``{name, parameters, until: {measure: eval_return | progress, threshold, min_lesson_steps,
+    smoothing}}``: a lesson's parameters override ``parameters`` key by key; every lesson but the last ends by its
+    ``until`` (``rlcore.envs.curriculum``). The training distribution (evaluation, collection) is the last lesson's."""
+
+    @field_validator("id")
+    @classmethod
+    def _registered(cls, env_id: str) -> str:
+        check_env_id(env_id)
+        return env_id
+
+    def time_limit(self) -> int | None:
+        """The step limit of this env's episodes as declared: ``kwargs.max_episode_steps`` (else the one
+        gymnasium registered for the id), and any ``TimeLimit`` in ``wrappers``; the smallest wins. None: no limit."""
+        limits = [self.kwargs.get("max_episode_steps") or env_spec(self.id).max_episode_steps]
+        for item in self.wrappers:
+            wrapper = import_object(item.wrapper)
+            if isinstance(wrapper, type) and issubclass(wrapper, gym.wrappers.TimeLimit):
+                limits.append(item.kwargs.get("max_episode_steps"))
+        found = [int(limit) for limit in limits if isinstance(limit, int) and limit > 0]
+        return min(found) if found else None
+
+    @model_validator(mode="after")
+    def _kwargs_fit_the_env(self) -> EnvConfig:
+        check_env_kwargs(self.id, self.kwargs)
+        return self
+
+    @model_validator(mode="after")
+    def _wrappers_need_sub_envs(self) -> EnvConfig:
+        if self.wrappers and self.vectorization == "vector_entry_point":
+            raise ValueError(
+                "env.vectorization: env.wrappers wrap each sub-env, which needs sync or async (or auto), "
+                "not vector_entry_point"
+            )
+        if (self.parameters or self.curriculum) and self.vectorization == "vector_entry_point":
+            raise ValueError(
+                "env.vectorization: env.parameters and env.curriculum apply to each sub-env, which needs sync or "
+                "async (or auto), not vector_entry_point"
+            )
+        return self
+
+    @field_validator("parameters")
+    @classmethod
+    def _parameter_names(cls, parameters: dict[str, Any]) -> dict[str, Any]:
+        return check_parameter_names(parameters)
+
+    @field_validator("parameters_adapter")
+    @classmethod
+    def _adapter_importable(cls, path: str | None) -> str | None:
+        if path is not None and not callable(import_object(path)):
+            raise ValueError(f"{path} is not a function (expected module:function(env, values))")
+        return path
+
+    @model_validator(mode="after")
+    def _parameters_reach_the_env(self) -> EnvConfig:
+        """Every parameter of ``parameters`` and of each lesson is one the env has (``rlcore.envs.parameters``)."""
+        check_curriculum(self.curriculum)
+        self.check_parameters(self.parameters, "env.parameters")
+        for index, lesson in enumerate(self.curriculum):
+            self.check_parameters(lesson.parameters, f"env.curriculum.{index}.parameters")
+        return self
+
+    def check_parameters(self, parameters: Parameters, key: str) -> None:
+        """``ValueError`` (one line, ``<key>.<name>: ...``) for a parameter this env does not have."""
+        check_env_parameters(self.id, self.kwargs, self.parameters_adapter, parameters, key)

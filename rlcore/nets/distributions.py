@@ -1,0 +1,125 @@
+"""Action distributions torch lacks and the heads that read them: independent sub-actions of MultiDiscrete
+(:class:`MultiCategorical`) and MultiBinary (:class:`MultiBernoulli`) spaces, read from one score vector
+(:class:`SubActions`), and the one way a categorical action is sampled with a given generator."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from gymnasium import spaces
+from torch.distributions import Bernoulli, Categorical, Distribution, Independent
+from torch.distributions.constraints import Constraint
+
+from rlcore.envs.actions import sub_action_sizes
+
+
+def sample_categorical(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+
+
+_SampleShape = torch.Size | list[int] | tuple[int, ...]
+
+
+class MultiCategorical(Distribution):
+    """Independent categoricals, one per sub-action, the i-th over ``nvec[i]`` choices (MultiDiscrete actions).
+
+    torch.distributions has no batched categorical over rows of different sizes, so the logits (B, sum(nvec)) are
+    split by ``nvec`` into one :class:`Categorical` each. The sub-actions are independent: ``log_prob`` and
+    ``entropy`` are sums over them, (B,); samples and the ``mode`` (each sub-action's argmax) are (B, k) int64.
+    """
+
+    arg_constraints: ClassVar[dict[str, Constraint]] = {}  # none of its own: each Categorical has its logits
+
+    def __init__(self, logits: torch.Tensor, nvec: tuple[int, ...]) -> None:
+        self.nvec = nvec
+        self.parts = [Categorical(logits=chunk, validate_args=False) for chunk in logits.split(nvec, dim=-1)]
+        super().__init__(logits.shape[:-1], torch.Size([len(nvec)]), validate_args=False)
+
+    def sample(self, sample_shape: _SampleShape = torch.Size()) -> torch.Tensor:  # noqa: B008 (torch's signature)
+        return torch.stack([part.sample(sample_shape) for part in self.parts], dim=-1)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """``value``: (..., k) int64 sub-actions -> (...,) summed log-probabilities."""
+        return torch.stack(
+            [part.log_prob(v) for part, v in zip(self.parts, value.unbind(-1), strict=True)], dim=-1
+        ).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return torch.stack([part.entropy() for part in self.parts], dim=-1).sum(-1)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return torch.stack([part.logits.argmax(dim=-1) for part in self.parts], dim=-1)
+
+
+class MultiBernoulli(Independent):
+    """Independent Bernoullis over logits (B, n), one per bit (MultiBinary actions): ``Independent(Bernoulli, 1)``
+    with actions as int64 0/1, like every other integer action (``rlcore.envs.actions``), and ``mode`` = logits > 0."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        self.logits = logits
+        super().__init__(Bernoulli(logits=logits, validate_args=False), 1, validate_args=False)
+
+    def sample(self, sample_shape: _SampleShape = torch.Size()) -> torch.Tensor:  # noqa: B008 (torch's signature)
+        return super().sample(sample_shape).long()
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """``value``: (..., n) 0/1 (int64 or float) -> (...,) summed log-probabilities."""
+        return super().log_prob(value.to(self.logits.dtype))
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return (self.logits > 0).long()
+
+
+class SubActions:
+    """Independent sub-actions read from one score vector (MultiDiscrete, MultiBinary): what an actor does with
+    its scores (B, action_dim) to get a distribution, the greedy action and a sample (B, k) int64."""
+
+    def distribution(self, scores: torch.Tensor) -> Distribution:
+        raise NotImplementedError
+
+    def greedy(self, scores: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def sample(self, scores: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class CategoricalSubActions(SubActions):
+    """A categorical per sub-action: the scores are the sub-actions' logits side by side, (B, sum(nvec))."""
+
+    def __init__(self, nvec: tuple[int, ...]) -> None:
+        self.nvec = nvec
+
+    def distribution(self, scores: torch.Tensor) -> Distribution:
+        return MultiCategorical(scores, self.nvec)
+
+    def greedy(self, scores: torch.Tensor) -> torch.Tensor:
+        return torch.stack([chunk.argmax(dim=-1) for chunk in scores.split(self.nvec, dim=-1)], dim=-1)
+
+    def sample(self, scores: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        chunks = scores.split(self.nvec, dim=-1)
+        return torch.stack([sample_categorical(chunk, generator) for chunk in chunks], dim=-1)
+
+
+class BernoulliSubActions(SubActions):
+    """A Bernoulli per bit: the scores are the bits' logits, (B, n); greedy is logit > 0."""
+
+    def distribution(self, scores: torch.Tensor) -> Distribution:
+        return MultiBernoulli(scores)
+
+    def greedy(self, scores: torch.Tensor) -> torch.Tensor:
+        return (scores > 0).long()
+
+    def sample(self, scores: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        return (torch.rand(scores.shape, generator=generator) < torch.sigmoid(scores)).long()
+
+
+def sub_actions(action_space: spaces.Space) -> SubActions | None:
+    """The sub-action head of a MultiDiscrete or MultiBinary space; None for Discrete and Box."""
+    if isinstance(action_space, spaces.MultiBinary):
+        return BernoulliSubActions()
+    sizes = sub_action_sizes(action_space)
+    return None if sizes is None else CategoricalSubActions(sizes)
