@@ -237,7 +237,7 @@ class ExportConfig(StrictModel):
 
 
 class CollectConfig(StrictModel):
-    """The ``collect`` stage: roll out a policy and write a dataset (see ``rlcore.data.datasets`` for the schema)."""
+    """The ``collect`` stage: roll out a policy and write a dataset (see ``rlcore.data.schema`` for the schema)."""
 
     policy: str = "models/best/policy.pt"
     """A checkpoint or selected model (``.pt``) to roll out, or ``random`` for uniformly random actions."""
