@@ -133,18 +133,18 @@ def performance_profile(
         if taus.ndim != 1 or len(taus) == 0 or not np.isfinite(taus).all():
             raise AggregateError("thresholds: expected a non-empty list of finite numbers")
 
-    def fraction_above(matrix: np.ndarray) -> np.ndarray:
-        # rliable.library.score_distributions: np.mean(scores > tau) for every tau
-        return np.array([np.mean(matrix > tau) for tau in taus])
+    def fraction_above(samples: np.ndarray) -> np.ndarray:
+        """rliable's ``library.score_distributions``, ``np.mean(scores > tau)`` for every tau, for a stack of samples
+        (..., runs): a mean of zeros and ones is an exact count over the runs, so comparing all at once changes no
+        bit."""
+        return np.mean(samples[..., None] > taus, axis=-2)
 
     profiles, intervals = {}, {}
     for name, values in runs.items():
-        matrix = values[:, None]
-        profiles[name] = fraction_above(matrix)
+        profiles[name] = fraction_above(values)
         # rliable bootstraps each method with the global RNG where the previous one left it; a fresh seed per method
         # makes a method's band independent of which methods are drawn beside it
-        indices = _run_indices(len(values), BOOTSTRAP_REPS)
-        resampled = np.stack([fraction_above(matrix[indices[rep], _TASK]) for rep in range(BOOTSTRAP_REPS)])
+        resampled = fraction_above(values[_run_indices(len(values), BOOTSTRAP_REPS)[:, :, 0]])
         intervals[name] = np.array([percentile_interval(resampled[:, k]) for k in range(len(taus))]).T
     return taus, profiles, intervals
 
