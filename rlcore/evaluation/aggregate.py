@@ -33,8 +33,9 @@ CONFIDENCE = 0.95
 """Coverage of every interval."""
 BOOTSTRAP_REPS = 2000
 """Bootstrap resamples per interval. rliable's default is 50 000; 2000 (its default for performance profiles) keeps an
-aggregate under a second on one core, and the percentile endpoints' Monte Carlo error at 2000 resamples is about 3% of
-the interval's half-width, fixed once the seed is (below)."""
+aggregate to about half a second (a probability of improvement, whose Mann-Whitney test runs once per resample, to
+about 2 s), and the percentile endpoints' Monte Carlo error at 2000 resamples is about 3% of the interval's half-width
+(for a normal-shaped bootstrap distribution), fixed once the seed is (below)."""
 BOOTSTRAP_SEED = 0
 """The bootstrap's own RNG seed: the same scores always give the same intervals."""
 PROFILE_THRESHOLDS = 101
@@ -178,7 +179,7 @@ def iqm_band(curves: Mapping[int, tuple[Sequence[float], Sequence[float]]]) -> d
         resampled = np.stack([scipy.stats.trim_mean(table[rows, columns], 0.25, axis=0) for rows in indices])
         low, high = np.array([percentile_interval(resampled[:, k]) for k in range(len(shared))]).T
     return {
-        "steps": [float(step) for step in shared],
+        "steps": [int(step) if float(step).is_integer() else float(step) for step in shared],
         "iqm": [float(value) for value in iqm],
         "low": [float(value) for value in low],
         "high": [float(value) for value in high],
@@ -214,7 +215,9 @@ def _run_scores(runs: Sequence[RunScore], what: str, names: Sequence[int] | None
     values = []
     for position, run in enumerate(runs):
         where = f"{what}.{names[position] if names is not None else position}"
-        if isinstance(run, Sequence) and not isinstance(run, str | bytes):
+        if isinstance(run, np.ndarray) and run.ndim == 0:
+            run = run.item()
+        if isinstance(run, Sequence | np.ndarray) and not isinstance(run, str | bytes):
             if len(run) == 0:
                 raise AggregateError(f"{where}: expected at least one episode return, got none")
             values.append(float(np.mean([_finite(value, where) for value in run])))
