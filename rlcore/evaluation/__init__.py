@@ -1,4 +1,4 @@
 """What is measured and handed out: scoring policies on held-out episodes, selecting the best checkpoint,
-reports, plots and videos, and the exported policy with its parity check.
+statistics across seeds, reports, plots and videos, and the exported policy with its parity check.
 
 May import: ``rlcore.nets``, ``rlcore.config``, ``rlcore.envs``, ``rlcore.common``; not ``rlcore.data``."""

@@ -1,9 +1,10 @@
-"""Figures written as PNG files: matplotlib on its Agg backend (no display), saved through a temporary name."""
+"""Figures written as PNG files: matplotlib on its Agg backend (no display), saved through a temporary name; the
+across-seed figures (learning curves with the IQM band, performance profiles)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,3 +40,67 @@ def new_figure(target: Path, figsize: tuple[float, float] = (7, 4), dpi: int = 1
         save_figure(figure, target)
     finally:
         plt.close(figure)
+
+
+def plot_seed_curves(
+    curves: Mapping[int, tuple[Sequence[float], Sequence[float]]],
+    target: Path,
+    title: str = "",
+    x_label: str = "env steps",
+    y_label: str = "validation mean return",
+) -> dict[str, Any]:
+    """Every seed's learning curve (``curves``: seed -> (steps, values), as ``report.read_curve`` reads them) as a
+    thin line, and the IQM across seeds with its pointwise 95% bootstrap band (:func:`aggregate.iqm_band`) on top.
+    Returns the band."""
+    from rlcore.evaluation.aggregate import iqm_band  # scipy and rliable load only when a seed figure is drawn
+
+    band = iqm_band(curves)
+    with new_figure(target) as (_, ax):
+        for seed in band["seeds"]:
+            steps, values = curves[seed]
+            ax.plot(steps, values, linewidth=0.8, alpha=0.45, label=f"seed {seed}")
+        if band["steps"]:
+            ax.fill_between(
+                band["steps"], band["low"], band["high"], color="black", alpha=0.15, label="IQM 95% interval"
+            )
+            ax.plot(
+                band["steps"], band["iqm"], color="black", linewidth=2.0, label=f"IQM over {len(band['seeds'])} seeds"
+            )
+        ax.set_xlabel(x_label)
+        ax.set_ylabel(y_label)
+        if title:
+            ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small", ncol=2 if len(band["seeds"]) > 6 else 1)
+    return band
+
+
+def plot_performance_profile(
+    scores_by_method: Mapping[str, Sequence[float] | Mapping[int, float]],
+    target: Path,
+    thresholds: Sequence[float] | None = None,
+    title: str = "",
+    x_label: str = r"test mean return ($\tau$)",
+) -> None:
+    """Performance profiles (:func:`aggregate.performance_profile`: the fraction of each method's runs scoring above
+    each threshold, with its 95% band), drawn by ``rliable.plot_utils.plot_performance_profiles``."""
+    from rlcore.evaluation.aggregate import performance_profile
+
+    taus, profiles, intervals = performance_profile(scores_by_method, thresholds)
+    with new_figure(target) as (_, ax):
+        from rliable import plot_utils  # imports pyplot (and seaborn): after new_figure chose the Agg backend
+
+        plot_utils.plot_performance_profiles(
+            profiles,
+            taus,
+            performance_profile_cis=intervals,
+            ax=ax,
+            xlabel=x_label,
+            ylabel=r"fraction of runs with score $> \tau$",
+            labelsize="medium",
+            ticklabelsize="small",
+            legend=len(profiles) > 1,
+            legendsize="small",
+        )
+        if title:
+            ax.set_title(title)
