@@ -28,7 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlcore.config.sections import EnvConfig
-from rlcore.data.collection import collect_dataset
+from rlcore.data.collection import CollectionPlan, collect_dataset
 from rlcore.data.datasets import SCHEMA_VERSION, DatasetError, DatasetWriter, OfflineData, load_dataset, read_metadata
 from rlcore.envs.vector import describe_space
 
@@ -43,13 +43,15 @@ def collect(path: Path, env_id: str, steps: int, num_envs: int, row_group_size: 
         EnvConfig(id=env_id),
         None,
         {"kind": "random"},
-        num_envs=num_envs,
-        steps=steps,
-        episodes=None,
-        epsilon=0.0,
-        deterministic=False,
-        seed=seed,
-        row_group_size=row_group_size,
+        CollectionPlan(
+            num_envs=num_envs,
+            steps=steps,
+            episodes=None,
+            epsilon=0.0,
+            deterministic=False,
+            seed=seed,
+            row_group_size=row_group_size,
+        ),
     )
 
 
@@ -669,7 +671,7 @@ def test_a_streamed_dataset_visits_every_training_row_and_rebuilds_its_buffer_fr
     from rlcore.data.stream import RowGroupStream, validation_mask
 
     path = tmp_path / "d.parquet"
-    collect_dataset(path, EnvConfig(), None, {"kind": "random"}, 4, 5000, None, 0.0, False, 0, 500)
+    collect_dataset(path, EnvConfig(), None, {"kind": "random"}, CollectionPlan(4, 5000, None, 0.0, False, 0, 500))
     env = gym.make("CartPole-v1")
     whole = load_dataset(path, env.observation_space, env.action_space, "CartPole-v1")
 

@@ -15,7 +15,7 @@ from rlcore.common.errors import RLCoreError
 from rlcore.common.files import sha256_file
 from rlcore.common.stage_paths import project_path
 from rlcore.config.sections import Params
-from rlcore.data.collection import collect_dataset, env_record
+from rlcore.data.collection import CollectionPlan, collect_dataset, env_record
 from rlcore.data.datasets import merge_datasets, read_metadata
 from rlcore.registry import policy_from_checkpoint
 from rlcore.stages.shared import check_trained_on, step_counts
@@ -68,20 +68,17 @@ def collect_shard(params: Params, root: Path, index: int) -> Path:
     if cfg.shards > 1 and _collected_already(path, expected):
         log.info("shard %d of %d was collected before: %s (kept)", index, cfg.shards, path)
         return path
-    collect_dataset(
-        path,
-        params.env,
-        policy,
-        provenance,
-        cfg.num_envs,
-        steps,
-        episodes,
-        cfg.epsilon,
-        cfg.deterministic,
-        cfg.seed + index * cfg.num_envs,
-        cfg.row_group_size,
-        extra_metadata={"shard": plan} if cfg.shards > 1 else None,
+    rollout = CollectionPlan(
+        num_envs=cfg.num_envs,
+        steps=steps,
+        episodes=episodes,
+        epsilon=cfg.epsilon,
+        deterministic=cfg.deterministic,
+        seed=cfg.seed + index * cfg.num_envs,
+        row_group_size=cfg.row_group_size,
     )
+    extra_metadata = {"shard": plan} if cfg.shards > 1 else None
+    collect_dataset(path, params.env, policy, provenance, rollout, extra_metadata=extra_metadata)
     return path
 
 

@@ -12,7 +12,7 @@ from rlcore.common.errors import RLCoreError
 from rlcore.common.files import read_json
 from rlcore.common.stage_paths import Layout
 from rlcore.config.sections import Params
-from rlcore.evaluation.export import export_policy, model_card, write_model_card
+from rlcore.evaluation.export import ExportOptions, export_policy, model_card, write_model_card
 from rlcore.registry import policy_from_checkpoint
 from rlcore.trainers.run_directory import command_line
 
@@ -31,17 +31,15 @@ def export_stage(params: Params, root: Path) -> Path:
     cfg = params.export
     if not (cfg.onnx or cfg.torch_export):
         raise RLCoreError("export.onnx and export.torch_export are both false: nothing to export")
-    result = export_policy(
-        policy,
-        checkpoint.meta,
-        layout.export,
-        cfg.onnx,
-        cfg.torch_export,
-        cfg.parity_observations,
-        cfg.parity_atol,
-        cfg.parity_rtol,
-        cfg.opset,
+    options = ExportOptions(
+        onnx=cfg.onnx,
+        torch_export=cfg.torch_export,
+        parity_observations=cfg.parity_observations,
+        parity_atol=cfg.parity_atol,
+        parity_rtol=cfg.parity_rtol,
+        opset=cfg.opset,
     )
+    result = export_policy(policy, checkpoint.meta, layout.export, options)
     card = model_card(checkpoint.meta, selection, result, command_line(), root)
     for stale in {"policy.onnx", "policy.pt2"} - set(result.files):
         (layout.export / stale).unlink(missing_ok=True)
