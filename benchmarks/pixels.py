@@ -235,7 +235,7 @@ def frames_dataset(transitions: int, seed: int) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rlcore.data.collection import collect_dataset
+    from rlcore.data.collection import CollectionPlan, collect_dataset
     from rlcore.data.reader import load_dataset
     from rlcore.envs.vector import make_vector_env
     from rlcore.params import load_params
@@ -246,8 +246,9 @@ def frames_dataset(transitions: int, seed: int) -> dict[str, Any]:
     probe.close()
     with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr():
         path = Path(tmp) / "frames.parquet"
+        plan = CollectionPlan(8, transitions, None, 0.0, False, seed, 4096)
         started = time.perf_counter()
-        collect_dataset(path, params.env, None, {"kind": "random"}, 8, transitions, None, 0.0, False, seed, 4096)
+        collect_dataset(path, params.env, None, {"kind": "random"}, plan)
         collect_seconds = time.perf_counter() - started
         started = time.perf_counter()
         data = load_dataset(path, *spaces, params.env.id)

@@ -1,11 +1,10 @@
 """Task caching of the pipeline's stages: a re-run of the flow skips every stage whose inputs did not change.
 
 Each stage task is keyed (a Prefect ``CachePolicy``) on what the stage reads, as ``dvc.yaml`` lists it: the params
-keys it reads (hashed; ``rlcore.config.sections`` has the table), the digests of the files those params name, the
-results of
-the stages before it (content digests of their outputs), and the code version (rlcore's and flows' sources). Results
-are persisted as JSON under ``<root>/.prefect/storage``, so a re-run after a kill, or after changing an evaluation
-key, continues from the first stage whose inputs changed, as ``dvc repro`` does.
+keys it reads (hashed; ``rlcore.stages.STAGE_PARAMS`` has the table), the digests of the files those params name,
+the results of the stages before it (content digests of their outputs), and the code version (rlcore's and flows'
+sources). Results are persisted as JSON under ``<root>/.prefect/storage``, so a re-run after a kill, or after
+changing an evaluation key, continues from the first stage whose inputs changed, as ``dvc repro`` does.
 
 A cached result is only returned while the files it names are on disk with the digests it recorded: each result
 holds ``outputs`` (path -> sha256). When they are gone or changed, the key moves on to a new one derived from the
@@ -26,25 +25,7 @@ from prefect.context import TaskRunContext
 
 from rlcore.common.files import sha256_file
 from rlcore.params import load_params
-
-STAGE_KEYS: dict[str, tuple[str, ...]] = {
-    "train": (
-        "seed",
-        "name",
-        "branch",
-        "torch_threads",
-        "env",
-        "policy",
-        "algo",
-        "train",
-        "dataset",
-        "eval.max_episode_steps",
-    ),
-    "evaluate": ("name", "branch", "torch_threads", "env", "eval"),
-    "select": ("name", "branch", "torch_threads", "env", "eval", "select"),
-    "export": ("name", "branch", "torch_threads", "export"),
-}
-"""The params keys each stage reads (``rlcore.config.sections``'s table, ``dvc.yaml``'s ``params``)."""
+from rlcore.stages import STAGE_PARAMS
 
 NOT_READ = {"train.progress_bar"}
 """Keys of those sections that change nothing a stage writes (as the run fingerprint leaves them out)."""
@@ -130,7 +111,7 @@ class StageInputs(CachePolicy):
         root = Path(inputs["root"])
         params = load_params(inputs["params_path"], list(inputs.get("overrides") or []))
         tree = params.to_dict()
-        read = {key: _drop_not_read(key, _pick(tree, key)) for key in STAGE_KEYS[self.stage]}
+        read = {key: _drop_not_read(key, _pick(tree, key)) for key in STAGE_PARAMS[self.stage]}
         baseline = _pick(tree, "select.baseline_run") if self.stage == "select" else None
         files = named_files(read, root)
         if baseline:  # the report draws that run's learning curve

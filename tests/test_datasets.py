@@ -27,7 +27,7 @@ from conftest import PROJECT, one_line_error, rlcore, sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlcore.data.collection import collect_dataset
+from rlcore.data.collection import CollectionPlan, collect_dataset
 from rlcore.data.reader import OfflineData, load_dataset, read_metadata
 from rlcore.data.schema import SCHEMA_VERSION, DatasetError
 from rlcore.data.writer import DatasetWriter
@@ -45,13 +45,15 @@ def collect(path: Path, env_id: str, steps: int, num_envs: int, row_group_size: 
         EnvConfig(id=env_id),
         None,
         {"kind": "random"},
-        num_envs=num_envs,
-        steps=steps,
-        episodes=None,
-        epsilon=0.0,
-        deterministic=False,
-        seed=seed,
-        row_group_size=row_group_size,
+        CollectionPlan(
+            num_envs=num_envs,
+            steps=steps,
+            episodes=None,
+            epsilon=0.0,
+            deterministic=False,
+            seed=seed,
+            row_group_size=row_group_size,
+        ),
     )
 
 
@@ -671,7 +673,7 @@ def test_a_streamed_dataset_visits_every_training_row_and_rebuilds_its_buffer_fr
     from rlcore.data.stream import RowGroupStream, validation_mask
 
     path = tmp_path / "d.parquet"
-    collect_dataset(path, EnvConfig(), None, {"kind": "random"}, 4, 5000, None, 0.0, False, 0, 500)
+    collect_dataset(path, EnvConfig(), None, {"kind": "random"}, CollectionPlan(4, 5000, None, 0.0, False, 0, 500))
     env = gym.make("CartPole-v1")
     whole = load_dataset(path, env.observation_space, env.action_space, "CartPole-v1")
 

@@ -168,6 +168,21 @@ def test_changing_an_eval_param_reruns_evaluate_but_not_train(repo: dict) -> Non
 
 
 @pytest.mark.slow
+def test_the_baseline_threshold_is_a_param_of_select(repo: dict) -> None:
+    """select draws ``train.target_return`` on its baseline comparison (issue 27: dvc.yaml did not list it, so a
+    new threshold left the report stale whenever train's re-run changed no checkpoint)."""
+    root: Path = repo["root"]
+    before = (root / "params.yaml").read_text()
+    edit_params(root, train={"target_return": 321})
+    try:
+        result = dvc("status", "select", cwd=root)
+    finally:
+        (root / "params.yaml").write_text(before)
+    assert "select:" in result.stdout, result.stdout  # before the fix: "Data and pipelines are up to date."
+    assert "train.target_return" in result.stdout[result.stdout.index("select:") :], result.stdout
+
+
+@pytest.mark.slow
 def test_dvc_metrics_show_reads_reports_metrics(repo: dict) -> None:
     root: Path = repo["root"]
     shown = json.loads(dvc("metrics", "show", "--json", cwd=root).stdout)

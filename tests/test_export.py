@@ -16,7 +16,7 @@ from rlcore.common.files import read_json
 from rlcore.config.sections import MemoryConfig, PolicyConfig
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.vector import describe_space
-from rlcore.evaluation.export import ExportError, export_policy, parity_inputs, parity_observations
+from rlcore.evaluation.export import ExportError, ExportOptions, export_policy, parity_inputs, parity_observations
 from rlcore.nets.policies import QPolicy
 from rlcore.nets.policy import Policy
 from rlcore.nets.recurrent import RecurrentActorCritic
@@ -177,7 +177,7 @@ def test_outputs_in_the_hundreds_pass_the_rule_the_old_absolute_tolerance_failed
     scores = torch_scores(policy)
     assert np.abs(scores).min() >= 100 and np.abs(scores).max() < 1000
 
-    result = export_policy(policy, META, tmp_path, True, True, PARITY_OBSERVATIONS, 1e-5, 1e-4, 18)
+    result = export_policy(policy, META, tmp_path, ExportOptions(True, True, PARITY_OBSERVATIONS, 1e-5, 1e-4, 18))
     parity = result.parity
     assert set(result.files) == {"policy.onnx", "policy.pt2"}
     # onnxruntime sums in another order than torch: the old absolute rule (1e-5) fails on these outputs ...
@@ -203,7 +203,7 @@ def test_tiny_outputs_still_catch_a_real_mismatch(tmp_path: Path, kind: str, exp
     message = rf"^{exported}: scores\[\d+, \d\]: \|exported - torch\| = \S+ \(relative \S+, torch \S+\) exceeds "
     message += r"export.parity_atol 1e-05 \+ export.parity_rtol 0.0001 x \|torch\|$"
     with pytest.raises(ExportError, match=message):
-        export_policy(policy, META, tmp_path, onnx, torch_export, PARITY_OBSERVATIONS, 1e-5, 1e-4, 18)
+        export_policy(policy, META, tmp_path, ExportOptions(onnx, torch_export, PARITY_OBSERVATIONS, 1e-5, 1e-4, 18))
     assert list(tmp_path.iterdir()) == []  # the failed export left nothing behind
 
 

@@ -227,7 +227,7 @@ def test_onnx_and_torch_export_carry_the_state_along_a_200_step_episode_sequence
     import onnxruntime
 
     from rlcore.envs.vector import describe_space
-    from rlcore.evaluation.export import export_policy
+    from rlcore.evaluation.export import ExportOptions, export_policy
 
     env_config = EnvConfig(id="CartPole-v1", wrappers=[PO_WRAPPER])
     torch.manual_seed(0)
@@ -244,7 +244,7 @@ def test_onnx_and_torch_export_carry_the_state_along_a_200_step_episode_sequence
         },
         "params": {"env": env_config.model_dump(mode="json")},
     }
-    result = export_policy(policy, meta, tmp_path, True, True, 400, 1e-5, 1e-4, 18)
+    result = export_policy(policy, meta, tmp_path, ExportOptions(True, True, 400, 1e-5, 1e-4, 18))
     assert result.interface["state"]["shape"] == [2 if kind == "lstm" else 1, 32]
     assert result.interface["state"]["initial"] == np.zeros((2 if kind == "lstm" else 1, 32)).tolist()
 

@@ -25,7 +25,7 @@ from rlcore.common.checkpoints import load_checkpoint
 from rlcore.common.errors import ConfigError
 from rlcore.common.files import read_json
 from rlcore.config.sections import PolicyConfig
-from rlcore.data.collection import collect_dataset
+from rlcore.data.collection import CollectionPlan, collect_dataset
 from rlcore.data.reader import iter_dataset, load_dataset
 from rlcore.data.schema import DatasetError
 from rlcore.data.writer import DatasetWriter
@@ -256,7 +256,7 @@ def test_exported_policy_returns_one_int64_action_row_per_observation_matching_t
 def test_random_multi_discrete_collection_round_trips_through_the_dataset(tmp_path: Path):
     env = EnvConfig(id=ENV, kwargs={"start": [1, -1, 5]})
     path = tmp_path / "random.parquet"
-    metadata = collect_dataset(path, env, None, {"kind": "random"}, 4, 300, None, 0.0, False, 7, 128)
+    metadata = collect_dataset(path, env, None, {"kind": "random"}, CollectionPlan(4, 300, None, 0.0, False, 7, 128))
     assert metadata["action_space"] == describe_space(spaces.MultiDiscrete(NVEC, start=[1, -1, 5]))
     action_space = space_from_description(metadata["action_space"])
     data = load_dataset(path, OBS, action_space, ENV)

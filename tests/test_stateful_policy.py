@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import torch
 
 from rlcore.config.sections import PolicyConfig
-from rlcore.data.collection import collect_dataset
+from rlcore.data.collection import CollectionPlan, collect_dataset
 from rlcore.envs.config import EnvConfig
 from rlcore.evaluation.evaluator import Evaluator
 from rlcore.nets.policy import Policy
@@ -46,9 +46,8 @@ def test_evaluation_carries_the_state_from_step_to_step():
 
 def test_collection_resets_the_state_when_an_env_starts_a_new_episode(tmp_path: Path):
     path = tmp_path / "data.parquet"
-    collect_dataset(
-        path, EnvConfig(id="CartPole-v1"), StepCounter(), {"kind": "test"}, 3, 2000, None, 0.0, True, 0, 500
-    )
+    plan = CollectionPlan(3, 2000, None, 0.0, True, 0, 500)
+    collect_dataset(path, EnvConfig(id="CartPole-v1"), StepCounter(), {"kind": "test"}, plan)
     table = pq.read_table(path, columns=["episode_id", "step", "action"]).to_pandas()
     assert table["episode_id"].nunique() > 10  # many episodes, so many resets
     assert (table["action"] == table["step"] % 2).all()
@@ -71,7 +70,7 @@ def test_export_takes_and_returns_the_state_and_matches_torch_along_real_sequenc
     import onnxruntime
 
     from rlcore.envs.vector import describe_space
-    from rlcore.evaluation.export import export_policy, parity_inputs
+    from rlcore.evaluation.export import ExportOptions, export_policy, parity_inputs
 
     policy = LearnedStepCounter().eval()
     meta = {
@@ -82,7 +81,7 @@ def test_export_takes_and_returns_the_state_and_matches_torch_along_real_sequenc
         "params": {"env": EnvConfig(id="CartPole-v1").model_dump(mode="json")},
     }
     del policy_space
-    result = export_policy(policy, meta, tmp_path, True, True, 300, 1e-5, 1e-4, 18)
+    result = export_policy(policy, meta, tmp_path, ExportOptions(True, True, 300, 1e-5, 1e-4, 18))
     assert result.interface["state"] == {"shape": [1], "initial": [0.0], "reset": result.interface["state"]["reset"]}
     inputs = parity_inputs(EnvConfig(id="CartPole-v1"), policy, 2000, seed=3)  # 16 envs x 125 steps
     assert inputs["state"].max() > 20 and (inputs["state"][16:] == 0).any()  # real sequences, with resets

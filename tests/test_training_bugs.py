@@ -365,7 +365,7 @@ def test_datasets_keep_box_actions_with_a_2d_shape_flat(tmp_path: Path):
 
 @pytest.mark.parametrize("epsilon", [0.0, 0.5], ids=["policy", "epsilon-noise"])
 def test_collection_on_box_actions_with_a_2d_shape_stores_flat_actions(tmp_path: Path, epsilon: float):
-    from rlcore.data.collection import collect_dataset
+    from rlcore.data.collection import CollectionPlan, collect_dataset
     from rlcore.data.reader import load_dataset
     from rlcore.nets.policies import GaussianActor
 
@@ -374,7 +374,7 @@ def test_collection_on_box_actions_with_a_2d_shape_stores_flat_actions(tmp_path:
     torch.manual_seed(0)
     policy = GaussianActor(MatrixActionEnv.observation_space, space, SMALL)
     path = tmp_path / "d.parquet"
-    collect_dataset(path, env_config, policy, {"kind": "test"}, 2, 32, None, epsilon, False, 0, 1024)
+    collect_dataset(path, env_config, policy, {"kind": "test"}, CollectionPlan(2, 32, None, epsilon, False, 0, 1024))
     data = load_dataset(path, MatrixActionEnv.observation_space, space, "rlcore-test/MatrixAction-v0")
     assert len(data) == 32 and data.actions.shape == (32, 6)
     assert (np.abs(data.actions) <= 1).all()  # what the env executed: clipped to the bounds

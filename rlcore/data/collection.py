@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,25 +52,36 @@ def random_log_prob(action_space: spaces.Space) -> float:
     return -float(np.sum(np.log(action_space.high - action_space.low)))
 
 
+@dataclass(frozen=True)
+class CollectionPlan:
+    """How :func:`collect_dataset` rolls out: how many envs, how much (``steps`` transitions or ``episodes``
+    episodes, the other None), how it picks actions, its seed, and the Parquet row groups' size."""
+
+    num_envs: int
+    steps: int | None
+    episodes: int | None
+    epsilon: float
+    """The probability of replacing each action by a uniformly random one."""
+    deterministic: bool
+    seed: int
+    row_group_size: int
+
+
 def collect_dataset(
     path: Path,
     env_config: EnvConfig,
     policy: Policy | None,
     provenance: dict[str, Any],
-    num_envs: int,
-    steps: int | None,
-    episodes: int | None,
-    epsilon: float,
-    deterministic: bool,
-    seed: int,
-    row_group_size: int,
+    plan: CollectionPlan,
     extra_metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Collect ``steps`` transitions or ``episodes`` episodes into the Parquet file ``path``; returns its metadata.
+    """Collect ``plan.steps`` transitions or ``plan.episodes`` episodes into the Parquet file ``path``; returns its
+    metadata.
 
-    ``policy`` None means uniformly random actions. With ``epsilon`` > 0, each action is replaced by a random
+    ``policy`` None means uniformly random actions. With ``plan.epsilon`` > 0, each action is replaced by a random
     one with that probability (log-probabilities are then unknown and left null).
     """
+    num_envs, epsilon, deterministic, seed = plan.num_envs, plan.epsilon, plan.deterministic, plan.seed
     env = make_vector_env(env_config, num_envs)
     action_space = env.single_action_space
     rng = np.random.default_rng(seed)
@@ -84,26 +96,13 @@ def collect_dataset(
         **(extra_metadata or {}),
     }
     # Observations are written in their storage dtype: uint8 frames as bytes (rlcore.data.schema).
-    writer = DatasetWriter(path, env.single_observation_space, action_space, metadata, row_group_size)
+    writer = DatasetWriter(path, env.single_observation_space, action_space, metadata, plan.row_group_size)
     try:
         # Distribution.sample() draws from torch's global generator: seed it for this collection alone, so a
         # shard's data depend on its seed only, not on what ran before it in the process.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            _roll_out(
-                VectorStepper(env),
-                writer,
-                policy,
-                action_space,
-                num_envs,
-                steps,
-                episodes,
-                epsilon,
-                deterministic,
-                rng,
-                generator,
-                seed,
-            )
+            _roll_out(VectorStepper(env), writer, policy, action_space, plan, rng, generator)
     except BaseException:
         writer.abort()
         raise
@@ -125,18 +124,15 @@ def _roll_out(
     writer: DatasetWriter,
     policy: Policy | None,
     action_space: spaces.Space,
-    num_envs: int,
-    steps: int | None,
-    episodes: int | None,
-    epsilon: float,
-    deterministic: bool,
+    plan: CollectionPlan,
     rng: np.random.Generator,
     generator: torch.Generator,
-    seed: int,
 ) -> None:
+    num_envs, steps, episodes = plan.num_envs, plan.steps, plan.episodes
+    epsilon, deterministic = plan.epsilon, plan.deterministic
     uniform_log_prob = random_log_prob(action_space)
     in_progress = [_Episode() for _ in range(num_envs)]
-    obs = stepper.reset(seed)
+    obs = stepper.reset(plan.seed)
     state = policy.initial_state(num_envs) if policy is not None else None
 
     def collected() -> int:

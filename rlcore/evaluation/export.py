@@ -155,17 +155,22 @@ def parity_inputs(env_config: EnvConfig, policy: Policy, count: int, seed: int) 
     return inputs
 
 
+@dataclass(frozen=True)
+class ExportOptions:
+    """What :func:`export_policy` writes and how closely it must match torch (the ``export`` params' keys)."""
+
+    onnx: bool
+    torch_export: bool
+    parity_observations: int
+    """Observations the exported files are checked on against torch."""
+    parity_atol: float
+    parity_rtol: float
+    opset: int
+    """The ONNX opset version."""
+
+
 def export_policy(
-    policy: Policy,
-    meta: dict[str, Any],
-    out_dir: Path,
-    onnx: bool,
-    torch_export: bool,
-    observations: int,
-    atol: float,
-    rtol: float,
-    opset: int,
-    seed: int = 0,
+    policy: Policy, meta: dict[str, Any], out_dir: Path, options: ExportOptions, seed: int = 0
 ) -> ExportResult:
     """Write ``policy.onnx`` and/or ``policy.pt2`` into ``out_dir`` after checking them against torch: every output
     element within ``atol + rtol * |torch|`` (``export.parity_atol``, ``export.parity_rtol``).
@@ -179,7 +184,7 @@ def export_policy(
     stateful = policy.initial_state(1) is not None
     model = (GreedyStatefulPolicy if stateful else GreedyPolicy)(policy, low, high).eval()
     env = meta["params"]["env"]
-    inputs = parity_inputs(EnvConfig.model_validate(env), policy, observations, seed)
+    inputs = parity_inputs(EnvConfig.model_validate(env), policy, options.parity_observations, seed)
     input_names = list(inputs)  # ["obs"] or ["obs", "state"]
     output_names = ["action", "scores", *(["next_state"] if stateful else [])]
     tensors = [torch.as_tensor(inputs[name]) for name in input_names]
@@ -188,13 +193,14 @@ def export_policy(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out_dir))
+    atol, rtol = options.parity_atol, options.parity_rtol
     rule = ParityRule(atol, rtol)
     parity: dict[str, Any] = {"observations": int(len(inputs["obs"])), "atol": atol, "rtol": rtol}
     try:
         batch = torch.export.Dim("batch", min=1, max=1 << 16)
         example = tuple(t[:2].clone() for t in tensors)
         dynamic_shapes = {name: {0: batch} for name in input_names}
-        if torch_export:
+        if options.torch_export:
             with _quiet_exporters():
                 program = torch.export.export(model, example, dynamic_shapes=dynamic_shapes)
                 torch.export.save(program, staging / "policy.pt2")
@@ -202,14 +208,14 @@ def export_policy(
             with torch.no_grad():
                 outputs = [t.numpy() for t in loaded(*tensors)]
             parity.update(_check(expected, outputs, rule, "policy.pt2", action_space).card("torch_export"))
-        if onnx:
+        if options.onnx:
             with _quiet_exporters():
                 torch.onnx.export(
                     model,
                     example,
                     str(staging / "policy.onnx"),
                     dynamo=True,
-                    opset_version=opset,
+                    opset_version=options.opset,
                     input_names=input_names,
                     output_names=output_names,
                     dynamic_shapes=dynamic_shapes,

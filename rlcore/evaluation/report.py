@@ -4,6 +4,7 @@ beside a baseline run's, and the test scores under each of ``eval.settings``).""
 from __future__ import annotations
 
 import csv
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -124,28 +125,66 @@ def baseline_words(reached: dict[str, int | None], threshold: float | None, unit
     return [*lines, f"![learning curves beside the baseline]({plot})", ""]
 
 
-def write_report(
-    target: Path,
-    name: str,
-    env_id: str,
-    algo: str,
-    selection: dict[str, Any],
-    candidates: list[dict[str, Any]],
-    summary: dict[str, Any] | None,
-    plot_name: str,
-    video_name: str | None = None,
-    settings_plot: str | None = None,
-    baseline: list[str] | None = None,
-) -> None:
+@dataclass(frozen=True)
+class ReportContent:
+    """What ``reports/report.md`` is written from: the run, its selection record and candidates, the train summary
+    (None when absent), and the names of the pictures beside the report (None: not drawn)."""
+
+    name: str
+    env_id: str
+    algo: str
+    selection: dict[str, Any]
+    candidates: list[dict[str, Any]]
+    summary: dict[str, Any] | None
+    plot_name: str
+    video_name: str | None = None
+    settings_plot: str | None = None
+    baseline: list[str] | None = None
+    """The report's lines on ``select.baseline_run`` (:func:`baseline_words`), or None when no baseline is named."""
+
+
+def write_report(target: Path, content: ReportContent) -> None:
     """``reports/report.md``: the test score with its interval, the validation score selection used (and which
     is which), how training went (and when each curriculum lesson started), the learning curve (and ``video_name``,
     a video of the first test episode, when recorded), the scores under ``eval.settings`` (a table and
-    ``settings_plot``), the comparison with a baseline run (``baseline``: :func:`baseline_words`) and every
-    candidate's validation scores."""
-    test, validation = selection["test"], selection["validation"]
-    lines = [
-        f"# Run `{name}`: {algo} on {env_id}",
+    ``settings_plot``), the comparison with a baseline run (``baseline``) and every candidate's validation scores."""
+    selection, summary = content.selection, content.summary
+    lines = [f"# Run `{content.name}`: {content.algo} on {content.env_id}", "", *_score_lines(selection)]
+    if summary:
+        lines += _training_lines(summary)
+    lines += [f"![learning curve]({content.plot_name})", ""]
+    if summary and summary.get("initialized_from"):
+        source = summary["initialized_from"]
+        lines += [f"Initialized from `{source['path']}` (sha256 `{source['sha256'][:16]}…`, `train.init_from`).", ""]
+    lines += content.baseline or []
+    if content.video_name:
+        lines += [f"The selected model's first test episode: ![first test episode]({content.video_name})", ""]
+    if selection.get("settings"):
+        lines += [
+            "Scores under `eval.settings` (each setting's parameters on top of the env's defaults; the same test "
+            "and validation episode seeds as the training distribution):",
+            "",
+            settings_table(selection),
+            "",
+        ]
+        if content.settings_plot:
+            lines += [f"![scores under eval.settings]({content.settings_plot})", ""]
+    lines += [
+        "Validation scores of every checkpoint:",
         "",
+        candidates_table(content.candidates, selection["checkpoint"]),
+        "",
+        "Exported model: `export/policy.onnx`, `export/policy.pt2`, card `export/model_card.json` "
+        "(after the export stage).",
+        "",
+    ]
+    write_text(target, "\n".join(lines))
+
+
+def _score_lines(selection: dict[str, Any]) -> list[str]:
+    """The report's head: the test score, the validation score selection used, and which checkpoint and why."""
+    test, validation = selection["test"], selection["validation"]
+    return [
         f"**Test score: {test['mean_return']:.1f}** mean return, 95% CI [{test['ci95_low']:.1f}, "
         f"{test['ci95_high']:.1f}], IQM {test['iqm_return']:.1f}, over {test['episodes']} test episodes "
         f"(std {test['std_return']:.1f}, min {test['min_return']:.1f}, max {test['max_return']:.1f}; "
@@ -164,45 +203,22 @@ def write_report(
         f"Why: {selection['reason']}.",
         "",
     ]
-    if summary:
-        lines += [
-            f"Training: {summary[summary['step_unit']]:,} {_unit(summary)} in {summary['wall_seconds']:.1f} s "
-            f"({summary[summary['step_unit'] + '_per_second']:,.0f} {_unit(summary)}/s); "
-            f"stop reason: {summary['stop_reason']}.",
-            "",
-        ]
-        lines += [f"**Warning:** {warning}." for warning in summary.get("warnings", [])]
-        if summary.get("warnings"):
-            lines.append("")
-        if summary.get("curriculum"):
-            lines += ["Curriculum lessons (`env.curriculum`), when each started:", "", lessons_table(summary), ""]
-    lines += [f"![learning curve]({plot_name})", ""]
-    if summary and summary.get("initialized_from"):
-        source = summary["initialized_from"]
-        lines += [f"Initialized from `{source['path']}` (sha256 `{source['sha256'][:16]}…`, `train.init_from`).", ""]
-    lines += baseline or []
-    if video_name:
-        lines += [f"The selected model's first test episode: ![first test episode]({video_name})", ""]
-    if selection.get("settings"):
-        lines += [
-            "Scores under `eval.settings` (each setting's parameters on top of the env's defaults; the same test "
-            "and validation episode seeds as the training distribution):",
-            "",
-            settings_table(selection),
-            "",
-        ]
-        if settings_plot:
-            lines += [f"![scores under eval.settings]({settings_plot})", ""]
-    lines += [
-        "Validation scores of every checkpoint:",
-        "",
-        candidates_table(candidates, selection["checkpoint"]),
-        "",
-        "Exported model: `export/policy.onnx`, `export/policy.pt2`, card `export/model_card.json` "
-        "(after the export stage).",
+
+
+def _training_lines(summary: dict[str, Any]) -> list[str]:
+    """How training went (the train summary): its length and speed, stop reason, warnings and curriculum lessons."""
+    lines = [
+        f"Training: {summary[summary['step_unit']]:,} {_unit(summary)} in {summary['wall_seconds']:.1f} s "
+        f"({summary[summary['step_unit'] + '_per_second']:,.0f} {_unit(summary)}/s); "
+        f"stop reason: {summary['stop_reason']}.",
         "",
     ]
-    write_text(target, "\n".join(lines))
+    lines += [f"**Warning:** {warning}." for warning in summary.get("warnings", [])]
+    if summary.get("warnings"):
+        lines.append("")
+    if summary.get("curriculum"):
+        lines += ["Curriculum lessons (`env.curriculum`), when each started:", "", lessons_table(summary), ""]
+    return lines
 
 
 def _setting_words(validation: dict[str, Any]) -> str:

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import PROJECT
 
-from rlcore.data.collection import collect_dataset
+from rlcore.data.collection import CollectionPlan, collect_dataset
 from rlcore.data.reader import iter_dataset, load_dataset, read_metadata
 from rlcore.data.schema import DatasetError
 from rlcore.envs.config import EnvConfig
@@ -276,7 +276,7 @@ def refused(status: Any, stderr: str, *fragments: str) -> str:
 def collected(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One small valid dataset: 3,000 random CartPole transitions in row groups of 500 (never changed)."""
     path = tmp_path_factory.mktemp("collected") / "dataset.parquet"
-    collect_dataset(path, EnvConfig(), None, {"kind": "random"}, 4, 3000, None, 0.0, False, 0, 500)
+    collect_dataset(path, EnvConfig(), None, {"kind": "random"}, CollectionPlan(4, 3000, None, 0.0, False, 0, 500))
     return path
 
 

@@ -1,0 +1,99 @@
+"""The evaluate stage: every checkpoint of a run on the validation episodes -> ``reports/evaluations.json``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
+from rlcore.common.errors import RLCoreError
+from rlcore.common.files import sha256_file, write_json
+from rlcore.common.seeds import describe, validation_seeds
+from rlcore.common.stage_paths import Layout
+from rlcore.config.sections import Params
+from rlcore.evaluation.evaluator import Evaluator
+from rlcore.registry import policy_from_checkpoint
+from rlcore.stages.evaluators import close_all, declared_settings, evaluators_for, under_settings
+from rlcore.stages.shared import check_trained_on, step_counts
+
+log = logging.getLogger("rlcore")
+
+
+def evaluate_stage(params: Params, root: Path) -> Path:
+    """Evaluate every checkpoint of ``runs/<name>/`` on ``eval.episodes`` validation episodes (``rlcore.common.seeds``),
+    under the training distribution and under each of ``eval.settings`` (the same episode seeds).
+
+    Writes ``reports/evaluations.json``; returns its path.
+    """
+    torch.set_num_threads(params.torch_threads)
+    layout = Layout(root, params.name, params.branch)
+    checkpoints = list_checkpoints(layout.checkpoints)
+    if not checkpoints:
+        raise RLCoreError(f"{layout.checkpoints}: no checkpoints to evaluate; run `rlcore train` first")
+    evaluators = evaluators_for(params)
+    try:
+        candidates = [_evaluate_one(evaluators, params, root, path) for _, path in checkpoints]
+    finally:
+        close_all(evaluators)
+    return write_evaluations(params, root, candidates)
+
+
+def evaluate_checkpoint(params: Params, root: Path, path: Path) -> dict[str, Any]:
+    """Evaluate one checkpoint: the same entry ``evaluate_stage`` writes for it (for parallel evaluation).
+
+    The evaluator re-seeds on every call, so the result does not depend on what else it evaluated.
+    """
+    torch.set_num_threads(params.torch_threads)
+    evaluators = evaluators_for(params)
+    try:
+        return _evaluate_one(evaluators, params, root, Path(path))
+    finally:
+        close_all(evaluators)
+
+
+def write_evaluations(params: Params, root: Path, candidates: list[dict[str, Any]]) -> Path:
+    """Write ``reports/evaluations.json`` from per-checkpoint entries (oldest first); returns its path."""
+    layout = Layout(root, params.name, params.branch)
+    cfg = params.eval
+    write_json(
+        layout.evaluations,
+        {
+            "run": layout.run_dir.relative_to(root).as_posix(),
+            "env_id": params.env.id,
+            "split": "validation",
+            "episodes": cfg.episodes,
+            "deterministic": cfg.deterministic,
+            "seed": cfg.seed,
+            "seeds": describe(validation_seeds(cfg.seed, cfg.episodes)),
+            "max_episode_steps": cfg.max_episode_steps,
+            "settings": declared_settings(params),
+            "candidates": candidates,
+        },
+    )
+    return layout.evaluations
+
+
+def _evaluate_one(evaluators: dict[str | None, Evaluator], params: Params, root: Path, path: Path) -> dict[str, Any]:
+    checkpoint = load_checkpoint(path)
+    check_trained_on(checkpoint, params.env.id)
+    policy = policy_from_checkpoint(checkpoint)
+    result = evaluators[None].evaluate(policy)
+    log.info("evaluated %s: %s", path.name, result.summary())
+    settings = {name: under.scores() for name, under in under_settings(evaluators, policy).items()}
+    for name, scores in settings.items():
+        log.info(
+            "evaluated %s under %s: %.1f over %d episodes", path.name, name, scores["mean_return"], scores["episodes"]
+        )
+    return {
+        "checkpoint": path.relative_to(root).as_posix(),
+        "sha256": sha256_file(path),
+        **step_counts(checkpoint),
+        "algo": checkpoint.algo,
+        **result.to_dict(),
+        # Offline runs: validation on held-out episodes, measured when the checkpoint was written.
+        **{f"validation_{k}": v for k, v in checkpoint.meta.get("validation", {}).items()},
+        **({"settings": settings} if settings else {}),
+    }

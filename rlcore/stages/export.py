@@ -1,0 +1,48 @@
+"""The export stage: the selected model to ONNX and torch.export, checked against torch, with a model card."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from rlcore.common.checkpoints import load_checkpoint
+from rlcore.common.errors import RLCoreError
+from rlcore.common.files import read_json
+from rlcore.common.stage_paths import Layout
+from rlcore.config.sections import Params
+from rlcore.evaluation.export import ExportOptions, export_policy, model_card, write_model_card
+from rlcore.registry import policy_from_checkpoint
+from rlcore.trainers.run_directory import command_line
+
+log = logging.getLogger("rlcore")
+
+
+def export_stage(params: Params, root: Path) -> Path:
+    """Export ``models/best/policy.pt`` to ``export/`` (ONNX, torch.export, model card); returns the card's path."""
+    torch.set_num_threads(params.torch_threads)
+    layout = Layout(root, params.name, params.branch)
+    checkpoint = load_checkpoint(layout.best_policy)
+    if not layout.selection.is_file():
+        raise RLCoreError(f"{layout.selection}: not found; run `rlcore select` first")
+    selection = read_json(layout.selection)
+    policy = policy_from_checkpoint(checkpoint)
+    cfg = params.export
+    if not (cfg.onnx or cfg.torch_export):
+        raise RLCoreError("export.onnx and export.torch_export are both false: nothing to export")
+    options = ExportOptions(
+        onnx=cfg.onnx,
+        torch_export=cfg.torch_export,
+        parity_observations=cfg.parity_observations,
+        parity_atol=cfg.parity_atol,
+        parity_rtol=cfg.parity_rtol,
+        opset=cfg.opset,
+    )
+    result = export_policy(policy, checkpoint.meta, layout.export, options)
+    card = model_card(checkpoint.meta, selection, result, command_line(), root)
+    for stale in {"policy.onnx", "policy.pt2"} - set(result.files):
+        (layout.export / stale).unlink(missing_ok=True)
+    path = write_model_card(layout.export, card)
+    log.info("exported %s (parity %s)", ", ".join(result.files), result.parity)
+    return path

@@ -1,0 +1,272 @@
+"""The select stage: the best checkpoint on the validation scores, scored on the test episodes, saved and reported.
+
+Selection reads ``reports/evaluations.json`` (the evaluate stage's validation episodes); the selected policy alone is
+then evaluated on ``eval.test_episodes`` test episodes that no other stage runs (``rlcore.common.seeds``): the
+reported score. Choosing the best of N checkpoints on the same episodes it is reported on would overstate it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlcore.common.checkpoints import Checkpoint, load_checkpoint, save_checkpoint
+from rlcore.common.errors import RLCoreError
+from rlcore.common.files import read_json, sha256_file, write_json
+from rlcore.common.seeds import describe
+from rlcore.common.stage_paths import Layout
+from rlcore.config.sections import Params
+from rlcore.envs.settings import describe_parameters
+from rlcore.evaluation.evaluator import SCORE_KEYS, EvalResult, episode_cap
+from rlcore.evaluation.report import (
+    ReportContent,
+    baseline_words,
+    plot_baseline_comparison,
+    plot_learning_curve,
+    plot_settings,
+    write_report,
+)
+from rlcore.evaluation.selection import select_best, view_scores
+from rlcore.evaluation.video import record_episode
+from rlcore.registry import policy_from_checkpoint
+from rlcore.stages.evaluators import close_all, declared_settings, evaluators_for, under_settings
+from rlcore.stages.shared import STEP_KEYS, check_trained_on
+
+log = logging.getLogger("rlcore")
+
+VALIDATION_KEYS = ("metric", "value", "episodes", "mean_return", "iqm_return", "ci95_low", "ci95_high")
+"""What ``reports/metrics.json`` keeps of the validation score selection used (and ``setting``, when one is chosen)."""
+
+
+@dataclass(frozen=True)
+class ScoresOnTest:
+    """The selected policy on the test episodes: under the training distribution, their seeds, and under each of
+    ``eval.settings`` (the same seeds)."""
+
+    result: EvalResult
+    seeds: range
+    settings: dict[str, EvalResult]
+
+
+@dataclass(frozen=True)
+class Selected:
+    """The candidate of ``evaluations.json`` selection chose, why, its checkpoint, and its test scores."""
+
+    entry: dict[str, Any]
+    reason: str
+    checkpoint: Checkpoint
+    test: ScoresOnTest
+
+
+def select_stage(params: Params, root: Path) -> Path:
+    """Pick the best checkpoint on the validation scores, then score it on the test episodes (the module docstring).
+
+    Writes ``models/best/{policy.pt,selection.json}``, ``reports/{metrics.json,report.md,learning_curve.png}``.
+    """
+    torch.set_num_threads(params.torch_threads)
+    layout = Layout(root, params.name, params.branch)
+    evaluations = _read_evaluations(params, layout)
+    selected = _select_and_test(params, root, evaluations)
+    _save_policy(layout.best_policy, selected.checkpoint)
+    selection = _selection_record(params, evaluations, selected)
+    write_json(layout.selection, selection)
+    write_json(layout.metrics, _metrics_record(params, selected, selection))
+    content = ReportContent(
+        name=params.name,
+        env_id=evaluations["env_id"],
+        algo=selected.checkpoint.algo,
+        selection=selection,
+        candidates=evaluations["candidates"],
+        summary=read_json(layout.train_summary) if layout.train_summary.is_file() else None,
+        plot_name=layout.learning_curve_png.name,
+    )
+    _plot_learning_curve(layout, content, selected.entry)
+    settings_plot = _plot_settings(layout, content)
+    video = _record_video(params, selected, layout.reports / "episode.gif") if params.eval.video else None
+    baseline = _baseline_comparison(params, root, f"{content.algo} on {content.env_id}", content.summary)
+    video_name = video.name if video else None
+    write_report(
+        layout.report,
+        dataclasses.replace(content, video_name=video_name, settings_plot=settings_plot, baseline=baseline),
+    )
+    log.info("selected %s", selected.reason)
+    return layout.best
+
+
+def _read_evaluations(params: Params, layout: Layout) -> dict[str, Any]:
+    """``reports/evaluations.json``, refused when it was evaluated on another env or under other ``eval.settings``."""
+    if not layout.evaluations.is_file():
+        raise RLCoreError(f"{layout.evaluations}: not found; run `rlcore evaluate` first")
+    evaluations: dict[str, Any] = read_json(layout.evaluations)
+    if evaluations["env_id"] != params.env.id:
+        raise RLCoreError(
+            f"{layout.evaluations}: evaluated on {evaluations['env_id']}, params say env.id {params.env.id}; "
+            "run `rlcore evaluate` again"
+        )
+    if evaluations.get("settings", []) != declared_settings(params):
+        raise RLCoreError(
+            f"{layout.evaluations}: evaluated under other eval.settings than the params declare; "
+            "run `rlcore evaluate` again"
+        )
+    return evaluations
+
+
+def _select_and_test(params: Params, root: Path, evaluations: dict[str, Any]) -> Selected:
+    """Select on ``select.metric`` (under ``select.setting``), load that checkpoint (unchanged since it was
+    evaluated) and score it on the test episodes."""
+    best, reason = select_best(evaluations["candidates"], params.select.metric, params.select.setting)
+    source = root / best["checkpoint"]
+    if sha256_file(source) != best["sha256"]:
+        raise RLCoreError(f"{source}: changed since it was evaluated; run `rlcore evaluate` again")
+    checkpoint = load_checkpoint(source)
+    test = _test_scores(params, checkpoint)
+    log.info("test score of %s: %s", source.name, test.result.summary())
+    for name, result in test.settings.items():
+        log.info("test score of %s under %s: %s", source.name, name, result.summary())
+    return Selected(best, reason, checkpoint, test)
+
+
+def _test_scores(params: Params, checkpoint: Checkpoint) -> ScoresOnTest:
+    """The checkpoint's score on the test episodes, their seeds, and its score under each of ``eval.settings``."""
+    check_trained_on(checkpoint, params.env.id)
+    evaluators = evaluators_for(params, "test")
+    try:
+        policy = policy_from_checkpoint(checkpoint)
+        return ScoresOnTest(
+            evaluators[None].evaluate(policy), evaluators[None].seeds, under_settings(evaluators, policy)
+        )
+    finally:
+        close_all(evaluators)
+
+
+def _save_policy(path: Path, checkpoint: Checkpoint) -> None:
+    """The selected policy alone: weights and metadata, no optimizer or RNG state."""
+    save_checkpoint(
+        path,
+        checkpoint.algo,
+        checkpoint.step,
+        checkpoint.step_unit,
+        meta=checkpoint.meta,
+        tensors={"policy": checkpoint.tensors["policy"]},
+    )
+
+
+def _selection_record(params: Params, evaluations: dict[str, Any], selected: Selected) -> dict[str, Any]:
+    """``models/best/selection.json``: what was selected and why, its validation and test scores (and under each
+    of ``eval.settings``), and the evaluation settings."""
+    best, test = selected.entry, selected.test
+    settings = {
+        setting.name: {
+            "parameters": describe_parameters(setting.parameters),
+            "validation": best["settings"][setting.name],
+            "test": test.settings[setting.name].scores(),
+        }
+        for setting in params.eval.settings
+    }
+    return {
+        "checkpoint": best["checkpoint"],
+        "sha256": best["sha256"],
+        **{key: best[key] for key in STEP_KEYS},
+        "metric": params.select.metric,
+        "reason": selected.reason,
+        "validation": _validation_record(params, evaluations, best),
+        "test": {**test.result.scores(), "seeds": describe(test.seeds)},
+        **({"settings": settings} if settings else {}),
+        "eval_settings": {
+            "episodes": evaluations["episodes"],
+            "test_episodes": params.eval.test_episodes,
+            "deterministic": params.eval.deterministic,
+            "seed": params.eval.seed,
+            "max_episode_steps": params.eval.max_episode_steps,
+        },
+    }
+
+
+def _validation_record(params: Params, evaluations: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
+    """The validation score selection used: ``select.metric`` under ``select.setting``, and the episodes' seeds."""
+    metric, chosen = params.select.metric, params.select.setting
+    chosen_scores = view_scores(best, chosen)
+    return {
+        "metric": metric,
+        "value": chosen_scores[metric],
+        "setting": chosen,
+        **{key: chosen_scores[key] for key in SCORE_KEYS if key in chosen_scores},
+        "seeds": evaluations.get("seeds"),
+    }
+
+
+def _metrics_record(params: Params, selected: Selected, selection: dict[str, Any]) -> dict[str, Any]:
+    """``reports/metrics.json``: the test scores, how far the model trained, and a short view of the validation
+    score and of the test scores under each of ``eval.settings``."""
+    best, validation, settings = selected.entry, selection["validation"], selection.get("settings", {})
+    validation_keys = VALIDATION_KEYS if params.select.setting is None else ("setting", *VALIDATION_KEYS)
+    return {
+        **selected.test.result.scores(),
+        **{key: best[key] for key in STEP_KEYS},
+        "checkpoint": best["checkpoint"],
+        "validation": {key: validation[key] for key in validation_keys if key in validation},
+        # Test scores of the selected model under each of eval.settings (the same test episode seeds).
+        **({"settings": {name: _short_scores(entry["test"]) for name, entry in settings.items()}} if settings else {}),
+    }
+
+
+def _short_scores(scores: dict[str, Any]) -> dict[str, Any]:
+    """What ``reports/metrics.json`` keeps of a setting's test scores."""
+    return {key: scores[key] for key in ("mean_return", "ci95_low", "ci95_high", "episodes")}
+
+
+def _plot_learning_curve(layout: Layout, content: ReportContent, best: dict[str, Any]) -> None:
+    """``reports/learning_curve.png``: training's periodic evaluations, every candidate, the selection's test score."""
+    lessons = (content.summary or {}).get("curriculum", {}).get("started")
+    plot_learning_curve(
+        layout.learning_curve_tsv,
+        content.candidates,
+        best,
+        content.selection["test"],
+        title=f"{content.algo} on {content.env_id} ({content.name})",
+        target=layout.learning_curve_png,
+        lessons=lessons,
+    )
+
+
+def _plot_settings(layout: Layout, content: ReportContent) -> str | None:
+    """``reports/settings.png`` when ``eval.settings`` are declared (removed otherwise); its name, or None."""
+    layout.settings_png.unlink(missing_ok=True)  # a chart of settings no longer declared
+    if not content.selection.get("settings"):
+        return None
+    title = f"{content.algo} on {content.env_id} ({content.name}): test episodes"
+    plot_settings(content.selection, title, layout.settings_png)
+    return layout.settings_png.name
+
+
+def _record_video(params: Params, selected: Selected, path: Path) -> Path | None:
+    """``eval.video``: the selected model's first test episode (its seed, the evaluation's cap) as a GIF."""
+    cap = episode_cap(params.env, params.eval.max_episode_steps)
+    policy = policy_from_checkpoint(selected.checkpoint)
+    seed = selected.test.seeds.start
+    return record_episode(params.env, policy, seed, params.eval.deterministic, max_steps=cap, path=path)
+
+
+def _baseline_comparison(params: Params, root: Path, what: str, summary: dict[str, Any] | None) -> list[str] | None:
+    """``select.baseline_run``: this run's learning curve beside the baseline's (``reports/baseline_comparison.png``)
+    and the report's lines on it; None when no baseline is named."""
+    layout = Layout(root, params.name, params.branch)
+    layout.baseline_png.unlink(missing_ok=True)  # a chart of a baseline no longer named
+    name = params.select.baseline_run
+    if name is None:
+        return None
+    other = Layout(root, name)
+    if not other.learning_curve_tsv.is_file():
+        raise RLCoreError(f"select.baseline_run: {other.run_dir}: no learning curve; train that run first")
+    threshold = params.train.target_return
+    unit = ((summary or {}).get("step_unit") or "env_steps").replace("_", " ")
+    started = " (warm start)" if (summary or {}).get("initialized_from") else ""
+    curves = {f"{params.name}{started}": layout.learning_curve_tsv, name: other.learning_curve_tsv}
+    title = f"{what}: {params.name} and {name}"
+    reached = plot_baseline_comparison(curves, threshold, unit, title, layout.baseline_png)
+    return baseline_words(reached, threshold, unit, layout.baseline_png.name)

@@ -1,0 +1,28 @@
+"""What several stages share: the env-id check of a loaded checkpoint, and a checkpoint's step counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlcore.common.checkpoints import Checkpoint
+from rlcore.common.errors import RLCoreError
+
+
+def check_trained_on(checkpoint: Checkpoint, env_id: str) -> None:
+    """Refuse a checkpoint trained on another env than ``env.id`` (evaluation, test scoring, collection)."""
+    trained_on = checkpoint.meta["params"]["env"]["id"]
+    if trained_on != env_id:
+        raise RLCoreError(f"{checkpoint.path}: trained on {trained_on}, params say env.id {env_id}")
+
+
+STEP_KEYS = ("step", "step_unit", "env_steps", "gradient_steps")
+"""How far a checkpoint was trained: ``step`` in the run's ``step_unit``, and both true counts."""
+
+
+def step_counts(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {
+        "step": checkpoint.step,
+        "step_unit": checkpoint.step_unit,
+        "env_steps": checkpoint.meta.get("env_steps", 0),
+        "gradient_steps": checkpoint.meta.get("gradient_steps", 0),
+    }

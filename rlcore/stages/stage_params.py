@@ -1,0 +1,30 @@
+"""The params keys each stage reads: ``dvc.yaml``'s ``params`` of every stage and the Prefect tasks' cache keys.
+
+A section (``eval``) stands for all of its keys; a dotted key (``eval.max_episode_steps``) for that key alone.
+``tests/test_stage_params.py`` checks every ``dvc.yaml`` against this table, and the table against the keys each
+stage's module reads. A stage whose params file leaves a key out (``branch`` in ``params.yaml``) runs on its
+default, which is code: dvc.yaml lists only the keys the file has (DVC refuses a missing one).
+"""
+
+from __future__ import annotations
+
+STAGE_PARAMS: dict[str, tuple[str, ...]] = {
+    "train": (
+        "seed",
+        "name",
+        "branch",
+        "torch_threads",
+        "env",
+        "policy",
+        "algo",
+        "train",
+        "dataset",
+        "eval.max_episode_steps",  # the periodic evaluations' episode cap
+    ),
+    "evaluate": ("name", "branch", "torch_threads", "env", "eval"),
+    # select scores the selection on the test episodes (env, eval) and draws select.baseline_run's curve beside
+    # this run's with train.target_return as the threshold.
+    "select": ("name", "branch", "torch_threads", "env", "eval", "select", "train.target_return"),
+    "export": ("name", "branch", "torch_threads", "export"),
+    "collect": ("torch_threads", "env", "collect"),
+}
