@@ -1,18 +1,8 @@
 """The params sections (``policy``, ``train``, ``eval``, ``select``, ``export``, ``collect``, ``dataset``,
 ``deploy``; ``env`` is ``rlcore.envs.config``'s, ``sweep`` ``rlcore.config.sweep``'s) and :class:`Params`, their tree.
 
-The keys each stage reads (its ``params`` in ``dvc.yaml`` must list them, so that changing one re-runs it):
-
-| stage    | reads                                                |
-|----------|------------------------------------------------------|
-| train    | ``seed``, ``name``, ``branch``, ``torch_threads``, ``env``, ``policy``, ``algo``, ``train``, ``dataset``, |
-|          | ``eval.max_episode_steps`` (the periodic evaluations' episode cap) |
-| evaluate | ``name``, ``branch``, ``torch_threads``, ``env``, ``eval`` |
-| select   | ``name``, ``branch``, ``torch_threads``, ``env``, ``eval``, ``select`` (it scores the selection on test), |
-|          | ``train.target_return`` (the threshold line of the report's baseline comparison) |
-| export   | ``name``, ``branch``, ``torch_threads``, ``export``  |
-| collect  | ``torch_threads``, ``env``, ``collect``              |
-| sweep    | ``sweep`` and everything a trial trains and evaluates with |
+The keys each stage reads are one table, ``rlcore.stages.stage_params.STAGE_PARAMS``; each stage's ``params`` in
+``dvc.yaml`` lists them (tests/test_stage_params.py), so changing one re-runs it.
 
 Validation happens once, at load (``rlcore.params``); every problem becomes a one-line :class:`ConfigError` that
 names the key, says what was expected and shows what was given (``rlcore.common.validation_errors``).

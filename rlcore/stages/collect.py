@@ -16,7 +16,8 @@ from rlcore.common.files import sha256_file
 from rlcore.common.stage_paths import project_path
 from rlcore.config.sections import Params
 from rlcore.data.collection import CollectionPlan, collect_dataset, env_record
-from rlcore.data.datasets import merge_datasets, read_metadata
+from rlcore.data.reader import read_metadata
+from rlcore.data.writer import merge_datasets
 from rlcore.registry import policy_from_checkpoint
 from rlcore.stages.shared import check_trained_on, step_counts
 
