@@ -60,10 +60,11 @@ algorithm and its learner unchanged."""
 NONDETERMINISTIC: dict[str, str] = {}
 """Presets whose two runs of the same code differ, and why: ``--compare`` reports them as not comparable."""
 
-VOLATILE_KEYS = {"created", "command", "git", "versions", "files", "timestamp", "hostname", "host", "sha256"}
+VOLATILE_KEYS = {"created", "command", "git", "versions", "files", "timestamp", "hostname", "host", "sha256", "md5"}
 """Keys dropped wherever they occur: when a file was made, by which command line, on which machine, with which
-versions, and file digests (files embed wall times, or source paths in exports). ``content_sha256`` of a checkpoint
-covers its meta (a wall time): its tensors are hashed here instead."""
+versions, and file digests (checkpoints embed wall times, exports source paths; a collected Parquet file's bytes
+differ between two collections of the same rows, its columns are hashed here instead). ``content_sha256`` of a
+checkpoint covers its meta (a wall time): its tensors are hashed here instead."""
 
 SKIP_FRAGMENTS = ("needs `pip install", "needs shimmy")
 """An env id whose optional extra is not installed: rlcore's one-line refusal says what to install."""
@@ -295,9 +296,6 @@ def made_project(workdir: Path, records: dict[str, Any], wanted: set[str]) -> Pa
 
 def record_all(only: list[str] | None) -> dict[str, Any]:
     wanted = set(only or PRESETS)
-    unknown = wanted - set(PRESETS)
-    if unknown:
-        raise SystemExit(f"error: --only: presets expected ({', '.join(PRESETS)}), got {', '.join(sorted(unknown))}")
     records: dict[str, Any] = {}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rlcore-golden-") as tmp:
@@ -376,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
         return compare(*args.compare)
     if args.out is None:
         parser.error("--out or --compare expected")
+    unknown = sorted(set(args.only or []) - set(PRESETS))
+    if unknown:
+        parser.error(f"--only: presets expected ({', '.join(PRESETS)}), got {', '.join(unknown)}")
     record = record_all(args.only)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
