@@ -60,11 +60,25 @@ algorithm and its learner unchanged."""
 NONDETERMINISTIC: dict[str, str] = {}
 """Presets whose two runs of the same code differ, and why: ``--compare`` reports them as not comparable."""
 
-VOLATILE_KEYS = {"created", "command", "git", "versions", "files", "timestamp", "hostname", "host", "sha256", "md5"}
+VOLATILE_KEYS = {
+    "created",
+    "command",
+    "git",
+    "versions",
+    "files",
+    "timestamp",
+    "hostname",
+    "host",
+    "sha256",
+    "md5",
+    "fingerprint",
+}
 """Keys dropped wherever they occur: when a file was made, by which command line, on which machine, with which
 versions, and file digests (checkpoints embed wall times, exports source paths; a collected Parquet file's bytes
 differ between two collections of the same rows, its columns are hashed here instead). ``content_sha256`` of a
-checkpoint covers its meta (a wall time): its tensors are hashed here instead."""
+checkpoint covers its meta (a wall time): its tensors are hashed here instead. ``fingerprint`` (a run's, in its
+checkpoints' meta) hashes the params, recorded here in full, with an offline run's dataset file digest, which varies:
+the dataset records the sha256 of the policy file it was collected from, and that file holds a wall time."""
 
 SKIP_FRAGMENTS = ("needs `pip install", "needs shimmy")
 """An env id whose optional extra is not installed: rlcore's one-line refusal says what to install."""
