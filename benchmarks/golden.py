@@ -58,7 +58,9 @@ GOLDEN_OVERRIDES: dict[str, list[str]] = {
 algorithm and its learner unchanged."""
 
 NONDETERMINISTIC: dict[str, str] = {}
-"""Presets whose two runs of the same code differ, and why: ``--compare`` reports them as not comparable."""
+"""Presets whose two runs of the same code differ, and why: ``--compare`` reports them as not comparable. None on
+2026-11-26 (two full runs identical): IMPALA runs with the in-process runner (``GOLDEN_OVERRIDES``), and ES's 2
+worker processes return their rollouts by index, so their order does not matter."""
 
 VOLATILE_KEYS = {
     "created",
@@ -362,7 +364,8 @@ def compare(before_path: Path, after_path: Path, limit: int = 20) -> int:
             continue
         keys = differences(before[preset], after[preset])
         if not keys:
-            print(f"{preset}: identical")
+            status = before[preset].get("status")
+            print(f"{preset}: identical" + ("" if status == "ok" else f" (both {status})"))
             continue
         failed = True
         shown = ", ".join(keys[:limit]) + (f", ... ({len(keys)} keys)" if len(keys) > limit else "")
