@@ -23,12 +23,24 @@ CASES = [
     ("a2c", "configs/a2c-cartpole.yaml", "train", ["InfReward"], ("CartPole-v1 (sub-env 0, env step 0)", "[inf]")),
     ("dqn", "configs/dqn-cartpole.yaml", "train", ["NaNReward"], ("CartPole-v1 (sub-env 0, env step 0)", "[nan]")),
     ("sac", "configs/sac-pendulum.yaml", "train", ["NaNObservationAfter"], ("Pendulum-v1 (sub-env 0, env step 2)",)),
-    pytest.param(  # actor processes (algo.runner: local)
-        ("impala", "configs/impala-cartpole.yaml", "train", ["NaNObservationAfter"], ("of actor ", "env step 16")),
+    pytest.param(  # actor processes (algo.runner: local; one is enough to go through a process, and costs half)
+        (
+            "impala",
+            "configs/impala-cartpole.yaml",
+            "train",
+            ["NaNObservationAfter", "algo.num_actors=1"],
+            ("of actor ", "env step 16"),
+        ),
         marks=pytest.mark.serial,
     ),
-    pytest.param(  # worker processes (algo.runner: local)
-        ("es", "configs/es-cartpole.yaml", "train", ["NaNReward"], ("rollout worker", "CartPole-v1 (sub-env 0")),
+    pytest.param(  # worker processes (algo.runner: local; one, as for IMPALA)
+        (
+            "es",
+            "configs/es-cartpole.yaml",
+            "train",
+            ["NaNReward", "algo.num_workers=1"],
+            ("rollout worker", "CartPole-v1 (sub-env 0"),
+        ),
         marks=pytest.mark.serial,
     ),
     ("svpg", "configs/svpg-cartpole.yaml", "train", ["NaNObservationAfter"], ("CartPole-v1 (sub-env 0, env step",)),
