@@ -1,9 +1,9 @@
 """Offline datasets: collection into Parquet (schema v1), validated loading, splitting, and bad files.
 
 Unit tests call ``collect_dataset`` / ``DatasetWriter`` / ``load_dataset`` in-process. The bad-dataset
-tests go through the real ``rlcore train --params offline.yaml`` command: each must end with the one-line
-error contract (exit 2, no traceback, one ``error: ...`` line naming the file and the problem) and must
-not write or replace any run.
+tests go through the ``rlcore train --params offline.yaml`` command (its entry point, run in this process by
+``cli_support.run_in_process``): each must end with the one-line error contract (exit 2, no traceback, one
+``error: ...`` line naming the file and the problem) and must not write or replace any run.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import PROJECT, one_line_error, rlcore, sets
+from cli_support import run_in_process
+from conftest import PROJECT, one_line_error, sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -350,7 +351,8 @@ def valid_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("collect")
     shutil.copy(PROJECT / "offline.yaml", root / "offline.yaml")
     overrides = ["collect.policy=random", "collect.steps=1500", "collect.num_envs=4"]
-    rlcore("collect", "--params", "offline.yaml", *sets(overrides), cwd=root)
+    collected = run_in_process(["collect", "--params", "offline.yaml", *sets(overrides)], root, limit=120)
+    assert collected.returncode == 0, collected
     path = root / DATASET
     assert read_metadata(path)["policy"]["kind"] == "random"
     return path
@@ -364,7 +366,7 @@ def offline_project(project: Path) -> Path:
 
 
 def train(root: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return rlcore("train", "--params", "offline.yaml", *sets([*TRAIN_SMALL, *extra]), cwd=root, check=False)
+    return run_in_process(["train", "--params", "offline.yaml", *sets([*TRAIN_SMALL, *extra])], root, limit=120)
 
 
 def hashes(folder: Path) -> dict[str, str]:
@@ -604,7 +606,8 @@ def test_a_missing_shard_stops_the_merge_and_keeps_the_previous_dataset(project:
     from rlcore.stages import collect_shard, merge_collected_shards
 
     overrides = ["collect.policy=random", "collect.steps=300", "collect.num_envs=2"]
-    rlcore("collect", *sets(overrides), cwd=project)
+    collected = run_in_process(["collect", *sets(overrides)], project, limit=120)
+    assert collected.returncode == 0, collected
     before = hashlib.sha256((project / DATASET).read_bytes()).hexdigest()
     params = load_params(str(project / "params.yaml"), [*overrides, "collect.shards=3"])
     collect_shard(params, project, 0)
@@ -615,8 +618,8 @@ def test_a_missing_shard_stops_the_merge_and_keeps_the_previous_dataset(project:
 
 
 def test_more_shards_than_the_budget_is_refused_in_one_line(project: Path) -> None:
-    result = rlcore(
-        "collect", *sets(["collect.policy=random", "collect.steps=3", "collect.shards=4"]), cwd=project, check=False
+    result = run_in_process(
+        ["collect", *sets(["collect.policy=random", "collect.steps=3", "collect.shards=4"])], project
     )
     one_line_error(result, "collect.shards", "4 shards need at least as many collect.steps (got 3)")
     assert not (project / DATASET).exists()

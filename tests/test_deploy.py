@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_support import run_in_process
 from conftest import QUICK, RLCORE, sets
 from prefect_server import group_alive, pointed_at, prefect_server, stop
 
@@ -97,7 +98,7 @@ def test_bad_deploy_sections_are_refused_before_prefect_starts(project: Path, de
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["deploy"] = deploy
     (project / "params.yaml").write_text(yaml.safe_dump(params))
-    result = subprocess.run([RLCORE, "deploy", "serve"], cwd=project, capture_output=True, text=True, timeout=60)
+    result = run_in_process(["deploy", "serve"], project)
     assert result.returncode == 2 and result.stderr.startswith("error: ") and "deploy." in result.stderr
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import one_line_error, rlcore
+from cli_support import run_in_process
+from conftest import one_line_error
 
 from rlcore.common.errors import UserCodeError
 from rlcore.envs.config import EnvConfig
@@ -135,5 +136,5 @@ ISSUE_COMMANDS = [
 def test_the_issues_commands_are_refused_in_one_line_through_the_command(project: Path):
     """Before: a traceback from ``dist.sample()`` in training, a score of 500.0 from ``rlcore evaluate``."""
     for args, fragment in ISSUE_COMMANDS:
-        one_line_error(rlcore(*args, cwd=project, check=False), fragment)
+        one_line_error(run_in_process(args, project), fragment)
     assert not (project / "runs").exists()  # refused before anything is written

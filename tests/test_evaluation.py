@@ -9,7 +9,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import PROJECT, QUICK, one_line_error, rlcore, sets
+from cli_support import run_in_process
+from conftest import PROJECT, QUICK, one_line_error, sets
 from recording_env import RecordResets
 
 from rlcore.common import seeds
@@ -119,7 +120,7 @@ def test_a_run_resets_its_envs_only_with_seeds_of_its_own_range_per_stage(tmp_pa
 
 
 def test_a_seed_outside_its_range_is_refused_in_one_line(project: Path):
-    result = rlcore("train", *sets([*QUICK, "seed=-1"]), cwd=project, check=False)
+    result = run_in_process(["train", *sets([*QUICK, "seed=-1"])], project)
     one_line_error(result, "seed", "2**32", "-1")
     with pytest.raises(ConfigError, match=r"train.eval_episodes: must be <= 65536"):
         load_params(PROJECT / "params.yaml", ["train.eval_episodes=70000"])
@@ -163,8 +164,7 @@ def test_an_env_without_time_limit_needs_eval_max_episode_steps(project: Path):
     with pytest.raises(ConfigError, match=r"eval.max_episode_steps: NeverEnding-v0 has no time limit"):
         Evaluator(EnvConfig(id=NEVER_ENDING), episodes=2, seed=0)
     # Through the command: refused at load, in one line, before anything runs.
-    env = {"PYTHONPATH": str(TESTS)}
-    result = rlcore("evaluate", "--set", f"env.id=recording_env:{NEVER_ENDING}", cwd=project, check=False, env=env)
+    result = run_in_process(["evaluate", "--set", f"env.id=recording_env:{NEVER_ENDING}"], project)
     one_line_error(result, "eval.max_episode_steps", "NeverEnding-v0", "no time limit")
     # env.kwargs.max_episode_steps is a time limit too.
     load_params(PROJECT / "params.yaml", [f"env.id={NEVER_ENDING}", "env.kwargs={max_episode_steps: 30}"])

@@ -33,7 +33,8 @@ def _pipeline(root: Path, overrides: list[str]) -> None:
 
 @pytest.mark.parametrize(
     "env_overrides",
-    [["env.id=CartPole-v1"], ["env.id=Pendulum-v1", "train.max_steps=2048", "env.num_envs=4"]],
+    # Budgets that give the normalizer real statistics (the parity does not depend on how well the policy plays).
+    [["env.id=CartPole-v1", "train.max_steps=1024"], ["env.id=Pendulum-v1", "train.max_steps=2048", "env.num_envs=4"]],
     ids=["discrete", "box"],
 )
 def test_onnx_matches_torch_on_1000_raw_observations_with_normalization_inside(tmp_path: Path, env_overrides):

@@ -17,7 +17,8 @@ import onnxruntime
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import PROJECT, QUICK, one_line_error, rlcore, sets
+from cli_support import run_in_process
+from conftest import PROJECT, QUICK, one_line_error, sets
 from gymnasium import spaces
 from torch.distributions import Categorical
 
@@ -184,14 +185,14 @@ def test_algorithms_that_cannot_act_in_multi_spaces_refuse_them_in_one_line(algo
 
 
 def test_dqn_on_a_multi_discrete_env_is_refused_by_the_command_before_any_output(project: Path):
-    result = rlcore(
-        "train",
-        "--params",
-        str(PROJECT / "configs" / "dqn-cartpole.yaml"),
-        *sets([f"env.id={ENV}", "env.num_envs=1"]),
-        cwd=project,
-        check=False,
-        env={"PYTHONPATH": str(TESTS)},
+    result = run_in_process(
+        [
+            "train",
+            "--params",
+            str(PROJECT / "configs" / "dqn-cartpole.yaml"),
+            *sets([f"env.id={ENV}", "env.num_envs=1"]),
+        ],
+        project,
     )
     one_line_error(result, "algo.name: dqn needs a Discrete action space", ENV, "MultiDiscrete([3 3 2])")
     assert not (project / "runs").exists()

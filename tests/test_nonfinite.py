@@ -6,7 +6,6 @@ and through the command one ``error:`` line, exit status 2, the finished run it 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 from pathlib import Path
@@ -14,7 +13,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import QUICK, rlcore, sets
+from cli_support import run_in_process
+from conftest import QUICK, sets
 
 from rlcore.config.sections import PolicyConfig
 from rlcore.envs.config import EnvConfig
@@ -118,9 +118,9 @@ def test_an_evaluation_return_that_overflows_is_an_error_not_a_score():
 # --- through the command --------------------------------------------------------------------------------------------
 
 
-def _with_wrappers(project: Path) -> dict[str, str]:
+def _with_wrappers(project: Path) -> None:
+    """The wrappers beside the params, as a user's project holds them (this process imports them from tests/)."""
     shutil.copy(TESTS / "nonfinite_wrappers.py", project / "nonfinite_wrappers.py")
-    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(project), os.environ.get("PYTHONPATH")]))}
 
 
 def _hashes(folder: Path) -> dict[str, str]:
@@ -142,17 +142,19 @@ def _error_line(result) -> str:  # type: ignore[no-untyped-def]
 
 def test_an_infinite_reward_stops_training_in_one_line_and_the_finished_run_stays(project: Path):
     """The issue's command: PPO stopped with ``reached target return 500 (eval mean inf)``, exit status 0."""
-    env = _with_wrappers(project)
-    rlcore("train", *sets(QUICK), cwd=project, env=env)
+    _with_wrappers(project)
+    finished = run_in_process(["train", *sets(QUICK)], project, limit=300)
+    assert finished.returncode == 0, finished
     run = project / "runs" / "quick"
     before = _hashes(run)
-    result = rlcore(
-        "-q",
-        "train",
-        *sets([*QUICK, "train.target_return=500", "env.wrappers=[{wrapper: nonfinite_wrappers.InfReward}]"]),
-        cwd=project,
-        check=False,
-        env=env,
+    result = run_in_process(
+        [
+            "-q",
+            "train",
+            *sets([*QUICK, "train.target_return=500", "env.wrappers=[{wrapper: nonfinite_wrappers.InfReward}]"]),
+        ],
+        project,
+        limit=300,
     )
     line = _error_line(result)
     assert "CartPole-v1 (sub-env 0, env step 0): the env returned a non-finite reward [inf]" in line, line
@@ -161,14 +163,15 @@ def test_an_infinite_reward_stops_training_in_one_line_and_the_finished_run_stay
 
 def test_a_run_shorter_than_the_divergence_window_with_nan_rewards_exits_non_zero(project: Path):
     """NaN rewards skip every update (too few to stop as diverged) and evaluated to ``eval nan``, exit status 0."""
-    env = _with_wrappers(project)
-    result = rlcore(
-        "-q",
-        "train",
-        *sets([*QUICK, "train.max_steps=1024", "env.wrappers=[{wrapper: nonfinite_wrappers.NaNReward}]"]),
-        cwd=project,
-        check=False,
-        env=env,
+    _with_wrappers(project)
+    result = run_in_process(
+        [
+            "-q",
+            "train",
+            *sets([*QUICK, "train.max_steps=1024", "env.wrappers=[{wrapper: nonfinite_wrappers.NaNReward}]"]),
+        ],
+        project,
+        limit=300,
     )
     assert "non-finite reward [nan]" in _error_line(result)
     assert not (project / "runs" / "quick" / "train_summary.json").exists()

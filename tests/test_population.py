@@ -200,6 +200,7 @@ def test_es_params_are_checked_in_one_line():
 # --- determinism and resume -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # three whole ES runs, three worker processes (the costliest test left in `make test-fast`)
 def test_es_parameters_after_3_iterations_are_identical_with_1_and_2_workers_and_in_process(tmp_path: Path):
     # A checkpoint after every iteration; observation normalization on, so its statistics (merged in pair order)
     # count too. Same seed -> same noise offsets, env seeds and task split whatever runs the tasks.

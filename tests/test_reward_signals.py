@@ -436,7 +436,8 @@ def test_same_params_and_seed_give_identical_signal_networks_and_curves(tmp_path
     "overrides",
     [
         pytest.param(["algo={name: a2c}"], id="a2c"),
-        pytest.param(["policy.memory={type: lstm, size: 16, sequence_length: 8}", "algo.batch_size=4"], id="ppo-lstm"),
+        # batch_size 64: eight 8-step sequences per minibatch (at 4, one each: 1280 updates of 2048 steps, ~5 s)
+        pytest.param(["policy.memory={type: lstm, size: 16, sequence_length: 8}", "algo.batch_size=64"], id="ppo-lstm"),
     ],
 )
 def test_a2c_and_recurrent_ppo_train_with_reward_signals(tmp_path: Path, overrides: list[str]):

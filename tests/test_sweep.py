@@ -332,7 +332,8 @@ class RecordingExecutor:
 
 def test_the_driver_runs_trials_through_a_trial_executor_and_tells_optuna_each_result(project: Path) -> None:
     executor = RecordingExecutor()
-    summary = run_sweep(plan_sweep("params.yaml", [*SHORT, "sweep.n_trials=2", "sweep.pruner=none"], project), executor)
+    two_short = [*SHORT, "train.max_steps=2048", "train.eval_every=1024", "sweep.n_trials=2", "sweep.pruner=none"]
+    summary = run_sweep(plan_sweep("params.yaml", two_short, project), executor)
     assert executor.closed
     trials = load_study(project).trials
     assert [result.number for result in executor.results] == [0, 1]
@@ -340,7 +341,7 @@ def test_the_driver_runs_trials_through_a_trial_executor_and_tells_optuna_each_r
         assert isinstance(result, TrialResult) and result.state == "complete" and trial.state == TrialState.COMPLETE
         assert result.value == trial.value and result.scores == [result.value]
         assert result.test_value == trial.user_attrs["test_value"] and result.test_scores == [result.test_value]
-        assert result.env_steps == trial.user_attrs["env_steps"] == 8192
+        assert result.env_steps == trial.user_attrs["env_steps"] == 2048
         assert result.worker_pid == os.getpid() == trial.user_attrs["worker_pid"]
         assert Path(result.folder) == project / trial.user_attrs["folder"]
     assert summary["counts"]["complete"] == 2 and len(summary["rows"]) == 2
@@ -350,7 +351,7 @@ def test_the_driver_runs_trials_through_a_trial_executor_and_tells_optuna_each_r
         *("algo.lr", "algo.clip_range", "algo.ent_coef"),
         *("test_value", "env_steps", "counterfactual_env_steps", "worker_pid", "folder", "error"),
     ]
-    assert table["env_steps"].tolist() == [8192, 8192] and table["value"].tolist() == [t.value for t in trials]
+    assert table["env_steps"].tolist() == [2048, 2048] and table["value"].tolist() == [t.value for t in trials]
     assert table["folder"].tolist() == [t.user_attrs["folder"] for t in trials]
 
 

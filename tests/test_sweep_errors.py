@@ -1,4 +1,5 @@
-"""A bad search space, through the real ``rlcore sweep``: one line ``error: ...``, exit 2, and no trial started.
+"""A bad search space, through ``rlcore sweep`` (its entry point, run in this process by
+``cli_support.run_in_process``): one line ``error: ...``, exit 2, and no trial started.
 
 No trial started means no study storage (``.optuna/``) and no trial folder (``runs/``) exists afterwards.
 """
@@ -8,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import rlcore, sets
+from cli_support import run_in_process
+from conftest import sets
 from test_errors import one_line_error
 
 CASES = {
@@ -45,16 +47,14 @@ CASES = {
 
 @pytest.mark.parametrize("space, message", CASES.values(), ids=CASES.keys())
 def test_bad_search_space_is_one_line_error_before_any_trial(project: Path, space: str, message: str) -> None:
-    result = rlcore("sweep", "--no-flow", *sets([f"sweep.space={space}"]), cwd=project, check=False)
+    result = run_in_process(["sweep", "--no-flow", *sets([f"sweep.space={space}"])], project)
     one_line_error(result, "error: params.yaml: " + message)
     assert not (project / ".optuna").exists()
     assert not (project / "runs").exists()
 
 
 def test_unknown_sampler_option_is_one_line_error_with_a_suggestion(project: Path) -> None:
-    result = rlcore(
-        "sweep", "--no-flow", "--set", "sweep.sampler_options={n_startup_trial: 3}", cwd=project, check=False
-    )
+    result = run_in_process(["sweep", "--no-flow", "--set", "sweep.sampler_options={n_startup_trial: 3}"], project)
     one_line_error(
         result, "sweep.sampler_options: TPESampler takes no 'n_startup_trial' (did you mean 'n_startup_trials'?)"
     )
@@ -63,7 +63,7 @@ def test_unknown_sampler_option_is_one_line_error_with_a_suggestion(project: Pat
 
 def test_unknown_env_id_in_sweep_envs_is_one_line_error_before_any_trial(project: Path) -> None:
     envs = "sweep.envs=[{id: CartPole-v1, target: 500}, {id: CartPole-v9, target: 500}]"
-    result = rlcore("sweep", "--no-flow", "--set", envs, cwd=project, check=False)
+    result = run_in_process(["sweep", "--no-flow", "--set", envs], project)
     message = "sweep.envs.1.id: unknown gymnasium env id 'CartPole-v9' (did you mean 'CartPole-v1'?)"
     one_line_error(result, "error: params.yaml: " + message)
     assert not (project / ".optuna").exists()

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import PROJECT, one_line_error, rlcore, sets
+from cli_support import run_in_process
+from conftest import PROJECT, one_line_error, sets
 
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.common.errors import ConfigError
@@ -149,17 +150,17 @@ def test_changing_init_from_starts_a_fresh_run(sources: dict[str, Any]) -> None:
 def test_an_init_from_of_other_shapes_is_refused_in_one_line_naming_both(sources: dict[str, Any]) -> None:
     root = sources["root"]
     overrides = ["name=mismatch", "env.id=Acrobot-v1", f"train.init_from={sources['ppo']}"]
-    result = rlcore("train", *sets(overrides), cwd=root, check=False)
+    result = run_in_process(["train", *sets(overrides)], root)
     one_line_error(result, "train.init_from:", sources["ppo"], "actor.0.weight has shape (64, 4)", "(64, 6)")
     assert not (root / "runs/mismatch").exists()
     narrow = ["name=mismatch", "policy.hidden_sizes=[32, 32]", f"train.init_from={sources['bc']}"]
-    result = rlcore("train", *sets(narrow), cwd=root, check=False)
+    result = run_in_process(["train", *sets(narrow)], root)
     one_line_error(result, "logits.0.weight (for actor.0.weight) has shape (64, 4), this run's policy (32, 4)")
 
 
 def test_a_missing_init_from_is_refused_in_one_line(sources: dict[str, Any]) -> None:
     missing = ["name=missing", "train.init_from=runs/nope/policy.pt"]
-    result = rlcore("train", *sets(missing), cwd=sources["root"], check=False)
+    result = run_in_process(["train", *sets(missing)], sources["root"])
     one_line_error(result, "train.init_from: runs/nope/policy.pt: file not found")
 
 
@@ -206,6 +207,6 @@ def test_ppo_and_a2c_train_with_the_bc_loss_and_log_its_weight(sources: dict[str
 def test_a_bc_dataset_of_other_spaces_is_refused_in_one_line(sources: dict[str, Any]) -> None:
     root = sources["root"]
     bc = f"algo.behavioral_cloning={{dataset: {sources['dataset']}}}"
-    result = rlcore("train", *sets(["name=other", "env.id=Acrobot-v1", bc]), cwd=root, check=False)
+    result = run_in_process(["train", *sets(["name=other", "env.id=Acrobot-v1", bc])], root)
     one_line_error(result, f"algo.behavioral_cloning.dataset: {sources['dataset']}: observation space box (4,)", "(6,)")
     assert not (root / "runs/other").exists()

@@ -433,7 +433,14 @@ def test_case_is_valid_input(case: dict[str, Any], project: Path) -> None:
         assert params.env.kwargs == {"render_mode": "human"}
 
 
-@pytest.mark.parametrize("label", SUBPROCESS_SAMPLE)
+@pytest.mark.parametrize(
+    "label",
+    # One real process in the fast suite; the in-process test above refuses every case, these included.
+    [
+        label if label == SUBPROCESS_SAMPLE[0] else pytest.param(label, marks=pytest.mark.slow)
+        for label in SUBPROCESS_SAMPLE
+    ],
+)
 def test_a_sample_through_the_real_command(label: str, project: Path, modules: Path) -> None:
     case = next(c for c in CASES if c["label"] == label)
     args = case_args(case, project)
