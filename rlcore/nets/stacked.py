@@ -1,0 +1,207 @@
+"""N copies of one policy, one per seed, trained as one batched program: parameters stacked along a leading seed
+dimension, each seed's code run under ``torch.func.vmap``.
+
+The per-seed code is the unbatched code: a loss written for one policy and one seed's minibatch
+(``fn(policy, *tensors)``) is run for every seed at once by :meth:`StackedPolicies.map`
+(``torch.func.stack_module_state`` + ``functional_call`` under ``vmap``, as the PyTorch model-ensembling tutorial
+does it). Seeds never mix: every reduction inside ``fn`` (means, advantage normalization) is over that seed's
+samples, and the gradient of ``sum_k loss_k`` with respect to seed k's slice of a stacked parameter is the gradient
+of ``loss_k`` alone. Adam is elementwise, so one ``torch.optim.Adam`` over the stacked tensors makes each seed's
+step the one its own optimizer would make; gradient-norm clipping is not elementwise and is done per seed
+(:meth:`StackedPolicies.clip_grad_norms_`).
+
+Equivalence with N unbatched runs holds up to the summation order of the batched matrix products: the forward pass
+usually matches bitwise, the weight gradients (sums over the minibatch) differ by a float32 ulp or two
+(``tests/test_stacked.py`` measures it). :meth:`StackedPolicies.mlp` is the faster batched-linear path for rlcore's
+MLPs (``torch.baddbmm`` over the stacked weights, no vmap), for losses written batched by hand
+(``benchmarks/seeds_batching.py`` compares the two).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+import torch
+from torch import nn
+from torch.func import functional_call, stack_module_state, vmap
+
+PolicyT = TypeVar("PolicyT", bound=nn.Module)
+
+_PREFIX = "policy."
+
+
+class _Bound(nn.Module):
+    """Calls ``fn(policy, *args)``: what lets ``functional_call`` run any function of a policy, not only its
+    ``forward``."""
+
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(self.policy, *args)
+
+
+class StackedPolicies(Generic[PolicyT]):
+    """N policies of one architecture with their parameters and buffers stacked along dim 0 (the seed).
+
+    ``params`` are leaf tensors (N, *shape) that require grad: pass :meth:`parameters` to an optimizer. ``buffers``
+    (normalizer statistics, fixed supports) are stacked too, so each seed keeps its own. The policies given are
+    copied, not kept: training changes the stacked tensors only (:meth:`state_dicts` and :meth:`policy` read them
+    back out).
+    """
+
+    def __init__(self, policies: Sequence[PolicyT]) -> None:
+        if not policies:
+            raise ValueError("policies: expected at least one policy")
+        kinds = {type(policy) for policy in policies}
+        if len(kinds) != 1:
+            raise ValueError(f"policies: expected one class, got {sorted(kind.__name__ for kind in kinds)}")
+        self.count = len(policies)
+        """N, the number of stacked seeds."""
+        # The architecture only: its own tensors live on the meta device, so a name missing from the stacked
+        # dicts fails loudly instead of silently using one seed's value.
+        self.template: PolicyT = copy.deepcopy(policies[0]).to("meta")
+        self._bound = _Bound(self.template)
+        params, buffers = stack_module_state(list(policies))
+        self.params: dict[str, torch.Tensor] = params
+        self.buffers: dict[str, torch.Tensor] = buffers
+        self._state_keys = list(self.template.state_dict().keys())
+
+    @classmethod
+    def build(cls, seeds: Sequence[int], make_policy: Callable[[], PolicyT]) -> StackedPolicies[PolicyT]:
+        """One policy per seed, each initialized as an unbatched run with that seed initializes its policy:
+        ``torch.manual_seed(seed)`` then ``make_policy()`` (``TrainingSession`` seeds torch, then builds the policy
+        before anything else draws from torch's global generator). The caller's global generator state is kept."""
+        policies: list[PolicyT] = []
+        for seed in seeds:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                policies.append(make_policy())
+        return cls(policies)
+
+    def parameters(self) -> list[torch.Tensor]:
+        """The stacked parameters, (N, *shape) each, in the policy's ``named_parameters`` order."""
+        return list(self.params.values())
+
+    def map(self, fn: Callable[..., Any], *args: Any, in_dims: int | None | tuple[Any, ...] = 0) -> Any:
+        """``fn(policy, *args_k)`` for every seed k at once: each tensor in ``args`` is (N, ...) and seed k's slice
+        is what ``fn`` sees (``in_dims`` as ``torch.func.vmap`` takes it: None for an argument every seed shares).
+        Outputs are stacked along a leading dim of N. ``fn`` is the unbatched code: it must not call ``.item()`` or
+        branch on tensor values (vmap cannot), and draws no random numbers."""
+        arg_dims = in_dims if isinstance(in_dims, tuple) else (in_dims,) * len(args)
+
+        def one(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], *seed_args: Any) -> Any:
+            state = (
+                {_PREFIX + name: value for name, value in params.items()},
+                {_PREFIX + name: value for name, value in buffers.items()},
+            )
+            return functional_call(self._bound, state, (fn, *seed_args))
+
+        return vmap(one, in_dims=(0, 0, *arg_dims))(self.params, self.buffers, *args)
+
+    def forward(self, method: str, obs: torch.Tensor) -> Any:
+        """A policy method of one tensor for every seed: ``forward("act_scores", obs)`` with ``obs``
+        (N, B, *obs_shape) gives (N, B, action_dim), seed k's from seed k's weights and observations."""
+        return self.map(lambda policy, seed_obs: getattr(policy, method)(seed_obs), obs)
+
+    def backward(self, loss_fn: Callable[..., Any], *args: Any) -> tuple[torch.Tensor, Any]:
+        """Per-seed losses ``loss_fn(policy, *args_k)`` (a scalar, or a tuple whose first element is the scalar and
+        the rest per-seed diagnostics) and their gradients, accumulated into the stacked parameters' ``.grad``:
+        (losses (N,), diagnostics stacked (N, ...) or None). The gradient of the sum of the losses with respect to
+        seed k's slice is seed k's own gradient."""
+        out = self.map(loss_fn, *args)
+        losses, aux = (out[0], out[1:]) if isinstance(out, tuple) else (out, None)
+        losses.sum().backward()
+        return losses.detach(), aux
+
+    @torch.no_grad()
+    def clip_grad_norms_(self, max_norm: float) -> torch.Tensor:
+        """Clip each seed's gradient to the global 2-norm ``max_norm`` over that seed's parameters, as
+        ``nn.utils.clip_grad_norm_`` does for one model (the same arithmetic: the norm of the per-tensor norms,
+        ``max_norm / (norm + 1e-6)`` clamped to 1, every gradient multiplied by it). Returns the norms before
+        clipping, (N,): a non-finite one marks a seed whose step an unbatched run would skip."""
+        grads = [param.grad for param in self.params.values() if param.grad is not None]
+        if not grads:
+            return torch.zeros(self.count)
+        per_tensor = torch.stack([torch.linalg.vector_norm(grad.reshape(self.count, -1), dim=1) for grad in grads])
+        norms = torch.linalg.vector_norm(per_tensor, dim=0)  # (N,): over the tensors of each seed
+        coefficients = torch.clamp(max_norm / (norms + 1e-6), max=1.0)
+        for grad in grads:
+            grad.mul_(coefficients.view(-1, *([1] * (grad.dim() - 1))))
+        return norms
+
+    def adam(self, **kwargs: Any) -> torch.optim.Adam:
+        """One Adam over the stacked parameters (``kwargs`` as ``torch.optim.Adam`` takes them). Adam's update is
+        elementwise and its state (moments) has the parameters' shape, so it is per seed; only its step counter
+        is shared (see :meth:`step`)."""
+        return torch.optim.Adam(self.parameters(), **kwargs)
+
+    def step(self, optimizer: torch.optim.Optimizer, active: torch.Tensor | None = None) -> None:
+        """``optimizer.step()`` for the seeds where ``active`` (N,) bool is True (None: every seed): the others'
+        parameters and Adam moments are put back as they were (a seed that stopped early, or whose gradient was not
+        finite). Adam keeps one step counter per stacked tensor, so after a seed sat out a step its bias
+        correction uses the other seeds' count: exact per seed only while every seed steps together."""
+        if active is None or bool(active.all()):
+            optimizer.step()
+            return
+        idle = ~active
+        with torch.no_grad():
+            kept = [(param, param[idle].clone()) for param in self.parameters()]
+            moments = [
+                (state[key], state[key][idle].clone())
+                for param in self.parameters()
+                for state in [optimizer.state.get(param, {})]
+                for key in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+                if isinstance(state.get(key), torch.Tensor) and state[key].shape == param.shape
+            ]
+            optimizer.step()
+            for tensor, saved in kept + moments:
+                tensor[idle] = saved
+
+    def mlp(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """The policy's ``nn.Sequential`` MLP ``name`` (e.g. ``"actor"``, ``"critic.net"``; built by
+        ``rlcore.nets.blocks.mlp``) for every seed without vmap: ``x`` (N, B, in) -> (N, B, out), each
+        ``nn.Linear`` as one ``torch.baddbmm`` over the stacked weights. Differentiable: for losses written batched
+        by hand, with every reduction over dim 1 (the seed's samples)."""
+        module = self.template.get_submodule(name)
+        if not isinstance(module, nn.Sequential):
+            raise TypeError(f"{name}: expected an nn.Sequential MLP, got {type(module).__name__}")
+        for index, layer in enumerate(module):
+            if isinstance(layer, nn.Linear):
+                weight = self.params[f"{name}.{index}.weight"]  # (N, out, in)
+                bias = self.params[f"{name}.{index}.bias"]  # (N, out)
+                x = torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+            elif any(True for _ in layer.parameters()) or any(True for _ in layer.buffers()):
+                raise TypeError(f"{name}.{index}: only nn.Linear layers may hold tensors, got {type(layer).__name__}")
+            else:
+                x = layer(x)  # an activation
+        return x
+
+    def state_dicts(self) -> list[dict[str, torch.Tensor]]:
+        """Per-seed state dicts (copies) with the plain policy's keys: what ``policy.load_state_dict`` takes and
+        what a per-seed checkpoint stores."""
+        stacked = {**self.params, **self.buffers}
+        return [{key: stacked[key][k].detach().clone() for key in self._state_keys} for k in range(self.count)]
+
+    @torch.no_grad()
+    def load_state_dicts(self, states: Sequence[dict[str, torch.Tensor]]) -> None:
+        """Copy per-seed state dicts (e.g. resumed checkpoints) into the stacked tensors."""
+        if len(states) != self.count:
+            raise ValueError(f"states: expected {self.count} state dicts, got {len(states)}")
+        stacked = {**self.params, **self.buffers}
+        for k, state in enumerate(states):
+            if set(state) != set(self._state_keys):
+                raise ValueError(f"states[{k}]: expected the keys {self._state_keys}, got {sorted(state)}")
+            for key in self._state_keys:
+                stacked[key][k].copy_(state[key])
+
+    def policy(self, k: int, make_policy: Callable[[], PolicyT]) -> PolicyT:
+        """Seed ``k`` as a plain policy: ``make_policy()`` with seed k's weights and buffers loaded (for acting,
+        evaluation and export). The global generator's state is kept."""
+        with torch.random.fork_rng(devices=[]):
+            policy = make_policy()
+        policy.load_state_dict(self.state_dicts()[k])
+        return policy
