@@ -184,7 +184,8 @@ class Stacked:
         totals, minibatches = torch.zeros(stacked.count, 5), 0
         for _ in range(algo.n_epochs):
             # Each seed's minibatch order from its own generator, as PPO.update draws it for one seed.
-            orders = [list(buffer.minibatches(algo.batch_size, g)) for buffer, g in zip(rollouts, self.generators, strict=True)]
+            pairs = zip(rollouts, self.generators, strict=True)
+            orders = [list(buffer.minibatches(algo.batch_size, generator)) for buffer, generator in pairs]
             for step_indices in zip(*orders, strict=True):
                 idx = torch.stack(step_indices)  # (N, B): every seed's minibatch has the same size here
                 batch = tuple(tensor[seed_rows, idx] for tensor in data)
