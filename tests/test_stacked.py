@@ -188,3 +188,26 @@ def test_an_idle_seed_keeps_its_weights_and_adam_moments():
     kept = [optimizer.state[param]["exp_avg"][1] for param in stacked.parameters()]
     assert all(torch.equal(now, then) for now, then in zip(kept, moments, strict=True))
     assert max_difference(after[0], before[0]) > 0.0 and max_difference(after[2], before[2]) > 0.0
+
+
+def test_each_seed_keeps_its_own_normalizer_statistics():
+    """Buffers are stacked too: a per-seed in-place update (``ObsNormalizer.update``) lands in that seed's slice."""
+    env = gym.make("CartPole-v1")
+    config = PolicyConfig(normalize_obs=True)
+
+    def normalized() -> ActorCritic:
+        return actor_critic(env.observation_space, env.action_space, config, None)
+
+    stacked = StackedPolicies.build(SEEDS, normalized)
+    alone = [normalized() for _ in SEEDS]
+    g = torch.Generator().manual_seed(5)
+    for update in range(3):
+        obs = torch.randn(len(SEEDS), 32, 4, generator=g) * torch.tensor([1.0, 5.0, 0.1]).view(-1, 1, 1) + update
+        stacked.update_(lambda policy, seed_obs: policy.obs_normalizer.update(seed_obs), obs)
+        for k, policy in enumerate(alone):
+            policy.obs_normalizer.update(obs[k])
+    env.close()
+    for k, policy in enumerate(alone):
+        for name in ("mean", "var", "count"):
+            assert torch.equal(stacked.buffers[f"obs_normalizer.{name}"][k], getattr(policy.obs_normalizer, name))
+    assert not torch.equal(stacked.buffers["obs_normalizer.var"][0], stacked.buffers["obs_normalizer.var"][1])

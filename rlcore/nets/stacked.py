@@ -102,6 +102,17 @@ class StackedPolicies(Generic[PolicyT]):
 
         return vmap(one, in_dims=(0, 0, *arg_dims))(self.params, self.buffers, *args)
 
+    def update_(self, fn: Callable[..., None], *args: Any) -> None:
+        """``fn(policy, *args_k)`` for every seed, for its in-place effect on the stacked buffers: e.g.
+        ``update_(lambda policy, obs: policy.obs_normalizer.update(obs), obs)`` with ``obs`` (N, B, *obs_shape)
+        merges each seed's batch into that seed's own normalizer statistics."""
+
+        def run(policy: nn.Module, *seed_args: Any) -> torch.Tensor:
+            fn(policy, *seed_args)
+            return torch.zeros(())  # vmap wants a tensor out
+
+        self.map(run, *args)
+
     def forward(self, method: str, obs: torch.Tensor) -> Any:
         """A policy method of one tensor for every seed: ``forward("act_scores", obs)`` with ``obs``
         (N, B, *obs_shape) gives (N, B, action_dim), seed k's from seed k's weights and observations."""
