@@ -19,8 +19,9 @@ end within ``max_weight_difference`` of ``sequential`` per seed (float32 summati
 Cases (``--cases``): ``ppo-preset`` is ``params.yaml``'s geometry (16 envs x 32 steps = 512 transitions, 5 epochs,
 minibatches of 256: 10 gradient steps); ``ppo-sb3`` is SB3's default PPO geometry (2048 transitions, 10 epochs,
 minibatches of 64: 320 gradient steps); ``wide`` is SAC's network size, [256, 256], at SAC's batch of 256 (2048
-transitions, 10 epochs: 80 gradient steps; PPO's loss, not SAC's). Timings are the median of ``--repeats`` after one
-untimed update; 1 torch thread.
+transitions, 10 epochs: 80 gradient steps; PPO's loss, not SAC's). Timings: the median (``*_seconds``) and the
+minimum (``*_min_seconds``: the least disturbed by other processes) of ``--repeats`` updates after one untimed one, the
+three ways interleaved; 1 torch thread. ``load_average_1min`` is the machine's at the end of the case.
 
     OMP_NUM_THREADS=1 python benchmarks/seeds_batching.py [--seeds-counts 1 2 4 8 16] [--repeats 3] [--cases ...]
 """
@@ -36,6 +37,7 @@ import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
+from functools import partial  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -211,14 +213,18 @@ def max_difference(a: list[dict[str, torch.Tensor]], b: list[dict[str, torch.Ten
     return max(float((x[key] - y[key]).abs().max()) for x, y in zip(a, b, strict=True) for key in x)
 
 
-def timed(update: Callable[[], Any], repeats: int) -> float:
-    update()  # untimed: first-call allocations
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
+def timed(updates: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
+    """Wall seconds of each update, ``repeats`` times, the ways interleaved so that a change of the machine's load
+    weighs on all of them alike; one untimed call each first (first-call allocations)."""
+    for update in updates.values():
         update()
-        seconds.append(time.perf_counter() - started)
-    return statistics.median(seconds)
+    seconds: dict[str, list[float]] = {name: [] for name in updates}
+    for _ in range(repeats):
+        for name, update in updates.items():
+            started = time.perf_counter()
+            update()
+            seconds[name].append(time.perf_counter() - started)
+    return seconds
 
 
 def run_case(case: str, count: int, repeats: int) -> dict[str, Any]:
@@ -250,10 +256,13 @@ def run_case(case: str, count: int, repeats: int) -> dict[str, Any]:
         "batch_size": algo.batch_size,
         "gradient_steps_per_seed": algo.n_epochs * (transitions // algo.batch_size),
     }
-    for name, learner in learners().items():
-        result[f"{name}_seconds"] = round(timed(lambda learner=learner: learner.update(rollouts), repeats), 4)
+    seconds = timed({name: partial(learner.update, rollouts) for name, learner in learners().items()}, repeats)
+    for name, times in seconds.items():
+        result[f"{name}_seconds"] = round(statistics.median(times), 4)
+        result[f"{name}_min_seconds"] = round(min(times), 4)
     for name in ("vmap", "bmm"):
         result[f"{name}_speedup"] = round(result["sequential_seconds"] / result[f"{name}_seconds"], 2)
+        result[f"{name}_min_speedup"] = round(result["sequential_min_seconds"] / result[f"{name}_min_seconds"], 2)
         result[f"{name}_max_weight_difference"] = max_difference(checked[name].state_dicts(), reference)
     result["load_average_1min"] = round(os.getloadavg()[0], 2)
     return result
