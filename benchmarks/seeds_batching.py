@@ -200,7 +200,7 @@ class Stacked:
                     )
                 if algo.max_grad_norm is not None:
                     stacked.clip_grad_norms_(algo.max_grad_norm)
-                stacked.step(self.optimizer)
+                self.optimizer.step()
                 totals += diagnostics
                 minibatches += 1
         return {"policy_loss": (totals[:, 0] / minibatches).tolist()}  # one read of the diagnostics per update

@@ -7,8 +7,9 @@ The per-seed code is the unbatched code: a loss written for one policy and one s
 does it). Seeds never mix: every reduction inside ``fn`` (means, advantage normalization) is over that seed's
 samples, and the gradient of ``sum_k loss_k`` with respect to seed k's slice of a stacked parameter is the gradient
 of ``loss_k`` alone. Adam is elementwise, so one ``torch.optim.Adam`` over the stacked tensors makes each seed's
-step the one its own optimizer would make; gradient-norm clipping is not elementwise and is done per seed
-(:meth:`StackedPolicies.clip_grad_norms_`).
+step the one its own optimizer would make as long as all seeds step together (:class:`StackedAdam` keeps a step
+count per seed, for seeds that stop early or skip a step); gradient-norm clipping is not elementwise and is done per
+seed (:meth:`StackedPolicies.clip_grad_norms_`).
 
 Equivalence with N unbatched runs holds up to the summation order of the batched matrix products: the forward pass
 usually matches bitwise, the weight gradients (sums over the minibatch) differ by a float32 ulp or two
@@ -20,7 +21,7 @@ MLPs (``torch.baddbmm`` over the stacked weights, no vmap), for losses written b
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -146,31 +147,9 @@ class StackedPolicies(Generic[PolicyT]):
 
     def adam(self, **kwargs: Any) -> torch.optim.Adam:
         """One Adam over the stacked parameters (``kwargs`` as ``torch.optim.Adam`` takes them). Adam's update is
-        elementwise and its state (moments) has the parameters' shape, so it is per seed; only its step counter
-        is shared (see :meth:`step`)."""
+        elementwise and its state (moments) has the parameters' shape, so it is per seed while every seed steps
+        together; its step counter is one per tensor, so a seed that must sit out a step needs :class:`StackedAdam`."""
         return torch.optim.Adam(self.parameters(), **kwargs)
-
-    def step(self, optimizer: torch.optim.Optimizer, active: torch.Tensor | None = None) -> None:
-        """``optimizer.step()`` for the seeds where ``active`` (N,) bool is True (None: every seed): the others'
-        parameters and Adam moments are put back as they were (a seed that stopped early, or whose gradient was not
-        finite). Adam keeps one step counter per stacked tensor, so after a seed sat out a step its bias
-        correction uses the other seeds' count: exact per seed only while every seed steps together."""
-        if active is None or bool(active.all()):
-            optimizer.step()
-            return
-        idle = ~active
-        with torch.no_grad():
-            kept = [(param, param[idle].clone()) for param in self.parameters()]
-            moments = [
-                (state[key], state[key][idle].clone())
-                for param in self.parameters()
-                for state in [optimizer.state.get(param, {})]
-                for key in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
-                if isinstance(state.get(key), torch.Tensor) and state[key].shape == param.shape
-            ]
-            optimizer.step()
-            for tensor, saved in kept + moments:
-                tensor[idle] = saved
 
     def mlp(self, name: str, x: torch.Tensor) -> torch.Tensor:
         """The policy's ``nn.Sequential`` MLP ``name`` (e.g. ``"actor"``, ``"critic.net"``; built by
@@ -216,3 +195,114 @@ class StackedPolicies(Generic[PolicyT]):
             policy = make_policy()
         policy.load_state_dict(self.state_dicts()[k])
         return policy
+
+
+class StackedAdam(torch.optim.Optimizer):
+    """Adam (Kingma & Ba, 2015; torch's default form: no weight decay, no AMSGrad) over stacked parameters, with a
+    step counter per seed, so a seed can sit out steps (:meth:`step` with ``active``) and still take exactly the
+    steps its unbatched run takes: a seed that stopped early (PPO's target KL, a reached stop condition) or whose
+    gradient was not finite keeps its weights, moments and bias correction.
+
+    Per element the update is torch's: m <- lerp(m, g, 1 - beta1), v <- beta2 v + (1 - beta2) g^2,
+    p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps), with t that seed's own count. Not
+    bitwise with ``torch.optim.Adam(fused=True)``, whose kernel rounds in another order: within a few float32 ulps
+    per step (``tests/test_stacked.py``). :meth:`seed_state_dict` writes one seed's state as ``torch.optim.Adam``
+    saves its own, so a per-seed checkpoint resumes unbatched too.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        count: int,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
+        """``params``: tensors (``count``, *shape) whose dim 0 is the seed (:meth:`StackedPolicies.parameters`)."""
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps})
+        self.count = count
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.dim() == 0 or param.shape[0] != count:
+                    raise ValueError(f"params: expected a leading seed dimension of {count}, got {tuple(param.shape)}")
+
+    @torch.no_grad()
+    def step(self, closure: None = None, active: torch.Tensor | None = None) -> None:  # type: ignore[override]
+        """One Adam step for the seeds where ``active`` (N,) bool is True (None: all of them); the others' weights,
+        moments and step counts stay as they are (whatever their gradients hold, NaN included)."""
+        if closure is not None:
+            raise ValueError("closure: not supported")
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = self.state[param]
+                if not state:
+                    state["step"] = torch.zeros(self.count, dtype=torch.float64)
+                    state["exp_avg"] = torch.zeros_like(param)
+                    state["exp_avg_sq"] = torch.zeros_like(param)
+                steps, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
+                grad = param.grad
+                if active is not None:
+                    steps += active.to(steps.dtype)
+                else:
+                    steps += 1
+                # Bias corrections per seed, in float64 as torch computes them in Python floats; a seed that has
+                # not stepped yet (count 0, idle) gets harmless ones (its update is discarded below).
+                counted = steps.clamp(min=1)
+                step_size = group["lr"] / (1 - beta1**counted)
+                correction2_sqrt = (1 - beta2**counted).sqrt()
+                view = (-1,) + (1,) * (param.dim() - 1)
+                new_avg = exp_avg.lerp(grad, 1 - beta1)
+                new_avg_sq = exp_avg_sq.mul(beta2).addcmul_(grad, grad, value=1 - beta2)
+                denom = (new_avg_sq.sqrt() / correction2_sqrt.to(param.dtype).view(view)).add_(group["eps"])
+                new_param = param - step_size.to(param.dtype).view(view) * (new_avg / denom)
+                if active is None:
+                    exp_avg.copy_(new_avg)
+                    exp_avg_sq.copy_(new_avg_sq)
+                    param.copy_(new_param)
+                else:
+                    keep = active.view(view)
+                    exp_avg.copy_(torch.where(keep, new_avg, exp_avg))
+                    exp_avg_sq.copy_(torch.where(keep, new_avg_sq, exp_avg_sq))
+                    param.copy_(torch.where(keep, new_param, param))
+
+    def seed_state_dict(self, k: int) -> dict[str, Any]:
+        """Seed ``k``'s state in ``torch.optim.Adam``'s own format (its ``state_dict()``; ``step`` a float32
+        scalar), for the parameters of one plain policy in the same order."""
+        index = 0
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        groups = []
+        for group in self.param_groups:
+            ids = []
+            for param in group["params"]:
+                saved = self.state.get(param)
+                if saved:
+                    state[index] = {
+                        "step": torch.tensor(float(saved["step"][k])),
+                        "exp_avg": saved["exp_avg"][k].clone(),
+                        "exp_avg_sq": saved["exp_avg_sq"][k].clone(),
+                    }
+                ids.append(index)
+                index += 1
+            groups.append({"lr": group["lr"], "betas": group["betas"], "eps": group["eps"], "params": ids})
+        return {"state": state, "param_groups": groups}
+
+    def load_seed_state_dicts(self, states: Sequence[dict[str, Any]]) -> None:
+        """The inverse of :meth:`seed_state_dict` for every seed (e.g. resuming from per-seed checkpoints written by
+        unbatched runs or by :meth:`seed_state_dict`). Every seed must have a state for the same parameters."""
+        if len(states) != self.count:
+            raise ValueError(f"states: expected {self.count} optimizer states, got {len(states)}")
+        params = [param for group in self.param_groups for param in group["params"]]
+        for index, param in enumerate(params):
+            per_seed = [seed_state["state"].get(index) for seed_state in states]
+            if all(entry is None for entry in per_seed):
+                continue
+            if any(entry is None for entry in per_seed):
+                raise ValueError(f"states: parameter {index} has an optimizer state for some seeds only")
+            self.state[param] = {
+                "step": torch.tensor([float(entry["step"]) for entry in per_seed], dtype=torch.float64),
+                "exp_avg": torch.stack([entry["exp_avg"] for entry in per_seed]).to(param.dtype),
+                "exp_avg_sq": torch.stack([entry["exp_avg_sq"] for entry in per_seed]).to(param.dtype),
+            }
