@@ -19,9 +19,10 @@ end within ``max_weight_difference`` of ``sequential`` per seed (float32 summati
 Cases (``--cases``): ``ppo-preset`` is ``params.yaml``'s geometry (16 envs x 32 steps = 512 transitions, 5 epochs,
 minibatches of 256: 10 gradient steps); ``ppo-sb3`` is SB3's default PPO geometry (2048 transitions, 10 epochs,
 minibatches of 64: 320 gradient steps); ``wide`` is SAC's network size, [256, 256], at SAC's batch of 256 (2048
-transitions, 10 epochs: 80 gradient steps; PPO's loss, not SAC's). Timings: the median (``*_seconds``) and the
-minimum (``*_min_seconds``: the least disturbed by other processes) of ``--repeats`` updates after one untimed one, the
-three ways interleaved; 1 torch thread. ``load_average_1min`` is the machine's at the end of the case.
+transitions, 10 epochs: 80 gradient steps; PPO's loss, not SAC's). Timings: medians of ``--repeats`` updates after
+one untimed one, the three ways interleaved, of the wall time (``*_seconds``) and of the process's CPU time
+(``*_cpu_seconds``: with 1 torch thread the work itself, what a busy machine disturbs least); speedups are
+sequential / batched. ``load_average_1min`` is the machine's at the end of the case.
 
     OMP_NUM_THREADS=1 python benchmarks/seeds_batching.py [--seeds-counts 1 2 4 8 16] [--repeats 3] [--cases ...]
 """
@@ -213,17 +214,20 @@ def max_difference(a: list[dict[str, torch.Tensor]], b: list[dict[str, torch.Ten
     return max(float((x[key] - y[key]).abs().max()) for x, y in zip(a, b, strict=True) for key in x)
 
 
-def timed(updates: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
-    """Wall seconds of each update, ``repeats`` times, the ways interleaved so that a change of the machine's load
-    weighs on all of them alike; one untimed call each first (first-call allocations)."""
+def timed(updates: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tuple[list[float], list[float]]]:
+    """(wall seconds, CPU seconds of this process) of each update, ``repeats`` times, the ways interleaved so that a
+    change of the machine's load weighs on all of them alike; one untimed call each first (first-call
+    allocations). With one thread the CPU time is the work itself, far less sensitive than the wall time to other
+    processes taking turns on the cores."""
     for update in updates.values():
         update()
-    seconds: dict[str, list[float]] = {name: [] for name in updates}
+    seconds: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in updates}
     for _ in range(repeats):
         for name, update in updates.items():
-            started = time.perf_counter()
+            wall, cpu = time.perf_counter(), time.process_time()
             update()
-            seconds[name].append(time.perf_counter() - started)
+            seconds[name][0].append(time.perf_counter() - wall)
+            seconds[name][1].append(time.process_time() - cpu)
     return seconds
 
 
@@ -257,12 +261,12 @@ def run_case(case: str, count: int, repeats: int) -> dict[str, Any]:
         "gradient_steps_per_seed": algo.n_epochs * (transitions // algo.batch_size),
     }
     seconds = timed({name: partial(learner.update, rollouts) for name, learner in learners().items()}, repeats)
-    for name, times in seconds.items():
-        result[f"{name}_seconds"] = round(statistics.median(times), 4)
-        result[f"{name}_min_seconds"] = round(min(times), 4)
+    for name, (wall, cpu) in seconds.items():
+        result[f"{name}_seconds"] = round(statistics.median(wall), 4)
+        result[f"{name}_cpu_seconds"] = round(statistics.median(cpu), 4)
     for name in ("vmap", "bmm"):
         result[f"{name}_speedup"] = round(result["sequential_seconds"] / result[f"{name}_seconds"], 2)
-        result[f"{name}_min_speedup"] = round(result["sequential_min_seconds"] / result[f"{name}_min_seconds"], 2)
+        result[f"{name}_cpu_speedup"] = round(result["sequential_cpu_seconds"] / result[f"{name}_cpu_seconds"], 2)
         result[f"{name}_max_weight_difference"] = max_difference(checked[name].state_dicts(), reference)
     result["load_average_1min"] = round(os.getloadavg()[0], 2)
     return result
