@@ -18,8 +18,10 @@ end within ``max_weight_difference`` of ``sequential`` per seed (float32 summati
 
 Cases (``--cases``): ``ppo-preset`` is ``params.yaml``'s geometry (16 envs x 32 steps = 512 transitions, 5 epochs,
 minibatches of 256: 10 gradient steps); ``ppo-sb3`` is SB3's default PPO geometry (2048 transitions, 10 epochs,
-minibatches of 64: 320 gradient steps); ``wide`` is SAC's network size, [256, 256], at SAC's batch of 256 (2048
-transitions, 10 epochs: 80 gradient steps; PPO's loss, not SAC's). Timings: medians of ``--repeats`` updates after
+minibatches of 64: 320 gradient steps); ``wide`` is SAC's network for HalfCheetah, [256, 256] relu, at SAC's batch
+of 256 (2048 transitions, 10 epochs: 80 gradient steps; PPO's loss, not SAC's); ``small-relu`` the same with the
+[64, 64] relu network of the SAC Pendulum and DQN CartPole presets (the PPO preset's is tanh, whose CPU kernel costs
+more than a 64-wide matrix product per element). Timings: medians of ``--repeats`` updates after
 one untimed one, the three ways interleaved, of the wall time (``*_seconds``) and of the process's CPU time
 (``*_cpu_seconds``: with 1 torch thread the work itself, what a busy machine disturbs least); speedups are
 sequential / batched. ``load_average_1min`` is the machine's at the end of the case.
@@ -61,7 +63,14 @@ from rlcore.params import load_params  # noqa: E402
 CASES: dict[str, list[str]] = {
     "ppo-preset": [],
     "ppo-sb3": ["algo.n_steps=128", "algo.batch_size=64", "algo.n_epochs=10"],
-    "wide": ["algo.n_steps=128", "algo.batch_size=256", "algo.n_epochs=10", "policy.hidden_sizes=[256,256]"],
+    "wide": [
+        "algo.n_steps=128",
+        "algo.batch_size=256",
+        "algo.n_epochs=10",
+        "policy.hidden_sizes=[256,256]",
+        "policy.activation=relu",
+    ],
+    "small-relu": ["algo.n_steps=128", "algo.batch_size=256", "algo.n_epochs=10", "policy.activation=relu"],
 }
 PROGRESS = 0.5
 """Where in training the timed update is (drives the linear learning-rate schedule)."""
