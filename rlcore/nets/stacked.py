@@ -1,0 +1,309 @@
+"""N copies of one policy, one per seed, trained as one batched program: parameters stacked along a leading seed
+dimension, each seed's code run under ``torch.func.vmap``.
+
+The per-seed code is the unbatched code: a loss written for one policy and one seed's minibatch
+(``fn(policy, *tensors)``) is run for every seed at once by :meth:`StackedPolicies.map`
+(``torch.func.stack_module_state`` + ``functional_call`` under ``vmap``, as the PyTorch model-ensembling tutorial
+does it). Seeds never mix: every reduction inside ``fn`` (means, advantage normalization) is over that seed's
+samples, and the gradient of ``sum_k loss_k`` with respect to seed k's slice of a stacked parameter is the gradient
+of ``loss_k`` alone. Adam is elementwise, so one ``torch.optim.Adam`` over the stacked tensors makes each seed's
+step the one its own optimizer would make as long as all seeds step together (:class:`StackedAdam` keeps a step
+count per seed, for seeds that stop early or skip a step); gradient-norm clipping is not elementwise and is done per
+seed (:meth:`StackedPolicies.clip_grad_norms_`).
+
+Equivalence with N unbatched runs holds up to the summation order of the batched matrix products: the forward pass
+usually matches bitwise, the weight gradients (sums over the minibatch) differ by a float32 ulp or two
+(``tests/test_stacked.py`` measures it). :meth:`StackedPolicies.mlp` is the faster batched-linear path for rlcore's
+MLPs (``torch.baddbmm`` over the stacked weights, no vmap), for losses written batched by hand: vmap's rule for a
+linear layer with stacked weights costs ~3x a ``baddbmm``, so a vmapped update is ~1.5x an unbatched one for one seed
+and the hand-batched one is not (``benchmarks/seeds_batching.py`` and its table in ``benchmarks/README.md``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Generic, TypeVar
+
+import torch
+from torch import nn
+from torch.func import functional_call, stack_module_state, vmap
+
+PolicyT = TypeVar("PolicyT", bound=nn.Module)
+
+_PREFIX = "policy."
+
+
+class _Bound(nn.Module):
+    """Calls ``fn(policy, *args)``: what lets ``functional_call`` run any function of a policy, not only its
+    ``forward``."""
+
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(self.policy, *args)
+
+
+class StackedPolicies(Generic[PolicyT]):
+    """N policies of one architecture with their parameters and buffers stacked along dim 0 (the seed).
+
+    ``params`` are leaf tensors (N, *shape) that require grad: pass :meth:`parameters` to an optimizer. ``buffers``
+    (normalizer statistics, fixed supports) are stacked too, so each seed keeps its own. The policies given are
+    copied, not kept: training changes the stacked tensors only (:meth:`state_dicts` and :meth:`policy` read them
+    back out).
+    """
+
+    def __init__(self, policies: Sequence[PolicyT]) -> None:
+        if not policies:
+            raise ValueError("policies: expected at least one policy")
+        kinds = {type(policy) for policy in policies}
+        if len(kinds) != 1:
+            raise ValueError(f"policies: expected one class, got {sorted(kind.__name__ for kind in kinds)}")
+        self.count = len(policies)
+        """N, the number of stacked seeds."""
+        # The architecture only: its own tensors live on the meta device, so a name missing from the stacked
+        # dicts fails loudly instead of silently using one seed's value.
+        self.template: PolicyT = copy.deepcopy(policies[0]).to("meta")
+        self._bound = _Bound(self.template)
+        params, buffers = stack_module_state(list(policies))
+        self.params: dict[str, torch.Tensor] = params
+        self.buffers: dict[str, torch.Tensor] = buffers
+        self._state_keys = list(self.template.state_dict().keys())
+
+    @classmethod
+    def build(cls, seeds: Sequence[int], make_policy: Callable[[], PolicyT]) -> StackedPolicies[PolicyT]:
+        """One policy per seed, each initialized as an unbatched run with that seed initializes its policy:
+        ``torch.manual_seed(seed)`` then ``make_policy()`` (``TrainingSession`` seeds torch, then builds the policy
+        before anything else draws from torch's global generator). The caller's global generator state is kept."""
+        policies: list[PolicyT] = []
+        for seed in seeds:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                policies.append(make_policy())
+        return cls(policies)
+
+    def parameters(self) -> list[torch.Tensor]:
+        """The stacked parameters, (N, *shape) each, in the policy's ``named_parameters`` order."""
+        return list(self.params.values())
+
+    def map(self, fn: Callable[..., Any], *args: Any, in_dims: int | None | tuple[Any, ...] = 0) -> Any:
+        """``fn(policy, *args_k)`` for every seed k at once: each tensor in ``args`` is (N, ...) and seed k's slice
+        is what ``fn`` sees (``in_dims`` as ``torch.func.vmap`` takes it: None for an argument every seed shares).
+        Outputs are stacked along a leading dim of N. ``fn`` is the unbatched code: it must not call ``.item()`` or
+        branch on tensor values (vmap cannot), and draws no random numbers."""
+        arg_dims = in_dims if isinstance(in_dims, tuple) else (in_dims,) * len(args)
+
+        def one(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], *seed_args: Any) -> Any:
+            state = (
+                {_PREFIX + name: value for name, value in params.items()},
+                {_PREFIX + name: value for name, value in buffers.items()},
+            )
+            return functional_call(self._bound, state, (fn, *seed_args))
+
+        return vmap(one, in_dims=(0, 0, *arg_dims))(self.params, self.buffers, *args)
+
+    def update_(self, fn: Callable[..., None], *args: Any) -> None:
+        """``fn(policy, *args_k)`` for every seed, for its in-place effect on the stacked buffers: e.g.
+        ``update_(lambda policy, obs: policy.obs_normalizer.update(obs), obs)`` with ``obs`` (N, B, *obs_shape)
+        merges each seed's batch into that seed's own normalizer statistics."""
+
+        def run(policy: nn.Module, *seed_args: Any) -> torch.Tensor:
+            fn(policy, *seed_args)
+            return torch.zeros(())  # vmap wants a tensor out
+
+        self.map(run, *args)
+
+    def forward(self, method: str, obs: torch.Tensor) -> Any:
+        """A policy method of one tensor for every seed: ``forward("act_scores", obs)`` with ``obs``
+        (N, B, *obs_shape) gives (N, B, action_dim), seed k's from seed k's weights and observations."""
+        return self.map(lambda policy, seed_obs: getattr(policy, method)(seed_obs), obs)
+
+    def backward(self, loss_fn: Callable[..., Any], *args: Any) -> tuple[torch.Tensor, Any]:
+        """Per-seed losses ``loss_fn(policy, *args_k)`` (a scalar, or a tuple whose first element is the scalar and
+        the rest per-seed diagnostics) and their gradients, accumulated into the stacked parameters' ``.grad``:
+        (losses (N,), diagnostics stacked (N, ...) or None). The gradient of the sum of the losses with respect to
+        seed k's slice is seed k's own gradient."""
+        out = self.map(loss_fn, *args)
+        losses, aux = (out[0], out[1:]) if isinstance(out, tuple) else (out, None)
+        losses.sum().backward()
+        return losses.detach(), aux
+
+    @torch.no_grad()
+    def clip_grad_norms_(self, max_norm: float) -> torch.Tensor:
+        """Clip each seed's gradient to the global 2-norm ``max_norm`` over that seed's parameters, as
+        ``nn.utils.clip_grad_norm_`` does for one model (the same arithmetic: the norm of the per-tensor norms,
+        ``max_norm / (norm + 1e-6)`` clamped to 1, every gradient multiplied by it). Returns the norms before
+        clipping, (N,): a non-finite one marks a seed whose step an unbatched run would skip."""
+        grads = [param.grad for param in self.params.values() if param.grad is not None]
+        if not grads:
+            return torch.zeros(self.count)
+        per_tensor = torch.stack([torch.linalg.vector_norm(grad.reshape(self.count, -1), dim=1) for grad in grads])
+        norms = torch.linalg.vector_norm(per_tensor, dim=0)  # (N,): over the tensors of each seed
+        coefficients = torch.clamp(max_norm / (norms + 1e-6), max=1.0)
+        for grad in grads:
+            grad.mul_(coefficients.view(-1, *([1] * (grad.dim() - 1))))
+        return norms
+
+    def adam(self, **kwargs: Any) -> torch.optim.Adam:
+        """One Adam over the stacked parameters (``kwargs`` as ``torch.optim.Adam`` takes them). Adam's update is
+        elementwise and its state (moments) has the parameters' shape, so it is per seed while every seed steps
+        together; its step counter is one per tensor, so a seed that must sit out a step needs :class:`StackedAdam`."""
+        return torch.optim.Adam(self.parameters(), **kwargs)
+
+    def mlp(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """The policy's ``nn.Sequential`` MLP ``name`` (e.g. ``"actor"``, ``"critic.net"``; built by
+        ``rlcore.nets.blocks.mlp``) for every seed without vmap: ``x`` (N, B, in) -> (N, B, out), each
+        ``nn.Linear`` as one ``torch.baddbmm`` over the stacked weights. Differentiable: for losses written batched
+        by hand, with every reduction over dim 1 (the seed's samples)."""
+        module = self.template.get_submodule(name)
+        if not isinstance(module, nn.Sequential):
+            raise TypeError(f"{name}: expected an nn.Sequential MLP, got {type(module).__name__}")
+        for index, layer in enumerate(module):
+            if isinstance(layer, nn.Linear):
+                weight = self.params[f"{name}.{index}.weight"]  # (N, out, in)
+                bias = self.params[f"{name}.{index}.bias"]  # (N, out)
+                x = torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+            elif any(True for _ in layer.parameters()) or any(True for _ in layer.buffers()):
+                raise TypeError(f"{name}.{index}: only nn.Linear layers may hold tensors, got {type(layer).__name__}")
+            else:
+                x = layer(x)  # an activation
+        return x
+
+    def state_dicts(self) -> list[dict[str, torch.Tensor]]:
+        """Per-seed state dicts (copies) with the plain policy's keys: what ``policy.load_state_dict`` takes and
+        what a per-seed checkpoint stores."""
+        stacked = {**self.params, **self.buffers}
+        return [{key: stacked[key][k].detach().clone() for key in self._state_keys} for k in range(self.count)]
+
+    @torch.no_grad()
+    def load_state_dicts(self, states: Sequence[dict[str, torch.Tensor]]) -> None:
+        """Copy per-seed state dicts (e.g. resumed checkpoints) into the stacked tensors."""
+        if len(states) != self.count:
+            raise ValueError(f"states: expected {self.count} state dicts, got {len(states)}")
+        stacked = {**self.params, **self.buffers}
+        for k, state in enumerate(states):
+            if set(state) != set(self._state_keys):
+                raise ValueError(f"states[{k}]: expected the keys {self._state_keys}, got {sorted(state)}")
+            for key in self._state_keys:
+                stacked[key][k].copy_(state[key])
+
+    def policy(self, k: int, make_policy: Callable[[], PolicyT]) -> PolicyT:
+        """Seed ``k`` as a plain policy: ``make_policy()`` with seed k's weights and buffers loaded (for acting,
+        evaluation and export). The global generator's state is kept."""
+        with torch.random.fork_rng(devices=[]):
+            policy = make_policy()
+        policy.load_state_dict(self.state_dicts()[k])
+        return policy
+
+
+class StackedAdam(torch.optim.Optimizer):
+    """Adam (Kingma & Ba, 2015; torch's default form: no weight decay, no AMSGrad) over stacked parameters, with a
+    step counter per seed, so a seed can sit out steps (:meth:`step` with ``active``) and still take exactly the
+    steps its unbatched run takes: a seed that stopped early (PPO's target KL, a reached stop condition) or whose
+    gradient was not finite keeps its weights, moments and bias correction.
+
+    Per element the update is torch's: m <- lerp(m, g, 1 - beta1), v <- beta2 v + (1 - beta2) g^2,
+    p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps), with t that seed's own count. Not
+    bitwise with ``torch.optim.Adam(fused=True)``, whose kernel rounds in another order: within a few float32 ulps
+    per step (``tests/test_stacked.py``). :meth:`seed_state_dict` writes one seed's state as ``torch.optim.Adam``
+    saves its own, so a per-seed checkpoint resumes unbatched too.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        count: int,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
+        """``params``: tensors (``count``, *shape) whose dim 0 is the seed (:meth:`StackedPolicies.parameters`)."""
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps})
+        self.count = count
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.dim() == 0 or param.shape[0] != count:
+                    raise ValueError(f"params: expected a leading seed dimension of {count}, got {tuple(param.shape)}")
+
+    @torch.no_grad()
+    def step(self, closure: None = None, active: torch.Tensor | None = None) -> None:  # type: ignore[override]
+        """One Adam step for the seeds where ``active`` (N,) bool is True (None: all of them); the others' weights,
+        moments and step counts stay as they are (whatever their gradients hold, NaN included)."""
+        if closure is not None:
+            raise ValueError("closure: not supported")
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = self.state[param]
+                if not state:
+                    state["step"] = torch.zeros(self.count, dtype=torch.float64)
+                    state["exp_avg"] = torch.zeros_like(param)
+                    state["exp_avg_sq"] = torch.zeros_like(param)
+                steps, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
+                grad = param.grad
+                if active is not None:
+                    steps += active.to(steps.dtype)
+                else:
+                    steps += 1
+                # Bias corrections per seed, in float64 as torch computes them in Python floats; a seed that has
+                # not stepped yet (count 0, idle) gets harmless ones (its update is discarded below).
+                counted = steps.clamp(min=1)
+                step_size = group["lr"] / (1 - beta1**counted)
+                correction2_sqrt = (1 - beta2**counted).sqrt()
+                view = (-1,) + (1,) * (param.dim() - 1)
+                new_avg = exp_avg.lerp(grad, 1 - beta1)
+                new_avg_sq = exp_avg_sq.mul(beta2).addcmul_(grad, grad, value=1 - beta2)
+                denom = (new_avg_sq.sqrt() / correction2_sqrt.to(param.dtype).view(view)).add_(group["eps"])
+                new_param = param - step_size.to(param.dtype).view(view) * (new_avg / denom)
+                if active is None:
+                    exp_avg.copy_(new_avg)
+                    exp_avg_sq.copy_(new_avg_sq)
+                    param.copy_(new_param)
+                else:
+                    keep = active.view(view)
+                    exp_avg.copy_(torch.where(keep, new_avg, exp_avg))
+                    exp_avg_sq.copy_(torch.where(keep, new_avg_sq, exp_avg_sq))
+                    param.copy_(torch.where(keep, new_param, param))
+
+    def seed_state_dict(self, k: int) -> dict[str, Any]:
+        """Seed ``k``'s state in ``torch.optim.Adam``'s own format (its ``state_dict()``; ``step`` a float32
+        scalar), for the parameters of one plain policy in the same order."""
+        index = 0
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        groups = []
+        for group in self.param_groups:
+            ids = []
+            for param in group["params"]:
+                saved = self.state.get(param)
+                if saved:
+                    state[index] = {
+                        "step": torch.tensor(float(saved["step"][k])),
+                        "exp_avg": saved["exp_avg"][k].clone(),
+                        "exp_avg_sq": saved["exp_avg_sq"][k].clone(),
+                    }
+                ids.append(index)
+                index += 1
+            groups.append({"lr": group["lr"], "betas": group["betas"], "eps": group["eps"], "params": ids})
+        return {"state": state, "param_groups": groups}
+
+    def load_seed_state_dicts(self, states: Sequence[dict[str, Any]]) -> None:
+        """The inverse of :meth:`seed_state_dict` for every seed (e.g. resuming from per-seed checkpoints written by
+        unbatched runs or by :meth:`seed_state_dict`). Every seed must have a state for the same parameters."""
+        if len(states) != self.count:
+            raise ValueError(f"states: expected {self.count} optimizer states, got {len(states)}")
+        params = [param for group in self.param_groups for param in group["params"]]
+        for index, param in enumerate(params):
+            per_seed = [seed_state["state"].get(index) for seed_state in states]
+            if all(entry is None for entry in per_seed):
+                continue
+            if any(entry is None for entry in per_seed):
+                raise ValueError(f"states: parameter {index} has an optimizer state for some seeds only")
+            self.state[param] = {
+                "step": torch.tensor([float(entry["step"]) for entry in per_seed], dtype=torch.float64),
+                "exp_avg": torch.stack([entry["exp_avg"] for entry in per_seed]).to(param.dtype),
+                "exp_avg_sq": torch.stack([entry["exp_avg_sq"] for entry in per_seed]).to(param.dtype),
+            }

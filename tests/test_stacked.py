@@ -1,0 +1,267 @@
+"""Stacked policies (``rlcore.nets.stacked``): N seeds of rlcore's PPO actor-critic trained as one vmapped program
+match N unbatched models trained alone, seed by seed."""
+
+from collections.abc import Callable
+
+import gymnasium as gym
+import pytest
+import torch
+from torch import nn
+
+from rlcore.algos.ppo import clipped_surrogate
+from rlcore.config.sections import PolicyConfig
+from rlcore.nets.policies import ActorCritic
+from rlcore.nets.recurrent import actor_critic
+from rlcore.nets.stacked import StackedAdam, StackedPolicies
+
+SEEDS = [0, 1, 7]
+BATCH = 64
+LR, ADAM_EPS, MAX_GRAD_NORM, VF_COEF, ENT_COEF, CLIP = 1e-3, 1e-5, 0.5, 0.5, 0.01, 0.2
+STEPS = 5
+
+Batch = tuple[torch.Tensor, ...]
+
+
+def make_policy() -> ActorCritic:
+    """The PPO preset's policy ([64, 64] tanh) on CartPole's spaces, as ``PPO.make_policy`` builds it."""
+    env = gym.make("CartPole-v1")
+    try:
+        return actor_critic(env.observation_space, env.action_space, PolicyConfig(hidden_sizes=[64, 64]), None)
+    finally:
+        env.close()
+
+
+def solo(seed: int) -> ActorCritic:
+    """An unbatched run's policy: the trainer seeds torch, then builds the policy (``TrainingSession``)."""
+    torch.manual_seed(seed)
+    return make_policy()
+
+
+def ppo_loss(policy: ActorCritic, obs, actions, old_log_probs, advantages, returns) -> torch.Tensor:
+    """PPO's minibatch loss for one seed (``rlcore.algos.ppo.PPO.update``'s arithmetic, without ``.item()``)."""
+    features = policy.features(obs)
+    dist = policy.distribution_of(features)
+    ratio = (dist.log_prob(actions) - old_log_probs).exp()
+    adv = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    policy_loss = -clipped_surrogate(ratio, adv, CLIP, None).mean()
+    value_loss = policy.value_loss_of(features, returns, None, None)
+    return policy_loss + VF_COEF * value_loss - ENT_COEF * dist.entropy().mean()
+
+
+def batches(count: int, return_scale: list[float] | None = None) -> Batch:
+    """A fixed synthetic minibatch per seed, (N, B, ...) each; ``return_scale`` multiplies a seed's returns (a large
+    one makes that seed's value gradient large)."""
+    g = torch.Generator().manual_seed(123)
+    obs = torch.randn(count, BATCH, 4, generator=g)
+    actions = torch.randint(2, (count, BATCH), generator=g)
+    old_log_probs = torch.log(torch.rand(count, BATCH, generator=g) * 0.5 + 0.25)
+    advantages = torch.randn(count, BATCH, generator=g)
+    returns = torch.randn(count, BATCH, generator=g) * 10
+    if return_scale is not None:
+        returns = returns * torch.tensor(return_scale).view(-1, 1)
+    return obs, actions, old_log_probs, advantages, returns
+
+
+def train_solo(seed: int, batch: Batch) -> ActorCritic:
+    """STEPS Adam steps of one unbatched model on its own batch, clipping as ``Algorithm.apply_gradients`` does."""
+    policy = solo(seed)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=LR, eps=ADAM_EPS, fused=True)  # as PPO builds it
+    for _ in range(STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        ppo_loss(policy, *batch).backward()
+        nn.utils.clip_grad_norm_(policy.parameters(), MAX_GRAD_NORM)
+        optimizer.step()
+    return policy
+
+
+def train_stacked(
+    seeds: list[int], batch: Batch, clip: Callable[[StackedPolicies[ActorCritic]], object]
+) -> StackedPolicies[ActorCritic]:
+    stacked = StackedPolicies.build(seeds, make_policy)
+    optimizer = stacked.adam(lr=LR, eps=ADAM_EPS, fused=True)
+    for _ in range(STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        stacked.backward(ppo_loss, *batch)
+        clip(stacked)
+        optimizer.step()
+    return stacked
+
+
+def per_seed_clip(stacked: StackedPolicies[ActorCritic]) -> object:
+    return stacked.clip_grad_norms_(MAX_GRAD_NORM)
+
+
+def global_clip(stacked: StackedPolicies[ActorCritic]) -> object:
+    """What ``nn.utils.clip_grad_norm_`` on the stacked tensors would do: one norm over every seed."""
+    return nn.utils.clip_grad_norm_(stacked.parameters(), MAX_GRAD_NORM)
+
+
+def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    return max(float((a[key].double() - b[key].double()).abs().max()) for key in a)
+
+
+def test_build_initializes_each_seed_as_an_unbatched_run_and_keeps_the_global_generator():
+    before = torch.get_rng_state()
+    stacked = StackedPolicies.build(SEEDS, make_policy)
+    assert torch.equal(torch.get_rng_state(), before)
+    for k, seed in enumerate(SEEDS):
+        expected = solo(seed).state_dict()
+        state = stacked.state_dicts()[k]
+        assert state.keys() == expected.keys()
+        for key in expected:
+            assert torch.equal(state[key], expected[key]), key
+
+
+def test_batched_forward_and_batched_linear_path_match_each_seed():
+    stacked = StackedPolicies.build(SEEDS, make_policy)
+    obs = batches(len(SEEDS))[0]
+    scores = stacked.forward("act_scores", obs)
+    values = stacked.forward("value", obs)
+    by_hand = stacked.mlp("actor", obs)  # the vmap-free path (vector observations: the encoder is a flatten)
+    assert scores.shape == (len(SEEDS), BATCH, 2) and values.shape == (len(SEEDS), BATCH)
+    for k, seed in enumerate(SEEDS):
+        policy = solo(seed)
+        with torch.no_grad():
+            torch.testing.assert_close(scores[k], policy.act_scores(obs[k]), rtol=1e-6, atol=1e-7)
+            torch.testing.assert_close(values[k], policy.value(obs[k]), rtol=1e-6, atol=1e-7)
+            torch.testing.assert_close(by_hand[k], policy.act_scores(obs[k]), rtol=1e-6, atol=1e-7)
+
+
+def test_adam_steps_with_per_seed_clipping_match_each_seed_trained_alone():
+    """Not bitwise: the batched matrix products (vmap turns each seed's ``addmm`` into a batched kernel) sum the
+    minibatch in another order, so weight gradients differ by an ulp or two of float32 (measured: gradients up to
+    1.5e-7 apart, the weights after 5 steps up to 3e-8, at weights of order 0.1-1; the forward pass and the
+    buffers are bitwise). Adam, the clipping coefficients and every elementwise op are the same arithmetic. Hence
+    rtol 1e-6 / atol 1e-7, far below what the 5 steps change (5e-3)."""
+    batch = batches(len(SEEDS))
+    stacked = train_stacked(SEEDS, batch, per_seed_clip)
+    for k, seed in enumerate(SEEDS):
+        alone = train_solo(seed, tuple(t[k] for t in batch)).state_dict()
+        trained = stacked.state_dicts()[k]
+        assert max_difference(trained, solo(seed).state_dict()) > 1e-4  # the steps moved the weights
+        for key in alone:
+            torch.testing.assert_close(trained[key], alone[key], rtol=1e-6, atol=1e-7, msg=key)
+
+
+def test_unstacked_state_dicts_load_into_the_plain_policy_class():
+    stacked = train_stacked(SEEDS, batches(len(SEEDS)), per_seed_clip)
+    obs = torch.randn(8, 4)
+    for k in range(len(SEEDS)):
+        plain = make_policy()
+        plain.load_state_dict(stacked.state_dicts()[k])  # strict: the same keys as the class's own
+        same = stacked.policy(k, make_policy)
+        with torch.no_grad():
+            assert torch.equal(plain.act_scores(obs), same.act_scores(obs))
+            assert torch.equal(plain.act_scores(obs), stacked.forward("act_scores", obs.expand(3, 8, 4))[k])
+
+
+@pytest.mark.parametrize("clip", [per_seed_clip, global_clip], ids=["per_seed", "global"])
+def test_a_seed_with_a_large_gradient_does_not_shrink_the_others_steps(clip):
+    """Seed 1's returns are 1000x larger: its gradient norm dwarfs the others'. Clipped per seed, seed 0 and seed 7
+    still step as when trained alone; one global norm over the stacked tensors would scale their gradients by
+    seed 1's clip coefficient (the ``global`` case shows that this test tells the two apart)."""
+    batch = batches(len(SEEDS), return_scale=[1.0, 1000.0, 1.0])
+    stacked = train_stacked(SEEDS, batch, clip)
+    matches = []
+    for k, seed in enumerate(SEEDS):
+        alone = train_solo(seed, tuple(t[k] for t in batch)).state_dict()
+        matches.append(max_difference(stacked.state_dicts()[k], alone) < 1e-6)
+    if clip is per_seed_clip:
+        assert matches == [True, True, True]
+    else:
+        assert matches[0] is False and matches[2] is False
+
+
+def stacked_adam_run(batch: Batch, idle: dict[int, list[int]]) -> tuple[StackedPolicies[ActorCritic], StackedAdam]:
+    """STEPS steps with :class:`StackedAdam`; at step ``i`` the seeds (indices) in ``idle[i]`` sit out."""
+    stacked = StackedPolicies.build(SEEDS, make_policy)
+    optimizer = StackedAdam(stacked.parameters(), len(SEEDS), lr=LR, eps=ADAM_EPS)
+    for step in range(STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        stacked.backward(ppo_loss, *batch)
+        stacked.clip_grad_norms_(MAX_GRAD_NORM)
+        active = torch.ones(len(SEEDS), dtype=torch.bool)
+        active[idle.get(step, [])] = False
+        optimizer.step(active=active)
+    return stacked, optimizer
+
+
+def test_stacked_adam_with_every_seed_active_matches_torch_adam_per_seed():
+    """Within float32 rounding of the fused kernel (measured up to ~1e-7 after 5 steps), as the vmap gradients."""
+    batch = batches(len(SEEDS))
+    stacked, _ = stacked_adam_run(batch, {})
+    for k, seed in enumerate(SEEDS):
+        alone = train_solo(seed, tuple(t[k] for t in batch)).state_dict()
+        for key in alone:
+            torch.testing.assert_close(stacked.state_dicts()[k][key], alone[key], rtol=1e-6, atol=1e-7, msg=key)
+
+
+def test_a_seed_that_sits_out_steps_matches_its_unbatched_run_with_fewer_steps():
+    """Seed 1 sits out steps 1 and 2 (a target-KL stop, a skipped non-finite step) and its gradient there is NaN:
+    it ends as an unbatched run that took 3 steps, with its own Adam step count (3, where the others have 5). A
+    shared counter (``torch.optim.Adam`` over the stacked tensors) would give it the others' bias correction."""
+    batch = batches(len(SEEDS))
+    stacked = StackedPolicies.build(SEEDS, make_policy)
+    optimizer = StackedAdam(stacked.parameters(), len(SEEDS), lr=LR, eps=ADAM_EPS)
+    for step in range(STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        stacked.backward(ppo_loss, *batch)
+        stacked.clip_grad_norms_(MAX_GRAD_NORM)
+        active = torch.tensor([True, step not in (1, 2), True])
+        if step in (1, 2):
+            for param in stacked.parameters():
+                assert param.grad is not None
+                param.grad[1] = float("nan")
+        optimizer.step(active=active)
+    policy = solo(SEEDS[1])
+    alone = torch.optim.Adam(policy.parameters(), lr=LR, eps=ADAM_EPS, fused=True)
+    for _ in range(STEPS - 2):
+        alone.zero_grad(set_to_none=True)
+        ppo_loss(policy, *(t[1] for t in batch)).backward()
+        nn.utils.clip_grad_norm_(policy.parameters(), MAX_GRAD_NORM)
+        alone.step()
+    for key, value in policy.state_dict().items():
+        torch.testing.assert_close(stacked.state_dicts()[1][key], value, rtol=1e-6, atol=1e-7, msg=key)
+    seed_state = optimizer.seed_state_dict(1)
+    assert {float(entry["step"]) for entry in seed_state["state"].values()} == {3.0}
+    assert {float(entry["step"]) for entry in optimizer.seed_state_dict(0)["state"].values()} == {5.0}
+    # The per-seed state is torch.optim.Adam's own format: it loads, and matches the unbatched optimizer's.
+    resumed = torch.optim.Adam(policy.parameters(), lr=LR, eps=ADAM_EPS)
+    resumed.load_state_dict(seed_state)
+    for index, entry in alone.state_dict()["state"].items():
+        torch.testing.assert_close(
+            resumed.state_dict()["state"][index]["exp_avg"], entry["exp_avg"], rtol=1e-5, atol=1e-8
+        )
+
+
+def test_stacked_adam_state_round_trips_through_per_seed_state_dicts():
+    batch = batches(len(SEEDS))
+    stacked, optimizer = stacked_adam_run(batch, {1: [0]})
+    again = StackedAdam(stacked.parameters(), len(SEEDS), lr=LR, eps=ADAM_EPS)
+    again.load_seed_state_dicts([optimizer.seed_state_dict(k) for k in range(len(SEEDS))])
+    for param in stacked.parameters():
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(again.state[param][key], optimizer.state[param][key])
+
+
+def test_each_seed_keeps_its_own_normalizer_statistics():
+    """Buffers are stacked too: a per-seed in-place update (``ObsNormalizer.update``) lands in that seed's slice."""
+    env = gym.make("CartPole-v1")
+    config = PolicyConfig(normalize_obs=True)
+
+    def normalized() -> ActorCritic:
+        return actor_critic(env.observation_space, env.action_space, config, None)
+
+    stacked = StackedPolicies.build(SEEDS, normalized)
+    alone = [normalized() for _ in SEEDS]
+    g = torch.Generator().manual_seed(5)
+    for update in range(3):
+        obs = torch.randn(len(SEEDS), 32, 4, generator=g) * torch.tensor([1.0, 5.0, 0.1]).view(-1, 1, 1) + update
+        stacked.update_(lambda policy, seed_obs: policy.obs_normalizer.update(seed_obs), obs)
+        for k, policy in enumerate(alone):
+            policy.obs_normalizer.update(obs[k])
+    env.close()
+    for k, policy in enumerate(alone):
+        for name in ("mean", "var", "count"):
+            assert torch.equal(stacked.buffers[f"obs_normalizer.{name}"][k], getattr(policy.obs_normalizer, name))
+    assert not torch.equal(stacked.buffers["obs_normalizer.var"][0], stacked.buffers["obs_normalizer.var"][1])
