@@ -1,4 +1,5 @@
 """Networks and policies: building blocks, observation encoders, the actor-critic policies, recurrent cores,
-value transforms, and the device and precision networks train in.
+value transforms, the device and precision networks train in, and N seeds' copies of a network stacked into one
+batched program (``stacked``).
 
 May import: ``rlcore.config``, ``rlcore.envs``, ``rlcore.common``."""
