@@ -14,14 +14,18 @@ by a run that finished: the replacement trains in ``.next/`` (see :class:`RunDir
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import fcntl
 import hashlib
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +52,9 @@ def train_fingerprint(params: Params, source: dict[str, Any]) -> str:
     tree = params.to_dict()
     relevant = {key: tree[key] for key in ("seed", "env", "policy", "algo")}
     relevant.update(source)
-    relevant["train"] = {k: v for k, v in tree["train"].items() if k != "progress_bar"}
+    # train.seeds: each seed's run is trained with it null and its own seed (rlcore.stages.seeds), so a seed's
+    # run has the fingerprint of the one-seed run with that seed.
+    relevant["train"] = {k: v for k, v in tree["train"].items() if k not in ("progress_bar", "seeds")}
     # Where it trains is not what it trains: a run started on a GPU machine resumes on a CPU one, and back (hashed
     # as the default, so runs from before train.device keep their fingerprint).
     relevant["train"]["device"] = "auto"
@@ -122,6 +128,30 @@ class RunState:
         )
 
 
+class RunFinishedError(RLCoreError):
+    """The run folder holds a finished run with these train params, and finished runs are kept
+    (:func:`keeping_finished_runs`): nothing to train. Raised before anything is written."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(f"{run_dir}: finished with these train params; kept")
+        self.run_dir = run_dir
+
+
+_KEEP_FINISHED: contextvars.ContextVar[bool] = contextvars.ContextVar("keep_finished_runs", default=False)
+
+
+@contextlib.contextmanager
+def keeping_finished_runs() -> Iterator[None]:
+    """Inside the block, a start on a folder whose finished run has the same fingerprint raises
+    :class:`RunFinishedError` instead of training a fresh run (``train.seeds``: a re-run trains the seeds not yet
+    finished). Outside it, a finished run is replaced, as always."""
+    token = _KEEP_FINISHED.set(True)
+    try:
+        yield
+    finally:
+        _KEEP_FINISHED.reset(token)
+
+
 class RunLockedError(RLCoreError):
     """Another live process is training into the same run folder."""
 
@@ -170,6 +200,11 @@ class RunLock:
             self.handle = None
 
 
+_SEED_FOLDER = re.compile(r"seed_\d+")
+"""The runs of ``train.seeds`` inside ``runs/<name>/`` (``seed_<k>/``): beside a one-seed run there, never part
+of it (never moved aside or cleared with it)."""
+
+
 class RunDirectory:
     """One run's folder. A run in it is replaced only by a run that finished: a new run that would replace one trains
     in ``runs/<name>/.next/`` and is moved into place when it finishes (its summary written). A replacement that
@@ -214,7 +249,11 @@ class RunDirectory:
         """What makes up the run in ``folder`` (checkpoints, curves, replay, summary, any other file of it)."""
         if not folder.is_dir():
             return []
-        return sorted(path for path in folder.iterdir() if path.name not in self.BOOKKEEPING)
+        return sorted(
+            path
+            for path in folder.iterdir()
+            if path.name not in self.BOOKKEEPING and not _SEED_FOLDER.fullmatch(path.name)
+        )
 
     def _holds_a_run(self) -> bool:
         """A finished run, or one with a checkpoint (readable or kept as ``*.corrupt``): worth keeping."""
@@ -258,6 +297,10 @@ class RunDirectory:
                 self._resume_step = latest.step
                 return latest
         if (self.home / "train_summary.json").exists():
+            if _KEEP_FINISHED.get():
+                latest = self._latest_readable(self.home / "checkpoints")
+                if latest is not None and latest.meta.get("fingerprint") == self.fingerprint:
+                    raise RunFinishedError(self.home)
             self._start_fresh("the previous run finished; starting a fresh run")
             return None
         latest = self._latest_readable(self.home / "checkpoints")
