@@ -11,7 +11,7 @@ from rlcore.common.stage_paths import Layout, project_path
 from rlcore.config.sections import Params
 from rlcore.stages.seeds import run_seeds, seed_layouts, seed_params
 from rlcore.trainers import is_offline, train
-from rlcore.trainers.run_directory import RunFinishedError, keeping_finished_runs
+from rlcore.trainers.finished_runs import RunFinishedError, keeping_finished_runs
 from rlcore.trainers.stopping import EvaluationCallback
 
 log = logging.getLogger("rlcore")

@@ -14,8 +14,6 @@ by a run that finished: the replacement trains in ``.next/`` (see :class:`RunDir
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import fcntl
 import hashlib
 import json
@@ -25,7 +23,6 @@ import re
 import shlex
 import shutil
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +39,7 @@ from rlcore.common.errors import CheckpointError, RLCoreError
 from rlcore.common.files import write_json, write_text
 from rlcore.config.sections import Params
 from rlcore.evaluation.evaluator import EvalResult
+from rlcore.trainers.finished_runs import RunFinishedError, finished_runs_kept
 
 log = logging.getLogger("rlcore")
 
@@ -126,30 +124,6 @@ class RunState:
             meta.get("curriculum"),
             meta.get("initialized_from"),
         )
-
-
-class RunFinishedError(RLCoreError):
-    """The run folder holds a finished run with these train params, and finished runs are kept
-    (:func:`keeping_finished_runs`): nothing to train. Raised before anything is written."""
-
-    def __init__(self, run_dir: Path) -> None:
-        super().__init__(f"{run_dir}: finished with these train params; kept")
-        self.run_dir = run_dir
-
-
-_KEEP_FINISHED: contextvars.ContextVar[bool] = contextvars.ContextVar("keep_finished_runs", default=False)
-
-
-@contextlib.contextmanager
-def keeping_finished_runs() -> Iterator[None]:
-    """Inside the block, a start on a folder whose finished run has the same fingerprint raises
-    :class:`RunFinishedError` instead of training a fresh run (``train.seeds``: a re-run trains the seeds not yet
-    finished). Outside it, a finished run is replaced, as always."""
-    token = _KEEP_FINISHED.set(True)
-    try:
-        yield
-    finally:
-        _KEEP_FINISHED.reset(token)
 
 
 class RunLockedError(RLCoreError):
@@ -297,7 +271,7 @@ class RunDirectory:
                 self._resume_step = latest.step
                 return latest
         if (self.home / "train_summary.json").exists():
-            if _KEEP_FINISHED.get():
+            if finished_runs_kept():
                 latest = self._latest_readable(self.home / "checkpoints")
                 if latest is not None and latest.meta.get("fingerprint") == self.fingerprint:
                     raise RunFinishedError(self.home)
