@@ -149,6 +149,9 @@ def _select_seeds(params: Params, root: Path, evaluations: dict[str, Any], seeds
     seed_records = {str(seed): _seed_record(params, evaluations, one) for seed, one in per_seed.items()}
     scores = {seed: float(one.test.result.scores()["mean_return"]) for seed, one in per_seed.items()}
     across = aggregate(scores, params.train.target_return)
+    # `dvc metrics show` leaves lists out: each interval also as two numbers.
+    for key, (low, high) in [(key, value) for key, value in across.items() if key.endswith("_ci95")]:
+        across[f"{key}_low"], across[f"{key}_high"] = low, high
     _save_policy(layout.best_policy, selected.checkpoint)
     selection = {
         **_selection_record(params, evaluations, selected),
