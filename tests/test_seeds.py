@@ -186,3 +186,17 @@ def test_the_root_dvc_yaml_refuses_seeds_it_does_not_declare(tmp_path: Path, mon
     check_dvc_declares_the_seeds(params, tmp_path)  # declared: no refusal
     monkeypatch.delenv("DVC_STAGE")
     check_dvc_declares_the_seeds(params, tmp_path)  # not under DVC
+
+
+def test_a_sweep_refuses_train_seeds(tmp_path: Path) -> None:
+    """A sweep's trials train ``sweep.seeds``, one run each: ``train.seeds`` is refused in one line, as a key to
+    search too."""
+    (tmp_path / "params.yaml").write_text((Path(__file__).parents[1] / "params.yaml").read_text())
+    space = "sweep.space={algo.lr: {type: float, low: 0.0001, high: 0.001}}"
+    outcome = run_in_process(["sweep", "--set", space, "--set", "train.seeds=[0, 1]"], tmp_path)
+    assert_refused(outcome, "train.seeds:", "sweep.seeds")
+    outcome = run_in_process(
+        ["sweep", "--set", "sweep.space={train.seeds: {type: categorical, choices: [[0]]}}"], tmp_path
+    )
+    assert_refused(outcome, "sweep.space.train.seeds:", "sweep.seeds")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["params.yaml"]
