@@ -200,3 +200,19 @@ def test_a_sweep_refuses_train_seeds(tmp_path: Path) -> None:
     )
     assert_refused(outcome, "sweep.space.train.seeds:", "sweep.seeds")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["params.yaml"]
+
+
+def test_a_seed_of_train_seeds_has_the_fingerprint_of_the_one_seed_run() -> None:
+    """What makes a seed's folder resumable by the one-seed run with that seed, and back: ``train.seeds`` is not part
+    of the fingerprint (so the runs from before the key existed keep theirs), ``seed`` is."""
+    from rlcore.params import load_params
+    from rlcore.stages.seeds import seed_params
+    from rlcore.trainers.run_directory import train_fingerprint
+
+    params_file = Path(__file__).parents[1] / "params.yaml"
+    several = load_params(params_file, ["train.seeds=[0, 3]"])
+    single = load_params(params_file, ["seed=3"])
+    assert seed_params(several, 3) == single
+    assert train_fingerprint(seed_params(several, 3), {}) == train_fingerprint(single, {})
+    assert train_fingerprint(several, {}) == train_fingerprint(load_params(params_file), {})
+    assert train_fingerprint(single, {}) != train_fingerprint(load_params(params_file), {})
