@@ -185,11 +185,12 @@ def write_report(target: Path, content: ReportContent) -> None:
 
 
 def seeds_words(
-    across: dict[str, Any], per_seed: dict[str, dict[str, Any]], curves_plot: str, profile_plot: str
+    across: dict[str, Any], per_seed: dict[str, dict[str, Any]], best_seed: int, curves_plot: str, profile_plot: str
 ) -> list[str]:
     """The report's lines on a run of several seeds (``train.seeds``): the aggregate of the seeds' test mean returns
     (``rlcore.evaluation.aggregate``: IQM, mean, median, optimality gap, 95% stratified bootstrap intervals), each
-    seed's validation and test score, their learning curves with the IQM band and the performance profile."""
+    seed's validation and test score, their learning curves with the IQM band and the performance profile; what
+    follows in the report is ``best_seed``'s (the exported one)."""
     low, high = across["iqm_ci95"]
     lines = [
         f"**Across {across['num_runs']} seeds** (each seed's selected checkpoint on the test episodes; the model above "
@@ -220,6 +221,8 @@ def seeds_words(
         f"![every seed's learning curve and their IQM]({curves_plot})",
         "",
         f"![performance profile of the seeds' test scores]({profile_plot})",
+        "",
+        f"The learning curve and the checkpoints below are seed {best_seed}'s (`runs/<name>/seed_{best_seed}/`).",
         "",
     ]
 

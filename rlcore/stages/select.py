@@ -176,9 +176,13 @@ def _select_seeds(params: Params, root: Path, evaluations: dict[str, Any], seeds
         curves, layout.seed_curves_png, title=title, x_label=unit, y_label="periodic evaluation mean return"
     )
     plot_performance_profile({params.name: scores}, layout.performance_profile_png, title=f"{title}: test episodes")
-    lines = seeds_words(across, seed_records, layout.seed_curves_png.name, layout.performance_profile_png.name)
+    lines = seeds_words(
+        across, seed_records, best_seed, layout.seed_curves_png.name, layout.performance_profile_png.name
+    )
+    # The learning curve and the table of checkpoints are the exported seed's.
+    of_best = {**evaluations, "candidates": [c for c in evaluations["candidates"] if c["train_seed"] == best_seed]}
     seed_layout = Layout(root, params.name, params.branch, best_seed)
-    _write_report(params, root, seed_layout, evaluations, selected, selection, lines)
+    _write_report(params, root, seed_layout, of_best, selected, selection, lines)
     return layout.best
 
 
