@@ -216,3 +216,53 @@ def test_a_seed_of_train_seeds_has_the_fingerprint_of_the_one_seed_run() -> None
     assert train_fingerprint(seed_params(several, 3), {}) == train_fingerprint(single, {})
     assert train_fingerprint(several, {}) == train_fingerprint(load_params(params_file), {})
     assert train_fingerprint(single, {}) != train_fingerprint(load_params(params_file), {})
+
+
+@pytest.mark.slow
+def test_a_killed_process_resumes_the_seed_it_was_training(tmp_path: Path) -> None:
+    """``rlcore train`` with ``train.seeds: [0, 1]`` killed (SIGKILL) during seed 1: the next ``rlcore train`` keeps
+    seed 0's finished run untouched, resumes seed 1 from its latest checkpoint and finishes it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import RLCORE
+
+    (tmp_path / "params.yaml").write_text((Path(__file__).parents[1] / "params.yaml").read_text())
+    budget = 16384
+    overrides = sets(
+        [
+            "name=killed",
+            f"train.max_steps={budget}",
+            "train.eval_every=1024",
+            "train.eval_episodes=2",
+            "train.target_return=null",
+            "train.max_wall_seconds=null",
+            "train.progress_bar=off",
+            "train.seeds=[0, 1]",
+        ]
+    )
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    run = tmp_path / "runs" / "killed"
+    child = subprocess.Popen(
+        [RLCORE, "train", *overrides], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 240
+    while len(list_checkpoints(run / "seed_1" / "checkpoints")) < 2 and child.poll() is None:
+        assert time.monotonic() < deadline, "seed 1 wrote no second checkpoint in time"
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert (run / "seed_0" / "train_summary.json").is_file()
+    assert not (run / "seed_1" / "train_summary.json").exists(), "killed after seed 1 finished: raise its budget"
+    last_step = list_checkpoints(run / "seed_1" / "checkpoints")[-1][0]
+    finished = snapshot(run / "seed_0")
+
+    result = subprocess.run(
+        [RLCORE, "train", *overrides], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert "seed 0: finished" in result.stderr and f"at env step {last_step}" in result.stderr, result.stderr
+    assert snapshot(run / "seed_0") == finished
+    assert read_json(run / "seed_1" / "train_summary.json")["env_steps"] == budget
