@@ -12,17 +12,16 @@ from typing import Any
 from prefect import flow, task
 
 from flows.task_runners import dask_task_runner, retry_options
-from rlcore.common.checkpoints import list_checkpoints
-from rlcore.common.errors import RLCoreError
 from rlcore.common.files import sha256_file
-from rlcore.common.stage_paths import Layout
 from rlcore.params import load_params
-from rlcore.stages import evaluate_checkpoint, write_evaluations
+from rlcore.stages import checkpoints_to_evaluate, evaluate_checkpoint, write_evaluations
 
 
 @task(name="evaluate-checkpoint")
-def evaluate_checkpoint_task(params_path: str, overrides: list[str], root: str, checkpoint: str) -> dict[str, Any]:
-    return evaluate_checkpoint(load_params(params_path, overrides), Path(root), Path(checkpoint))
+def evaluate_checkpoint_task(
+    params_path: str, overrides: list[str], root: str, checkpoint: str, seed: int | None = None
+) -> dict[str, Any]:
+    return evaluate_checkpoint(load_params(params_path, overrides), Path(root), Path(checkpoint), seed)
 
 
 @flow(name="evaluate_checkpoints")
@@ -33,14 +32,13 @@ def evaluate_checkpoints(
     overrides = list(overrides or [])
     root = str(Path(root).resolve())
     params = load_params(params_path, overrides)
-    layout = Layout(Path(root), params.name, params.branch)
-    checkpoints = list_checkpoints(layout.checkpoints)
-    if not checkpoints:
-        raise RLCoreError(f"{layout.checkpoints}: no checkpoints to evaluate; run `rlcore train` first")
+    checkpoints = checkpoints_to_evaluate(params, Path(root))
     evaluate = evaluate_checkpoint_task.with_options(**retry_options(params.deploy))
     futures = [
-        evaluate.with_options(task_run_name=f"evaluate-{path.stem}").submit(params_path, overrides, root, str(path))
-        for _, path in checkpoints
+        evaluate.with_options(task_run_name=f"evaluate-{path.stem}" + ("" if seed is None else f"-seed-{seed}")).submit(
+            params_path, overrides, root, str(path), seed
+        )
+        for seed, path in checkpoints
     ]
     candidates = [future.result() for future in futures]  # in checkpoint order, as evaluate_stage writes them
     path = write_evaluations(params, Path(root), candidates)

@@ -20,6 +20,7 @@ from rlcore.common.files import read_json, sha256_file
 from rlcore.common.stage_paths import Layout
 from rlcore.params import load_params
 from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage
+from rlcore.stages.seeds import seed_layouts
 
 
 def _params(params_path: str, overrides: list[str]) -> Any:
@@ -39,12 +40,13 @@ def cache_options(root: str) -> dict[str, Any]:
 def train_task(params_path: str, overrides: list[str], root: str) -> dict[str, Any]:
     params = _params(params_path, overrides)
     run_dir = train_stage(params, Path(root))
-    layout = Layout(Path(root), params.name, params.branch)
-    checkpoints = [path for _, path in list_checkpoints(layout.checkpoints)]
+    layouts = list(seed_layouts(params, Path(root)).values()) or [Layout(Path(root), params.name, params.branch)]
+    summaries = [layout.train_summary for layout in layouts]  # train.seeds: each seed's run
+    checkpoints = [path for layout in layouts for _, path in list_checkpoints(layout.checkpoints)]
     return {
         "run_dir": str(run_dir),
-        "train_summary_sha256": sha256_file(layout.train_summary),
-        "outputs": file_digests([layout.train_summary, *checkpoints]),
+        "train_summary_sha256": "".join(sha256_file(summary) for summary in summaries),
+        "outputs": file_digests([*summaries, *checkpoints]),
     }
 
 

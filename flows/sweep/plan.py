@@ -29,7 +29,11 @@ from rlcore.config.sweep import SweepConfig, flatten, overrides_for, yaml_text
 from rlcore.envs.ids import check_env_id
 from rlcore.params import params_model, validate_params
 
-_RESERVED = {"name": "the sweep names each trial's folder", "seed": "set sweep.seeds instead"}
+_RESERVED = {
+    "name": "the sweep names each trial's folder",
+    "seed": "set sweep.seeds instead",
+    "train.seeds": "set sweep.seeds instead",
+}
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,8 @@ def check_space(tree: dict[str, Any], params: Params, source: str) -> None:
     ``params`` is ``tree`` validated.
     """
     sweep = params.sweep
+    if params.train.seeds is not None:  # each trial's runs are sweep.seeds' (one seed each)
+        raise ConfigError(f"{source}: train.seeds: a sweep trains each trial on sweep.seeds; set train.seeds to null")
     if not sweep.space:
         raise ConfigError(f"{source}: sweep.space: empty; declare at least one params key to search, e.g. algo.lr")
     model = params_model(params.algo.name)

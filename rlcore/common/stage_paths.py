@@ -15,10 +15,14 @@ class Layout:
     name: str = "default"
     branch: str = ""
     """``""`` for the main pipeline; e.g. ``offline`` puts reports, models and export in their own subfolders."""
+    seed: int | None = None
+    """One seed of a run with ``train.seeds``: its run directory is ``runs/<name>/seed_<seed>/``; None:
+    ``runs/<name>/``."""
 
     @property
     def run_dir(self) -> Path:
-        return self.root / "runs" / self.name
+        run = self.root / "runs" / self.name
+        return run if self.seed is None else run / f"seed_{self.seed}"
 
     @property
     def checkpoints(self) -> Path:
@@ -51,6 +55,16 @@ class Layout:
     @property
     def learning_curve_png(self) -> Path:
         return self.reports / "learning_curve.png"
+
+    @property
+    def seed_curves_png(self) -> Path:
+        """With ``train.seeds``: every seed's learning curve and their IQM band."""
+        return self.reports / "seed_curves.png"
+
+    @property
+    def performance_profile_png(self) -> Path:
+        """With ``train.seeds``: the performance profile of the seeds' test scores."""
+        return self.reports / "performance_profile.png"
 
     @property
     def settings_png(self) -> Path:

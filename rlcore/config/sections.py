@@ -27,6 +27,8 @@ _FOLDER_NAME = re.compile(r"(?!-)[A-Za-z0-9._-]{1,100}")
 MAX_TORCH_THREADS = 1024
 """The most torch threads (``torch_threads``): more only costs memory (libgomp allocates per thread)."""
 MAX_LAYERS = 100
+MAX_RUN_SEEDS = 64
+"""The most seeds one run trains (``train.seeds``): each is a complete run directory, trained one after another."""
 """The most hidden layers (``policy.hidden_sizes``); their widths are bounded by the memory check
 (``rlcore.trainers.memory_estimate``)."""
 
@@ -132,6 +134,29 @@ class TrainConfig(StrictModel):
     this run's spaces and shapes: a fresh run starts from its policy weights and observation normalizer (fresh
     optimizer and counters; ``rlcore.trainers.warm_start``). Relative to the project. A resumed run is not
     re-initialized."""
+    seeds: list[int] | None = None
+    """Null: one run with the top-level ``seed`` in ``runs/<name>/``. A list of distinct seeds in [0, 2**32) (at
+    most 64): one independent run per seed, each in ``runs/<name>/seed_<k>/`` and the same as the run with
+    ``seed: k`` (one after another in one process; the memory estimate is one run's); evaluate, select and the report
+    then cover every seed, ``reports/metrics.json`` adds each seed's test score and their aggregate, and
+    ``models/best/`` is the seed best on validation (``rlcore.stages.seeds``)."""
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: list[int] | None) -> list[int] | None:
+        if seeds is None:
+            return seeds
+        if not seeds or len(seeds) > MAX_RUN_SEEDS:
+            raise ValueError(f"expected 1 to {MAX_RUN_SEEDS} seeds (a list, e.g. [0, 1, 2]), got {len(seeds)}")
+        outside = [seed for seed in seeds if not 0 <= seed < SEED_LIMIT]
+        if outside:
+            raise ValueError(
+                f"seeds must be in [0, 2**32) (training seeds stay below the evaluation ranges), got {outside[0]}"
+            )
+        if len(set(seeds)) != len(seeds):
+            repeated = next(seed for seed in seeds if seeds.count(seed) > 1)
+            raise ValueError(f"expected distinct seeds, got {repeated} twice or more")
+        return seeds
 
     @field_validator("progress_bar", mode="before")
     @classmethod

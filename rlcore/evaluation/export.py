@@ -412,6 +412,12 @@ def model_card(
         },
         "selected_checkpoint": selection["checkpoint"],
         "selection_reason": selection["reason"],
+        # train.seeds: the seed exported (best on validation) and the aggregate of every seed's test score.
+        **(
+            {"train_seed": selection["train_seed"], "aggregate_over_seeds": selection["aggregate"]}
+            if "train_seed" in selection
+            else {}
+        ),
         "training": {
             **{key: selection[key] for key in ("step_unit", "env_steps", "gradient_steps")},
             "command": meta.get("command"),

@@ -141,6 +141,8 @@ class ReportContent:
     settings_plot: str | None = None
     baseline: list[str] | None = None
     """The report's lines on ``select.baseline_run`` (:func:`baseline_words`), or None when no baseline is named."""
+    seeds: list[str] | None = None
+    """With ``train.seeds``: the report's lines on the seeds and their aggregate (:func:`seeds_words`)."""
 
 
 def write_report(target: Path, content: ReportContent) -> None:
@@ -150,6 +152,7 @@ def write_report(target: Path, content: ReportContent) -> None:
     ``settings_plot``), the comparison with a baseline run (``baseline``) and every candidate's validation scores."""
     selection, summary = content.selection, content.summary
     lines = [f"# Run `{content.name}`: {content.algo} on {content.env_id}", "", *_score_lines(selection)]
+    lines += content.seeds or []
     if summary:
         lines += _training_lines(summary)
     lines += [f"![learning curve]({content.plot_name})", ""]
@@ -179,6 +182,49 @@ def write_report(target: Path, content: ReportContent) -> None:
         "",
     ]
     write_text(target, "\n".join(lines))
+
+
+def seeds_words(
+    across: dict[str, Any], per_seed: dict[str, dict[str, Any]], best_seed: int, curves_plot: str, profile_plot: str
+) -> list[str]:
+    """The report's lines on a run of several seeds (``train.seeds``): the aggregate of the seeds' test mean returns
+    (``rlcore.evaluation.aggregate``: IQM, mean, median, optimality gap, 95% stratified bootstrap intervals), each
+    seed's validation and test score, their learning curves with the IQM band and the performance profile; what
+    follows in the report is ``best_seed``'s (the exported one)."""
+    low, high = across["iqm_ci95"]
+    lines = [
+        f"**Across {across['num_runs']} seeds** (each seed's selected checkpoint on the test episodes; the model above "
+        f"is the seed best on validation): IQM test mean return **{across['iqm']:.1f}**, 95% CI [{low:.1f}, "
+        f"{high:.1f}] (stratified bootstrap over runs, {across['bootstrap']['resamples']} resamples); mean "
+        f"{across['mean']:.1f} [{across['mean_ci95'][0]:.1f}, {across['mean_ci95'][1]:.1f}], median "
+        f"{across['median']:.1f} [{across['median_ci95'][0]:.1f}, {across['median_ci95'][1]:.1f}]"
+        + (
+            f", optimality gap to {across['target']:g}: {across['optimality_gap']:.1f} "
+            f"[{across['optimality_gap_ci95'][0]:.1f}, {across['optimality_gap_ci95'][1]:.1f}]"
+            if across.get("optimality_gap") is not None
+            else ""
+        )
+        + ".",
+        "",
+        "| seed | selected checkpoint | validation | test mean return | test 95% CI |",
+        "|---|---|---|---|---|",
+    ]
+    for seed, record in per_seed.items():
+        test, validation = record["test"], record["validation"]
+        lines.append(
+            f"| {seed} | `{record['checkpoint']}` | {validation['metric']} {validation['value']:.2f} | "
+            f"{test['mean_return']:.1f} | [{test['ci95_low']:.1f}, {test['ci95_high']:.1f}] |"
+        )
+    return [
+        *lines,
+        "",
+        f"![every seed's learning curve and their IQM]({curves_plot})",
+        "",
+        f"![performance profile of the seeds' test scores]({profile_plot})",
+        "",
+        f"The learning curve and the checkpoints below are seed {best_seed}'s (`runs/<name>/seed_{best_seed}/`).",
+        "",
+    ]
 
 
 def _score_lines(selection: dict[str, Any]) -> list[str]:

@@ -5,7 +5,7 @@ Each stage reads only the params keys :data:`STAGE_PARAMS` lists for it (dvc.yam
 """
 
 from rlcore.stages.collect import collect_shard, collect_stage, merge_collected_shards, shard_path
-from rlcore.stages.evaluate import evaluate_checkpoint, evaluate_stage, write_evaluations
+from rlcore.stages.evaluate import checkpoints_to_evaluate, evaluate_checkpoint, evaluate_stage, write_evaluations
 from rlcore.stages.export import export_stage
 from rlcore.stages.select import select_stage
 from rlcore.stages.stage_params import STAGE_PARAMS
@@ -13,6 +13,7 @@ from rlcore.stages.train import train_stage
 
 __all__ = [
     "STAGE_PARAMS",
+    "checkpoints_to_evaluate",
     "collect_shard",
     "collect_stage",
     "evaluate_checkpoint",

@@ -22,19 +22,24 @@ from rlcore.common.seeds import describe
 from rlcore.common.stage_paths import Layout
 from rlcore.config.sections import Params
 from rlcore.envs.settings import describe_parameters
+from rlcore.evaluation.aggregate import aggregate
 from rlcore.evaluation.evaluator import SCORE_KEYS, EvalResult, episode_cap
+from rlcore.evaluation.plots import plot_performance_profile, plot_seed_curves
 from rlcore.evaluation.report import (
     ReportContent,
     baseline_words,
     plot_baseline_comparison,
     plot_learning_curve,
     plot_settings,
+    read_curve,
+    seeds_words,
     write_report,
 )
 from rlcore.evaluation.selection import select_best, view_scores
 from rlcore.evaluation.video import record_episode
 from rlcore.registry import policy_from_checkpoint
 from rlcore.stages.evaluators import close_all, declared_settings, evaluators_for, under_settings
+from rlcore.stages.seeds import run_seeds, seed_layouts
 from rlcore.stages.shared import STEP_KEYS, check_trained_on
 
 log = logging.getLogger("rlcore")
@@ -71,11 +76,29 @@ def select_stage(params: Params, root: Path) -> Path:
     torch.set_num_threads(params.torch_threads)
     layout = Layout(root, params.name, params.branch)
     evaluations = _read_evaluations(params, layout)
+    seeds = run_seeds(params)
+    if seeds is not None:
+        return _select_seeds(params, root, evaluations, seeds)
     selected = _select_and_test(params, root, evaluations)
     _save_policy(layout.best_policy, selected.checkpoint)
     selection = _selection_record(params, evaluations, selected)
     write_json(layout.selection, selection)
     write_json(layout.metrics, _metrics_record(params, selected, selection))
+    _write_report(params, root, layout, evaluations, selected, selection)
+    return layout.best
+
+
+def _write_report(
+    params: Params,
+    root: Path,
+    layout: Layout,
+    evaluations: dict[str, Any],
+    selected: Selected,
+    selection: dict[str, Any],
+    seed_lines: list[str] | None = None,
+) -> None:
+    """``reports/report.md`` and its pictures; ``layout`` is the selected run's (with ``train.seeds``: its seed's),
+    whose learning curve and train summary the report shows."""
     content = ReportContent(
         name=params.name,
         env_id=evaluations["env_id"],
@@ -88,14 +111,94 @@ def select_stage(params: Params, root: Path) -> Path:
     _plot_learning_curve(layout, content, selected.entry)
     settings_plot = _plot_settings(layout, content)
     video = _record_video(params, selected, layout.reports / "episode.gif") if params.eval.video else None
-    baseline = _baseline_comparison(params, root, f"{content.algo} on {content.env_id}", content.summary)
+    what = f"{content.algo} on {content.env_id}"
+    baseline = _baseline_comparison(params, root, what, content.summary, layout.learning_curve_tsv)
     video_name = video.name if video else None
     write_report(
         layout.report,
-        dataclasses.replace(content, video_name=video_name, settings_plot=settings_plot, baseline=baseline),
+        dataclasses.replace(
+            content, video_name=video_name, settings_plot=settings_plot, baseline=baseline, seeds=seed_lines
+        ),
     )
     log.info("selected %s", selected.reason)
+
+
+def _select_seeds(params: Params, root: Path, evaluations: dict[str, Any], seeds: list[int]) -> Path:
+    """``train.seeds``: each seed's best checkpoint on validation, scored on the test episodes; ``models/best/`` is
+    the seed whose selected checkpoint is best on validation (ties: the earlier checkpoint, then the seed listed
+    first); ``metrics.json`` and ``selection.json`` add each seed's scores and their aggregate over seeds."""
+    layout = Layout(root, params.name, params.branch)
+    per_seed: dict[int, Selected] = {}
+    for seed in seeds:
+        candidates = [entry for entry in evaluations["candidates"] if entry.get("train_seed") == seed]
+        if not candidates:
+            raise RLCoreError(f"{layout.evaluations}: no checkpoint of seed {seed}; run `rlcore evaluate` again")
+        per_seed[seed] = _select_and_test(params, root, {**evaluations, "candidates": candidates})
+    best_entry, _ = select_best(
+        [chosen.entry for chosen in per_seed.values()], params.select.metric, params.select.setting
+    )
+    best_seed = int(best_entry["train_seed"])
+    chosen = per_seed[best_seed]
+    value = view_scores(chosen.entry, params.select.setting)[params.select.metric]
+    order = "lowest" if params.select.metric.endswith("_loss") else "highest"
+    metric = params.select.metric
+    reason = (
+        f"seed {best_seed} has the {order} validation {metric} ({value:.2f}) of {len(seeds)} seeds; {chosen.reason}"
+    )
+    selected = dataclasses.replace(chosen, reason=reason)
+    seed_records = {str(seed): _seed_record(params, evaluations, one) for seed, one in per_seed.items()}
+    scores = {seed: float(one.test.result.scores()["mean_return"]) for seed, one in per_seed.items()}
+    across = aggregate(scores, params.train.target_return)
+    # `dvc metrics show` leaves lists out: each interval also as two numbers.
+    for key, (low, high) in [(key, value) for key, value in across.items() if key.endswith("_ci95")]:
+        across[f"{key}_low"], across[f"{key}_high"] = low, high
+    _save_policy(layout.best_policy, selected.checkpoint)
+    selection = {
+        **_selection_record(params, evaluations, selected),
+        "train_seed": best_seed,
+        "per_seed": seed_records,
+        "aggregate": across,
+    }
+    write_json(layout.selection, selection)
+    metrics = {
+        **_metrics_record(params, selected, selection),
+        "train_seed": best_seed,
+        "per_seed": seed_records,
+        "aggregate": across,
+    }
+    write_json(layout.metrics, metrics)
+    title = f"{selected.checkpoint.algo} on {evaluations['env_id']} ({params.name}, {len(seeds)} seeds)"
+    curves = {
+        seed: read_curve(seed_layout.learning_curve_tsv) for seed, seed_layout in seed_layouts(params, root).items()
+    }
+    unit = str(best_entry.get("step_unit", "env_steps")).replace("_", " ")
+    plot_seed_curves(
+        curves, layout.seed_curves_png, title=title, x_label=unit, y_label="periodic evaluation mean return"
+    )
+    plot_performance_profile({params.name: scores}, layout.performance_profile_png, title=f"{title}: test episodes")
+    lines = seeds_words(
+        across, seed_records, best_seed, layout.seed_curves_png.name, layout.performance_profile_png.name
+    )
+    # The learning curve and the table of checkpoints are the exported seed's.
+    of_best = {**evaluations, "candidates": [c for c in evaluations["candidates"] if c["train_seed"] == best_seed]}
+    seed_layout = Layout(root, params.name, params.branch, best_seed)
+    _write_report(params, root, seed_layout, of_best, selected, selection, lines)
     return layout.best
+
+
+def _seed_record(params: Params, evaluations: dict[str, Any], selected: Selected) -> dict[str, Any]:
+    """What ``metrics.json`` and ``selection.json`` keep of one seed: its selected checkpoint, the validation
+    score selection used and its test scores."""
+    validation = _validation_record(params, evaluations, selected.entry)
+    return {
+        "checkpoint": selected.entry["checkpoint"],
+        **{key: selected.entry[key] for key in STEP_KEYS},
+        "validation": {key: validation[key] for key in ("metric", "value") if key in validation},
+        "test": {
+            key: selected.test.result.scores()[key]
+            for key in ("mean_return", "iqm_return", "ci95_low", "ci95_high", "episodes")
+        },
+    }
 
 
 def _read_evaluations(params: Params, layout: Layout) -> dict[str, Any]:
@@ -107,6 +210,11 @@ def _read_evaluations(params: Params, layout: Layout) -> dict[str, Any]:
         raise RLCoreError(
             f"{layout.evaluations}: evaluated on {evaluations['env_id']}, params say env.id {params.env.id}; "
             "run `rlcore evaluate` again"
+        )
+    if evaluations.get("train_seeds") != run_seeds(params):
+        raise RLCoreError(
+            f"{layout.evaluations}: evaluated for other train.seeds than the params declare; run `rlcore evaluate` "
+            "again"
         )
     if evaluations.get("settings", []) != declared_settings(params):
         raise RLCoreError(
@@ -252,9 +360,12 @@ def _record_video(params: Params, selected: Selected, path: Path) -> Path | None
     return record_episode(params.env, policy, seed, params.eval.deterministic, max_steps=cap, path=path)
 
 
-def _baseline_comparison(params: Params, root: Path, what: str, summary: dict[str, Any] | None) -> list[str] | None:
-    """``select.baseline_run``: this run's learning curve beside the baseline's (``reports/baseline_comparison.png``)
-    and the report's lines on it; None when no baseline is named."""
+def _baseline_comparison(
+    params: Params, root: Path, what: str, summary: dict[str, Any] | None, curve: Path
+) -> list[str] | None:
+    """``select.baseline_run``: this run's learning curve (``curve``: with ``train.seeds``, the selected seed's)
+    beside the baseline's (``reports/baseline_comparison.png``) and the report's lines on it; None when no baseline
+    is named."""
     layout = Layout(root, params.name, params.branch)
     layout.baseline_png.unlink(missing_ok=True)  # a chart of a baseline no longer named
     name = params.select.baseline_run
@@ -266,7 +377,7 @@ def _baseline_comparison(params: Params, root: Path, what: str, summary: dict[st
     threshold = params.train.target_return
     unit = ((summary or {}).get("step_unit") or "env_steps").replace("_", " ")
     started = " (warm start)" if (summary or {}).get("initialized_from") else ""
-    curves = {f"{params.name}{started}": layout.learning_curve_tsv, name: other.learning_curve_tsv}
+    curves = {f"{params.name}{started}": curve, name: other.learning_curve_tsv}
     title = f"{what}: {params.name} and {name}"
     reached = plot_baseline_comparison(curves, threshold, unit, title, layout.baseline_png)
     return baseline_words(reached, threshold, unit, layout.baseline_png.name)

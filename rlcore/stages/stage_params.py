@@ -21,10 +21,11 @@ STAGE_PARAMS: dict[str, tuple[str, ...]] = {
         "dataset",
         "eval.max_episode_steps",  # the periodic evaluations' episode cap
     ),
-    "evaluate": ("name", "branch", "torch_threads", "env", "eval"),
+    # evaluate and select read train.seeds: which seeds' run folders they cover.
+    "evaluate": ("name", "branch", "torch_threads", "env", "eval", "train.seeds"),
     # select scores the selection on the test episodes (env, eval) and draws select.baseline_run's curve beside
-    # this run's with train.target_return as the threshold.
-    "select": ("name", "branch", "torch_threads", "env", "eval", "select", "train.target_return"),
+    # this run's with train.target_return as the threshold (and the optimality gap's target with train.seeds).
+    "select": ("name", "branch", "torch_threads", "env", "eval", "select", "train.target_return", "train.seeds"),
     "export": ("name", "branch", "torch_threads", "export"),
     "collect": ("torch_threads", "env", "collect"),
 }

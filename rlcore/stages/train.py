@@ -1,20 +1,54 @@
-"""The train stage: train into ``runs/<name>/``, with the params' file paths made relative to the project."""
+"""The train stage: train into ``runs/<name>/`` (with ``train.seeds``: each seed into ``runs/<name>/seed_<k>/``, one
+after another), with the params' file paths made relative to the project."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+from rlcore.common.errors import ConfigError
 from rlcore.common.stage_paths import Layout, project_path
 from rlcore.config.sections import Params
+from rlcore.stages.seeds import check_dvc_declares_the_seeds, run_seeds, seed_layouts, seed_params
 from rlcore.trainers import is_offline, train
+from rlcore.trainers.finished_runs import RunFinishedError, keeping_finished_runs
 from rlcore.trainers.stopping import EvaluationCallback
+
+log = logging.getLogger("rlcore")
 
 
 def train_stage(
     params: Params, root: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
 ) -> Path:
-    """Train into ``runs/<name>/``; resumes an interrupted run. Returns the run directory."""
+    """Train into ``runs/<name>/``; resumes an interrupted run. Returns the run directory.
+
+    With ``train.seeds``: seed ``k``'s run (``rlcore.stages.seeds``) into ``runs/<name>/seed_<k>/``, in the list's
+    order; a seed whose run finished with the same train params is kept, an interrupted one resumes, so a killed
+    run goes on with the seed it was training. ``resume_from`` is refused (it names one seed's checkpoint).
+    """
+    seeds = run_seeds(params)
+    if seeds is not None:
+        if resume_from is not None:
+            raise ConfigError(
+                "--resume-from: names one run's checkpoint; with train.seeds each seed resumes from its own folder "
+                "(run `rlcore train` again)"
+            )
+        check_dvc_declares_the_seeds(params, root)
+        for seed, layout in seed_layouts(params, root).items():
+            try:
+                with keeping_finished_runs():
+                    _train_one(seed_params(params, seed), root, layout, on_evaluation, None)
+            except RunFinishedError:
+                log.info("seed %d: finished in %s with these train params; kept", seed, layout.run_dir)
+        return Layout(root, params.name, params.branch).run_dir
     layout = Layout(root, params.name, params.branch)
+    _train_one(params, root, layout, on_evaluation, resume_from)
+    return layout.run_dir
+
+
+def _train_one(
+    params: Params, root: Path, layout: Layout, on_evaluation: EvaluationCallback | None, resume_from: Path | None
+) -> None:
     if is_offline(params) and not Path(params.dataset.path).is_absolute():  # the dataset, relative to the project
         params = params.model_copy(deep=True)
         params.dataset.path = str(root / params.dataset.path)
@@ -28,4 +62,3 @@ def train_stage(
         dataset = project_path(root, behavioral_cloning.dataset, "algo.behavioral_cloning.dataset")
         params.algo.behavioral_cloning.dataset = str(dataset)  # type: ignore[attr-defined]
     train(params, layout.run_dir, on_evaluation=on_evaluation, resume_from=resume_from)
-    return layout.run_dir

@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -38,6 +39,7 @@ from rlcore.common.errors import CheckpointError, RLCoreError
 from rlcore.common.files import write_json, write_text
 from rlcore.config.sections import Params
 from rlcore.evaluation.evaluator import EvalResult
+from rlcore.trainers.finished_runs import RunFinishedError, finished_runs_kept
 
 log = logging.getLogger("rlcore")
 
@@ -48,7 +50,9 @@ def train_fingerprint(params: Params, source: dict[str, Any]) -> str:
     tree = params.to_dict()
     relevant = {key: tree[key] for key in ("seed", "env", "policy", "algo")}
     relevant.update(source)
-    relevant["train"] = {k: v for k, v in tree["train"].items() if k != "progress_bar"}
+    # train.seeds: each seed's run is trained with it null and its own seed (rlcore.stages.seeds), so a seed's
+    # run has the fingerprint of the one-seed run with that seed.
+    relevant["train"] = {k: v for k, v in tree["train"].items() if k not in ("progress_bar", "seeds")}
     # Where it trains is not what it trains: a run started on a GPU machine resumes on a CPU one, and back (hashed
     # as the default, so runs from before train.device keep their fingerprint).
     relevant["train"]["device"] = "auto"
@@ -170,6 +174,11 @@ class RunLock:
             self.handle = None
 
 
+_SEED_FOLDER = re.compile(r"seed_\d+")
+"""The runs of ``train.seeds`` inside ``runs/<name>/`` (``seed_<k>/``): beside a one-seed run there, never part
+of it (never moved aside or cleared with it)."""
+
+
 class RunDirectory:
     """One run's folder. A run in it is replaced only by a run that finished: a new run that would replace one trains
     in ``runs/<name>/.next/`` and is moved into place when it finishes (its summary written). A replacement that
@@ -214,7 +223,11 @@ class RunDirectory:
         """What makes up the run in ``folder`` (checkpoints, curves, replay, summary, any other file of it)."""
         if not folder.is_dir():
             return []
-        return sorted(path for path in folder.iterdir() if path.name not in self.BOOKKEEPING)
+        return sorted(
+            path
+            for path in folder.iterdir()
+            if path.name not in self.BOOKKEEPING and not _SEED_FOLDER.fullmatch(path.name)
+        )
 
     def _holds_a_run(self) -> bool:
         """A finished run, or one with a checkpoint (readable or kept as ``*.corrupt``): worth keeping."""
@@ -258,6 +271,10 @@ class RunDirectory:
                 self._resume_step = latest.step
                 return latest
         if (self.home / "train_summary.json").exists():
+            if finished_runs_kept():
+                latest = self._latest_readable(self.home / "checkpoints")
+                if latest is not None and latest.meta.get("fingerprint") == self.fingerprint:
+                    raise RunFinishedError(self.home)
             self._start_fresh("the previous run finished; starting a fresh run")
             return None
         latest = self._latest_readable(self.home / "checkpoints")

@@ -3,11 +3,11 @@
 run of the same name byte for byte, nothing else written but the failed run's log).
 
 Sections: ``env.parameters``, ``env.curriculum``, ``eval.settings``, ``algo.reward_signals``, ``policy.memory``,
-``train.init_from``, actor and worker counts (IMPALA's ``algo.num_actors``, ES's ``algo.num_workers``), and
-``env.wrappers`` naming user code that raises at import, has a syntax error, raises in ``__init__``, is not a
-wrapper, or misbehaves mid-episode (raises in ``step`` after a few steps, returns NaN/inf or wrongly shaped
-observations, NaN rewards). Load-time cases are refused before anything starts; mid-episode ones end the run with
-one line naming the env and the step.
+``train.init_from``, ``train.seeds``, actor and worker counts (IMPALA's ``algo.num_actors``, ES's
+``algo.num_workers``), and ``env.wrappers`` naming user code that raises at import, has a syntax error, raises in
+``__init__``, is not a wrapper, or misbehaves mid-episode (raises in ``step`` after a few steps, returns NaN/inf or
+wrongly shaped observations, NaN rewards). Load-time cases are refused before anything starts; mid-episode ones
+end the run with one line naming the env and the step.
 
 ``RLCORE_FUZZ_EXAMPLES`` sets the number of examples (the suite runs 300; the issue's bar is 0 failures at 1,000:
 ``RLCORE_FUZZ_EXAMPLES=1000 pytest tests/faults/test_fuzz_newer_sections.py``).
@@ -240,6 +240,16 @@ def bad_init_from() -> st.SearchStrategy[Any]:
     )
 
 
+def bad_seeds() -> st.SearchStrategy[Any]:
+    """``train.seeds``: none, out of [0, 2**32), repeated, not integers, not a list, more than 64."""
+    return st.one_of(
+        st.sampled_from([[], [1.5], ["0"], [True], [None], [[0]], 3, "0, 1", {"a": 1}, list(range(65))]),
+        st.integers(max_value=-1).map(lambda seed: [0, seed]),
+        st.integers(min_value=2**32, max_value=2**70).map(lambda seed: [seed]),
+        st.integers(min_value=0, max_value=2**32 - 1).map(lambda seed: [seed, 7, seed]),
+    )
+
+
 def bad_worker_count() -> st.SearchStrategy[tuple[str, str, Any]]:
     """(algo, key, value): counts a type or a bound refuses, and counts no 24 GiB machine holds (~170 MiB each)."""
     count = st.one_of(st.sampled_from([0, -1, 1.5, "two", None, 10**9]), st.integers(min_value=160, max_value=256))
@@ -340,6 +350,7 @@ SECTION_VALUES = {
     "algo.reward_signals": bad_reward_signals,
     "policy.memory": bad_memory,
     "train.init_from": bad_init_from,
+    "train.seeds": bad_seeds,
 }
 """Sections of PPO's params whose bad values are refused at load, naming the section."""
 SECTIONS = (*SECTION_VALUES, "workers", "env.wrappers")

@@ -187,6 +187,26 @@ SECOND_ROUND: dict[str, tuple[list[str], tuple[str, ...]]] = {
 }
 """Bad input found by the second probe (issue 26): ``rlcore train ARGS``, and what its one line must hold."""
 
+SEEDS_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "train.seeds []": (["--set", "train.seeds=[]"], ("train.seeds:", "1 to 64 seeds", "got 0")),
+    "train.seeds negative": (["--set", "train.seeds=[0, -3]"], ("train.seeds:", "[0, 2**32)", "got -3")),
+    "train.seeds 2**32": (["--set", "train.seeds=[4294967296]"], ("train.seeds:", "[0, 2**32)", "4294967296")),
+    "train.seeds duplicated": (["--set", "train.seeds=[3, 1, 3]"], ("train.seeds:", "distinct", "got 3 twice")),
+    "train.seeds non-integer": (["--set", "train.seeds=[0, 1.5]"], ("train.seeds.1:", "integer")),
+    "train.seeds quoted": (["--set", "train.seeds=['0']"], ("train.seeds:", "string")),
+    "train.seeds a number": (["--set", "train.seeds=4"], ("train.seeds:", "list")),
+    "train.seeds 65 seeds": (
+        ["--set", "train.seeds=[" + ", ".join(str(seed) for seed in range(65)) + "]"],
+        ("train.seeds:", "1 to 64 seeds", "got 65"),
+    ),
+    "train.seeds with --resume-from": (
+        ["--set", "train.seeds=[0, 1]", "--resume-from", "runs/quick/checkpoints/step_0000004096.pt"],
+        ("--resume-from:", "train.seeds"),
+    ),
+}
+"""``train.seeds`` (issue 28): ``rlcore train ARGS``, refused before anything is written (the memory estimate is one
+run's: the seeds train one after another)."""
+
 
 HOSTILE_WRAPPERS = """
 import gymnasium as gym
@@ -230,9 +250,9 @@ def test_hostile_wrapper_is_refused_in_one_line_and_writes_only_its_error_log(
     assert snapshot(project, ignore=logs) == before, "a refused command changed the project"
 
 
-@pytest.mark.parametrize("label", list(SECOND_ROUND))
+@pytest.mark.parametrize("label", [*SECOND_ROUND, *SEEDS_CASES])
 def test_second_round_case_is_refused_in_one_line_and_writes_nothing(label: str, project: Path) -> None:
-    args, fragments = SECOND_ROUND[label]
+    args, fragments = SECOND_ROUND[label] if label in SECOND_ROUND else SEEDS_CASES[label]
     locks = tuple(f"runs/{name}/.lock" for name in FINISHED_RUNS)  # an empty lock file: --resume-from takes the lock
     before = snapshot(project, ignore=locks)
     line = assert_refused(run_in_process(["train", *args], project), *fragments)
@@ -514,6 +534,7 @@ NAME_LIKE = {
     ],
     ("env", "curriculum"): [[{"name": "a/b"}], [{"name": "x\ny"}]],
     ("algo", "name"): ["bogus", 5, ["ppo"], None],
+    ("train", "seeds"): [[], [-1], [0, 0], [2**32], [0, 1.5], [True], list(range(65))],
 }
 """Invalid values of keys whose type alone does not say what is invalid."""
 HUGE = {"n_steps": 10**12, "buffer_size": 10**12}
