@@ -5,16 +5,20 @@ resumes the seed it was training and keeps the finished ones; bad seed lists are
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
+import yaml
+from test_presets_pipeline import tiny_budget
 
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.common.files import read_json
 from tests.cli_support import assert_refused, run_in_process
-from tests.conftest import sets
+from tests.conftest import PROJECT, sets
 
 TINY = [
     "name=seeds",
@@ -64,28 +68,161 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.mark.slow
-def test_each_seed_is_the_run_with_that_seed(seeded: Path, tmp_path: Path) -> None:
-    """The independence contract: seed 1 of ``train.seeds: [0, 1]`` has the evaluations and bitwise-equal weights
-    of the one-seed run with ``seed: 1``."""
-    (tmp_path / "params.yaml").write_text((seeded / "params.yaml").read_text())
-    stage(tmp_path, "train", "seed=1")
-    stage(tmp_path, "evaluate", "seed=1")
-    single = read_json(tmp_path / "reports" / "evaluations.json")
-    several = read_json(seeded / "reports" / "evaluations.json")
+def preset_budget(preset: str, checkpoint_every: int) -> list[str]:
+    """``tests/test_presets_pipeline.tiny_budget`` of ``preset`` (its replay warm-ups and buffers shrunk), with two
+    checkpoints ``checkpoint_every`` steps apart, the first after the first update."""
+    overrides = dict(item.split("=", 1) for item in tiny_budget(yaml.safe_load((PROJECT / preset).read_text())))
+    overrides |= {"name": "seeds", "train.max_steps": str(2 * checkpoint_every)}
+    overrides |= {"train.eval_every": str(checkpoint_every), "train.log_every": str(checkpoint_every)}
+    return [f"{key}={value}" for key, value in overrides.items()]
+
+
+EQUIVALENCE: dict[str, tuple[str, list[str]]] = {
+    "ppo": ("params.yaml", TINY),  # one rollout of 16 x 32 env steps per checkpoint
+    "a2c": ("configs/a2c-cartpole.yaml", preset_budget("configs/a2c-cartpole.yaml", 256)),  # 2 updates of 128
+    # learning_starts 300, then 128 gradient steps every 256 env steps: the first at 512
+    "dqn": ("configs/dqn-cartpole.yaml", preset_budget("configs/dqn-cartpole.yaml", 600)),
+    "sac": ("configs/sac-pendulum.yaml", preset_budget("configs/sac-pendulum.yaml", 400)),  # 100 gradient steps
+    "bc": ("offline.yaml", preset_budget("offline.yaml", 50)),  # gradient steps
+}
+"""Per algorithm: the params file and the overrides of a run with two checkpoints, each after at least one update.
+PPO's is the ``seeded`` project (the whole pipeline); the others go through train and evaluate only."""
+EXPENSIVE = {"ppo"}
+"""Cases whose project costs more than a few seconds: ``slow``."""
+
+
+def preset_stage(root: Path, name: str, algo: str, *overrides: str) -> None:
+    preset, budget = EQUIVALENCE[algo]
+    outcome = run_in_process([name, "--params", preset, *sets([*budget, *overrides])], root, limit=300)
+    assert outcome.returncode == 0, outcome
+
+
+def new_project(root: Path, algo: str, dataset: Path | None) -> Path:
+    """``root`` with the case's params file (and the offline dataset for BC)."""
+    preset = EQUIVALENCE[algo][0]
+    (root / preset).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROJECT / preset, root / preset)
+    if dataset is not None:
+        (root / "data").mkdir()
+        shutil.copy(dataset, root / "data" / "dataset.parquet")
+    return root
+
+
+def reports(root: Path, algo: str) -> Path:
+    return root / "reports" / "offline" if algo == "bc" else root / "reports"
+
+
+@pytest.fixture(scope="module")
+def random_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small CartPole dataset from ``rlcore collect`` with the random policy, for BC."""
+    root = tmp_path_factory.mktemp("collect")
+    shutil.copy(PROJECT / "offline.yaml", root / "offline.yaml")
+    overrides = ["collect.policy=random", "collect.steps=1000", "collect.num_envs=4"]
+    collected = run_in_process(["collect", "--params", "offline.yaml", *sets(overrides)], root, limit=120)
+    assert collected.returncode == 0, collected
+    return root / "data" / "dataset.parquet"
+
+
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param(algo, marks=[pytest.mark.slow] if algo in EXPENSIVE else []) for algo in EQUIVALENCE],
+)
+def several_seeds(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """(algorithm, a project trained and evaluated with ``train.seeds: [0, 1]``)."""
+    algo: str = request.param
+    if algo == "ppo":
+        return algo, request.getfixturevalue("seeded")
+    dataset = request.getfixturevalue("random_dataset") if algo == "bc" else None
+    root = new_project(tmp_path_factory.mktemp(f"seeds-{algo}"), algo, dataset)
+    for name in ("train", "evaluate"):
+        preset_stage(root, name, algo, "train.seeds=[0, 1]")
+    return algo, root
+
+
+def checkpoints(run_dir: Path) -> list[Any]:
+    return [load_checkpoint(path) for _, path in list_checkpoints(run_dir / "checkpoints")]
+
+
+def assert_identical(mine: Any, theirs: Any, where: str) -> None:
+    """Equal containers, bitwise-equal tensors (dtype and shape too); ``where`` names the first difference."""
+    if isinstance(mine, torch.Tensor):
+        assert isinstance(theirs, torch.Tensor) and mine.dtype == theirs.dtype, where
+        assert torch.equal(mine, theirs), f"{where}: max difference {(mine.double() - theirs.double()).abs().max()}"
+    elif isinstance(mine, dict):
+        assert isinstance(theirs, dict) and mine.keys() == theirs.keys(), f"{where}: keys {mine.keys()} != {theirs}"
+        for key in mine:
+            assert_identical(mine[key], theirs[key], f"{where}/{key}")
+    elif isinstance(mine, list | tuple):
+        assert type(mine) is type(theirs) and len(mine) == len(theirs), where
+        for index, (item, other) in enumerate(zip(mine, theirs, strict=True)):
+            assert_identical(item, other, f"{where}[{index}]")
+    else:
+        assert mine == theirs, f"{where}: {mine!r} != {theirs!r}"
+
+
+def evaluated(candidate: dict[str, Any]) -> dict[str, Any]:
+    """An evaluation without what names its run (the folder, the seed, the file's hash: its metadata holds the
+    command and ``train.seeds``)."""
+    return {key: value for key, value in candidate.items() if key not in ("train_seed", "checkpoint", "sha256")}
+
+
+def untimed(evaluation: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in evaluation.items() if key != "wall_seconds"}
+
+
+def test_each_seed_is_the_run_with_that_seed(several_seeds: tuple[str, Path], tmp_path: Path) -> None:
+    """The independence contract, for PPO, A2C, DQN, SAC and BC: seed 1 of ``train.seeds: [0, 1]`` has the
+    evaluations of the one-seed run with ``seed: 1`` and bitwise the same checkpoints (weights, optimizer state,
+    normalizer, target networks, RNG states, counters) and replay buffer."""
+    algo, several_root = several_seeds
+    if algo == "ppo":
+        (tmp_path / "params.yaml").write_text((several_root / "params.yaml").read_text())
+        stage(tmp_path, "train", "seed=1")
+        stage(tmp_path, "evaluate", "seed=1")
+    else:
+        new_project(tmp_path, algo, several_root / "data" / "dataset.parquet" if algo == "bc" else None)
+        preset_stage(tmp_path, "train", algo, "seed=1")
+        preset_stage(tmp_path, "evaluate", algo, "seed=1")
+    single = read_json(reports(tmp_path, algo) / "evaluations.json")
+    several = read_json(reports(several_root, algo) / "evaluations.json")
     assert "train_seed" not in single["candidates"][0] and "train_seeds" not in single  # the one-seed format
     assert several["train_seeds"] == [0, 1]
     of_seed_1 = [entry for entry in several["candidates"] if entry["train_seed"] == 1]
     assert [entry["checkpoint"].split("/")[:3] for entry in of_seed_1] == [["runs", "seeds", "seed_1"]] * 2
+    assert [evaluated(entry) for entry in of_seed_1] == [evaluated(entry) for entry in single["candidates"]]
     assert scores_of(of_seed_1) == scores_of(single["candidates"])
-    ours, theirs = policy_weights(seeded / "runs" / "seeds" / "seed_1"), policy_weights(tmp_path / "runs" / "seeds")
+    ours, theirs = checkpoints(several_root / "runs" / "seeds" / "seed_1"), checkpoints(tmp_path / "runs" / "seeds")
     assert len(ours) == len(theirs) == 2
+    assert ours[0].meta["gradient_steps"] > 0, "no update before the first checkpoint: raise its step"
     for mine, single_run in zip(ours, theirs, strict=True):
-        assert mine.keys() == single_run.keys()
-        assert all(torch.equal(mine[key], single_run[key]) for key in mine)
-    # The seeds differ from each other (else equality above would prove nothing).
-    seed_0 = policy_weights(seeded / "runs" / "seeds" / "seed_0")
-    assert not all(torch.equal(seed_0[-1][key], ours[-1][key]) for key in ours[-1])
+        where = f"{algo} {mine.path.name}"
+        assert_identical(mine.tensors, single_run.tensors, where)
+        for key in ("numpy_rng", "env_steps", "gradient_steps", "updates", "validation"):
+            assert_identical(mine.meta.get(key), single_run.meta.get(key), f"{where} meta {key}")
+        curves = [[untimed(entry) for entry in run.meta["evaluations"]] for run in (mine, single_run)]
+        assert_identical(*curves, f"{where} meta evaluations")
+    replays = [
+        sorted((folder / "replay").glob("*.npz"))
+        for folder in (several_root / "runs" / "seeds" / "seed_1", tmp_path / "runs" / "seeds")
+    ]
+    assert [path.name for path in replays[0]] == [path.name for path in replays[1]]
+    assert bool(replays[0]) == (algo in ("dqn", "sac")), "replay buffers are saved beside off-policy runs"
+    for mine_file, their_file in zip(*replays, strict=True):
+        with np.load(mine_file) as mine_arrays, np.load(their_file) as their_arrays:
+            assert mine_arrays.files == their_arrays.files
+            for key in mine_arrays.files:
+                assert np.array_equal(mine_arrays[key], their_arrays[key]), f"{algo} replay {key}"
+
+
+def test_the_seeds_of_a_run_differ(several_seeds: tuple[str, Path]) -> None:
+    """Seed 0's and seed 1's first checkpoints have different weights (a seed not applied would train the same run
+    twice, and make the equality above prove nothing)."""
+    algo, root = several_seeds
+    first = [checkpoints(root / "runs" / "seeds" / f"seed_{seed}")[0].tensors["policy"] for seed in (0, 1)]
+    assert first[0].keys() == first[1].keys()
+    weights = [key for key in first[0] if key.endswith("weight")]  # biases may start at zero in both
+    assert weights, algo
+    assert not any(torch.equal(first[0][key], first[1][key]) for key in weights), algo
 
 
 @pytest.mark.slow
