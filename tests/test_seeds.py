@@ -49,10 +49,6 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     }
 
 
-def policy_weights(run_dir: Path) -> list[dict[str, torch.Tensor]]:
-    return [load_checkpoint(path).tensors["policy"] for _, path in list_checkpoints(run_dir / "checkpoints")]
-
-
 def scores_of(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{key: entry[key] for key in ("step", "env_steps", "returns", *SCORES)} for entry in candidates]
 
