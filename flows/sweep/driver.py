@@ -25,7 +25,7 @@ from optuna.trial import TrialState
 from flows.sweep.executors import TrialExecutor, default_executor
 from flows.sweep.plan import SweepPlan
 from flows.sweep.search import decode, make_sampler
-from flows.sweep.storage import study_lock
+from flows.sweep.storage import asks_are_locked, study_lock
 from flows.sweep.study import Heartbeat, SweepStudy
 from flows.sweep.trial import TrialJob, TrialResult, plan_runs, reproduce_command, run_params
 from rlcore.common.errors import RLCoreError
@@ -37,7 +37,7 @@ log = logging.getLogger("rlcore.sweep")
 def next_trial(plan: SweepPlan, study: SweepStudy, heartbeat: Heartbeat) -> TrialJob | None:
     """Ask Optuna for the next trial (a queued retry first), or None when the study has enough trials."""
     with study_lock(plan.storage, plan.study_name):
-        for number in study.recover_stale_trials(plan.sweep):
+        for number in study.recover_stale_trials(plan.sweep, asks_are_locked(plan.storage)):
             log.warning("trial %d was left running by a stopped process: failed, its params are queued again", number)
         trials = study.study.get_trials(deepcopy=False)
         finished = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)

@@ -73,6 +73,13 @@ def racing_schema_creation(create: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
+def asks_are_locked(spec: str) -> bool:
+    """True when :func:`study_lock` excludes every other asking process (journal file, SQLite, PostgreSQL, MySQL):
+    then a RUNNING trial without an owner, seen under the lock, was asked by a process that died before claiming it
+    (asking and claiming happen together under the lock)."""
+    return is_journal(spec) or spec.startswith(("sqlite", "postgresql", "mysql"))
+
+
 @contextlib.contextmanager
 def study_lock(spec: str, study_name: str) -> Iterator[None]:
     """Serializes count-then-ask between the processes of one study, so it never gets more than n_trials.

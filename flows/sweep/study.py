@@ -101,8 +101,10 @@ class SweepStudy:
             )
         )
 
-    def recover_stale_trials(self, sweep: SweepConfig) -> list[int]:
-        """Fail the RUNNING trials of dead processes and queue their params again; returns their numbers."""
+    def recover_stale_trials(self, sweep: SweepConfig, asks_are_locked: bool = False) -> list[int]:
+        """Fail the RUNNING trials of dead processes and queue their params again; returns their numbers.
+        ``asks_are_locked``: called under a study lock that every asking process holds while it asks and claims
+        (``flows.sweep.storage.asks_are_locked``), so an unclaimed RUNNING trial is a dead asker's at once."""
         if isinstance(self.storage, RDBStorage):  # Optuna's heartbeats (their callback queues the retry)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ExperimentalWarning)
@@ -110,7 +112,7 @@ class SweepStudy:
         now = time.time()
         recovered = []
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if not is_stale(trial, sweep, now):
+            if not is_stale(trial, sweep, now, unclaimed_is_stale=asks_are_locked):
                 continue
             try:
                 self.fail(trial, "its process stopped (killed?) while it was running")
@@ -168,11 +170,17 @@ def _owner_gone(record: dict[str, Any]) -> bool:
     return False
 
 
-def is_stale(trial: FrozenTrial, sweep: SweepConfig, now: float) -> bool:
+def is_stale(trial: FrozenTrial, sweep: SweepConfig, now: float, unclaimed_is_stale: bool = False) -> bool:
+    """A RUNNING trial whose owner process is gone (same host) or whose heartbeat is older than
+    ``sweep.stale_after_seconds``. One never claimed was asked for by a process that died before claiming it: stale
+    at once when ``unclaimed_is_stale`` (asking and claiming are one step under the study lock), else after
+    ``stale_after_seconds`` (a sweep that ended sooner left it RUNNING, one trial short)."""
     record = trial.system_attrs.get(OWNER)
     if trial.state != TrialState.RUNNING:
         return False
     if not isinstance(record, dict):  # asked for, but its process died before claiming it
+        if unclaimed_is_stale:
+            return True
         started = trial.datetime_start.timestamp() if trial.datetime_start else now
         return now - started > sweep.stale_after_seconds
     beat = float(trial.system_attrs.get(HEARTBEAT, 0.0))
