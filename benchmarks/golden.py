@@ -19,9 +19,9 @@ paths). What it keeps: a sha256 of every tensor of the last checkpoint and of th
 entry and one overall; the train summary, the last logged training metrics and their per-step log; the evaluations,
 selection, metrics and the model card (its evaluations and parity diffs); the collected dataset's columns.
 
-    python benchmarks/golden.py --out /work/golden/before.json            # every preset, a few minutes
+    python benchmarks/golden.py --out golden-before.json            # every preset, a few minutes
     python benchmarks/golden.py --only params.yaml configs/dqn-cartpole.yaml --out /tmp/some.json
-    python benchmarks/golden.py --compare /work/golden/before.json /work/golden/after.json
+    python benchmarks/golden.py --compare golden-before.json golden-after.json
 """
 
 from __future__ import annotations
