@@ -140,6 +140,12 @@ class TrainConfig(StrictModel):
     ``seed: k`` (one after another in one process; the memory estimate is one run's); evaluate, select and the report
     then cover every seed, ``reports/metrics.json`` adds each seed's test score and their aggregate, and
     ``models/best/`` is the seed best on validation (``rlcore.stages.seeds``)."""
+    batch_seeds: bool = True
+    """With ``train.seeds``: train the seeds together as one batched program (their networks stacked along a leading
+    dimension, one forward and one optimizer step for all) where the algorithm supports it (``batched_seeds`` in
+    its capabilities; ``rlcore.trainers.BATCHED_TRAINERS``); seed ``k`` then equals the run with ``seed: k`` up to
+    float rounding. False, or an algorithm that cannot batch: the seeds run one after another, each bitwise the run
+    with ``seed: k``. Not part of a run's fingerprint."""
 
     @field_validator("seeds")
     @classmethod

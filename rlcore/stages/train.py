@@ -10,7 +10,7 @@ from rlcore.common.errors import ConfigError
 from rlcore.common.stage_paths import Layout, project_path
 from rlcore.config.sections import Params
 from rlcore.stages.seeds import check_dvc_declares_the_seeds, run_seeds, seed_layouts, seed_params
-from rlcore.trainers import is_offline, train
+from rlcore.trainers import SeedRun, batched_trainer, is_offline, train
 from rlcore.trainers.finished_runs import RunFinishedError, keeping_finished_runs
 from rlcore.trainers.stopping import EvaluationCallback
 
@@ -34,21 +34,28 @@ def train_stage(
                 "(run `rlcore train` again)"
             )
         check_dvc_declares_the_seeds(params, root)
-        for seed, layout in seed_layouts(params, root).items():
-            try:
-                with keeping_finished_runs():
-                    _train_one(seed_params(params, seed), root, layout, on_evaluation, None)
-            except RunFinishedError:
-                log.info("seed %d: finished in %s with these train params; kept", seed, layout.run_dir)
+        batched = batched_trainer(params)
+        runs = [
+            SeedRun(seed, _project_paths(seed_params(params, seed), root), layout.run_dir)
+            for seed, layout in seed_layouts(params, root).items()
+        ]
+        if batched is not None:
+            batched(runs, on_evaluation)
+        else:
+            for run in runs:
+                try:
+                    with keeping_finished_runs():
+                        train(run.params, run.run_dir, on_evaluation=on_evaluation)
+                except RunFinishedError:
+                    log.info("seed %d: finished in %s with these train params; kept", run.seed, run.run_dir)
         return Layout(root, params.name, params.branch).run_dir
     layout = Layout(root, params.name, params.branch)
-    _train_one(params, root, layout, on_evaluation, resume_from)
+    train(_project_paths(params, root), layout.run_dir, on_evaluation=on_evaluation, resume_from=resume_from)
     return layout.run_dir
 
 
-def _train_one(
-    params: Params, root: Path, layout: Layout, on_evaluation: EvaluationCallback | None, resume_from: Path | None
-) -> None:
+def _project_paths(params: Params, root: Path) -> Params:
+    """``params`` with the files they name (dataset, warm start, demonstrations) made relative to the project."""
     if is_offline(params) and not Path(params.dataset.path).is_absolute():  # the dataset, relative to the project
         params = params.model_copy(deep=True)
         params.dataset.path = str(root / params.dataset.path)
@@ -61,4 +68,4 @@ def _train_one(
         params = params.model_copy(deep=True)
         dataset = project_path(root, behavioral_cloning.dataset, "algo.behavioral_cloning.dataset")
         params.algo.behavioral_cloning.dataset = str(dataset)  # type: ignore[attr-defined]
-    train(params, layout.run_dir, on_evaluation=on_evaluation, resume_from=resume_from)
+    return params

@@ -6,6 +6,7 @@ May import: ``rlcore.workers`` and every layer below it; not ``rlcore.stages`` o
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +54,35 @@ def train(
 def is_offline(params: Params) -> bool:
     """Whether ``params`` train from a dataset (the offline family) rather than from env steps."""
     return issubclass(algorithm_class(params.algo.name), OfflineAlgorithm)
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """One seed of a run with ``train.seeds``: the one-seed run's params (``seed: k``, ``train.seeds: null``) and
+    its run directory ``runs/<name>/seed_<k>/``."""
+
+    seed: int
+    params: Params
+    run_dir: Path
+
+
+SeedsTrainer = Callable[[list[SeedRun], EvaluationCallback | None], None]
+"""Trains several seeds' runs together, each into its own run directory. A seed whose run folder holds a finished run
+with the same train params is kept (construct its session inside ``keeping_finished_runs()`` and skip it on
+``RunFinishedError``); an interrupted one resumes."""
+
+BATCHED_TRAINERS: dict[type[Algorithm[Any, Any]], SeedsTrainer] = {}
+"""Family -> its trainer of several seeds as one batched program; used for algorithms with ``batched_seeds`` in their
+capabilities when ``train.batch_seeds`` is true."""
+
+
+def batched_trainer(params: Params) -> SeedsTrainer | None:
+    """The batched trainer of ``params``' seeds, or None when they run one after another (``train.batch_seeds``
+    false, or an algorithm without ``batched_seeds``)."""
+    algo_cls = algorithm_class(params.algo.name)
+    if not params.train.batch_seeds or "batched_seeds" not in algo_cls.capabilities:
+        return None
+    for family, trainer in BATCHED_TRAINERS.items():
+        if issubclass(algo_cls, family):
+            return trainer
+    return None

@@ -52,7 +52,7 @@ def train_fingerprint(params: Params, source: dict[str, Any]) -> str:
     relevant.update(source)
     # train.seeds: each seed's run is trained with it null and its own seed (rlcore.stages.seeds), so a seed's
     # run has the fingerprint of the one-seed run with that seed.
-    relevant["train"] = {k: v for k, v in tree["train"].items() if k not in ("progress_bar", "seeds")}
+    relevant["train"] = {k: v for k, v in tree["train"].items() if k not in ("progress_bar", "seeds", "batch_seeds")}
     # Where it trains is not what it trains: a run started on a GPU machine resumes on a CPU one, and back (hashed
     # as the default, so runs from before train.device keep their fingerprint).
     relevant["train"]["device"] = "auto"
