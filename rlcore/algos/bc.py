@@ -4,16 +4,21 @@ For each gradient step on a dataset batch (s, a):
     Discrete actions:  L = cross-entropy(logits(s), a)
     Box actions:       L = -log N(a; mu(s), sigma)   (``loss: nll``)   or   ||mu(s) - a||^2   (``loss: mse``)
 Validation (held-out episodes): the same loss, and action accuracy (discrete) or mean absolute error (Box).
+
+The loss (:func:`bc_loss`) is written on the policy's action scores with every mean over the samples' axis, so the
+same arithmetic serves one seed and N seeds stacked along a leading axis (``rlcore.trainers.offline_seeds``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 from pydantic import Field
+from torch.distributions import Normal
 
 from rlcore.algos.base import OfflineAlgorithm, OfflineConfig
 from rlcore.config.sections import PolicyConfig
@@ -29,16 +34,41 @@ class BCConfig(OfflineConfig):
     weight_decay: float = Field(0.0, ge=0)
 
 
+def bc_loss(
+    scores: torch.Tensor, actions: torch.Tensor, log_std: torch.Tensor | None, loss: Literal["nll", "mse"]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, quality) of the action scores of one seed or of N seeds at once: each (*S,), a mean over the B samples.
+
+    ``scores``: (*S, B, action_dim), the logits (Discrete actions; ``log_std`` None) or the Gaussian means (Box);
+    ``actions``: (*S, B) int64 or (*S, B, *action_shape); ``log_std``: the Gaussian's, broadcastable against
+    ``scores`` ((action_dim,) for one seed, (N, 1, action_dim) for N). ``*S`` is () for one seed, (N,) for N.
+    Quality: accuracy (Discrete), mean absolute error of the mean (Box)."""
+    if log_std is None:
+        per_sample = F.cross_entropy(scores.flatten(0, -2), actions.flatten(), reduction="none")
+        return per_sample.view(actions.shape).mean(-1), (scores.argmax(-1) == actions).float().mean(-1)
+    target = actions.reshape(scores.shape)
+    error = (scores.detach() - target).abs().mean((-2, -1))
+    if loss == "mse":
+        return (scores - target).square().mean((-2, -1)), error
+    normal = Normal(scores, log_std.exp().expand_as(scores), validate_args=False)
+    return -normal.log_prob(target).sum(-1).mean(-1), error
+
+
+def bc_optimizer(parameters: Iterable[torch.Tensor], config: BCConfig) -> torch.optim.AdamW:
+    """BC's optimizer over ``parameters``: one policy's, or N seeds' stacked (AdamW is elementwise, so one fused
+    AdamW over stacked tensors steps every seed exactly as its own would, as long as they all step together)."""
+    return torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay, fused=True)
+
+
 class BC(OfflineAlgorithm[BCConfig, Policy]):
     name = "bc"
     Config = BCConfig
     action_spaces = (spaces.Discrete, spaces.Box)
+    capabilities = frozenset({"batched_seeds"})
 
     def __init__(self, policy: Policy, config: BCConfig) -> None:
         super().__init__(policy, config)
-        self.optimizer = torch.optim.AdamW(
-            policy.parameters(), lr=config.lr, weight_decay=config.weight_decay, fused=True
-        )
+        self.optimizer = bc_optimizer(policy.parameters(), config)
 
     @staticmethod
     def make_policy(
@@ -47,17 +77,11 @@ class BC(OfflineAlgorithm[BCConfig, Policy]):
         return stochastic_actor(observation_space, action_space, config)
 
     def loss(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(loss, quality): quality is accuracy for discrete actions, mean absolute error for Box actions."""
-        if self.policy.discrete:
-            logits = self.policy.act_scores(obs)
-            return F.cross_entropy(logits, actions), (logits.argmax(-1) == actions).float().mean()
-        dist = self.policy.distribution(obs)
-        mean = dist.mean
-        target = actions.reshape(mean.shape)
-        error = (mean.detach() - target).abs().mean()
-        if self.config.loss == "mse":
-            return F.mse_loss(mean, target), error
-        return -dist.log_prob(target).mean(), error
+        """(loss, quality) of ``obs`` (B, *obs_shape) and ``actions``: quality is accuracy for discrete actions, mean
+        absolute error for Box actions."""
+        log_std = None if self.policy.discrete else self.policy.log_std
+        assert log_std is None or isinstance(log_std, torch.Tensor)  # GaussianActor's parameter
+        return bc_loss(self.policy.act_scores(obs), actions, log_std, self.config.loss)
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         loss, quality = self.loss(batch["obs"], batch["actions"])

@@ -23,12 +23,18 @@ def train_offline(
 ) -> dict[str, Any]:
     """Train ``params.algo`` (an offline algorithm) on ``params.dataset`` into ``run_dir``."""
     with TrainingSession(params, run_dir, on_evaluation, resume_from, DatasetSource) as session:
-        cfg = params.algo
-        assert isinstance(cfg, OfflineConfig) and isinstance(session.algorithm, OfflineAlgorithm)
-        algorithm, state, source = session.algorithm, session.state, session.source
-        stop_reason = session.stops.budget(state)
-        while stop_reason is None:
-            batch = source.batch(state.gradient_steps, session.rng, cfg.batch_size)
-            session.after_update(algorithm.update(batch, session.progress_fraction))
-            stop_reason = session.checkpoint_due_or_stop()
-        return session.finish(stop_reason)
+        return run_offline(session)
+
+
+def run_offline(session: TrainingSession[DatasetSource]) -> dict[str, Any]:
+    """The loop of an open session, to its end: gradient steps on the source's minibatches, evaluations and
+    checkpoints when due, until a stop condition. Returns the train summary."""
+    cfg = session.params.algo
+    assert isinstance(cfg, OfflineConfig) and isinstance(session.algorithm, OfflineAlgorithm)
+    algorithm, state, source = session.algorithm, session.state, session.source
+    stop_reason = session.stops.budget(state)
+    while stop_reason is None:
+        batch = source.batch(state.gradient_steps, session.rng, cfg.batch_size)
+        session.after_update(algorithm.update(batch, session.progress_fraction))
+        stop_reason = session.checkpoint_due_or_stop()
+    return session.finish(stop_reason)
