@@ -79,10 +79,12 @@ EQUIVALENCE: dict[str, tuple[str, list[str]]] = {
     # learning_starts 300, then 128 gradient steps every 256 env steps: the first at 512
     "dqn": ("configs/dqn-cartpole.yaml", preset_budget("configs/dqn-cartpole.yaml", 600)),
     "sac": ("configs/sac-pendulum.yaml", preset_budget("configs/sac-pendulum.yaml", 400)),  # 100 gradient steps
-    "bc": ("offline.yaml", preset_budget("offline.yaml", 50)),  # gradient steps
+    # gradient steps; one after another: batched (tests/test_seeds_batched_offline.py) is equal within float32 ulps
+    "bc": ("offline.yaml", [*preset_budget("offline.yaml", 50), "train.batch_seeds=false"]),
 }
 """Per algorithm: the params file and the overrides of a run with two checkpoints, each after at least one update.
-PPO's is the ``seeded`` project (the whole pipeline); the others go through train and evaluate only."""
+PPO's is the ``seeded`` project (the whole pipeline); the others go through train and evaluate only. Bitwise
+equality holds for seeds trained one after another (``train.batch_seeds: false`` where the algorithm batches)."""
 EXPENSIVE = {"ppo"}
 """Cases whose project costs more than a few seconds: ``slow``."""
 
