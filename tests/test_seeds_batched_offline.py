@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import yaml
+from test_seeds import assert_identical
 
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.common.files import read_json
 from rlcore.config.sections import Params
 from rlcore.params import validate_params
 from rlcore.stages import collect_stage, train_stage
+from rlcore.trainers import offline_seeds
+from rlcore.trainers.sources import DatasetSource
 from tests.conftest import PROJECT
 
 RTOL, ATOL = 1e-5, 1e-6
@@ -55,13 +59,35 @@ def bc_params(case: str, **changes: Any) -> Params:
     return validate_params(tree)
 
 
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """A case's random-policy dataset (collected once per module): ``datasets(case)`` is its Parquet file."""
+    collected: dict[str, Path] = {}
+
+    def dataset(case: str) -> Path:
+        if case not in collected:
+            root = tmp_path_factory.mktemp(f"dataset-{case}")
+            collected[case] = collect_stage(bc_params(case), root)
+        return collected[case]
+
+    return dataset
+
+
+def new_project(root: Path, dataset: Path) -> Path:
+    """``root`` with ``dataset`` where offline.yaml's ``dataset.path`` points."""
+    (root / "data").mkdir(parents=True)
+    shutil.copy(dataset, root / "data" / "dataset.parquet")
+    return root
+
+
 @pytest.fixture(scope="module", params=list(CASES))
-def project(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+def project(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, datasets: Callable[[str], Path]
+) -> tuple[str, Path]:
     """(case, a project with a random-policy dataset and ``train.seeds: [0, 1, 2]`` trained batched into
     ``runs/batched`` and one after another into ``runs/single``)."""
     case: str = request.param
-    root = tmp_path_factory.mktemp(f"batched-{case}")
-    collect_stage(bc_params(case), root)
+    root = new_project(tmp_path_factory.mktemp(f"batched-{case}"), datasets(case))
     train_stage(bc_params(case, train={"seeds": [0, 1, 2]}), root)
     train_stage(bc_params(case, name="single", train={"seeds": [0, 1, 2], "batch_seeds": False}), root)
     return case, root
@@ -134,9 +160,7 @@ def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(
     keeps seed 0 as it was and ends seeds 1 and 2 (at different steps: two cohorts) where the uninterrupted run
     ended them."""
     case, original = project
-    root = tmp_path  # a run's fingerprint holds its dataset's path: trained here, not copied
-    (root / "data").mkdir()
-    shutil.copy(original / "data" / "dataset.parquet", root / "data" / "dataset.parquet")
+    root = new_project(tmp_path, original / "data" / "dataset.parquet")  # a fingerprint holds the dataset's path
     train_stage(bc_params(case, train={"seeds": [0, 1, 2]}), root)
     run = root / "runs" / "batched"
     for seed, kept in ((1, 2), (2, 1)):
@@ -155,3 +179,57 @@ def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(
         uninterrupted = checkpoints(original / "runs" / "batched" / f"seed_{seed}")[-1]
         differences(resumed.tensors, uninterrupted.tensors, f"{case} seed {seed}")
         assert resumed.meta["numpy_rng"] == uninterrupted.meta["numpy_rng"]
+
+
+def test_a_step_where_some_seeds_loss_is_not_finite_is_skipped_by_those_seeds_only(
+    datasets: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A NaN in seed 1's minibatch at gradient step 10 and in seed 2's at steps 10 and 11: those seeds skip those
+    steps (their optimizers then count fewer steps: the seeds train on in three cohorts), as the unbatched runs
+    skip them."""
+    root = new_project(tmp_path, datasets("discrete"))
+    start, draw = DatasetSource.__init__, DatasetSource.batch
+    poisoned_steps = {0: (), 1: (10,), 2: (10, 11)}
+
+    def started(self: DatasetSource, params: Params, *spaces: Any) -> None:
+        start(self, params, *spaces)
+        self.poisoned_steps = poisoned_steps[params.seed]  # type: ignore[attr-defined]
+
+    def poisoned(self: DatasetSource, step: int, rng: Any, batch_size: int) -> dict[str, torch.Tensor]:
+        batch = draw(self, step, rng, batch_size)
+        if step in self.poisoned_steps:  # type: ignore[attr-defined]
+            batch["obs"][0, 0] = float("nan")
+        return batch
+
+    monkeypatch.setattr(DatasetSource, "__init__", started)
+    monkeypatch.setattr(DatasetSource, "batch", poisoned)
+    train = {"seeds": [0, 1, 2], "max_steps": 30}
+    train_stage(bc_params("discrete", train=train), root)
+    train_stage(bc_params("discrete", name="single", train={**train, "batch_seeds": False}), root)
+    adam_steps = []
+    for seed in (0, 1, 2):
+        (mine,) = checkpoints(root / "runs" / "batched" / f"seed_{seed}")
+        (single,) = checkpoints(root / "runs" / "single" / f"seed_{seed}")
+        differences(mine.tensors, single.tensors, f"seed {seed}")
+        adam_steps.append(int(mine.tensors["algorithm"]["optimizer"]["state"][0]["step"]))
+    assert adam_steps == [30, 29, 28]
+
+
+def test_seeds_out_of_the_batched_scope_train_one_after_another(
+    datasets: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """When the seeds cannot share a gradient step, the opened seeds train one after another, said in one log line,
+    bitwise as with ``train.batch_seeds: false``."""
+    root = new_project(tmp_path, datasets("discrete"))
+    monkeypatch.setattr(offline_seeds, "_not_batchable", lambda session: "a reason")
+    train = {"seeds": [0, 1], "max_steps": 30}
+    with caplog.at_level(logging.INFO, logger="rlcore"):
+        train_stage(bc_params("discrete", train=train), root)
+    assert "train.seeds: a reason; training the seeds one after another" in caplog.text
+    assert "as one batched program" not in caplog.text
+    train_stage(bc_params("discrete", name="single", train={**train, "batch_seeds": False}), root)
+    for seed in (0, 1):
+        (mine,) = checkpoints(root / "runs" / "batched" / f"seed_{seed}")
+        (single,) = checkpoints(root / "runs" / "single" / f"seed_{seed}")
+        assert_identical(mine.tensors, single.tensors, f"seed {seed}")
+        assert mine.meta["validation"] == single.meta["validation"]

@@ -176,7 +176,8 @@ class _Cohort:
         self.head = "logits" if self.discrete else "mean"
         self.quality = "accuracy" if self.discrete else "mean_abs_error"
         self.stepped_apart = False
-        """Whether the last step was taken seed by seed (a loss was not finite)."""
+        """Whether the last step was taken seed by seed (a loss was not finite): the sessions hold the seeds' state,
+        and the seeds are regrouped by their step counts."""
         self._stack()
 
     def _stack(self) -> None:
@@ -186,6 +187,7 @@ class _Cohort:
         own = [seed.algorithm.optimizer.state_dict()["state"] for seed in self.seeds]
         if not own[0]:
             return  # no step taken yet
+        assert all(torch.equal(state[0]["step"], own[0][0]["step"]) for state in own), "a cohort's step counts differ"
         stacked = self.optimizer.state_dict()
         stacked["state"] = {
             index: {
@@ -207,8 +209,7 @@ class _Cohort:
         scores = self.stacked.mlp(self.head, features)
         log_std = None if self.discrete else self.stacked.params["log_std"].unsqueeze(1)
         losses, quality = bc_loss(scores, actions, log_std, self.config.loss)
-        self.stepped_apart = not bool(torch.isfinite(losses).all())
-        if self.stepped_apart:  # the seeds' optimizer step counts may differ from here on: regroup them
+        if not bool(torch.isfinite(losses).all()):  # the seeds' optimizer step counts may differ from here on
             return self._one_at_a_time(batches)
         self.optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()
@@ -224,16 +225,18 @@ class _Cohort:
     def _one_at_a_time(self, batches: list[dict[str, torch.Tensor]]) -> list[dict[str, float]]:
         for index in range(len(self.seeds)):
             self.write_back(index)
-        metrics = [
+        self.stepped_apart = True
+        return [
             seed.algorithm.update(batch, seed.session.progress_fraction)
             for seed, batch in zip(self.seeds, batches, strict=True)
         ]
-        self._stack()
-        return metrics
 
     @torch.no_grad()
     def write_back(self, index: int) -> None:
-        """Seed ``index``'s weights into its session's policy, its moments and step count into its own AdamW."""
+        """Seed ``index``'s weights into its session's policy, its moments and step count into its own AdamW (after a
+        step taken seed by seed, the sessions hold them already: the cohort is stale until regrouped)."""
+        if self.stepped_apart:
+            return
         session = self.seeds[index].session
         for name, param in session.policy.named_parameters():
             param.copy_(self.stacked.params[name][index])
