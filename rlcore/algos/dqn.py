@@ -12,6 +12,7 @@ Acting: epsilon-greedy, epsilon annealed linearly over the first exploration_fra
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from typing import Literal
 
 import torch
@@ -42,11 +43,12 @@ class DQN(OffPolicyAlgorithm[DQNConfig, QPolicy]):
     name = "dqn"
     Config = DQNConfig
     action_spaces = (spaces.Discrete,)
+    capabilities = frozenset({"batched_seeds"})
 
     def __init__(self, policy: QPolicy, config: DQNConfig) -> None:
         super().__init__(policy, config)
         self.target = copy.deepcopy(policy).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, fused=True)
+        self.optimizer = dqn_optimizer(policy.parameters(), config)
 
     @staticmethod
     def make_policy(
@@ -66,18 +68,40 @@ class DQN(OffPolicyAlgorithm[DQNConfig, QPolicy]):
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         cfg = self.config
-        q = self.policy.act_scores(batch["obs"]).gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
         with torch.no_grad():
-            next_q_target = self.target.act_scores(batch["next_obs"])
-            if cfg.double_dqn:
-                next_actions = self.policy.act_scores(batch["next_obs"]).argmax(dim=1, keepdim=True)
-                next_q = next_q_target.gather(1, next_actions).squeeze(1)
-            else:
-                next_q = next_q_target.max(dim=1).values
-            td_target = batch["rewards"] + batch["discounts"] * next_q
-        loss = F.smooth_l1_loss(q, td_target)
+            next_target = self.target.act_scores(batch["next_obs"])
+            next_online = self.policy.act_scores(batch["next_obs"]) if cfg.double_dqn else None
+        loss, q = dqn_loss(self.policy.act_scores(batch["obs"]), next_online, next_target, batch)
         self.optimizer_step(self.optimizer, loss, self.policy.parameters(), cfg.max_grad_norm)
         self.gradient_steps += 1
         if self.gradient_steps % cfg.target_update_interval == 0:
             polyak_update(self.target, self.policy, cfg.tau)
         return {"loss": loss.item(), "q_mean": q.mean().item(), "epsilon": self.epsilon(progress)}
+
+
+def dqn_loss(
+    q_values: torch.Tensor,
+    next_online: torch.Tensor | None,
+    next_target: torch.Tensor,
+    batch: dict[str, torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss (*S,), Q(s, a) (*S, B)) of one seed's batch or of N seeds' at once (``*S`` = () or (N,)).
+
+    ``q_values``: Q(s, .) (*S, B, n_actions); ``next_target``: Q_target(s', .), same shape; ``next_online``: the
+    online net's Q(s', .) (double DQN picks a* with it) or None (plain DQN: the target's max). ``batch``:
+    ``actions`` (*S, B) int64, ``rewards`` and ``discounts`` (*S, B). The loss is the Huber loss's mean over the B
+    samples."""
+    q = q_values.gather(-1, batch["actions"].unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        if next_online is not None:
+            next_q = next_target.gather(-1, next_online.argmax(dim=-1, keepdim=True)).squeeze(-1)
+        else:
+            next_q = next_target.max(dim=-1).values
+        td_target = batch["rewards"] + batch["discounts"] * next_q
+    return F.smooth_l1_loss(q, td_target, reduction="none").mean(-1), q
+
+
+def dqn_optimizer(parameters: Iterable[torch.Tensor], config: DQNConfig) -> torch.optim.Adam:
+    """DQN's optimizer over ``parameters``: one policy's, or N seeds' stacked (Adam is elementwise: one fused Adam
+    over stacked tensors steps every seed as its own would, as long as they all step together)."""
+    return torch.optim.Adam(parameters, lr=config.lr, fused=True)

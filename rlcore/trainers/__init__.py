@@ -22,6 +22,7 @@ from rlcore.config.sections import Params
 from rlcore.registry import algorithm_class
 from rlcore.trainers.actor_learner import train_actor_learner
 from rlcore.trainers.off_policy import train_off_policy
+from rlcore.trainers.off_policy_seeds import train_off_policy_seeds
 from rlcore.trainers.offline import train_offline
 from rlcore.trainers.offline_seeds import train_offline_seeds
 from rlcore.trainers.on_policy import train_on_policy
@@ -74,6 +75,7 @@ with the same train params is kept (construct its session inside ``keeping_finis
 
 BATCHED_TRAINERS: dict[type[Algorithm[Any, Any]], SeedsTrainer] = {
     OfflineAlgorithm: train_offline_seeds,  # type: ignore[type-abstract]
+    OffPolicyAlgorithm: train_off_policy_seeds,  # type: ignore[type-abstract]
 }
 """Family -> its trainer of several seeds as one batched program; used for algorithms with ``batched_seeds`` in their
 capabilities when ``train.batch_seeds`` is true."""

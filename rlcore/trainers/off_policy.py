@@ -31,44 +31,70 @@ def train_off_policy(
 ) -> dict[str, Any]:
     """Train ``params.algo`` (a replay-based algorithm) into ``run_dir``; returns the train summary."""
     with TrainingSession(params, run_dir, on_evaluation, resume_from, ReplaySource) as session:
-        cfg = params.algo
-        assert isinstance(cfg, OffPolicyConfig) and isinstance(session.algorithm, OffPolicyAlgorithm)
-        policy, algorithm, state = session.policy, session.algorithm, session.state
-        stepper, replay = session.source.stepper, session.source.replay
-        num_envs = params.env.num_envs
-        session.source.reset(state.env_steps)
-        collected_since_update, gradient_credit = 0, 0.0
-        stop_reason = session.stops.budget(state)
-        while stop_reason is None:
-            if state.env_steps < cfg.learning_starts:
-                actions = random_actions(session.action_space, num_envs, session.rng)
-            else:
-                obs_t = obs_tensor(stepper.obs)
-                actions = algorithm.explore(obs_t, session.progress_fraction, session.generator).numpy()
-            steps_before = state.env_steps
-            step = stepper.step(actions)
-            replay.add(
-                step.obs,
-                step.actions,
-                step.rewards.astype(np.float32),
-                step.next_obs,
-                step.terminated,
-                step.truncated,
-                step.valid,
-            )
-            session.episodes.step(step.rewards, step.valid, step.ended)
-            session.after_env_steps(num_envs)
+        return run_off_policy(session)
 
-            if len(replay) >= cfg.batch_size:  # env steps from learning_starts on earn gradient steps
-                collected_since_update += max(0, state.env_steps - max(steps_before, cfg.learning_starts))
-            if collected_since_update >= cfg.train_freq:
-                gradient_credit += collected_since_update * cfg.gradient_steps_per_sample
-                collected_since_update = 0
-                if policy.obs_normalizer.enabled:
-                    policy.obs_normalizer.update(torch.as_tensor(replay.sample(1024, session.rng)["obs"]))
-                for _ in range(int(gradient_credit)):
-                    batch = replay.sample(cfg.batch_size, session.rng)
-                    session.after_update(algorithm.update(batch, session.progress_fraction))
-                gradient_credit -= int(gradient_credit)
-            stop_reason = session.checkpoint_due_or_stop()
-        return session.finish(stop_reason)
+
+def run_off_policy(session: TrainingSession[ReplaySource]) -> dict[str, Any]:
+    """The loop of an open session, to its end: act and store, gradient steps when due, evaluations and
+    checkpoints when due, until a stop condition. Returns the train summary."""
+    algorithm, collector = session.algorithm, Collector(session)
+    assert isinstance(algorithm, OffPolicyAlgorithm)
+    stop_reason = session.stops.budget(session.state)
+    while stop_reason is None:
+        for _ in range(collector.step()):
+            session.after_update(algorithm.update(collector.sample(), session.progress_fraction))
+        stop_reason = session.checkpoint_due_or_stop()
+    return session.finish(stop_reason)
+
+
+class Collector:
+    """A session's acting and storing, and the gradient steps it earns (the module docstring's schedule)."""
+
+    def __init__(self, session: TrainingSession[ReplaySource]) -> None:
+        cfg = session.params.algo
+        assert isinstance(cfg, OffPolicyConfig) and isinstance(session.algorithm, OffPolicyAlgorithm)
+        self.session, self.config, self.algorithm = session, cfg, session.algorithm
+        session.source.reset(session.state.env_steps)
+        self.collected_since_update, self.gradient_credit = 0, 0.0
+
+    def step(self) -> int:
+        """One vector step of the envs into the replay; the gradient steps due now (0 between update phases). The
+        observation normalizer takes a replay sample at the start of each phase."""
+        session, cfg, state = self.session, self.config, self.session.state
+        stepper, replay = session.source.stepper, session.source.replay
+        num_envs = session.params.env.num_envs
+        if state.env_steps < cfg.learning_starts:
+            actions = random_actions(session.action_space, num_envs, session.rng)
+        else:
+            obs_t = obs_tensor(stepper.obs)
+            actions = self.algorithm.explore(obs_t, session.progress_fraction, session.generator).numpy()
+        steps_before = state.env_steps
+        step = stepper.step(actions)
+        replay.add(
+            step.obs,
+            step.actions,
+            step.rewards.astype(np.float32),
+            step.next_obs,
+            step.terminated,
+            step.truncated,
+            step.valid,
+        )
+        session.episodes.step(step.rewards, step.valid, step.ended)
+        session.after_env_steps(num_envs)
+
+        if len(replay) >= cfg.batch_size:  # env steps from learning_starts on earn gradient steps
+            self.collected_since_update += max(0, state.env_steps - max(steps_before, cfg.learning_starts))
+        if self.collected_since_update < cfg.train_freq:
+            return 0
+        self.gradient_credit += self.collected_since_update * cfg.gradient_steps_per_sample
+        self.collected_since_update = 0
+        policy = session.policy
+        if policy.obs_normalizer.enabled:
+            policy.obs_normalizer.update(torch.as_tensor(replay.sample(1024, session.rng)["obs"]))
+        due = int(self.gradient_credit)
+        self.gradient_credit -= due
+        return due
+
+    def sample(self) -> dict[str, torch.Tensor]:
+        """A replay batch for one gradient step, drawn with the session's generator."""
+        return self.session.source.replay.sample(self.config.batch_size, self.session.rng)

@@ -31,22 +31,26 @@ log line. BC trains on the CPU in fp32 only (no ``cuda`` or ``precision`` capabi
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from rlcore.algos.bc import BC, BCConfig, bc_loss, bc_optimizer
-from rlcore.config.sections import Params
 from rlcore.nets.policies import CategoricalActor, GaussianActor
 from rlcore.nets.stacked import StackedPolicies
-from rlcore.trainers.finished_runs import RunFinishedError, keeping_finished_runs
 from rlcore.trainers.offline import run_offline
+from rlcore.trainers.seed_sessions import (
+    SeedRunLike,
+    SeedSession,
+    abandoned_on_error,
+    open_seed_sessions,
+    optimizer_steps,
+    stack_optimizer_states,
+    unstack_optimizer_state,
+)
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import DatasetSource
 from rlcore.trainers.stopping import EvaluationCallback
@@ -54,60 +58,24 @@ from rlcore.trainers.stopping import EvaluationCallback
 log = logging.getLogger("rlcore")
 
 
-class SeedRunLike(Protocol):
-    """What this trainer reads of a ``rlcore.trainers.SeedRun`` (that package imports this module)."""
-
-    @property
-    def seed(self) -> int: ...
-    @property
-    def params(self) -> Params: ...
-    @property
-    def run_dir(self) -> Path: ...
+def _algorithm(seed: SeedSession[DatasetSource]) -> BC:
+    algorithm = seed.session.algorithm
+    assert isinstance(algorithm, BC)  # checked once by _not_batchable
+    return algorithm
 
 
-@dataclass
-class _Seed:
-    """One seed's open session, and the state of torch's global generator as its own run would have it."""
-
-    seed: int
-    session: TrainingSession[DatasetSource]
-    torch_rng: torch.Tensor
-    finished: bool = False
-
-    @contextlib.contextmanager
-    def own_rng(self) -> Iterator[None]:
-        """Torch's global generator in this seed's state for the block (its checkpoints save it)."""
-        other = torch.get_rng_state()
-        torch.set_rng_state(self.torch_rng)
-        try:
-            yield
-        finally:
-            self.torch_rng = torch.get_rng_state()
-            torch.set_rng_state(other)
-
-    @property
-    def algorithm(self) -> BC:
-        algorithm = self.session.algorithm
-        assert isinstance(algorithm, BC)  # checked once by _not_batchable
-        return algorithm
-
-    def batch(self) -> dict[str, torch.Tensor]:
-        """The seed's next minibatch, drawn as its unbatched run draws it."""
-        session = self.session
-        batch_size: int = session.params.algo.batch_size  # type: ignore[attr-defined]  # every offline config has one
-        return session.source.batch(session.state.gradient_steps, session.rng, batch_size)
-
-    def finish(self, reason: str) -> None:
-        with self.own_rng():
-            self.session.finish(reason)
-        self.finished = True
+def _batch(seed: SeedSession[DatasetSource]) -> dict[str, torch.Tensor]:
+    """The seed's next minibatch, drawn as its unbatched run draws it."""
+    session = seed.session
+    batch_size: int = session.params.algo.batch_size  # type: ignore[attr-defined]  # every offline config has one
+    return session.source.batch(session.state.gradient_steps, session.rng, batch_size)
 
 
 def train_offline_seeds(runs: Sequence[SeedRunLike], on_evaluation: EvaluationCallback | None) -> None:
     """Train the seeds' BC runs (each into its ``run_dir``) as one batched program; a seed whose folder holds its
     finished run with the same train params is kept, an interrupted one resumes from its latest checkpoint."""
-    seeds = _open(runs, on_evaluation)
-    with _abandoned_on_error(seeds):
+    seeds = open_seed_sessions(runs, on_evaluation, DatasetSource)
+    with abandoned_on_error(seeds):
         if not seeds:
             return
         reason = _not_batchable(seeds[0].session)
@@ -119,33 +87,6 @@ def train_offline_seeds(runs: Sequence[SeedRunLike], on_evaluation: EvaluationCa
                 seed.finished = True
             return
         _train_batched(seeds)
-
-
-def _open(runs: Sequence[SeedRunLike], on_evaluation: EvaluationCallback | None) -> list[_Seed]:
-    """Every seed's session, in the list's order (the seeds kept as finished are skipped)."""
-    seeds: list[_Seed] = []
-    with _abandoned_on_error(seeds):
-        for run in runs:
-            try:
-                with keeping_finished_runs():
-                    session = TrainingSession(run.params, run.run_dir, on_evaluation, None, DatasetSource)
-            except RunFinishedError:
-                log.info("seed %d: finished in %s with these train params; kept", run.seed, run.run_dir)
-                continue
-            seeds.append(_Seed(run.seed, session, torch.get_rng_state()))
-    return seeds
-
-
-@contextlib.contextmanager
-def _abandoned_on_error(seeds: list[_Seed]) -> Iterator[None]:
-    """On an error, every unfinished seed's session is abandoned as the unbatched run's would be."""
-    try:
-        yield
-    except BaseException as error:
-        for seed in seeds:
-            if not seed.finished:
-                seed.session.__exit__(type(error), error, error.__traceback__)
-        raise
 
 
 def _not_batchable(session: TrainingSession[DatasetSource]) -> str | None:
@@ -168,7 +109,7 @@ class _Cohort:
     stacked (N, *shape), one fused AdamW over them. While training, the stacked tensors hold the seeds' weights and
     moments; :meth:`write_back` copies a seed's into its session."""
 
-    def __init__(self, seeds: list[_Seed]) -> None:
+    def __init__(self, seeds: list[SeedSession[DatasetSource]]) -> None:
         self.seeds = seeds
         first = seeds[0].session
         self.config: BCConfig = first.params.algo  # type: ignore[assignment]
@@ -184,19 +125,7 @@ class _Cohort:
         """The stacked parameters and optimizer state, read from the seeds' sessions."""
         self.stacked: StackedPolicies[nn.Module] = StackedPolicies([seed.session.policy for seed in self.seeds])
         self.optimizer = bc_optimizer(self.stacked.parameters(), self.config)
-        own = [seed.algorithm.optimizer.state_dict()["state"] for seed in self.seeds]
-        if not own[0]:
-            return  # no step taken yet
-        assert all(torch.equal(state[0]["step"], own[0][0]["step"]) for state in own), "a cohort's step counts differ"
-        stacked = self.optimizer.state_dict()
-        stacked["state"] = {
-            index: {
-                key: value.clone() if key == "step" else torch.stack([state[index][key] for state in own])
-                for key, value in entry.items()
-            }
-            for index, entry in own[0].items()
-        }
-        self.optimizer.load_state_dict(stacked)
+        stack_optimizer_states(self.optimizer, [_algorithm(seed).optimizer for seed in self.seeds])
 
     def update(self, batches: list[dict[str, torch.Tensor]]) -> list[dict[str, float]]:
         """One gradient step of every seed on its minibatch; each seed's update metrics, as ``BC.update`` returns
@@ -215,8 +144,8 @@ class _Cohort:
         losses.sum().backward()
         self.optimizer.step()
         for seed in self.seeds:
-            seed.algorithm.gradient_steps += 1
-            seed.algorithm.consecutive_skips = 0
+            _algorithm(seed).gradient_steps += 1
+            _algorithm(seed).consecutive_skips = 0
         return [
             {"loss": loss, self.quality: value}
             for loss, value in zip(losses.tolist(), quality.detach().tolist(), strict=True)
@@ -227,7 +156,7 @@ class _Cohort:
             self.write_back(index)
         self.stepped_apart = True
         return [
-            seed.algorithm.update(batch, seed.session.progress_fraction)
+            _algorithm(seed).update(batch, seed.session.progress_fraction)
             for seed, batch in zip(self.seeds, batches, strict=True)
         ]
 
@@ -240,34 +169,20 @@ class _Cohort:
         session = self.seeds[index].session
         for name, param in session.policy.named_parameters():
             param.copy_(self.stacked.params[name][index])
-        stacked = self.optimizer.state_dict()["state"]
-        if not stacked:
-            return
-        own = self.seeds[index].algorithm.optimizer
-        state = own.state_dict()
-        state["state"] = {
-            position: {key: value.clone() if key == "step" else value[index].clone() for key, value in entry.items()}
-            for position, entry in stacked.items()
-        }
-        own.load_state_dict(state)
+        unstack_optimizer_state(self.optimizer, index, _algorithm(self.seeds[index]).optimizer)
 
 
-def _optimizer_steps(seed: _Seed) -> int:
-    state = seed.algorithm.optimizer.state_dict()["state"]
-    return int(state[0]["step"]) if state else 0
-
-
-def _cohorts(seeds: list[_Seed]) -> list[_Cohort]:
+def _cohorts(seeds: list[SeedSession[DatasetSource]]) -> list[_Cohort]:
     """The unfinished seeds grouped by their optimizers' step counts (one cohort unless some seed resumed from
     another checkpoint than the others, or skipped a step)."""
-    groups: dict[int, list[_Seed]] = {}
+    groups: dict[int, list[SeedSession[DatasetSource]]] = {}
     for seed in seeds:
         if not seed.finished:
-            groups.setdefault(_optimizer_steps(seed), []).append(seed)
+            groups.setdefault(optimizer_steps(_algorithm(seed).optimizer), []).append(seed)
     return [_Cohort(group) for group in groups.values()]
 
 
-def _train_batched(seeds: list[_Seed]) -> None:
+def _train_batched(seeds: list[SeedSession[DatasetSource]]) -> None:
     for seed in seeds:  # resumed at the end of its budget: finished before any step
         reason = seed.session.stops.budget(seed.session.state)
         if reason is not None:
@@ -281,7 +196,7 @@ def _train_batched(seeds: list[_Seed]) -> None:
     while cohorts:
         regroup = False
         for cohort in cohorts:
-            metrics = cohort.update([seed.batch() for seed in cohort.seeds])
+            metrics = cohort.update([_batch(seed) for seed in cohort.seeds])
             regroup |= cohort.stepped_apart
             for index, seed_metrics in enumerate(metrics):
                 regroup |= _after_update(cohort, index, seed_metrics)

@@ -1,0 +1,215 @@
+"""Several seeds of DQN (``train.seeds``) trained as one batched program: each seed acts in its own envs into its
+own replay, with its own exploration; their gradient steps run as one.
+
+Seed k is the run with ``seed: k`` in everything but the arithmetic of its gradient steps: its
+:class:`TrainingSession` is built as that run's is, and its envs, epsilon-greedy draws (its torch generator), random
+warm-up actions and replay batches (its NumPy generator), evaluations, checkpoints and stop conditions are its own.
+Per vector step, every seed steps its envs and stores the transitions (``rlcore.trainers.off_policy.Collector``, the
+unbatched loop's own code); when an update phase is due, the seeds due for equally many gradient steps, whose
+optimizers have taken equally many steps, take them together:
+
+    stack the seeds' Q-networks, target networks and Adam states (N, *shape)
+    per gradient step: each seed's replay batch; Q(s, .), Q(s', .) and Q_target(s', .) (N, B, n_actions), each
+        linear layer one ``torch.baddbmm`` (``StackedPolicies.mlp``); DQN's loss per seed
+        (``rlcore.algos.dqn.dqn_loss``); one backward; each seed's gradient clipped to its own norm; one fused Adam
+        step (elementwise: each seed's step is its own Adam's); the target networks updated on their schedule
+    copy every seed's weights, target and Adam state back into its session
+
+so acting, evaluation and checkpoints between phases run the unbatched code on the session's own policy. A step
+where some seed's loss or gradient norm is not finite (its unbatched run skips it) and the rest of that phase are
+taken seed by seed with ``DQN.update``. The results differ from the unbatched run's by float32 summation order only.
+
+In scope: DQN without the dueling head on an encoder without weights (vector or discrete observations); anything
+else trains the opened seeds one after another, said in one log line. DQN trains on the CPU in fp32 only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from rlcore.algos.dqn import DQN, dqn_loss, dqn_optimizer
+from rlcore.nets.policies import QPolicy
+from rlcore.nets.stacked import StackedPolicies
+from rlcore.trainers.off_policy import Collector, run_off_policy
+from rlcore.trainers.seed_sessions import (
+    SeedRunLike,
+    SeedSession,
+    abandoned_on_error,
+    open_seed_sessions,
+    optimizer_steps,
+    stack_optimizer_states,
+    unstack_optimizer_state,
+)
+from rlcore.trainers.session import TrainingSession
+from rlcore.trainers.sources import ReplaySource
+from rlcore.trainers.stopping import EvaluationCallback
+
+log = logging.getLogger("rlcore")
+
+Seed = SeedSession[ReplaySource]
+
+
+def _algorithm(seed: Seed) -> DQN:
+    algorithm = seed.session.algorithm
+    assert isinstance(algorithm, DQN)  # checked once by _not_batchable
+    return algorithm
+
+
+def train_off_policy_seeds(runs: Sequence[SeedRunLike], on_evaluation: EvaluationCallback | None) -> None:
+    """Train the seeds' DQN runs (each into its ``run_dir``) as one batched program; a seed whose folder holds its
+    finished run with the same train params is kept, an interrupted one resumes from its latest checkpoint."""
+    seeds = open_seed_sessions(runs, on_evaluation, ReplaySource)
+    with abandoned_on_error(seeds):
+        if not seeds:
+            return
+        reason = _not_batchable(seeds[0].session)
+        if reason is not None:
+            log.info("train.seeds: %s; training the seeds one after another", reason)
+            for seed in seeds:
+                with seed.own_rng():
+                    run_off_policy(seed.session)
+                seed.finished = True
+            return
+        _train_batched(seeds)
+
+
+def _not_batchable(session: TrainingSession[ReplaySource]) -> str | None:
+    """Why these seeds cannot share their gradient steps, or None."""
+    policy, algorithm = session.policy, session.algorithm
+    if not isinstance(algorithm, DQN) or not isinstance(policy, QPolicy):
+        return f"{session.params.algo.name} has no batched update"
+    if policy.dueling:
+        return "DQN's dueling head is not batched"
+    if any(True for _ in policy.encoder.parameters()):
+        return f"the observations' encoder ({type(policy.encoder).__name__}) has weights"
+    groups = algorithm.optimizer.param_groups
+    if len(groups) != 1 or [id(p) for p in groups[0]["params"]] != [id(p) for p in policy.parameters()]:
+        return "DQN's optimizer is not over the policy's parameters"
+    return None
+
+
+def _train_batched(seeds: list[Seed]) -> None:
+    collectors: dict[int, Collector] = {}
+    for seed in seeds:
+        reason = seed.session.stops.budget(seed.session.state)
+        if reason is not None:  # resumed at the end of its budget
+            seed.finish(reason)
+        else:
+            collectors[seed.seed] = Collector(seed.session)
+    live = [seed for seed in seeds if not seed.finished]
+    log.info("train.seeds: %d seeds' gradient steps batched (%s)", len(live), ", ".join(f"seed {s.seed}" for s in live))
+    while live:
+        due = {seed.seed: collectors[seed.seed].step() for seed in live}
+        phases: dict[tuple[int, int, int], list[Seed]] = {}
+        for seed in live:
+            if due[seed.seed]:
+                algorithm = _algorithm(seed)
+                key = (due[seed.seed], optimizer_steps(algorithm.optimizer), algorithm.gradient_steps)
+                phases.setdefault(key, []).append(seed)
+        for (steps, _, _), group in phases.items():
+            _Phase(group, [collectors[seed.seed] for seed in group]).run(steps)
+        for seed in live:
+            session = seed.session
+            if session.state.steps >= session.state.next_eval:  # an evaluation: the seed's generator state
+                with seed.own_rng():
+                    reason = session.checkpoint_due_or_stop()
+            else:
+                reason = session.checkpoint_due_or_stop()
+            if reason is not None:
+                seed.finish(reason)
+        live = [seed for seed in live if not seed.finished]
+
+
+class _Phase:
+    """One update phase of seeds due for equally many gradient steps, whose optimizers have taken equally many steps
+    (and so update their targets at the same steps): their networks and Adam states stacked for the phase."""
+
+    def __init__(self, seeds: list[Seed], collectors: list[Collector]) -> None:
+        self.seeds, self.collectors = seeds, collectors
+        self.algorithms = [_algorithm(seed) for seed in seeds]
+        self.config = self.algorithms[0].config
+        self.online: StackedPolicies[nn.Module] = StackedPolicies([seed.session.policy for seed in seeds])
+        self.target: StackedPolicies[nn.Module] = StackedPolicies([algorithm.target for algorithm in self.algorithms])
+        self.optimizer = dqn_optimizer(self.online.parameters(), self.config)
+        stack_optimizer_states(self.optimizer, [algorithm.optimizer for algorithm in self.algorithms])
+
+    def run(self, steps: int) -> None:
+        """``steps`` gradient steps of every seed; the seeds' weights, targets and Adam states are in their sessions
+        afterwards."""
+        for done in range(steps):
+            batches = [collector.sample() for collector in self.collectors]
+            metrics = self._update(batches)
+            if metrics is None:  # some seed's step is skipped: this step and the rest seed by seed
+                self._write_back()
+                for seed, algorithm, batch in zip(self.seeds, self.algorithms, batches, strict=True):
+                    seed.session.after_update(algorithm.update(batch, seed.session.progress_fraction))
+                for _ in range(steps - done - 1):
+                    for seed, algorithm, collector in zip(self.seeds, self.algorithms, self.collectors, strict=True):
+                        seed.session.after_update(algorithm.update(collector.sample(), seed.session.progress_fraction))
+                return
+            for seed, seed_metrics in zip(self.seeds, metrics, strict=True):
+                seed.session.after_update(seed_metrics)
+        self._write_back()
+
+    def _update(self, batches: list[dict[str, torch.Tensor]]) -> list[dict[str, float]] | None:
+        """One gradient step of every seed, or None (nothing changed) when some seed's loss or gradient norm is not
+        finite."""
+        cfg = self.config
+        with torch.no_grad():  # the encoders and normalizers hold no weights
+            features, next_features, next_target_features = (
+                torch.stack([network.features(batch[key]) for network, batch in zip(networks, batches, strict=True)])
+                for networks, key in (
+                    ([seed.session.policy for seed in self.seeds], "obs"),
+                    ([seed.session.policy for seed in self.seeds], "next_obs"),
+                    ([algorithm.target for algorithm in self.algorithms], "next_obs"),
+                )
+            )
+            next_target = self.target.mlp("q", next_target_features)
+            next_online = self.online.mlp("q", next_features) if cfg.double_dqn else None
+        stacked = {key: torch.stack([batch[key] for batch in batches]) for key in ("actions", "rewards", "discounts")}
+        losses, q = dqn_loss(self.online.mlp("q", features), next_online, next_target, stacked)
+        if not bool(torch.isfinite(losses).all()):
+            return None
+        self.optimizer.zero_grad(set_to_none=True)
+        losses.sum().backward()
+        if cfg.max_grad_norm is not None:  # each seed's gradient to its own norm; a non-finite one is skipped
+            norms = self.online.clip_grad_norms_(cfg.max_grad_norm)
+            if not bool(torch.isfinite(norms).all()):
+                return None
+        self.optimizer.step()
+        for algorithm in self.algorithms:
+            algorithm.gradient_steps += 1
+            algorithm.consecutive_skips = 0
+        if self.algorithms[0].gradient_steps % cfg.target_update_interval == 0:
+            self._update_targets(cfg.tau)
+        return [
+            {"loss": loss, "q_mean": q_mean, "epsilon": algorithm.epsilon(seed.session.progress_fraction)}
+            for loss, q_mean, algorithm, seed in zip(
+                losses.tolist(), q.detach().mean(-1).tolist(), self.algorithms, self.seeds, strict=True
+            )
+        ]
+
+    @torch.no_grad()
+    def _update_targets(self, tau: float) -> None:
+        """``rlcore.nets.blocks.polyak_update`` of every seed's target: the stacked weights, each seed's buffers."""
+        targets, sources = list(self.target.params.values()), list(self.online.params.values())
+        if tau >= 1.0:
+            torch._foreach_copy_(targets, sources)
+        else:
+            torch._foreach_lerp_(targets, sources, tau)
+        for seed, algorithm in zip(self.seeds, self.algorithms, strict=True):
+            buffers = zip(algorithm.target.buffers(), seed.session.policy.buffers(), strict=True)
+            for target_buffer, source_buffer in buffers:
+                target_buffer.copy_(source_buffer)
+
+    @torch.no_grad()
+    def _write_back(self) -> None:
+        for index, (seed, algorithm) in enumerate(zip(self.seeds, self.algorithms, strict=True)):
+            for module, stacked in ((seed.session.policy, self.online), (algorithm.target, self.target)):
+                for name, param in module.named_parameters():
+                    param.copy_(stacked.params[name][index])
+            unstack_optimizer_state(self.optimizer, index, algorithm.optimizer)

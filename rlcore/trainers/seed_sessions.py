@@ -1,0 +1,131 @@
+"""The open sessions of a batched run of several seeds (``train.seeds``): each seed's own ``TrainingSession``, opened
+as its one-seed run opens it, with the state of torch's global generator that run would have; and each seed's
+optimizer state moved into and out of one optimizer over the seeds' stacked parameters."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, Protocol
+
+import torch
+from gymnasium import spaces
+
+from rlcore.config.sections import Params
+from rlcore.trainers.finished_runs import RunFinishedError, keeping_finished_runs
+from rlcore.trainers.session import SourceT, TrainingSession
+from rlcore.trainers.stopping import EvaluationCallback
+
+log = logging.getLogger("rlcore")
+
+
+class SeedRunLike(Protocol):
+    """What a batched trainer reads of a ``rlcore.trainers.SeedRun`` (that package imports the trainers)."""
+
+    @property
+    def seed(self) -> int: ...
+    @property
+    def params(self) -> Params: ...
+    @property
+    def run_dir(self) -> Path: ...
+
+
+@dataclass
+class SeedSession(Generic[SourceT]):
+    """One seed's open session, and the state of torch's global generator as its own run would have it (each
+    session seeds the global generator when it opens; its checkpoints save the state)."""
+
+    seed: int
+    session: TrainingSession[SourceT]
+    torch_rng: torch.Tensor
+    finished: bool = False
+
+    @contextlib.contextmanager
+    def own_rng(self) -> Iterator[None]:
+        """Torch's global generator in this seed's state for the block."""
+        other = torch.get_rng_state()
+        torch.set_rng_state(self.torch_rng)
+        try:
+            yield
+        finally:
+            self.torch_rng = torch.get_rng_state()
+            torch.set_rng_state(other)
+
+    def finish(self, reason: str) -> None:
+        """The session's final evaluation, checkpoint and summary."""
+        with self.own_rng():
+            self.session.finish(reason)
+        self.finished = True
+
+
+def open_seed_sessions(
+    runs: Sequence[SeedRunLike],
+    on_evaluation: EvaluationCallback | None,
+    make_source: Callable[[Params, spaces.Space, spaces.Space], SourceT],
+) -> list[SeedSession[SourceT]]:
+    """Every seed's session, in the list's order; a seed whose folder holds its finished run with the same train
+    params is kept (and skipped), an interrupted one resumes. On an error every session opened is abandoned."""
+    seeds: list[SeedSession[SourceT]] = []
+    with abandoned_on_error(seeds):
+        for run in runs:
+            try:
+                with keeping_finished_runs():
+                    session = TrainingSession(run.params, run.run_dir, on_evaluation, None, make_source)
+            except RunFinishedError:
+                log.info("seed %d: finished in %s with these train params; kept", run.seed, run.run_dir)
+                continue
+            seeds.append(SeedSession(run.seed, session, torch.get_rng_state()))
+    return seeds
+
+
+@contextlib.contextmanager
+def abandoned_on_error(seeds: Sequence[SeedSession[SourceT]]) -> Iterator[None]:
+    """On an error, every unfinished seed's session is abandoned as the one-seed run's would be."""
+    try:
+        yield
+    except BaseException as error:
+        for seed in seeds:
+            if not seed.finished:
+                seed.session.__exit__(type(error), error, error.__traceback__)
+        raise
+
+
+def stack_optimizer_states(stacked: torch.optim.Optimizer, own: Sequence[torch.optim.Optimizer]) -> None:
+    """Load the states of the seeds' own optimizers (each over one policy's parameters, in the order of the stacked
+    ones) into ``stacked``: every tensor stacked along dim 0, the step count shared (the seeds' must be equal)."""
+    states = [optimizer.state_dict()["state"] for optimizer in own]
+    if not states[0]:
+        return  # no step taken yet
+    if any(not torch.equal(state[0]["step"], states[0][0]["step"]) for state in states):
+        raise ValueError("optimizer states: the seeds' step counts differ")
+    stacked_state = stacked.state_dict()
+    stacked_state["state"] = {
+        index: {
+            key: value.clone() if key == "step" else torch.stack([state[index][key] for state in states])
+            for key, value in entry.items()
+        }
+        for index, entry in states[0].items()
+    }
+    stacked.load_state_dict(stacked_state)
+
+
+def unstack_optimizer_state(stacked: torch.optim.Optimizer, index: int, own: torch.optim.Optimizer) -> None:
+    """Seed ``index``'s slice of ``stacked``'s state (and the shared step count) into its own optimizer."""
+    stacked_state = stacked.state_dict()["state"]
+    if not stacked_state:
+        return
+    state = own.state_dict()
+    state["state"] = {
+        position: {key: value.clone() if key == "step" else value[index].clone() for key, value in entry.items()}
+        for position, entry in stacked_state.items()
+    }
+    own.load_state_dict(state)
+
+
+def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
+    """The steps an optimizer over one policy has taken (0 before the first)."""
+    state = optimizer.state_dict()["state"]
+    return int(state[0]["step"]) if state else 0
