@@ -76,11 +76,11 @@ def preset_budget(preset: str, checkpoint_every: int) -> list[str]:
 EQUIVALENCE: dict[str, tuple[str, list[str]]] = {
     "ppo": ("params.yaml", TINY),  # one rollout of 16 x 32 env steps per checkpoint
     "a2c": ("configs/a2c-cartpole.yaml", preset_budget("configs/a2c-cartpole.yaml", 256)),  # 2 updates of 128
-    # learning_starts 300, then 128 gradient steps every 256 env steps: the first at 512
+    # learning_starts 300, then 128 gradient steps every 256 env steps: the first at 512; one after another (batched:
+    # tests/test_seeds_batched_off_policy.py, equal within float32 ulps)
     "dqn": ("configs/dqn-cartpole.yaml", [*preset_budget("configs/dqn-cartpole.yaml", 600), "train.batch_seeds=false"]),
     "sac": ("configs/sac-pendulum.yaml", preset_budget("configs/sac-pendulum.yaml", 400)),  # 100 gradient steps
-    # gradient steps; one after another: batched (tests/test_seeds_batched_offline.py) is equal within float32 ulps,
-    # as DQN's is (tests/test_seeds_batched_off_policy.py)
+    # gradient steps; one after another (batched: tests/test_seeds_batched_offline.py, equal within float32 ulps)
     "bc": ("offline.yaml", [*preset_budget("offline.yaml", 50), "train.batch_seeds=false"]),
 }
 """Per algorithm: the params file and the overrides of a run with two checkpoints, each after at least one update.
