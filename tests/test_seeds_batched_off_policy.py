@@ -23,6 +23,7 @@ from rlcore.common.checkpoints import list_checkpoints
 from rlcore.common.files import read_json
 from rlcore.params import load_params
 from rlcore.stages import train_stage
+from rlcore.trainers.off_policy import Collector
 from rlcore.trainers.sources import ReplaySource
 from tests.conftest import PROJECT
 
@@ -142,3 +143,30 @@ def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(
     for seed in (1, 2):
         summary: dict[str, Any] = read_json(run / f"seed_{seed}" / "train_summary.json")
         assert summary["env_steps"] == 1200 and len(summary["checkpoints"]) == 2
+
+
+def test_a_step_where_some_seeds_loss_is_not_finite_is_skipped_by_that_seed_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A NaN in seed 1's replay batch at its gradient step 10: seed 1 skips it (as its unbatched run does), the
+    rest of that phase runs seed by seed, and the next phase's seeds update apart (their Adam counts differ)."""
+    root = new_project(tmp_path)
+    sample = Collector.sample
+
+    def poisoned(self: Collector) -> dict[str, torch.Tensor]:
+        batch = sample(self)
+        if self.session.params.seed == 1 and self.algorithm.gradient_steps == 10:
+            batch["obs"][0, 0] = float("nan")
+        return batch
+
+    monkeypatch.setattr(Collector, "sample", poisoned)
+    short = ["train.max_steps=900", "train.eval_every=900", "train.seeds=[0, 1]"]  # phases at env steps 512 and 768
+    train(root, *short)
+    train(root, *short, "name=single", "train.batch_seeds=false")
+    adam_steps = []
+    for seed in (0, 1):
+        (mine,) = checkpoints(root / "runs" / "batched" / f"seed_{seed}")
+        (single,) = checkpoints(root / "runs" / "single" / f"seed_{seed}")
+        differences(mine.tensors, single.tensors, f"seed {seed}")
+        adam_steps.append(int(mine.tensors["algorithm"]["optimizer"]["state"][0]["step"]))
+    assert adam_steps == [256, 255]
