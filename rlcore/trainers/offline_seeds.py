@@ -216,7 +216,9 @@ def _after_update(cohort: _Cohort, index: int, metrics: dict[str, Any]) -> bool:
     session.after_update(metrics)
     if session.state.steps >= session.state.next_eval:  # an evaluation and checkpoint are due: the seed's weights
         cohort.write_back(index)
-    with seed.own_rng():
+        with seed.own_rng():
+            reason = session.checkpoint_due_or_stop()
+    else:
         reason = session.checkpoint_due_or_stop()
     if reason is None:
         return False
