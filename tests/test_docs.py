@@ -1,0 +1,80 @@
+"""The documentation cannot drift from the code (issue 30): the params reference and the algorithm pages' key tables
+are what ``docs/params_reference.py`` writes from the pydantic models, the JSON Schema of params files is what
+``rlcore params-schema`` writes, every preset validates against it, and the site builds with ``mkdocs --strict``."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import PROJECT
+
+SCRIPT = PROJECT / "docs" / "params_reference.py"
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("params_reference", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["params_reference"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+params_reference = _load_script()
+
+
+def test_every_generated_page_is_what_the_script_writes():
+    stale = []
+    for path, wanted in params_reference.wanted_pages().items():
+        current = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if current != wanted:
+            name = str(path.relative_to(PROJECT))
+            stale.append(
+                "".join(difflib.unified_diff(current.splitlines(True), wanted.splitlines(True), name, "generated", n=0))
+            )
+    assert not stale, "generated docs out of date: run `python docs/params_reference.py`\n" + "\n".join(stale)
+
+
+def test_the_reference_has_a_row_for_every_key_of_every_section_and_algorithm():
+    from rlcore.config.sections import SECTIONS
+    from rlcore.registry import ALGORITHMS
+
+    page = params_reference.params_page()
+    for section, (model, _) in SECTIONS.items():
+        assert f"## `{section}` {{#{section}}}" in page
+        for key in model.model_fields:
+            assert f"| `{key}` |" in page, f"{section}.{key}: no row in docs/params.md"
+    for name, cls in ALGORITHMS.items():
+        block = params_reference.algorithm_block(name)
+        for key in cls.Config.model_fields:
+            assert f"| `{key}` |" in block, f"algo.{key} ({name}): no row on its page"
+
+
+def test_a_row_gives_type_default_bounds_docstring_and_the_algorithms_that_take_the_key():
+    page = params_reference.params_page()
+    row = next(line for line in page.splitlines() if line.startswith("| `gae_lambda` |"))
+    assert row.startswith("| `gae_lambda` | float | `0.95` (a2c, ppo); `1.0` (svpg) | [0, 1] | a2c, ppo, svpg |")
+    assert "GAE's lambda: 0 is the one-step TD error" in row
+    memory = next(line for line in page.splitlines() if line.startswith('| `type` | str | `"lstm"`'))
+    assert '`"lstm"`, `"gru"`' in memory
+    env_id = next(line for line in page.splitlines() if line.startswith("| `id` | str |"))
+    assert "**required**" in env_id
+
+
+def test_check_exits_1_when_a_page_differs(tmp_path: Path):
+    page = PROJECT / "docs" / "params.md"
+    saved = page.read_text(encoding="utf-8")
+    try:
+        page.write_text(saved.replace("| `gae_lambda` |", "| `gae_lambda_old` |"), encoding="utf-8")
+        check = subprocess.run(
+            [sys.executable, str(SCRIPT), "--check"], capture_output=True, text=True, timeout=120, cwd=tmp_path
+        )
+    finally:
+        page.write_text(saved, encoding="utf-8")
+    assert check.returncode == 1, check.stderr
+    assert "-| `gae_lambda_old` |" in check.stdout
+    assert "run `python docs/params_reference.py`" in check.stderr
