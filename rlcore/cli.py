@@ -103,6 +103,10 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> argparse.Argume
     minari.add_argument("--output", type=Path, default=Path("data/dataset.parquet"), help="the Parquet file to write")
     minari.add_argument("--row-group-size", type=int, default=65_536, help="transitions per Parquet row group")
     minari.set_defaults(run=_import_minari)
+    help_text = "write the JSON Schema of params files (for editors: docs/schema.md)"
+    schema = commands.add_parser("params-schema", help=help_text, description=help_text)
+    schema.add_argument("--output", type=Path, default=None, metavar="FILE", help="write here (default: stdout)")
+    schema.set_defaults(run=_params_schema)
     if extend is not None:
         extend(commands)
     return parser
@@ -114,6 +118,20 @@ def _import_minari(args: argparse.Namespace) -> Any:
     if args.row_group_size < 1:
         raise RLCoreError(f"--row-group-size: a positive number of transitions expected, got {args.row_group_size}")
     return import_minari(args.source, args.output, args.row_group_size)
+
+
+def _params_schema(args: argparse.Namespace) -> Any:
+    import json
+
+    from rlcore.common.files import write_text
+    from rlcore.params import params_schema
+
+    text = json.dumps(params_schema(), indent=2, ensure_ascii=False) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        write_text(args.output, text)
+    return text
 
 
 def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:

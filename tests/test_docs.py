@@ -5,11 +5,17 @@ are what ``docs/params_reference.py`` writes from the pydantic models, the JSON 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.util
+import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import yaml
 from conftest import PROJECT
 
 SCRIPT = PROJECT / "docs" / "params_reference.py"
@@ -78,3 +84,84 @@ def test_check_exits_1_when_a_page_differs(tmp_path: Path):
     assert check.returncode == 1, check.stderr
     assert "-| `gae_lambda_old` |" in check.stdout
     assert "run `python docs/params_reference.py`" in check.stderr
+
+
+SCHEMA = PROJECT / "docs" / "params.schema.json"
+PARAMS_FILES = [
+    PROJECT / "params.yaml",
+    PROJECT / "offline.yaml",
+    PROJECT / "benchmarks" / "gail_pendulum.yaml",
+    *sorted((PROJECT / "configs").glob("*.yaml")),
+]
+
+
+@functools.cache
+def _validator():
+    import jsonschema
+
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def test_the_committed_schema_is_what_rlcore_params_schema_writes(tmp_path: Path, capsys):
+    from rlcore.cli import build_parser, run
+
+    assert run(build_parser(), ["params-schema", "--output", str(tmp_path / "schema.json")]) == 0
+    written = (tmp_path / "schema.json").read_text(encoding="utf-8")
+    assert written == SCHEMA.read_text(encoding="utf-8"), "docs/params.schema.json is out of date: run " + (
+        "`rlcore params-schema --output docs/params.schema.json`"
+    )
+    assert run(build_parser(), ["params-schema"]) == 0
+    assert capsys.readouterr().out == written
+
+
+def test_every_params_file_names_the_schema_and_validates_against_it():
+    validator = _validator()
+    for path in PARAMS_FILES:
+        text = path.read_text(encoding="utf-8")
+        relative = os.path.relpath(SCHEMA, path.parent).replace(os.sep, "/")
+        assert text.startswith(f"# yaml-language-server: $schema={relative}\n"), f"{path.name}: no schema line"
+        errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(yaml.safe_load(text))]
+        assert not errors, f"{path.relative_to(PROJECT)}: {errors[:3]}"
+
+
+def test_the_schema_line_changes_nothing_rlcore_reads(tmp_path: Path):
+    from rlcore.params import load_params
+
+    text = (PROJECT / "params.yaml").read_text(encoding="utf-8")
+    without = tmp_path / "params.yaml"
+    without.write_text(text.split("\n", 1)[1], encoding="utf-8")
+    assert load_params(PROJECT / "params.yaml").to_dict() == load_params(without).to_dict()
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        ({"algo": {"name": "ppo", "n_epoch": 4}}, "algo.n_epoch"),
+        ({"train": {"max_steps": "many"}}, "train.max_steps"),
+        ({"train": {"max_steps": True}}, "train.max_steps"),
+        ({"algo": {"name": "ppo2"}}, "algo.name"),
+        ({"algo": {"name": "dqn", "n_epochs": 4}}, "algo.n_epochs"),
+        ({"eval": {"episodes": 0}}, "eval.episodes"),
+        ({"policy": {"activation": "gelu"}}, "policy.activation"),
+    ],
+)
+def test_an_invalid_file_fails_the_schema_as_rlcore_refuses_it(tmp_path: Path, change: dict, refusal: str):
+    from rlcore.common.errors import ConfigError
+    from rlcore.params import load_params
+
+    tree = {"env": {"id": "CartPole-v1"}, "algo": {"name": "ppo"}, **change}
+    assert not list(_validator().iter_errors({"env": {"id": "CartPole-v1"}, "algo": {"name": "ppo"}}))
+    assert list(_validator().iter_errors(tree)), f"the schema takes {change}"
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(tree), encoding="utf-8")
+    with pytest.raises(ConfigError, match=re.escape(refusal)):
+        load_params(path)
+
+
+def test_the_schema_requires_env_id_and_algo_name():
+    validator = _validator()
+    assert list(validator.iter_errors({"algo": {"name": "ppo"}}))
+    assert list(validator.iter_errors({"env": {}, "algo": {"name": "ppo"}}))
+    assert list(validator.iter_errors({"env": {"id": "CartPole-v1"}, "algo": {"lr": 0.1}}))
