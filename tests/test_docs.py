@@ -165,3 +165,28 @@ def test_the_schema_requires_env_id_and_algo_name():
     assert list(validator.iter_errors({"algo": {"name": "ppo"}}))
     assert list(validator.iter_errors({"env": {}, "algo": {"name": "ppo"}}))
     assert list(validator.iter_errors({"env": {"id": "CartPole-v1"}, "algo": {"lr": 0.1}}))
+
+
+def test_the_site_builds_with_strict(tmp_path: Path):
+    """``make docs`` in CI's ``make test``: a broken link, anchor or include, or a page missing from the nav fails."""
+    mkdocs = Path(sys.executable).with_name("mkdocs")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    build = subprocess.run(
+        [str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    assert (tmp_path / "site" / "params" / "index.html").is_file()
+    assert (tmp_path / "site" / "algorithms" / "ppo" / "index.html").is_file()
+
+
+def test_the_readme_is_short_states_the_test_command_and_links_into_the_docs():
+    readme = (PROJECT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) < 200
+    assert "make test" in readme and "make run" in readme
+    for link in re.findall(r"\]\((docs/[^)#]+)", readme):
+        assert (PROJECT / link).is_file(), f"README links to a missing page: {link}"
