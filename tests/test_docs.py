@@ -4,6 +4,7 @@ are what ``docs/params_reference.py`` writes from the pydantic models, the JSON 
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import functools
 import importlib.util
@@ -190,3 +191,19 @@ def test_the_readme_is_short_states_the_test_command_and_links_into_the_docs():
     assert "make test" in readme and "make run" in readme
     for link in re.findall(r"\]\((docs/[^)#]+)", readme):
         assert (PROJECT / link).is_file(), f"README links to a missing page: {link}"
+
+
+def test_rlcore_help_and_each_subcommand_s_help_point_to_an_existing_docs_page(capsys):
+    from flows.cli import _add_flow_commands
+    from rlcore.cli import build_parser
+
+    parser = build_parser(_add_flow_commands)
+    pages = re.findall(r"docs/[\w/-]+\.md", parser.format_help())
+    assert pages and all((PROJECT / page).is_file() for page in pages)
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        help_text = sub.format_help()
+        pages = re.findall(r"Docs: (docs/[\w/-]+\.md)", help_text)
+        assert pages, f"rlcore {name} --help names no docs page"
+        assert all((PROJECT / page).is_file() for page in re.findall(r"docs/[\w/-]+\.md", help_text)), name
+        assert sub.description and "\n" not in sub.description, f"rlcore {name}: its one line of what it does"
