@@ -418,8 +418,8 @@ def algorithm_block(name: str, project: Path = PROJECT) -> str:
 
 
 PRESET_HEADER = (
-    "| preset | what | test score of the selected model (as the README's preset table, where the conditions of "
-    "each row are stated) |\n|---|---|---|"
+    "| preset | what | test score of the selected model (the README's preset table; how each row was measured: "
+    "[Benchmarks](../benchmarks.md#presets-and-their-measured-scores)) |\n|---|---|---|"
 )
 
 
