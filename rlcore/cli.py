@@ -1,7 +1,9 @@
-"""The command line of the stages: ``rlcore train|evaluate|select|export|collect`` as dvc.yaml calls them, and
-``rlcore import-minari``; the console command (``flows.cli``) adds the Prefect and sweep subcommands.
+"""The command line of the stages: ``rlcore train|evaluate|select|export|collect`` as dvc.yaml calls them,
+``rlcore import-minari`` and ``rlcore params-schema``; the console command (``flows.cli``) adds the Prefect and sweep
+subcommands.
 
-Every subcommand takes ``--params FILE`` (default ``params.yaml``) and repeated ``--set KEY=VALUE``.
+Every stage subcommand takes ``--params FILE`` (default ``params.yaml``) and repeated ``--set KEY=VALUE``. Each
+subcommand's help says in one line what it does and names its docs page.
 Errors meant for users print one line, ``error: ...``, and exit with status 2.
 """
 

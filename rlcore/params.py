@@ -1,4 +1,5 @@
-"""Loading the whole params tree: the sections of ``rlcore.config.sections`` with the chosen algorithm's own config.
+"""Loading the whole params tree (the sections of ``rlcore.config.sections`` with the chosen algorithm's own config),
+and its JSON Schema for editors (``rlcore params-schema``).
 
 Kept apart from ``rlcore.config.sections`` because it needs the algorithm registry, and the algorithms need the
 config sections: ``config`` (sections) <- ``algos`` (family and algorithm configs) <- ``registry`` <- ``params``.
