@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import inspect
 import json
 import re
@@ -338,6 +339,7 @@ def _by_value(values: dict[str, str]) -> dict[str, str]:
     return {value: ", ".join(names) for value, names in groups.items()}
 
 
+@functools.cache
 def params_page() -> str:
     """docs/params.md, whole."""
     found = sections()
@@ -363,6 +365,7 @@ def params_page() -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+@functools.cache
 def algorithm_table(name: str) -> str:
     """One algorithm's keys (its page's table), nested sections linking to the params reference."""
     cls = ALGORITHMS[name]
@@ -379,11 +382,16 @@ def _preset_rows(name: str, project: Path) -> list[str]:
     rows = []
     for line in (project / "README.md").read_text(encoding="utf-8").splitlines():
         found = re.match(r"\| `(configs/[^`]+\.yaml)`", line)
-        if found and (project / found[1]).is_file():
-            tree = yaml.safe_load((project / found[1]).read_text(encoding="utf-8"))
-            if tree.get("algo", {}).get("name") == name:
-                rows.append(line)
+        if found and (project / found[1]).is_file() and _trains(project / found[1]) == name:
+            rows.append(line)
     return rows
+
+
+@functools.cache
+def _trains(preset: Path) -> str | None:
+    """The ``algo.name`` a preset trains."""
+    tree = yaml.safe_load(preset.read_text(encoding="utf-8"))
+    return tree.get("algo", {}).get("name")
 
 
 def algorithm_block(name: str, project: Path = PROJECT) -> str:
@@ -391,7 +399,7 @@ def algorithm_block(name: str, project: Path = PROJECT) -> str:
     its presets with their measured scores (the README's preset table)."""
     cls = ALGORITHMS[name]
     module = sys.modules[cls.__module__]
-    source = Path(module.__file__ or "").relative_to(project).as_posix()
+    source = Path(module.__file__ or "").relative_to(PROJECT).as_posix()
     lines = [
         "## How it works",
         "",
@@ -446,9 +454,10 @@ def wanted_pages(project: Path = PROJECT) -> dict[Path, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 with a diff when they differ")
+    parser.add_argument("--project", type=Path, default=PROJECT, help="the project root (default: this script's)")
     args = parser.parse_args(argv)
     try:
-        pages = wanted_pages()
+        pages = wanted_pages(args.project)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -459,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         stale += 1
         if args.check:
-            name = str(path.relative_to(PROJECT))
+            name = path.relative_to(args.project).as_posix()
             sys.stdout.writelines(
                 difflib.unified_diff(current.splitlines(True), wanted.splitlines(True), name, "generated")
             )

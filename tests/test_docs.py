@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -72,19 +73,22 @@ def test_a_row_gives_type_default_bounds_docstring_and_the_algorithms_that_take_
     assert "**required**" in env_id
 
 
-def test_check_exits_1_when_a_page_differs(tmp_path: Path):
-    page = PROJECT / "docs" / "params.md"
-    saved = page.read_text(encoding="utf-8")
-    try:
-        page.write_text(saved.replace("| `gae_lambda` |", "| `gae_lambda_old` |"), encoding="utf-8")
-        check = subprocess.run(
-            [sys.executable, str(SCRIPT), "--check"], capture_output=True, text=True, timeout=120, cwd=tmp_path
-        )
-    finally:
-        page.write_text(saved, encoding="utf-8")
-    assert check.returncode == 1, check.stderr
-    assert "-| `gae_lambda_old` |" in check.stdout
-    assert "run `python docs/params_reference.py`" in check.stderr
+def test_check_exits_1_with_a_diff_when_a_page_differs_and_the_script_rewrites_it(tmp_path: Path, capsys):
+    shutil.copy(PROJECT / "README.md", tmp_path / "README.md")
+    shutil.copytree(PROJECT / "configs", tmp_path / "configs")
+    shutil.copytree(PROJECT / "docs" / "algorithms", tmp_path / "docs" / "algorithms")
+    page = tmp_path / "docs" / "params.md"
+    real = (PROJECT / "docs" / "params.md").read_text(encoding="utf-8")
+    page.write_text(real.replace("| `gae_lambda` |", "| `gl` |"), encoding="utf-8")
+    project = ["--project", str(tmp_path)]
+
+    assert params_reference.main(["--check", *project]) == 1
+    out, err = capsys.readouterr()
+    assert "-| `gl` |" in out and "+| `gae_lambda` |" in out
+    assert "run `python docs/params_reference.py`" in err
+    assert params_reference.main(project) == 0
+    assert params_reference.main(["--check", *project]) == 0
+    assert page.read_text(encoding="utf-8") == real
 
 
 SCHEMA = PROJECT / "docs" / "params.schema.json"
