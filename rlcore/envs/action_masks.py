@@ -29,7 +29,7 @@ import torch
 from gymnasium import spaces
 
 from rlcore.common.errors import ConfigError
-from rlcore.envs.observations import PackedDict, layout, storage_dtype
+from rlcore.envs.observations import PackedDict, action_mask_slice, layout, storage_dtype
 
 MASK_KEY = "action_mask"
 """The observation key (and the ``info`` key) the mask is read from and carried as."""
@@ -182,3 +182,19 @@ def mask_inputs(space: gym.Space) -> MaskInputs | None:
         shape, dtype = (sum(part.stop - part.start for part in others),), packed
     torch_dtype = torch.from_numpy(np.zeros(0, dtype=packed)).dtype
     return MaskInputs(mask.start, mask.stop, torch_dtype, tuple(shape), np.dtype(dtype))
+
+
+def random_legal_actions(legal: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One uniformly random legal action per row of ``legal`` (B, n) bool, and its log-probability: ((B,) int64,
+    (B,) float32 ``-log(legal actions)``). A row with no legal action (a terminal observation's) draws from all."""
+    legal = legal | ~legal.any(axis=1, keepdims=True)
+    counts = legal.sum(axis=1)
+    picks = np.floor(rng.random(len(legal)) * counts).astype(np.int64)  # the k-th legal action of each row
+    actions = (np.cumsum(legal, axis=1) <= picks[:, None]).sum(axis=1).astype(np.int64)
+    return actions, -np.log(counts).astype(np.float32)
+
+
+def legal_actions(space: gym.Space, obs: np.ndarray) -> np.ndarray | None:
+    """The legal actions at packed observations ``obs`` (B, D) of ``space``: (B, n) bool; None without a mask."""
+    at = action_mask_slice(space)
+    return None if at is None else np.asarray(obs)[:, at[0] : at[1]] > 0

@@ -129,8 +129,9 @@ class ExportResult:
 def describe_interface(policy: Policy, action_space: spaces.Space) -> dict[str, Any]:
     """What the exported graph takes and returns (and, for a policy with a state, the state's shape and start)."""
     masked = mask_inputs(policy.observation_space)
-    inputs = masked.describe(int(getattr(action_space, "n", 0))) if masked else {}
-    inputs = {"obs": observation_input(policy.observation_space), **inputs}
+    inputs: dict[str, Any] = {"obs": observation_input(policy.observation_space)}
+    if masked is not None:
+        inputs.update(masked.describe(int(getattr(action_space, "n", 0))))
     outputs = {
         "action": "greedy action: int64 (batch,) for discrete, float32 (batch, *shape) clipped for box",
         "scores": "float32 (batch, action_dim): what the greedy action is read from: logits (categorical), "
