@@ -39,7 +39,8 @@ MaskSource = Literal["info", "observation"]
 
 class ActionMaskObservation(gym.Wrapper):
     """A sub-env whose observations carry its action mask as their ``"action_mask"`` key (int8 0/1, (n,)), read from
-    ``source`` and checked at every reset and step (:func:`check_mask`)."""
+    ``source`` and checked at every reset and step (:func:`check_mask`), and once when the wrapper is built (an
+    unseeded reset, so a wrong mask is refused before anything is written)."""
 
     def __init__(self, env: gym.Env, source: MaskSource, env_id: str) -> None:
         super().__init__(env)
@@ -72,6 +73,8 @@ class ActionMaskObservation(gym.Wrapper):
         else:
             keys = {MASK_KEY: mask_space, "observation": observed}
         self.observation_space = spaces.Dict(keys)
+        # Checked once where the env is built, before a run writes anything; every later reset seeds the env anew.
+        self._with_mask(*env.reset(), terminated=False, when="its first reset")
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
