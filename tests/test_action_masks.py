@@ -11,11 +11,13 @@ import numpy as np
 import onnxruntime
 import pytest
 import torch
+from conftest import PROJECT
 from gymnasium import spaces
 
 from rlcore.algos.bc import BC, BCConfig
 from rlcore.algos.dqn import DQN, DQNConfig
 from rlcore.common.errors import ConfigError
+from rlcore.common.files import read_json
 from rlcore.config.sections import PolicyConfig
 from rlcore.data.collection import CollectionPlan, collect_dataset
 from rlcore.data.reader import load_dataset
@@ -27,6 +29,8 @@ from rlcore.evaluation.export import ExportOptions, export_policy
 from rlcore.nets.distributions import masked_categorical
 from rlcore.nets.policies import ActorCritic, CategoricalActor, QPolicy
 from rlcore.nets.policy import Policy
+from rlcore.params import load_params
+from rlcore.stages import evaluate_stage, select_stage, train_stage
 
 N_ACTIONS = 6
 TAXI = EnvConfig(id="Taxi-v4", action_mask="info")
@@ -266,3 +270,20 @@ def test_exported_onnx_takes_the_mask_and_never_chooses_a_masked_action(tmp_path
     assert legal(torch.as_tensor(actions), masks)
     loaded = torch.export.load(tmp_path / "policy.pt2").module()
     assert legal(loaded(torch.as_tensor(obs), torch.as_tensor(mask))[0], masks)
+
+
+# --- learning ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_ppo_with_masks_learns_taxi_within_300k_steps_seed_0(tmp_path: Path) -> None:
+    """The preset configs/ppo-taxi-masked.yaml, seed 0, its budget of 300k env steps: the selected model's test score
+    (100 deterministic episodes; an optimal policy averages about 8) is at least 5, and every greedy action it took
+    was legal (an illegal pickup or drop-off costs -10, which a mean of 5 over 100 episodes would not survive)."""
+    params = load_params(PROJECT / "configs" / "ppo-taxi-masked.yaml", ["seed=0", "train.progress_bar=off"])
+    train_stage(params, tmp_path)
+    evaluate_stage(params, tmp_path)
+    select_stage(params, tmp_path)
+    metrics = read_json(tmp_path / "reports" / "metrics.json")
+    assert metrics["episodes"] == 100 and metrics["env_steps"] <= 300_000 + params.env.num_envs * params.algo.n_steps
+    assert metrics["mean_return"] >= 5.0, metrics

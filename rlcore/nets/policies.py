@@ -103,10 +103,10 @@ class ActorCritic(Policy):
         scores = masked_logits(self.actor(features), self.action_mask(obs))
         return self.greedy_of(scores), scores, next_state
 
-    def distribution_of(self, features: torch.Tensor, mask: torch.Tensor | None) -> Distribution:
+    def distribution_of(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> Distribution:
         """The action distribution for :meth:`features` (B, feature_dim) under the legal actions ``mask`` (B, n)
-        bool (:meth:`action_mask` of the same observations; None: no mask): a caller that also needs the critic
-        (PPO's update, rollouts) encodes the observations once for both heads."""
+        bool (:meth:`action_mask` of the same observations; None: no mask; a run with masks must pass them): a
+        caller that also needs the critic (PPO's update, rollouts) encodes the observations once for both heads."""
         scores = self.actor(features)
         if self.sub_actions is not None:
             return self.sub_actions.distribution(scores)
