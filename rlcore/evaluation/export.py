@@ -439,6 +439,8 @@ def model_card(
             # The training distribution: per-episode parameters, and the curriculum's lessons (the last one's last).
             "parameters": params["env"].get("parameters", {}),
             "curriculum": [lesson["name"] for lesson in params["env"].get("curriculum", [])],
+            # env.action_mask: where the env gives its mask; the graph then takes it as the input action_mask
+            "action_mask": params["env"].get("action_mask"),
         },
         "observation_space": meta["spaces"]["observation"],
         "action_space": meta["spaces"]["action"],
