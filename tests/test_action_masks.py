@@ -21,6 +21,7 @@ from rlcore.common.files import read_json
 from rlcore.config.sections import PolicyConfig
 from rlcore.data.collection import CollectionPlan, collect_dataset
 from rlcore.data.reader import load_dataset
+from rlcore.data.rollouts import RolloutBuffer
 from rlcore.envs.action_masks import ActionMaskObservation, check_mask, mask_inputs, random_legal_actions
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.observations import PackedDict, action_mask_slice
@@ -123,6 +124,30 @@ def test_random_legal_actions_are_uniform_over_the_legal_ones() -> None:
     assert counts[[1, 3, 4]].sum() == 0
     np.testing.assert_allclose(counts[[0, 2, 5]] / len(actions), 1 / 3, atol=0.01)
     np.testing.assert_allclose(log_probs, -math.log(3), rtol=1e-6)
+
+
+# --- the losses read the mask the action was chosen under ----------------------------------------------------------
+
+
+def test_a_rollout_gives_the_update_the_acting_time_masks_and_log_probs() -> None:
+    """What PPO's and A2C's updates compute from a stored rollout (its features and its masks) are the log-probs the
+    actions were sampled with; without the mask they would differ."""
+    policy = policies()[0]
+    obs, masks = random_states(seed=3, count=64)
+    rollout = RolloutBuffer(8, 8, (N_ACTIONS + 1,), (), torch.int64)
+    with torch.no_grad():
+        dist = policy.distribution(obs)
+        actions = dist.sample()
+        rollout.obs[:] = obs.reshape(8, 8, -1)
+        rollout.actions[:] = actions.reshape(8, 8)
+        idx = torch.arange(64)
+        stored = rollout.action_mask(policy, idx)
+        assert stored is not None and torch.equal(stored, masks)
+        features = rollout.features(policy, idx)
+        relearned = policy.distribution_of(features, stored).log_prob(rollout.flat("actions"))
+        unmasked = policy.distribution_of(features, None).log_prob(rollout.flat("actions"))
+    torch.testing.assert_close(relearned, dist.log_prob(actions), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(unmasked, relearned, rtol=1e-3, atol=1e-3)
 
 
 # --- DQN ---------------------------------------------------------------------------------------------------------

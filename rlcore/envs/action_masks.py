@@ -1,5 +1,5 @@
 """Action masks (``env.action_mask``): the env's mask of legal actions, read from ``info["action_mask"]`` (gymnasium's
-Taxi-v3) or from a ``Dict`` observation's ``"action_mask"`` key (PettingZoo's classic games), checked at every step
+Taxi-v4) or from a ``Dict`` observation's ``"action_mask"`` key (PettingZoo's classic games), checked at every step
 and carried as the ``"action_mask"`` key of a ``Dict`` observation; an exported graph takes it as an input of its
 own (:class:`MaskInputs`).
 

@@ -88,7 +88,7 @@ class EnvConfig(StrictModel):
     of rlcore's own rules, for envs whose physics live elsewhere (MuJoCo model fields)."""
     action_mask: Literal["info", "observation"] | None = None
     """Where the env gives its mask of legal actions, for Discrete action spaces: ``info`` (``info["action_mask"]``,
-    as gymnasium's Taxi-v3 does) or ``observation`` (the ``"action_mask"`` key of a ``Dict`` observation, as
+    as gymnasium's Taxi-v4 does) or ``observation`` (the ``"action_mask"`` key of a ``Dict`` observation, as
     PettingZoo's classic games do); null: no mask. Masked actions get zero probability wherever the policy acts or
     learns, and the exported model takes the mask as an input (``rlcore.envs.action_masks``). Like wrappers, needs
     sync or async vectorization."""
