@@ -93,7 +93,8 @@ def other_algorithms_key(exc: ValidationError, name: str) -> str | None:
 
 def check_capabilities(params: Params, source: str) -> None:
     """Refuse (one line) optional params the algorithm would not honour: a recurrent policy (``policy.memory``),
-    mixed precision (``train.precision``) or a GPU (``train.device: cuda``) for an algorithm without them. Whether
+    action masks (``env.action_mask``), mixed precision (``train.precision``) or a GPU (``train.device: cuda``) for
+    an algorithm without them. Whether
     this machine has the GPU is the training session's check: evaluate, select and export of a GPU-trained run work
     on any machine (``rlcore.nets.precision``)."""
     name = params.algo.name
@@ -121,6 +122,11 @@ def check_capabilities(params: Params, source: str) -> None:
         raise ConfigError(
             f"{source}: policy.memory: algo.behavioral_cloning scores single dataset observations, which a recurrent "
             "policy cannot act on without its state; use one or the other"
+        )
+    if params.env.action_mask is not None and "action_mask" not in capabilities:
+        raise ConfigError(
+            f"{source}: env.action_mask: {name} does not apply action masks ({able('action_mask')} do); "
+            "set env.action_mask: null"
         )
     if params.train.precision != "fp32" and "precision" not in capabilities:
         raise ConfigError(

@@ -123,7 +123,7 @@ class A2C(OnPolicyAlgorithm[A2CConfig, ActorCritic]):
         for idx in parts:
             with self.precision.autocast():
                 features = rollout.features(self.policy, idx)  # encoded once for both heads
-                dist = self.policy.distribution_of(features)
+                dist = self.policy.distribution_of(features, rollout.action_mask(self.policy, idx))
                 policy_loss = -(dist.log_prob(actions[idx]) * advantages[idx]).mean()
                 value_loss = self.policy.value_loss_of(features, returns[idx])
                 entropy = dist.entropy().mean()

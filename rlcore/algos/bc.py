@@ -31,6 +31,7 @@ class BCConfig(OfflineConfig):
 
 class BC(OfflineAlgorithm[BCConfig, Policy]):
     name = "bc"
+    capabilities = frozenset({"action_mask"})
     Config = BCConfig
     action_spaces = (spaces.Discrete, spaces.Box)
 

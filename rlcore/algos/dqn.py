@@ -42,6 +42,7 @@ class DQN(OffPolicyAlgorithm[DQNConfig, QPolicy]):
     name = "dqn"
     Config = DQNConfig
     action_spaces = (spaces.Discrete,)
+    capabilities = frozenset({"action_mask"})
 
     def __init__(self, policy: QPolicy, config: DQNConfig) -> None:
         super().__init__(policy, config)

@@ -97,7 +97,8 @@ class IMPALA(ActorLearnerAlgorithm[IMPALAConfig, ActorCritic]):
             features = self.policy.features(obs)  # encoded once for both heads
         all_values = all_values.reshape(steps + 1, envs)
         values = all_values[:-1]
-        dist = self.policy.distribution_of(features)
+        acted_on = batch.obs[:-1].reshape(steps * envs, *batch.obs.shape[2:])
+        dist = self.policy.distribution_of(features, self.policy.action_mask(acted_on))
         actions = batch.actions.reshape(steps * envs, *batch.actions.shape[2:])
         log_probs = dist.log_prob(actions).reshape(steps, envs)
         log_rhos = log_importance_weights(dist, batch.behaviour_log_probs.reshape(-1), actions).reshape(steps, envs)

@@ -76,7 +76,7 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
     name = "ppo"
     Config = PPOConfig
     action_spaces = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Box)
-    capabilities = frozenset({"memory", "precision", "cuda"})
+    capabilities = frozenset({"memory", "precision", "cuda", "action_mask"})
 
     def __init__(self, policy: ActorCritic, config: PPOConfig) -> None:
         super().__init__(policy, config)
@@ -132,7 +132,7 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
                 for idx in batches:
                     with self.precision.autocast():
                         features = rollout.features(self.policy, idx)  # encoded once for both heads
-                        dist = self.policy.distribution_of(features)
+                        dist = self.policy.distribution_of(features, rollout.action_mask(self.policy, idx))
                         log_ratio = dist.log_prob(actions[idx]) - old_log_probs[idx]
                         ratio = log_ratio.exp()
                         with torch.no_grad():
