@@ -9,6 +9,7 @@ an algorithm page (docs/algorithms/<name>.md) has its table between two marker c
 
     python docs/params_reference.py           # rewrite docs/params.md and the algorithm pages' tables
     python docs/params_reference.py --check   # exit 1 and print a diff when a committed page is not what it would write
+    python docs/params_reference.py --missing # list the keys without a docstring (exit 1 when there is one)
 """
 
 from __future__ import annotations
@@ -243,6 +244,30 @@ def algo_sections() -> dict[str, list[Section]]:
     return {name: list(_walk(Section("algo", cls.Config))) for name, cls in sorted(ALGORITHMS.items())}
 
 
+def missing() -> list[str]:
+    """Every key without a docstring, as ``path.key (Model)``: each model's own fields once, wherever it is used."""
+    every = [section for listed in sections().values() for section in listed]
+    every += [section for listed in algo_sections().values() for section in listed]
+    found: dict[tuple[type[BaseModel], str], str] = {}
+    for section in every:
+        fields = _top_level_fields() if section.model is Params else section.model.model_fields
+        for key, field in fields.items():
+            if section.path == "algo" and key == REQUIRED["algo"][0]:
+                continue  # algo.name: its row is written by the script, not by a docstring
+            if not _clean(field.description):
+                owner = _declared_by(section.model, key)
+                found.setdefault((owner, key), f"{section.path}.{key} ({owner.__module__}.{owner.__qualname__})")
+    return sorted(found.values())
+
+
+def _declared_by(model: type[BaseModel], key: str) -> type[BaseModel]:
+    """The class in ``model``'s MRO whose body declares ``key`` (where its docstring belongs)."""
+    for cls in model.__mro__:
+        if key in getattr(cls, "__annotations__", {}) and key in cls.__dict__.get("__annotations__", {}):
+            return cls
+    return model
+
+
 def _links(all_sections: list[Section]) -> dict[type[BaseModel], str]:
     """Where each model's table is (its first section)."""
     link: dict[type[BaseModel], str] = {}
@@ -454,8 +479,13 @@ def wanted_pages(project: Path = PROJECT) -> dict[Path, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 with a diff when they differ")
+    parser.add_argument("--missing", action="store_true", help="list the keys without a docstring; exit 1 if any")
     parser.add_argument("--project", type=Path, default=PROJECT, help="the project root (default: this script's)")
     args = parser.parse_args(argv)
+    if args.missing:
+        undocumented = missing()
+        print("\n".join(undocumented) if undocumented else "every key has a docstring")
+        return 1 if undocumented else 0
     try:
         pages = wanted_pages(args.project)
     except ValueError as exc:
