@@ -263,7 +263,7 @@ def missing() -> list[str]:
 def _declared_by(model: type[BaseModel], key: str) -> type[BaseModel]:
     """The class in ``model``'s MRO whose body declares ``key`` (where its docstring belongs)."""
     for cls in model.__mro__:
-        if key in getattr(cls, "__annotations__", {}) and key in cls.__dict__.get("__annotations__", {}):
+        if key in inspect.get_annotations(cls):
             return cls
     return model
 
