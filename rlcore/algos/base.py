@@ -177,7 +177,9 @@ class PopulationConfig(AlgoConfig):
     """
 
     runner: Literal["dev", "local", "dask"] = "local"
-    """Where rollout tasks run (see above); a lost worker's tasks are run again."""
+    """Where rollout tasks run: ``dev`` in the learner's process, ``local`` in ``num_workers`` spawned subprocesses,
+    ``dask`` as tasks on ``deploy.dask_address`` (or on a LocalCluster of ``num_workers`` processes started for the
+    run); a lost worker's tasks are run again."""
     num_workers: int = Field(2, ge=1, le=256)
     """Worker processes of the ``local`` runner, and of the LocalCluster of the ``dask`` runner."""
     worker_timeout_seconds: float = Field(120.0, gt=0)
