@@ -245,27 +245,15 @@ def algo_sections() -> dict[str, list[Section]]:
 
 
 def missing() -> list[str]:
-    """Every key without a docstring, as ``path.key (Model)``: each model's own fields once, wherever it is used."""
-    every = [section for listed in sections().values() for section in listed]
-    every += [section for listed in algo_sections().values() for section in listed]
-    found: dict[tuple[type[BaseModel], str], str] = {}
-    for section in every:
+    """Every key without a docstring, once per class that declares it: ``path.key (module.Class)``."""
+    found: dict[tuple[type, str], str] = {}
+    for section in [each for listed in (*sections().values(), *algo_sections().values()) for each in listed]:
         fields = _top_level_fields() if section.model is Params else section.model.model_fields
-        for key, field in fields.items():
-            if section.path == "algo" and key == REQUIRED["algo"][0]:
-                continue  # algo.name: its row is written by the script, not by a docstring
-            if not _clean(field.description):
-                owner = _declared_by(section.model, key)
+        for key in [key for key, field in fields.items() if not _clean(field.description)]:
+            if f"{section.path}.{key}" != "algo." + REQUIRED["algo"][0]:  # algo.name's row is the script's own
+                owner = next(cls for cls in section.model.__mro__ if key in inspect.get_annotations(cls))
                 found.setdefault((owner, key), f"{section.path}.{key} ({owner.__module__}.{owner.__qualname__})")
     return sorted(found.values())
-
-
-def _declared_by(model: type[BaseModel], key: str) -> type[BaseModel]:
-    """The class in ``model``'s MRO whose body declares ``key`` (where its docstring belongs)."""
-    for cls in model.__mro__:
-        if key in inspect.get_annotations(cls):
-            return cls
-    return model
 
 
 def _links(all_sections: list[Section]) -> dict[type[BaseModel], str]:
@@ -329,12 +317,10 @@ def _algo_table(by_algo: dict[str, list[Section]], link: dict[type[BaseModel], s
 
 def _grouped(values: dict[str, str]) -> str:
     """``x`` when every algorithm has the same value, else ``x (a, b); y (c)``."""
-    groups: dict[str, list[str]] = {}
-    for name, value in values.items():
-        groups.setdefault(value, []).append(name)
+    groups = _by_value(values)
     if len(groups) == 1:
         return next(iter(groups))
-    return "; ".join(f"{value} ({', '.join(names)})" for value, names in groups.items())
+    return "; ".join(f"{value} ({names})" for value, names in groups.items())
 
 
 def _algo_row(
@@ -483,9 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--project", type=Path, default=PROJECT, help="the project root (default: this script's)")
     args = parser.parse_args(argv)
     if args.missing:
-        undocumented = missing()
-        print("\n".join(undocumented) if undocumented else "every key has a docstring")
-        return 1 if undocumented else 0
+        print("\n".join(undocumented := missing()) or "every key has a docstring")
+        return int(bool(undocumented))
     try:
         pages = wanted_pages(args.project)
     except ValueError as exc:
