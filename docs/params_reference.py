@@ -9,6 +9,7 @@ an algorithm page (docs/algorithms/<name>.md) has its table between two marker c
 
     python docs/params_reference.py           # rewrite docs/params.md and the algorithm pages' tables
     python docs/params_reference.py --check   # exit 1 and print a diff when a committed page is not what it would write
+    python docs/params_reference.py --missing # list the keys without a docstring (exit 1 when there is one)
 """
 
 from __future__ import annotations
@@ -243,6 +244,18 @@ def algo_sections() -> dict[str, list[Section]]:
     return {name: list(_walk(Section("algo", cls.Config))) for name, cls in sorted(ALGORITHMS.items())}
 
 
+def missing() -> list[str]:
+    """Every key without a docstring, once per class that declares it: ``path.key (module.Class)``."""
+    found: dict[tuple[type, str], str] = {}
+    for section in [each for listed in (*sections().values(), *algo_sections().values()) for each in listed]:
+        fields = _top_level_fields() if section.model is Params else section.model.model_fields
+        for key in [key for key, field in fields.items() if not _clean(field.description)]:
+            if f"{section.path}.{key}" != "algo." + REQUIRED["algo"][0]:  # algo.name's row is the script's own
+                owner = next(cls for cls in section.model.__mro__ if key in inspect.get_annotations(cls))
+                found.setdefault((owner, key), f"{section.path}.{key} ({owner.__module__}.{owner.__qualname__})")
+    return sorted(found.values())
+
+
 def _links(all_sections: list[Section]) -> dict[type[BaseModel], str]:
     """Where each model's table is (its first section)."""
     link: dict[type[BaseModel], str] = {}
@@ -304,12 +317,10 @@ def _algo_table(by_algo: dict[str, list[Section]], link: dict[type[BaseModel], s
 
 def _grouped(values: dict[str, str]) -> str:
     """``x`` when every algorithm has the same value, else ``x (a, b); y (c)``."""
-    groups: dict[str, list[str]] = {}
-    for name, value in values.items():
-        groups.setdefault(value, []).append(name)
+    groups = _by_value(values)
     if len(groups) == 1:
         return next(iter(groups))
-    return "; ".join(f"{value} ({', '.join(names)})" for value, names in groups.items())
+    return "; ".join(f"{value} ({names})" for value, names in groups.items())
 
 
 def _algo_row(
@@ -454,8 +465,12 @@ def wanted_pages(project: Path = PROJECT) -> dict[Path, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 with a diff when they differ")
+    parser.add_argument("--missing", action="store_true", help="list the keys without a docstring; exit 1 if any")
     parser.add_argument("--project", type=Path, default=PROJECT, help="the project root (default: this script's)")
     args = parser.parse_args(argv)
+    if args.missing:
+        print("\n".join(undocumented := missing()) or "every key has a docstring")
+        return int(bool(undocumented))
     try:
         pages = wanted_pages(args.project)
     except ValueError as exc:

@@ -73,6 +73,16 @@ def test_a_row_gives_type_default_bounds_docstring_and_the_algorithms_that_take_
     assert "**required**" in env_id
 
 
+def test_every_key_has_a_docstring(capsys):
+    """Every field of every params section and algorithm config says what it does (its row's last column)."""
+    undocumented = params_reference.missing()
+    assert not undocumented, "keys without a docstring (`python docs/params_reference.py --missing`):\n" + "\n".join(
+        undocumented
+    )
+    assert params_reference.main(["--missing"]) == 0
+    assert capsys.readouterr().out == "every key has a docstring\n"
+
+
 def test_check_exits_1_with_a_diff_when_a_page_differs_and_the_script_rewrites_it(tmp_path: Path, capsys):
     shutil.copy(PROJECT / "README.md", tmp_path / "README.md")
     shutil.copytree(PROJECT / "configs", tmp_path / "configs")

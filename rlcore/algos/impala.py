@@ -39,17 +39,23 @@ from rlcore.objectives.schedules import ScheduleName, scheduled
 class IMPALAConfig(ActorLearnerConfig):
     name: Literal["impala"] = "impala"
     lr: float = Field(6e-4, gt=0)
+    """The optimizer's learning rate at the start of training."""
     lr_schedule: ScheduleName = "linear"
+    """``linear`` anneals the learning rate to 0 at ``train.max_steps``."""
     optimizer: Literal["rmsprop", "adam"] = "rmsprop"
     """RMSprop as in the paper (decay 0.99, eps 0.01 there; ``optimizer_eps`` here) or Adam."""
     optimizer_eps: float = Field(1e-5, gt=0)
+    """The optimizer's epsilon (the paper's RMSprop: 0.01)."""
     rho_clip: float = Field(1.0, gt=0)
     """rho_bar: truncates the importance weights of the TD errors and the policy gradient; .inf: no clip."""
     c_clip: float = Field(1.0, gt=0)
     """c_bar: truncates the trace coefficients; .inf: no clip."""
     vf_coef: float = Field(0.5, ge=0)
+    """c_v: weight of the value loss, itself half the squared error to the V-trace targets."""
     ent_coef: float = Field(0.01, ge=0)
+    """Weight of the entropy bonus: the loss subtracts ``ent_coef * H[pi(.|s)]`` (c_e); 0: no bonus."""
     max_grad_norm: float | None = Field(40.0, gt=0)
+    """The gradient's global norm is clipped to this before each optimizer step; null: no clipping. The paper: 40."""
     normalize_advantage: bool = False
     """Standardize the V-trace policy-gradient advantages over the batch's valid steps."""
 

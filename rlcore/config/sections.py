@@ -396,8 +396,8 @@ class Params(StrictModel):
     """Output branch: ``""`` writes reports/, models/best/, export/; ``offline`` writes reports/offline/,
     models/offline/best/, export/offline/ (so a second pipeline can run beside the first)."""
     torch_threads: int = Field(1, ge=1, le=MAX_TORCH_THREADS)
-    """Small networks are fastest on one thread on a 2-core machine (two are 3-60x slower under load). At most
-    1024."""
+    """Threads torch computes with in each stage (``torch.set_num_threads``), at most 1024. Small networks are fastest
+    on one thread on a 2-core machine (two are 3-60x slower under load)."""
     env: EnvConfig
     policy: PolicyConfig
     algo: AlgoConfig
