@@ -5,16 +5,16 @@ trainer runs them: in-process, subprocesses, or Dask tasks). For each batch of t
 
     V(s_0..s_T) <- the learner's critic on every observation (s_T: after the last step, for the bootstrap)
     log rho_t   <- log pi(a_t|s_t) - log mu(a_t|s_t)            (mu's log-probs travel with the trajectory)
-    v_s, A_t    <- V-trace(log rho, r, V, rho_bar, c_bar)      (rlcore.objectives.returns.vtrace: targets, pg
-    advantages) loss = -E[log pi(a_t|s_t) A_t] + c_v * L_value(V(s_t), v_s) / 2 - c_e * H[pi(.|s_t)]
+    v_s, A_t    <- V-trace(log rho, r, V, rho_bar, c_bar)      (rlcore.objectives.returns.vtrace: value targets
+                                                                and policy-gradient advantages)
+    loss        =  -E[log pi(a_t|s_t) A_t] + c_v * L_value(V(s_t), v_s) / 2 - c_e * H[pi(.|s_t)]
 
-(L_value: the squared error, or the critic's own loss for transformed or categorical value heads)
+(L_value: the squared error, or the critic's own loss for transformed or categorical value heads), the means over the
+valid (non-reset) steps; one gradient step per batch.
 
 With ``policy.memory`` the learner unrolls its recurrent core over each trajectory from the state the actor had
 at its first step (``initial_state``, carried by the trajectory), resetting after the autoreset steps as the actor
 did: features, values and the bootstrap value all come from that one unroll (R2D2's "stored state", no burn-in).
-
-over the valid (non-reset) steps, one gradient step per batch.
 """
 
 from __future__ import annotations
