@@ -29,9 +29,11 @@ from rlcore.nets.policy import Policy
 class BCConfig(OfflineConfig):
     name: Literal["bc"] = "bc"
     lr: float = Field(1e-3, gt=0)
+    """AdamW learning rate (constant)."""
     loss: Literal["nll", "mse"] = "nll"
     """Box actions: Gaussian negative log-likelihood or mean squared error (discrete actions: cross-entropy)."""
     weight_decay: float = Field(0.0, ge=0)
+    """AdamW's decoupled weight decay; 0: plain Adam."""
 
 
 def bc_loss(
@@ -62,9 +64,9 @@ def bc_optimizer(parameters: Iterable[torch.Tensor], config: BCConfig) -> torch.
 
 class BC(OfflineAlgorithm[BCConfig, Policy]):
     name = "bc"
+    capabilities = frozenset({"action_mask", "batched_seeds"})
     Config = BCConfig
     action_spaces = (spaces.Discrete, spaces.Box)
-    capabilities = frozenset({"batched_seeds"})
 
     def __init__(self, policy: Policy, config: BCConfig) -> None:
         super().__init__(policy, config)

@@ -19,6 +19,7 @@ import torch
 
 from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
 from rlcore.config.sections import Params
+from rlcore.envs.action_masks import legal_actions, random_legal_actions
 from rlcore.envs.actions import random_actions
 from rlcore.envs.observations import obs_tensor
 from rlcore.trainers.session import TrainingSession
@@ -63,7 +64,10 @@ class Collector:
         session, cfg, state = self.session, self.config, self.session.state
         stepper, replay = session.source.stepper, session.source.replay
         num_envs = session.params.env.num_envs
-        if state.env_steps < cfg.learning_starts:
+        legal = legal_actions(session.observation_space, stepper.obs)  # None: no action mask
+        if state.env_steps < cfg.learning_starts and legal is not None:
+            actions = random_legal_actions(legal, session.rng)[0]
+        elif state.env_steps < cfg.learning_starts:
             actions = random_actions(session.action_space, num_envs, session.rng)
         else:
             obs_t = obs_tensor(stepper.obs)

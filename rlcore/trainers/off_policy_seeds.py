@@ -19,7 +19,8 @@ so acting, evaluation and checkpoints between phases run the unbatched code on t
 where some seed's loss or gradient norm is not finite (its unbatched run skips it) and the rest of that phase are
 taken seed by seed with ``DQN.update``. The results differ from the unbatched run's by float32 summation order only.
 
-In scope: DQN without the dueling head on an encoder without weights (vector or discrete observations); anything
+In scope: DQN without the dueling head on an encoder without weights (vector or discrete observations; action masks
+included); anything
 else trains the opened seeds one after another, said in one log line. DQN trains on the CPU in fp32 only.
 """
 
@@ -32,6 +33,7 @@ import torch
 from torch import nn
 
 from rlcore.algos.dqn import DQN, dqn_loss, dqn_optimizer
+from rlcore.nets.distributions import masked_logits
 from rlcore.nets.policies import QPolicy
 from rlcore.nets.stacked import StackedPolicies
 from rlcore.trainers.off_policy import Collector, run_off_policy
@@ -42,6 +44,7 @@ from rlcore.trainers.seed_sessions import (
     open_seed_sessions,
     optimizer_steps,
     stack_optimizer_states,
+    stacked_masks,
     unstack_optimizer_state,
 )
 from rlcore.trainers.session import TrainingSession
@@ -168,10 +171,14 @@ class _Phase:
                     ([algorithm.target for algorithm in self.algorithms], "next_obs"),
                 )
             )
-            next_target = self.target.mlp("q", next_target_features)
-            next_online = self.online.mlp("q", next_features) if cfg.double_dqn else None
+            # QPolicy.act_scores: illegal actions' values at the lowest value (the masks of the observations)
+            policies = [seed.session.policy for seed in self.seeds]
+            next_masks = stacked_masks(policies, batches, "next_obs")
+            next_target = masked_logits(self.target.mlp("q", next_target_features), next_masks)
+            next_online = masked_logits(self.online.mlp("q", next_features), next_masks) if cfg.double_dqn else None
         stacked = {key: torch.stack([batch[key] for batch in batches]) for key in ("actions", "rewards", "discounts")}
-        losses, q = dqn_loss(self.online.mlp("q", features), next_online, next_target, stacked)
+        q_values = masked_logits(self.online.mlp("q", features), stacked_masks(policies, batches, "obs"))
+        losses, q = dqn_loss(q_values, next_online, next_target, stacked)
         if not bool(torch.isfinite(losses).all()):
             return None
         self.optimizer.zero_grad(set_to_none=True)

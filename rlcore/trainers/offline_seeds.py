@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from rlcore.algos.bc import BC, BCConfig, bc_loss, bc_optimizer
+from rlcore.nets.distributions import masked_logits
 from rlcore.nets.policies import CategoricalActor, GaussianActor
 from rlcore.nets.stacked import StackedPolicies
 from rlcore.trainers.offline import run_offline
@@ -49,6 +50,7 @@ from rlcore.trainers.seed_sessions import (
     open_seed_sessions,
     optimizer_steps,
     stack_optimizer_states,
+    stacked_masks,
     unstack_optimizer_state,
 )
 from rlcore.trainers.session import TrainingSession
@@ -136,6 +138,8 @@ class _Cohort:
             )
         actions = torch.stack([batch["actions"] for batch in batches])
         scores = self.stacked.mlp(self.head, features)
+        if self.discrete:  # illegal actions' logits at the lowest value, as CategoricalActor.act_scores does
+            scores = masked_logits(scores, stacked_masks([seed.session.policy for seed in self.seeds], batches, "obs"))
         log_std = None if self.discrete else self.stacked.params["log_std"].unsqueeze(1)
         losses, quality = bc_loss(scores, actions, log_std, self.config.loss)
         if not bool(torch.isfinite(losses).all()):  # the seeds' optimizer step counts may differ from here on

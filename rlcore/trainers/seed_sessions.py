@@ -1,6 +1,7 @@
 """The open sessions of a batched run of several seeds (``train.seeds``): each seed's own ``TrainingSession``, opened
 as its one-seed run opens it, with the state of torch's global generator that run would have; and each seed's
-optimizer state moved into and out of one optimizer over the seeds' stacked parameters."""
+optimizer state moved into and out of one optimizer over the seeds' stacked parameters, and their action masks
+stacked."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 from gymnasium import spaces
 
 from rlcore.config.sections import Params
+from rlcore.nets.policy import Policy
 from rlcore.trainers.finished_runs import RunFinishedError, keeping_finished_runs
 from rlcore.trainers.session import SourceT, TrainingSession
 from rlcore.trainers.stopping import EvaluationCallback
@@ -129,3 +131,12 @@ def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
     """The steps an optimizer over one policy has taken (0 before the first)."""
     state = optimizer.state_dict()["state"]
     return int(state[0]["step"]) if state else 0
+
+
+def stacked_masks(
+    policies: Sequence[Policy], batches: Sequence[dict[str, torch.Tensor]], key: str
+) -> torch.Tensor | None:
+    """The legal actions of each seed's ``batch[key]`` observations (``Policy.action_mask``), stacked: (N, B, n) bool;
+    None when the observations carry no action mask."""
+    masks = [policy.action_mask(batch[key]) for policy, batch in zip(policies, batches, strict=True)]
+    return None if masks[0] is None else torch.stack(masks)  # type: ignore[arg-type]  # all or none carry one
