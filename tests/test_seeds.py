@@ -4,6 +4,7 @@ resumes the seed it was training and keeps the finished ones; bad seed lists are
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -251,6 +252,34 @@ def test_select_reports_every_seed_and_their_aggregate(seeded: Path) -> None:
     card = read_json(seeded / "export" / "model_card.json")
     assert card["train_seed"] == best and card["aggregate_over_seeds"]["num_runs"] == 2
     assert card["params"]["seed"] == best and card["params"]["train"]["seeds"] is None
+
+
+@pytest.mark.slow
+def test_select_gives_the_probability_of_improvement_over_a_baseline_with_seeds(seeded: Path, tmp_path: Path) -> None:
+    """``select.baseline_run`` naming a run of seeds (here a copy of this one, selected on branch ``base``, its test
+    scores lowered by 1000): metrics.json's ``baseline`` has P(X > Y) = 1 over 2 and 2 runs, the report says it."""
+    root = tmp_path / "project"
+    shutil.copytree(seeded, root, ignore=shutil.ignore_patterns("export"))
+    shutil.copytree(root / "runs" / "seeds", root / "runs" / "base")
+    record = read_json(root / "reports" / "metrics.json")
+    record["checkpoint"] = record["checkpoint"].replace("runs/seeds/", "runs/base/")
+    for entry in record["per_seed"].values():
+        entry["test"]["mean_return"] -= 1000.0
+    (root / "reports" / "base").mkdir()
+    (root / "reports" / "base" / "metrics.json").write_text(json.dumps(record))
+    stage(root, "select", "train.seeds=[0, 1]", "select.baseline_run=base")
+    metrics = read_json(root / "reports" / "metrics.json")
+    assert metrics["per_seed"] == read_json(seeded / "reports" / "metrics.json")["per_seed"]  # select is repeatable
+    baseline = metrics["baseline"]
+    assert baseline["run"] == "base" and baseline["scores_from"].endswith("reports/base/metrics.json")
+    assert (baseline["num_runs_x"], baseline["num_runs_y"]) == (2, 2)
+    assert baseline["seeds_x"] == baseline["seeds_y"] == [0, 1]
+    assert baseline["probability_of_improvement"] == 1.0
+    assert baseline["probability_of_improvement_ci95"] == [1.0, 1.0]
+    report = (root / "reports" / "report.md").read_text()
+    assert "P(`seeds` > `base`): **1.00**, 95% CI [1.00, 1.00]" in report
+    assert "over 2 runs of `seeds` and 2 runs of `base`" in report
+    assert (root / "reports" / "baseline_comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow
