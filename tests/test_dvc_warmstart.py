@@ -32,8 +32,6 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(PROJECT / name, root / name)
     shutil.copytree(PROJECT / "pipelines", root / "pipelines", ignore=shutil.ignore_patterns("dvc.lock"))
-    # Every pipeline's params file too: DVC reads every dvc.yaml of the repo (pipelines/seeds names its preset).
-    shutil.copytree(PROJECT / "configs", root / "configs", dirs_exist_ok=True)
     shutil.copytree(PROJECT / "rlcore", root / "rlcore", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (root / ".gitignore").write_text(GITIGNORE)
     quick_train = {"eval_every": 1024, "eval_episodes": 3, "target_return": None}

@@ -329,27 +329,6 @@ def test_bad_seed_lists_are_refused_in_one_line_and_write_nothing(value: str, fr
         assert sorted(os.listdir(root)) == ["params.yaml"]
 
 
-def test_the_root_dvc_yaml_refuses_seeds_it_does_not_declare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under ``dvc repro`` of the root dvc.yaml (its train stage declares ``runs/<name>/checkpoints``), a params file
-    with ``train.seeds`` is refused before training; pipelines/seeds/dvc.yaml's stage (the run folder) is not."""
-    project = Path(__file__).parents[1]
-    for name in ("params.yaml", "dvc.yaml", "pipelines/seeds/dvc.yaml"):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text((project / name).read_text())
-    monkeypatch.setenv("DVC_STAGE", "train")
-    outcome = run_in_process(["train", "--set", "train.seeds=[0, 1]"], tmp_path)
-    assert_refused(outcome, "train.seeds:", "DVC stage 'train'", "pipelines/seeds/dvc.yaml")
-    assert not (tmp_path / "runs").exists()
-    from rlcore.params import load_params
-    from rlcore.stages.seeds import check_dvc_declares_the_seeds
-
-    params = load_params(project / "configs" / "ppo-cartpole-seeds.yaml")
-    monkeypatch.setenv("DVC_STAGE", "pipelines/seeds/dvc.yaml:train_seeds")
-    check_dvc_declares_the_seeds(params, tmp_path)  # declared: no refusal
-    monkeypatch.delenv("DVC_STAGE")
-    check_dvc_declares_the_seeds(params, tmp_path)  # not under DVC
-
-
 def test_a_sweep_refuses_train_seeds(tmp_path: Path) -> None:
     """A sweep's trials train ``sweep.seeds``, one run each: ``train.seeds`` is refused in one line, as a key to
     search too."""
