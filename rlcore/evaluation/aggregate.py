@@ -84,6 +84,12 @@ def aggregate(scores: Mapping[int, RunScore], target: float | None = None) -> di
     return result
 
 
+def iqm(scores: Sequence[RunScore]) -> float:
+    """The interquartile mean of runs' scores: rliable's ``aggregate_iqm``, the mean of the middle 50% of runs (the
+    25%-trimmed mean, ``scipy.stats.trim_mean``); with fewer than 4 runs nothing is trimmed (the mean)."""
+    return float(metrics.aggregate_iqm(_run_scores(scores, "scores")[:, None]))
+
+
 def probability_of_improvement(
     scores_x: Sequence[RunScore] | Mapping[int, RunScore], scores_y: Sequence[RunScore] | Mapping[int, RunScore]
 ) -> dict[str, Any]:
