@@ -75,7 +75,7 @@ def test_probability_of_improvement_over_a_baseline_with_seeds_is_the_pairwise_c
     assert p_by_hand(x, y) == pytest.approx(expected, rel=0, abs=1e-15)
     source = write_run(tmp_path, "base", dict(enumerate(y)))
     baseline = read_baseline(tmp_path, "base", needs_scores=True)
-    assert baseline.scores == dict(enumerate(y)) and baseline.source == source
+    assert baseline.scores == dict(enumerate(y)) and baseline.source == source.relative_to(tmp_path)
     result = improvement(this_run(dict(enumerate(x))), baseline)
     assert result is not None
     assert result["probability_of_improvement"] == pytest.approx(expected, rel=0, abs=1e-12)

@@ -271,7 +271,7 @@ def test_select_gives_the_probability_of_improvement_over_a_baseline_with_seeds(
     metrics = read_json(root / "reports" / "metrics.json")
     assert metrics["per_seed"] == read_json(seeded / "reports" / "metrics.json")["per_seed"]  # select is repeatable
     baseline = metrics["baseline"]
-    assert baseline["run"] == "base" and baseline["scores_from"].endswith("reports/base/metrics.json")
+    assert baseline["run"] == "base" and baseline["scores_from"] == "reports/base/metrics.json"
     assert (baseline["num_runs_x"], baseline["num_runs_y"]) == (2, 2)
     assert baseline["seeds_x"] == baseline["seeds_y"] == [0, 1]
     assert baseline["probability_of_improvement"] == 1.0

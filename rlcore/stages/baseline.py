@@ -46,7 +46,7 @@ class RunScores:
     curve_seed: int | None
     """With seeds: the seed whose curve is drawn; None for a one-seed run."""
     source: Path | None = None
-    """The ``metrics.json`` the scores were read from (the baseline's)."""
+    """The ``metrics.json`` the scores were read from (the baseline's), relative to the project root."""
 
     @property
     def label(self) -> str:
@@ -83,8 +83,9 @@ def read_baseline(root: Path, name: str, needs_scores: bool) -> RunScores:
         raise RLCoreError(f"select.baseline_run: {one_run.run_dir}: no learning curve; train that run first")
     if not seeds and not needs_scores:
         return RunScores(name, {}, several=False, curve=one_run.learning_curve_tsv, curve_seed=None)
-    source, record = _find_metrics(root, name)
-    where = f"select.baseline_run: {source.relative_to(root)}"
+    found, record = _find_metrics(root, name)
+    source = found.relative_to(root)
+    where = f"select.baseline_run: {source}"
     if not seeds:
         if "per_seed" in record:
             raise RLCoreError(f"{where}: scores seeds of runs/{name}/, which holds one run; run `rlcore select` again")
