@@ -8,6 +8,7 @@ every stage a process).
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -91,6 +92,11 @@ def test_warmstart_dag_trains_bc_then_ppo_from_the_bc_model(repo: dict) -> None:
     report = (root / "reports/warmstart/report.md").read_text()
     assert "![learning curves beside the baseline](baseline_comparison.png)" in report
     assert "Initialized from `models/offline/best/policy.pt`" in report
+    # its training curves, listed at the top of its dvc.yaml (relative to that file, inside train's run folder)
+    shown = json.loads(dvc("metrics", "show", "--json", cwd=root).stdout)[""]["data"]
+    assert shown["runs/ppo-from-bc-cartpole/dvclive/metrics.json"]["data"]["step"] == summary["env_steps"]
+    plots = json.loads(dvc("plots", "show", "--json", cwd=root).stdout)["data"]
+    assert "runs/ppo-from-bc-cartpole/dvclive/plots/metrics/eval/mean_return.tsv" in plots, list(plots)
 
 
 @pytest.mark.slow
