@@ -4,6 +4,7 @@ resumes the seed it was training and keeps the finished ones; bad seed lists are
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -254,6 +255,34 @@ def test_select_reports_every_seed_and_their_aggregate(seeded: Path) -> None:
 
 
 @pytest.mark.slow
+def test_select_gives_the_probability_of_improvement_over_a_baseline_with_seeds(seeded: Path, tmp_path: Path) -> None:
+    """``select.baseline_run`` naming a run of seeds (here a copy of this one, selected on branch ``base``, its test
+    scores lowered by 1000): metrics.json's ``baseline`` has P(X > Y) = 1 over 2 and 2 runs, the report says it."""
+    root = tmp_path / "project"
+    shutil.copytree(seeded, root, ignore=shutil.ignore_patterns("export"))
+    shutil.copytree(root / "runs" / "seeds", root / "runs" / "base")
+    record = read_json(root / "reports" / "metrics.json")
+    record["checkpoint"] = record["checkpoint"].replace("runs/seeds/", "runs/base/")
+    for entry in record["per_seed"].values():
+        entry["test"]["mean_return"] -= 1000.0
+    (root / "reports" / "base").mkdir()
+    (root / "reports" / "base" / "metrics.json").write_text(json.dumps(record))
+    stage(root, "select", "train.seeds=[0, 1]", "select.baseline_run=base")
+    metrics = read_json(root / "reports" / "metrics.json")
+    assert metrics["per_seed"] == read_json(seeded / "reports" / "metrics.json")["per_seed"]  # select is repeatable
+    baseline = metrics["baseline"]
+    assert baseline["run"] == "base" and baseline["scores_from"] == "reports/base/metrics.json"
+    assert (baseline["num_runs_x"], baseline["num_runs_y"]) == (2, 2)
+    assert baseline["seeds_x"] == baseline["seeds_y"] == [0, 1]
+    assert baseline["probability_of_improvement"] == 1.0
+    assert baseline["probability_of_improvement_ci95"] == [1.0, 1.0]
+    report = (root / "reports" / "report.md").read_text()
+    assert "P(`seeds` > `base`): **1.00**, 95% CI [1.00, 1.00]" in report
+    assert "over 2 runs of `seeds` and 2 runs of `base`" in report
+    assert (root / "reports" / "baseline_comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
 def test_a_killed_run_resumes_its_unfinished_seed_and_keeps_the_finished_one(seeded: Path, tmp_path: Path) -> None:
     """Seed 0 finished, seed 1 killed after its first checkpoint: training again leaves seed 0's files as they were
     and finishes seed 1 from its checkpoint (kept as it was; a resumed run is not bitwise the uninterrupted one:
@@ -298,27 +327,6 @@ def test_bad_seed_lists_are_refused_in_one_line_and_write_nothing(value: str, fr
         outcome = run_in_process(["train", "--set", f"train.seeds={value}"], root)
         assert_refused(outcome, *fragments)
         assert sorted(os.listdir(root)) == ["params.yaml"]
-
-
-def test_the_root_dvc_yaml_refuses_seeds_it_does_not_declare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under ``dvc repro`` of the root dvc.yaml (its train stage declares ``runs/<name>/checkpoints``), a params file
-    with ``train.seeds`` is refused before training; pipelines/seeds/dvc.yaml's stage (the run folder) is not."""
-    project = Path(__file__).parents[1]
-    for name in ("params.yaml", "dvc.yaml", "pipelines/seeds/dvc.yaml"):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text((project / name).read_text())
-    monkeypatch.setenv("DVC_STAGE", "train")
-    outcome = run_in_process(["train", "--set", "train.seeds=[0, 1]"], tmp_path)
-    assert_refused(outcome, "train.seeds:", "DVC stage 'train'", "pipelines/seeds/dvc.yaml")
-    assert not (tmp_path / "runs").exists()
-    from rlcore.params import load_params
-    from rlcore.stages.seeds import check_dvc_declares_the_seeds
-
-    params = load_params(project / "configs" / "ppo-cartpole-seeds.yaml")
-    monkeypatch.setenv("DVC_STAGE", "pipelines/seeds/dvc.yaml:train_seeds")
-    check_dvc_declares_the_seeds(params, tmp_path)  # declared: no refusal
-    monkeypatch.delenv("DVC_STAGE")
-    check_dvc_declares_the_seeds(params, tmp_path)  # not under DVC
 
 
 def test_a_sweep_refuses_train_seeds(tmp_path: Path) -> None:

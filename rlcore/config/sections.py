@@ -218,7 +218,10 @@ class SelectConfig(StrictModel):
     ``eval.settings``; or ``mean``, the mean of the metric over ``eval.settings``."""
     baseline_run: str | None = None
     """The name of another run (``runs/<name>``), e.g. the same params trained from scratch beside a warm-started
-    run: the report draws both learning curves in one chart (``reports/baseline_comparison.png``); null: none."""
+    run: the report draws both learning curves in one chart (``reports/baseline_comparison.png``); when either run
+    has several seeds (``train.seeds``), ``reports/metrics.json``'s ``baseline`` adds the probability that a seed of
+    this run scores higher than one of the baseline on the test episodes, with its 95% interval (the baseline's
+    scores: the ``metrics.json`` under ``reports/`` that its select stage wrote); null: none."""
 
     @field_validator("baseline_run")
     @classmethod

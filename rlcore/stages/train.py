@@ -9,7 +9,7 @@ from pathlib import Path
 from rlcore.common.errors import ConfigError
 from rlcore.common.stage_paths import Layout, project_path
 from rlcore.config.sections import Params
-from rlcore.stages.seeds import check_dvc_declares_the_seeds, run_seeds, seed_layouts, seed_params
+from rlcore.stages.seeds import run_seeds, seed_layouts, seed_params
 from rlcore.trainers import SeedRun, batched_trainer, is_offline, train
 from rlcore.trainers.finished_runs import RunFinishedError, keeping_finished_runs
 from rlcore.trainers.stopping import EvaluationCallback
@@ -33,7 +33,6 @@ def train_stage(
                 "--resume-from: names one run's checkpoint; with train.seeds each seed resumes from its own folder "
                 "(run `rlcore train` again)"
             )
-        check_dvc_declares_the_seeds(params, root)
         batched = batched_trainer(params)
         runs = [
             SeedRun(seed, _project_paths(seed_params(params, seed), root), layout.run_dir)
