@@ -205,7 +205,8 @@ class StackedAdam(torch.optim.Optimizer):
     gradient was not finite keeps its weights, moments and bias correction.
 
     Per element the update is torch's: m <- lerp(m, g, 1 - beta1), v <- beta2 v + (1 - beta2) g^2,
-    p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps), with t that seed's own count. Not
+    p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps), with t that seed's own count. A param
+    group's ``lr`` is a float or a float64 tensor (N,) of per-seed rates (schedules driven by each seed's progress). Not
     bitwise with ``torch.optim.Adam(fused=True)``, whose kernel rounds in another order: within a few float32 ulps
     per step (``tests/test_stacked.py``). :meth:`seed_state_dict` writes one seed's state as ``torch.optim.Adam``
     saves its own, so a per-seed checkpoint resumes unbatched too.
@@ -287,12 +288,15 @@ class StackedAdam(torch.optim.Optimizer):
                     }
                 ids.append(index)
                 index += 1
-            groups.append({"lr": group["lr"], "betas": group["betas"], "eps": group["eps"], "params": ids})
+            lr = group["lr"]
+            lr = float(lr[k]) if isinstance(lr, torch.Tensor) else lr
+            groups.append({"lr": lr, "betas": group["betas"], "eps": group["eps"], "params": ids})
         return {"state": state, "param_groups": groups}
 
     def load_seed_state_dicts(self, states: Sequence[dict[str, Any]]) -> None:
         """The inverse of :meth:`seed_state_dict` for every seed (e.g. resuming from per-seed checkpoints written by
-        unbatched runs or by :meth:`seed_state_dict`). Every seed must have a state for the same parameters."""
+        unbatched runs or by :meth:`seed_state_dict`). A seed without a state for a parameter (a fresh run beside
+        resumed ones) starts it as Adam does: step 0, zero moments."""
         if len(states) != self.count:
             raise ValueError(f"states: expected {self.count} optimizer states, got {len(states)}")
         params = [param for group in self.param_groups for param in group["params"]]
@@ -300,10 +304,15 @@ class StackedAdam(torch.optim.Optimizer):
             per_seed = [seed_state["state"].get(index) for seed_state in states]
             if all(entry is None for entry in per_seed):
                 continue
-            if any(entry is None for entry in per_seed):
-                raise ValueError(f"states: parameter {index} has an optimizer state for some seeds only")
+            fresh = torch.zeros_like(param[0])
             self.state[param] = {
-                "step": torch.tensor([float(entry["step"]) for entry in per_seed], dtype=torch.float64),
-                "exp_avg": torch.stack([entry["exp_avg"] for entry in per_seed]).to(param.dtype),
-                "exp_avg_sq": torch.stack([entry["exp_avg_sq"] for entry in per_seed]).to(param.dtype),
+                "step": torch.tensor(
+                    [0.0 if entry is None else float(entry["step"]) for entry in per_seed], dtype=torch.float64
+                ),
+                "exp_avg": torch.stack([fresh if entry is None else entry["exp_avg"] for entry in per_seed]).to(
+                    param.dtype
+                ),
+                "exp_avg_sq": torch.stack([fresh if entry is None else entry["exp_avg_sq"] for entry in per_seed]).to(
+                    param.dtype
+                ),
             }

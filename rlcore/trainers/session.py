@@ -91,7 +91,10 @@ class TrainingSession(Generic[SourceT]):
         on_evaluation: EvaluationCallback | None,
         resume_from: Path | None,
         make_source: Callable[[Params, spaces.Space, spaces.Space], SourceT],
+        *,
+        seeds_in_memory: int = 1,
     ) -> None:
+        """``seeds_in_memory``: runs this process holds at once (``train.seeds`` batched), for the memory check."""
         self.params = params
         seed_everything(params.seed, params.torch_threads)
         algo_cls = algorithm_class(params.algo.name)
@@ -114,7 +117,7 @@ class TrainingSession(Generic[SourceT]):
             check_device_support(params, algo_cls, self.device)
             check_action_space(params.algo.name, params.env.id, self.action_space)
             check_curriculum_support(params, algo_cls)
-            check_resources(params, self.observation_space, self.action_space)  # sizes that cannot be allocated
+            check_resources(params, self.observation_space, self.action_space, seeds_in_memory)  # too large sizes
             self.policy = algo_cls.make_policy(self.observation_space, self.action_space, params.policy, params.algo)
             self.warm_start = warm_start_of(params, self.policy, self.observation_space, self.action_space, run_dir)
             self.source = make_source(params, self.observation_space, self.action_space)
