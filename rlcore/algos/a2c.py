@@ -73,7 +73,7 @@ class A2C(OnPolicyAlgorithm[A2CConfig, ActorCritic]):
     name = "a2c"
     Config = A2CConfig
     action_spaces = PPO.action_spaces  # the same actor-critic policies, so the same spaces
-    capabilities = PPO.capabilities - {"batched_seeds"}
+    capabilities = PPO.capabilities
 
     def __init__(self, policy: ActorCritic, config: A2CConfig) -> None:
         super().__init__(policy, config)

@@ -21,59 +21,31 @@ StackedAdam's rounding (``rlcore.nets.stacked``). The supported configurations: 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from rlcore.algos.ppo import PPO, PPOConfig, clipped_surrogate
+from rlcore.algos.seeds_batch import SeedsRollout, count_step, masked_mean, padded
 from rlcore.data.rollouts import shuffled_minibatches
-from rlcore.nets.stacked import StackedAdam
+from rlcore.nets.stacked import StackedAdam, StackedOptimizer
 from rlcore.nets.stacked_actor_critic import StackedActorCritic
 from rlcore.objectives.returns import explained_variance
 from rlcore.objectives.schedules import scheduled
 
 
-@dataclass
-class SeedsRollout:
-    """N seeds' rollouts of T steps over E envs each, flattened per seed as ``RolloutBuffer.flat`` does (index
-    t * E + e). Fields (N, T * E, ...) but ``valid`` (N, T, E): obs (N, M, obs_dim), actions (N, M) or (N, M, A),
-    log_probs, values, advantages, returns (N, M)."""
-
-    obs: torch.Tensor
-    actions: torch.Tensor
-    log_probs: torch.Tensor
-    values: torch.Tensor
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    valid: torch.Tensor
-
-    def valid_indices(self, k: int) -> torch.Tensor:
-        """Seed ``k``'s trained-on steps as flat indices, (V_k,)."""
-        return torch.nonzero(self.valid[k].reshape(-1), as_tuple=False).squeeze(-1)
-
-
-def padded(batches: Sequence[torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Index batches of different sizes (None: the seed has none) as (N, B_max) indices and a (N, B_max) float32
-    mask of the real ones; padding repeats index 0 (a real sample, so every value stays finite)."""
-    width = max((len(batch) for batch in batches if batch is not None), default=1)
-    indices = torch.zeros(len(batches), width, dtype=torch.int64)
-    mask = torch.zeros(len(batches), width)
-    for k, batch in enumerate(batches):
-        if batch is not None:
-            indices[k, : len(batch)] = batch
-            mask[k, : len(batch)] = 1.0
-    return indices, mask
-
-
-def masked_mean(x: torch.Tensor, mask: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """Mean over dim 1 of ``x`` (N, B) where ``mask`` (N, B) is 1, ``counts`` (N,) its row sums (>= 1): (N,)."""
-    return (x * mask).sum(1) / counts
+def stacked_optimizer(algorithms: Sequence[PPO], stacked: StackedActorCritic) -> StackedAdam:
+    """One Adam over the stacked weights with each seed's own state (``algorithms[k].optimizer``'s)."""
+    group = algorithms[0].optimizer.param_groups[0]
+    betas = (float(group["betas"][0]), float(group["betas"][1]))
+    optimizer = StackedAdam(stacked.parameters(), stacked.count, betas=betas, eps=float(group["eps"]))
+    optimizer.load_seed_state_dicts([algorithm.optimizer.state_dict() for algorithm in algorithms])
+    return optimizer
 
 
 def update_seeds(
     algorithms: Sequence[PPO],
     stacked: StackedActorCritic,
-    optimizer: StackedAdam,
+    optimizer: StackedOptimizer,
     rollout: SeedsRollout,
     progress: Sequence[float],
     generators: Sequence[torch.Generator],
@@ -142,7 +114,7 @@ def update_seeds(
             optimizer.step(active=applied)
             for k, (took, stepped) in enumerate(zip(present.tolist(), applied.tolist(), strict=True)):
                 if took:
-                    _count_step(algorithms[k], stepped)
+                    count_step(algorithms[k], stepped)
             with torch.no_grad():
                 clipped = masked_mean(((ratio - 1).abs() > clip).float(), mask, counts)
                 diagnostics = torch.stack([policy_loss, value_loss, entropy, clipped], dim=1).detach()
@@ -170,13 +142,3 @@ def update_seeds(
             }
         )
     return metrics
-
-
-def _count_step(algorithm: PPO, applied: bool) -> None:
-    """What ``Algorithm.apply_gradients`` and ``PPO.update`` count for one of the seed's gradient steps."""
-    algorithm.gradient_steps += 1
-    if applied:
-        algorithm.consecutive_skips = 0
-    else:
-        algorithm.skipped_steps += 1
-        algorithm.consecutive_skips += 1

@@ -25,20 +25,24 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from rlcore.algos import a2c_seeds, ppo_seeds
+from rlcore.algos.a2c import A2C
+from rlcore.algos.base import OnPolicyAlgorithm
 from rlcore.algos.ppo import PPO
-from rlcore.algos.ppo_seeds import SeedsRollout, update_seeds
+from rlcore.algos.seeds_batch import SeedsRollout
 from rlcore.config.sections import Params
 from rlcore.data.rollouts import RolloutBuffer
 from rlcore.envs.actions import action_layout
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.vector import make_vector_env
 from rlcore.nets.policies import ActorCritic
-from rlcore.nets.stacked import StackedAdam
+from rlcore.nets.stacked import StackedOptimizer
 from rlcore.nets.stacked_actor_critic import StackedActorCritic, batching_problem
 from rlcore.registry import algorithm_class
 from rlcore.trainers.finished_runs import RunFinishedError, keeping_finished_runs
@@ -51,6 +55,23 @@ if TYPE_CHECKING:
     from rlcore.trainers import SeedRun
 
 log = logging.getLogger("rlcore")
+
+
+@dataclass(frozen=True)
+class SeedsUpdate:
+    """An on-policy algorithm's batched update of N seeds: ``optimizer(algorithms, stacked)`` builds the optimizer
+    over the stacked weights from each seed's own, ``update(algorithms, stacked, optimizer, rollout, progress,
+    generators)`` returns each seed's metrics (``rlcore.algos.ppo_seeds``, ``rlcore.algos.a2c_seeds``)."""
+
+    optimizer: Callable[[Any, StackedActorCritic], StackedOptimizer]
+    update: Callable[..., list[dict[str, float]]]
+
+
+SEEDS_UPDATES: dict[type[OnPolicyAlgorithm[Any, Any]], SeedsUpdate] = {
+    PPO: SeedsUpdate(ppo_seeds.stacked_optimizer, ppo_seeds.update_seeds),
+    A2C: SeedsUpdate(a2c_seeds.stacked_optimizer, a2c_seeds.update_seeds),
+}
+"""Algorithm class -> its batched update; the algorithms with ``batched_seeds`` in their capabilities."""
 
 
 def unbatched_reason(params: Params) -> str | None:
@@ -130,7 +151,7 @@ class Seed:
         self.seed = seed
         self.session = session
         self.policy = cast(ActorCritic, session.policy)
-        self.algorithm = cast(PPO, session.algorithm)
+        self.algorithm = cast(OnPolicyAlgorithm[Any, ActorCritic], session.algorithm)
         self.random = torch.Generator()
         self.random.set_state(torch.get_rng_state())  # the session seeded and built (or restored) it just now
         self.finished = False
@@ -153,6 +174,7 @@ class BatchedLoop:
         self.cfg = params.algo
         self.n_steps, self.num_envs = self.cfg.n_steps, params.env.num_envs  # type: ignore[attr-defined]
         self.seeds = seeds
+        self.batched = SEEDS_UPDATES[type(seeds[0].algorithm)]
         for seed in seeds:
             obs = obs_tensor(seed.session.source.reset(seed.session.state.env_steps))
             seed.policy.obs_normalizer.update(obs)
@@ -162,11 +184,7 @@ class BatchedLoop:
         """Stack the training seeds' policies and optimizer states (at the start, and when a seed finishes)."""
         seeds = self.seeds
         self.stacked = StackedActorCritic([seed.policy for seed in seeds])
-        adam = seeds[0].algorithm.optimizer
-        betas = cast(tuple[float, float], adam.param_groups[0]["betas"])
-        eps = float(adam.param_groups[0]["eps"])
-        self.optimizer = StackedAdam(self.stacked.parameters(), len(seeds), betas=betas, eps=eps)
-        self.optimizer.load_seed_state_dicts([seed.algorithm.optimizer.state_dict() for seed in seeds])
+        self.optimizer = self.batched.optimizer([seed.algorithm for seed in seeds], self.stacked)
         session = seeds[0].session
         action_shape, action_dtype = action_layout(session.action_space)
         obs_shape = tuple(session.observation_space.shape or ())
@@ -185,7 +203,7 @@ class BatchedLoop:
             progress = [seed.session.progress_fraction for seed in self.seeds]
             generators = [seed.session.generator for seed in self.seeds]
             algorithms = [seed.algorithm for seed in self.seeds]
-            metrics = update_seeds(algorithms, self.stacked, self.optimizer, rollout, progress, generators)
+            metrics = self.batched.update(algorithms, self.stacked, self.optimizer, rollout, progress, generators)
             stopping = []
             for k, seed in enumerate(self.seeds):
                 session = seed.session
@@ -248,9 +266,9 @@ class BatchedLoop:
         )
 
     def _sync_optimizer(self, k: int) -> None:
-        """Seed ``k``'s stacked optimizer state into its own ``torch.optim.Adam`` (what its checkpoint saves, in the
+        """Seed ``k``'s stacked optimizer state into its algorithm's own optimizer (what its checkpoint saves, in the
         unbatched format)."""
-        optimizer = self.seeds[k].algorithm.optimizer
+        optimizer: torch.optim.Optimizer = getattr(self.seeds[k].algorithm, "optimizer")  # noqa: B009 (PPO's, A2C's)
         saved = self.optimizer.seed_state_dict(k)
         params = [param for group in optimizer.param_groups for param in group["params"]]
         for index, param in enumerate(params):
