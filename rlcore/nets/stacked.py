@@ -304,6 +304,8 @@ class StackedAdam(StackedOptimizer):
         moments and step counts stay as they are (whatever their gradients hold, NaN included)."""
         if closure is not None:
             raise ValueError("closure: not supported")
+        if active is not None and bool(active.all()):
+            active = None  # the common case, without the selections
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             for param in group["params"]:
