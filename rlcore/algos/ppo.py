@@ -192,8 +192,11 @@ def clipped_surrogate(
     min(r * A, clip(r, 1 - clip, 1 + clip) * A); with ``dual_clip`` c > 1, where A < 0 it is bounded below by
     c * A: max(min(r * A, clip(r) * A), c * A) (Ye et al., 2020), e.g. r = 5, A = -1, c = 3 gives -3, not -5.
     """
-    bound = torch.as_tensor(clip)  # clamping selects values: a tensor bound gives the float's result exactly
-    surrogate = torch.min(ratio * advantages, ratio.clamp(1 - bound, 1 + bound) * advantages)
+    if isinstance(clip, torch.Tensor):  # per seed: the bounds computed in float64 as Python computes the float's
+        clamped = ratio.clamp((1 - clip.double()).to(ratio.dtype), (1 + clip.double()).to(ratio.dtype))
+    else:
+        clamped = ratio.clamp(1 - clip, 1 + clip)
+    surrogate = torch.min(ratio * advantages, clamped * advantages)
     if dual_clip is None:
         return surrogate
     return torch.where(advantages < 0, torch.max(surrogate, dual_clip * advantages), surrogate)

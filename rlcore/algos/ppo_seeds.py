@@ -60,7 +60,7 @@ def update_seeds(
     clips = [scheduled(cfg.clip_range, cfg.clip_range_schedule, p) for p in progress]
     for group in optimizer.param_groups:
         group["lr"] = torch.tensor(lrs, dtype=torch.float64)
-    clip = torch.tensor(clips).unsqueeze(1)  # (N, 1)
+    clip = torch.tensor(clips, dtype=torch.float64).unsqueeze(1)  # (N, 1)
     rows = torch.arange(count).unsqueeze(1)
 
     totals = torch.zeros(count, 4)  # policy loss, value loss, entropy, clip fraction
@@ -116,7 +116,7 @@ def update_seeds(
                 if took:
                     count_step(algorithms[k], stepped)
             with torch.no_grad():
-                clipped = masked_mean(((ratio - 1).abs() > clip).float(), mask, counts)
+                clipped = masked_mean(((ratio - 1).abs() > clip.float()).float(), mask, counts)
                 diagnostics = torch.stack([policy_loss, value_loss, entropy, clipped], dim=1).detach()
                 totals += diagnostics * present.unsqueeze(1)
                 minibatches += present
