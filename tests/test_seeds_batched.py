@@ -143,14 +143,14 @@ def epochs_per_update(run_dir: Path) -> list[float]:
     return [float(row.split("\t")[1]) for row in rows]
 
 
+@pytest.mark.parametrize("batched_and_single", ["cartpole", "target-kl"], indirect=True)
 def test_a_seed_stopped_by_its_target_kl_sits_out_while_the_other_goes_on(
     batched_and_single: tuple[str, Path, Path],
 ) -> None:
     """With ``algo.target_kl`` seed 1's first update stops after 4 epochs and seed 0's does not: the active mask
-    held seed 1's weights while seed 0 stepped (the equality with the one-seed runs above proves the weights)."""
+    held seed 1's weights while seed 0 stepped (the equality with the one-seed runs above proves the weights);
+    without it both take every epoch."""
     case, batched, _ = batched_and_single
-    if case.startswith("a2c"):
-        pytest.skip("A2C has no epochs")
     epochs = [epochs_per_update(batched / "runs" / "seeds" / f"seed_{seed}") for seed in (0, 1)]
     assert epochs == ([[5.0, 5.0], [4.0, 5.0]] if case == "target-kl" else [[5.0, 5.0], [5.0, 5.0]])
 
@@ -190,12 +190,19 @@ def test_a_killed_batched_run_resumes_every_seed_from_its_own_checkpoint(tmp_pat
         assert_same_run(run / f"seed_{seed}", tmp_path / f"seed_{seed}" / "runs" / "seeds")
 
 
+@pytest.mark.parametrize(
+    ("override", "reason"),
+    [
+        ("algo.normalize_rewards=true", "algo.normalize_rewards"),  # read from the params
+        ("algo.value_head={type: categorical, bins: 11}", "a categorical or transformed value head"),  # the policy
+    ],
+)
 def test_what_does_not_batch_trains_one_after_another_with_a_log_line(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    override: str, reason: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.INFO, logger="rlcore"):
-        train_project(tmp_path, [*TINY, "train.max_steps=512", "algo.normalize_rewards=true", "train.seeds=[0, 1]"])
-    assert "not batched: algo.normalize_rewards does not batch" in caplog.text
+        train_project(tmp_path, [*TINY, "train.max_steps=512", override, "train.seeds=[0, 1]"])
+    assert f"not batched: {reason} does not batch" in caplog.text
     assert "as one batched program" not in caplog.text
     for seed in (0, 1):
         assert (tmp_path / "runs" / "seeds" / f"seed_{seed}" / "train_summary.json").is_file()
