@@ -167,10 +167,12 @@ class KilledAt:
         return False
 
 
-def test_a_killed_batched_run_resumes_every_seed_from_its_own_checkpoint(tmp_path: Path) -> None:
+def test_a_killed_batched_run_resumes_every_seed_from_its_own_checkpoint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Killed after seed 0's checkpoint at 1024 and before seed 1's: the next run resumes seed 0 at 1024 and seed 1
-    at 512 (each with its own learning rate from then on) and each ends as its one-seed run resumed from the same
-    folder does."""
+    at 512 (each with its own learning rate from then on; seed 0 finishes first, seed 1 goes on alone) and each ends
+    as its one-seed run resumed from the same folder does. Progress lines name their seed."""
     overrides = [*TINY, "train.max_steps=1536", "train.seeds=[0, 1]"]
     root = tmp_path / "batched"
     root.mkdir()
@@ -184,7 +186,9 @@ def test_a_killed_batched_run_resumes_every_seed_from_its_own_checkpoint(tmp_pat
         single = tmp_path / f"seed_{seed}"
         shutil.copytree(run / f"seed_{seed}", single / "runs" / "seeds")
         train_project(single, [*overrides[:-1], f"seed={seed}"])
-    train_stage(load_params(root / "params.yaml", overrides), root)
+    with caplog.at_level(logging.INFO, logger="rlcore"):
+        train_stage(load_params(root / "params.yaml", overrides), root)
+    assert "seed 0: env steps 1536 | eval" in caplog.text and "seed 1: env steps 1024 | eval" in caplog.text
     for seed in (0, 1):
         assert checkpoints(run / f"seed_{seed}")[-1].meta["env_steps"] == 1536
         assert_same_run(run / f"seed_{seed}", tmp_path / f"seed_{seed}" / "runs" / "seeds")

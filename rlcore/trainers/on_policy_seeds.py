@@ -129,6 +129,7 @@ def train_on_policy_seeds(runs: list[SeedRun], on_evaluation: EvaluationCallback
                         None,
                         lambda p, *_: EnvSource(p),
                         seeds_in_memory=len(runs),
+                        label=f"seed {run.seed}",
                     )
             except RunFinishedError:
                 log.info("seed %d: finished in %s with these train params; kept", run.seed, run.run_dir)
