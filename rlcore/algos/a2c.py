@@ -59,8 +59,11 @@ class A2CConfig(OnPolicyConfig):
     normalize_advantage: bool = False
     """Standardize the rollout's advantages (not in the paper; SB3's default is off too)."""
     ent_coef: float = Field(0.0, ge=0)
+    """Weight of the entropy bonus: the loss subtracts ``ent_coef * H[pi(.|s)]`` (c_e); 0: no bonus."""
     vf_coef: float = Field(0.5, ge=0)
+    """c_v: weight of the value loss in the loss."""
     max_grad_norm: float | None = Field(0.5, gt=0)
+    """The gradient's global norm is clipped to this before each optimizer step; null: no clipping."""
 
 
 def make_optimizer(parameters: Iterable[nn.Parameter], config: A2CConfig) -> torch.optim.Optimizer:
@@ -123,7 +126,7 @@ class A2C(OnPolicyAlgorithm[A2CConfig, ActorCritic]):
         for idx in parts:
             with self.precision.autocast():
                 features = rollout.features(self.policy, idx)  # encoded once for both heads
-                dist = self.policy.distribution_of(features)
+                dist = self.policy.distribution_of(features, rollout.action_mask(self.policy, idx))
                 policy_loss = -(dist.log_prob(actions[idx]) * advantages[idx]).mean()
                 value_loss = self.policy.value_loss_of(features, returns[idx])
                 entropy = dist.entropy().mean()

@@ -60,6 +60,8 @@ class OnPolicyConfig(AlgoConfig):
     n_steps: int = Field(128, ge=1)
     """Vector steps per rollout; a rollout holds ``n_steps * env.num_envs`` transitions."""
     gamma: float = Field(0.99, gt=0, le=1)
+    """Discount gamma of the env's reward in GAE's advantages and returns (also the extrinsic signal's discount with
+    ``reward_signals``)."""
     gae_lambda: float = Field(0.95, ge=0, le=1)
     """GAE's lambda: 0 is the one-step TD error, 1 the Monte Carlo return minus the value."""
     value_head: ValueHeadConfig = Field(default_factory=ValueHeadConfig)
@@ -90,6 +92,8 @@ class OffPolicyConfig(AlgoConfig):
     """Keys shared by replay-based algorithms (DQN, SAC): the buffer, the update cadence, target networks."""
 
     gamma: float = Field(0.99, gt=0, le=1)
+    """Discount gamma of the TD targets: an n-step target's bootstrap is discounted by gamma**k for the k steps it
+    spans (by 0 when the episode terminated within them)."""
     n_step: int = Field(1, ge=1)
     """Steps folded into each TD target (n-step returns)."""
     buffer_size: int = Field(100_000, ge=1)
@@ -108,6 +112,7 @@ class OffPolicyConfig(AlgoConfig):
     target_update_interval: int = Field(1, ge=1)
     """Gradient steps between target-network updates."""
     max_grad_norm: float | None = Field(10.0, gt=0)
+    """Each gradient step's norm over the network's parameters is clipped to this; null: no clipping."""
 
     @model_validator(mode="after")
     def _buffer_holds_a_batch(self) -> OffPolicyConfig:
@@ -123,6 +128,8 @@ class OfflineConfig(AlgoConfig):
     """Keys of the offline loop: gradient steps on minibatches of a fixed dataset."""
 
     lr: float = Field(3e-4, gt=0)
+    """Adam learning rate of the algorithm's networks, constant (IQL: the actor's starts here and follows
+    ``actor_lr_schedule``)."""
     batch_size: int = Field(256, ge=1)
     """Dataset transitions per gradient step."""
 
@@ -137,6 +144,7 @@ class ActorLearnerConfig(AlgoConfig):
     """
 
     gamma: float = Field(0.99, gt=0, le=1)
+    """Discount gamma of the V-trace targets and policy-gradient advantages."""
     num_actors: int = Field(2, ge=1, le=256)
     """Actor processes (or Dask tasks, or in-process actors with ``runner: dev``)."""
     trajectory_length: int = Field(32, ge=1)
@@ -169,7 +177,9 @@ class PopulationConfig(AlgoConfig):
     """
 
     runner: Literal["dev", "local", "dask"] = "local"
-    """Where rollout tasks run (see above); a lost worker's tasks are run again."""
+    """Where rollout tasks run: ``dev`` in the learner's process, ``local`` in ``num_workers`` spawned subprocesses,
+    ``dask`` as tasks on ``deploy.dask_address`` (or on a LocalCluster of ``num_workers`` processes started for the
+    run); a lost worker's tasks are run again."""
     num_workers: int = Field(2, ge=1, le=256)
     """Worker processes of the ``local`` runner, and of the LocalCluster of the ``dask`` runner."""
     worker_timeout_seconds: float = Field(120.0, gt=0)
@@ -205,7 +215,8 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
     action_spaces: ClassVar[tuple[type[spaces.Space], ...]]
     capabilities: ClassVar[frozenset[str]] = frozenset()
     """Optional params it honours: ``memory`` (``policy.memory``), ``precision`` (``train.precision`` other than
-    fp32), ``cuda`` (``train.device: cuda``). Others are refused at load (``rlcore.params``)."""
+    fp32), ``cuda`` (``train.device: cuda``), ``action_mask`` (``env.action_mask``: its losses and targets read the
+    masked policy). Others are refused at load (``rlcore.params``)."""
 
     def __init__(self, policy: PolicyT, config: ConfigT) -> None:
         self.policy = policy

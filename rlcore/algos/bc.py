@@ -24,13 +24,16 @@ from rlcore.nets.policy import Policy
 class BCConfig(OfflineConfig):
     name: Literal["bc"] = "bc"
     lr: float = Field(1e-3, gt=0)
+    """AdamW learning rate (constant)."""
     loss: Literal["nll", "mse"] = "nll"
     """Box actions: Gaussian negative log-likelihood or mean squared error (discrete actions: cross-entropy)."""
     weight_decay: float = Field(0.0, ge=0)
+    """AdamW's decoupled weight decay; 0: plain Adam."""
 
 
 class BC(OfflineAlgorithm[BCConfig, Policy]):
     name = "bc"
+    capabilities = frozenset({"action_mask"})
     Config = BCConfig
     action_spaces = (spaces.Discrete, spaces.Box)
 

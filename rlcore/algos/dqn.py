@@ -29,19 +29,28 @@ from rlcore.objectives.schedules import scheduled
 class DQNConfig(OffPolicyConfig):
     name: Literal["dqn"] = "dqn"
     lr: float = Field(1e-3, gt=0)
+    """Adam learning rate of the Q-network (constant)."""
     double_dqn: bool = True
+    """Double DQN (van Hasselt et al., 2016): the online network picks argmax_a' Q(s', a') and the target network values
+    it; false: max_a' Q_target(s', a')."""
     dueling: bool = False
+    """Dueling head (Wang et al., 2016): Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a'); false: one output per action."""
     exploration_fraction: float = Field(0.1, gt=0, le=1)
     """Share of ``train.max_steps`` over which epsilon falls from its initial to its final value."""
     exploration_initial_eps: float = Field(1.0, ge=0, le=1)
+    """epsilon of epsilon-greedy acting at the start of training (1: uniformly random actions)."""
     exploration_final_eps: float = Field(0.05, ge=0, le=1)
+    """epsilon once ``exploration_fraction`` of ``train.max_steps`` is trained, kept to the end."""
     target_update_interval: int = Field(250, ge=1)
+    """Gradient steps between target-network updates (with ``tau`` 1, the default: a copy of the online network every
+    this many steps)."""
 
 
 class DQN(OffPolicyAlgorithm[DQNConfig, QPolicy]):
     name = "dqn"
     Config = DQNConfig
     action_spaces = (spaces.Discrete,)
+    capabilities = frozenset({"action_mask"})
 
     def __init__(self, policy: QPolicy, config: DQNConfig) -> None:
         super().__init__(policy, config)

@@ -62,7 +62,10 @@ class ESConfig(PopulationConfig):
     """OpenAI's ``adam``, or OpenAI's ``sgd`` with ``momentum`` (an exponential moving average of the gradient that
     starts at 0; ``rlcore.algos.es_optimizers``)."""
     lr: float = Field(0.01, gt=0)
+    """The optimizer's step size at the start of training; the estimator's 1/sigma is folded into it, as in OpenAI's
+    code."""
     lr_schedule: ScheduleName = "constant"
+    """``linear`` anneals the learning rate to 0 at ``train.max_steps``."""
     momentum: float = Field(0.9, ge=0, lt=1)
     """SGD's momentum (unused by Adam)."""
     weight_decay: float = Field(0.005, ge=0)

@@ -5,16 +5,16 @@ trainer runs them: in-process, subprocesses, or Dask tasks). For each batch of t
 
     V(s_0..s_T) <- the learner's critic on every observation (s_T: after the last step, for the bootstrap)
     log rho_t   <- log pi(a_t|s_t) - log mu(a_t|s_t)            (mu's log-probs travel with the trajectory)
-    v_s, A_t    <- V-trace(log rho, r, V, rho_bar, c_bar)      (rlcore.objectives.returns.vtrace: targets, pg
-    advantages) loss = -E[log pi(a_t|s_t) A_t] + c_v * L_value(V(s_t), v_s) / 2 - c_e * H[pi(.|s_t)]
+    v_s, A_t    <- V-trace(log rho, r, V, rho_bar, c_bar)      (rlcore.objectives.returns.vtrace: value targets
+                                                                and policy-gradient advantages)
+    loss        =  -E[log pi(a_t|s_t) A_t] + c_v * L_value(V(s_t), v_s) / 2 - c_e * H[pi(.|s_t)]
 
-(L_value: the squared error, or the critic's own loss for transformed or categorical value heads)
+(L_value: the squared error, or the critic's own loss for transformed or categorical value heads), the means over the
+valid (non-reset) steps; one gradient step per batch.
 
 With ``policy.memory`` the learner unrolls its recurrent core over each trajectory from the state the actor had
 at its first step (``initial_state``, carried by the trajectory), resetting after the autoreset steps as the actor
 did: features, values and the bootstrap value all come from that one unroll (R2D2's "stored state", no burn-in).
-
-over the valid (non-reset) steps, one gradient step per batch.
 """
 
 from __future__ import annotations
@@ -39,17 +39,23 @@ from rlcore.objectives.schedules import ScheduleName, scheduled
 class IMPALAConfig(ActorLearnerConfig):
     name: Literal["impala"] = "impala"
     lr: float = Field(6e-4, gt=0)
+    """The optimizer's learning rate at the start of training."""
     lr_schedule: ScheduleName = "linear"
+    """``linear`` anneals the learning rate to 0 at ``train.max_steps``."""
     optimizer: Literal["rmsprop", "adam"] = "rmsprop"
     """RMSprop as in the paper (decay 0.99, eps 0.01 there; ``optimizer_eps`` here) or Adam."""
     optimizer_eps: float = Field(1e-5, gt=0)
+    """The optimizer's epsilon (the paper's RMSprop: 0.01)."""
     rho_clip: float = Field(1.0, gt=0)
     """rho_bar: truncates the importance weights of the TD errors and the policy gradient; .inf: no clip."""
     c_clip: float = Field(1.0, gt=0)
     """c_bar: truncates the trace coefficients; .inf: no clip."""
     vf_coef: float = Field(0.5, ge=0)
+    """c_v: weight of the value loss, itself half the squared error to the V-trace targets."""
     ent_coef: float = Field(0.01, ge=0)
+    """Weight of the entropy bonus: the loss subtracts ``ent_coef * H[pi(.|s)]`` (c_e); 0: no bonus."""
     max_grad_norm: float | None = Field(40.0, gt=0)
+    """The gradient's global norm is clipped to this before each optimizer step; null: no clipping. The paper: 40."""
     normalize_advantage: bool = False
     """Standardize the V-trace policy-gradient advantages over the batch's valid steps."""
 
@@ -97,7 +103,8 @@ class IMPALA(ActorLearnerAlgorithm[IMPALAConfig, ActorCritic]):
             features = self.policy.features(obs)  # encoded once for both heads
         all_values = all_values.reshape(steps + 1, envs)
         values = all_values[:-1]
-        dist = self.policy.distribution_of(features)
+        acted_on = batch.obs[:-1].reshape(steps * envs, *batch.obs.shape[2:])
+        dist = self.policy.distribution_of(features, self.policy.action_mask(acted_on))
         actions = batch.actions.reshape(steps * envs, *batch.actions.shape[2:])
         log_probs = dist.log_prob(actions).reshape(steps, envs)
         log_rhos = log_importance_weights(dist, batch.behaviour_log_probs.reshape(-1), actions).reshape(steps, envs)

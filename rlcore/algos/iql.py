@@ -41,12 +41,15 @@ from rlcore.nets.policy import Policy
 class IQLConfig(OfflineConfig):
     name: Literal["iql"] = "iql"
     gamma: float = Field(0.99, gt=0, le=1)
+    """Discount gamma of the critics' target ``reward_scale * r + gamma * (1 - terminated) * V(s')``."""
     tau: float = Field(0.005, gt=0, le=1)
+    """Polyak weight of the twin critics' target update after every gradient step (the paper: 0.005)."""
     expectile: float = Field(0.7, gt=0, lt=1)
     """Expectile of V's regression onto Q: 0.5 is the mean (SARSA-like), toward 1 the best actions in the data."""
     beta: float = Field(3.0, gt=0)
     """Inverse temperature of the advantage weights: larger imitates the best actions more greedily."""
     max_weight: float = Field(100.0, gt=0)
+    """Upper clip of the actor's advantage weights exp(beta * (Q - V)) (the paper: 100)."""
     actor_lr_schedule: Literal["cosine", "constant"] = "cosine"
     """The actor's learning rate over ``train.max_steps``: cosine decay to 0 (the paper's, CORL's
     ``CosineAnnealingLR``) or constant. The critics' and V's stay at ``lr``."""

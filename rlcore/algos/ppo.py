@@ -44,16 +44,24 @@ class PPOConfig(OnPolicyConfig):
     n_epochs: int = Field(10, ge=1)
     """Passes over each rollout."""
     clip_range: float = Field(0.2, gt=0)
+    """epsilon of the clipped surrogate: the probability ratio pi/pi_old is clipped to [1 - epsilon, 1 + epsilon]."""
     clip_range_schedule: ScheduleName = "constant"
+    """``linear`` anneals ``clip_range`` to 0 at ``train.max_steps``; ``constant`` keeps it."""
     clip_range_vf: float | None = Field(None, gt=0)
     """Clip value predictions to within this of the rollout's values; null for no value clipping."""
     normalize_advantage: bool = True
+    """Standardize the advantages (zero mean, unit std) over each minibatch (over each group of ``grad_accumulation``
+    minibatches)."""
     ent_coef: float = Field(0.0, ge=0)
+    """Weight of the entropy bonus: the loss subtracts ``ent_coef * H[pi(.|s)]`` (c_e); 0: no bonus."""
     vf_coef: float = Field(0.5, ge=0)
+    """c_v: weight of the value loss in the loss."""
     max_grad_norm: float | None = Field(0.5, gt=0)
+    """The gradient's global norm is clipped to this before each optimizer step; null: no clipping."""
     target_kl: float | None = Field(None, gt=0)
     """Stop the update's epochs early once the approximate KL exceeds 1.5 x this; null to never stop."""
     adam_eps: float = Field(1e-5, gt=0)
+    """Adam's epsilon (1e-5 as SB3 and CleanRL; PyTorch's default is 1e-8)."""
     dual_clip: float | None = Field(None, gt=1)
     """Dual-clip PPO (Ye et al., 2020): for negative advantages the clipped objective is also bounded below by
     ``dual_clip * A``, so a ratio far above 1 + clip_range cannot make one bad sample dominate the loss. Must be
@@ -76,7 +84,7 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
     name = "ppo"
     Config = PPOConfig
     action_spaces = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Box)
-    capabilities = frozenset({"memory", "precision", "cuda", "batched_seeds"})
+    capabilities = frozenset({"memory", "precision", "cuda", "action_mask", "batched_seeds"})
 
     def __init__(self, policy: ActorCritic, config: PPOConfig) -> None:
         super().__init__(policy, config)
@@ -132,7 +140,7 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
                 for idx in batches:
                     with self.precision.autocast():
                         features = rollout.features(self.policy, idx)  # encoded once for both heads
-                        dist = self.policy.distribution_of(features)
+                        dist = self.policy.distribution_of(features, rollout.action_mask(self.policy, idx))
                         log_ratio = dist.log_prob(actions[idx]) - old_log_probs[idx]
                         ratio = log_ratio.exp()
                         with torch.no_grad():

@@ -39,13 +39,22 @@ class SACConfig(OffPolicyConfig):
     ent_coef: Annotated[float, Field(gt=0)] | Literal["auto"] = "auto"
     """The entropy coefficient alpha (> 0), or ``auto`` to tune it toward ``target_entropy``."""
     init_ent_coef: float = Field(1.0, gt=0)
+    """With ``ent_coef: auto``: alpha at the start of training (log alpha is then tuned by Adam at ``lr``); unused with
+    a fixed ``ent_coef``."""
     target_entropy: float | Literal["auto"] = "auto"
     """``auto``: -action_dim for Box actions (entropy of the squashed action in [-1, 1]^action_dim, whatever the
     bounds), ``target_entropy_scale * log(n)`` for n discrete actions."""
     target_entropy_scale: float = Field(0.5, gt=0, le=1)
+    """With ``target_entropy: auto`` and n discrete actions: the target entropy is this times log(n), the uniform
+    policy's entropy; unused for Box actions."""
     reward_scale: float = Field(1.0, gt=0)
+    """Rewards are multiplied by this in the critics' TD target (the paper's reward scale); 1: the env's rewards."""
     tau: float = Field(0.005, gt=0, le=1)
+    """Polyak weight of the critics' target update, Q_target <- tau * Q + (1 - tau) * Q_target, every
+    ``target_update_interval`` gradient steps (the paper: 0.005)."""
     max_grad_norm: float | None = Field(None, gt=0)
+    """Clips the gradient norm of the critics' step and of the actor's step, each on its own; null: no clipping (as the
+    paper)."""
 
     @property
     def auto_alpha(self) -> bool:

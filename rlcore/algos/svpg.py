@@ -45,10 +45,14 @@ class SVPGConfig(PopulationConfig):
     """Where particles' segments run; ``dev`` by default: on small envs a particle's segment costs less than
     sending it to another process."""
     num_particles: int = Field(4, ge=1, le=256)
+    """N: actor-critic particles, each running its own segment of ``n_steps`` every iteration; ``policy`` is a copy of
+    the best one."""
     n_steps: int = Field(8, ge=1)
     """Vector steps of ``env.num_envs`` envs per particle per iteration."""
     gamma: float = Field(0.99, gt=0, le=1)
+    """Discount gamma of each particle's GAE advantages and returns."""
     gae_lambda: float = Field(1.0, ge=0, le=1)
+    """GAE's lambda: 0 is the one-step TD error, 1 the Monte Carlo return minus the value."""
     temperature: float = Field(1.0, gt=0)
     """alpha: divides each particle's policy gradient against the kernel's repulsion."""
     lr: float = Field(1e-3, gt=0)
@@ -56,13 +60,17 @@ class SVPGConfig(PopulationConfig):
     critic_lr: float | None = Field(None, gt=0, le=1)
     """Adam's learning rate for the critics; null: ``lr``."""
     lr_schedule: ScheduleName = "constant"
+    """``linear`` anneals the actors' and the critics' learning rates to 0 at ``train.max_steps``."""
     normalize_advantage: bool = True
+    """Standardize each particle's advantages over its segment's valid steps."""
     ent_coef: float = Field(0.0, ge=0)
+    """Weight of the entropy bonus in each particle's policy objective (``+ ent_coef * H[pi_i(.|s)]``); 0: no bonus."""
     max_grad_norm: float | None = Field(0.5, gt=0)
     """Clips each particle's policy gradient and each critic's gradient (null: off)."""
     best_window: int = Field(20, ge=1)
     """Finished training episodes per particle the best particle is chosen on."""
     value_head: ValueHeadConfig = Field(default_factory=ValueHeadConfig)
+    """The critic's output: a scalar (default), in signed-sqrt units, or categorical over a support."""
 
 
 class ParticlePolicy(ActorCritic):

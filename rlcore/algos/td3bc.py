@@ -30,12 +30,18 @@ from rlcore.nets.policies import DeterministicActor, require_bounded
 class TD3BCConfig(OfflineConfig):
     name: Literal["td3bc"] = "td3bc"
     gamma: float = Field(0.99, gt=0, le=1)
+    """Discount gamma of the critics' TD target."""
     tau: float = Field(0.005, gt=0, le=1)
+    """Polyak weight of the actor's and the critics' target updates, made with each actor step."""
     alpha: float = Field(2.5, gt=0)
     """Weight of the Q term against the BC term (larger: more RL, less imitation)."""
     policy_noise: float = Field(0.2, ge=0)
+    """Std of the Gaussian noise added to the target actor's action in the TD target (target policy smoothing), in
+    actions rescaled to [-1, 1]."""
     noise_clip: float = Field(0.5, ge=0)
+    """That noise is clipped to [-noise_clip, noise_clip] (same units)."""
     policy_delay: int = Field(2, ge=1)
+    """d: critic gradient steps per actor step and target update (the paper: 2)."""
 
 
 class TD3BC(OfflineAlgorithm[TD3BCConfig, DeterministicActor]):

@@ -53,8 +53,11 @@ class SearchDimension(_Section):
     """One searched params key: a float or int range (log-uniform or stepped, optionally) or a list of choices."""
 
     type: Literal["float", "int", "categorical"]
+    """``float`` or ``int``: a range from ``low`` to ``high``; ``categorical``: one of ``choices``."""
     low: int | float | None = None
+    """Lowest value of a float or int range (included)."""
     high: int | float | None = None
+    """Highest value of a float or int range (included; >= low)."""
     log: bool = False
     """Sample uniformly in log space (log-uniform); needs ``low > 0``."""
     step: int | float | None = None
@@ -152,6 +155,7 @@ class SweepConfig(_Section):
     metric: Metric = "mean_return"
     """The selected checkpoint's evaluation number that scores a run (the evaluate stage's)."""
     direction: Literal["maximize", "minimize"] = "maximize"
+    """Whether a higher (``maximize``) or a lower (``minimize``) ``metric`` is better."""
     n_trials: int | None = Field(20, ge=1)
     """Finished (complete or pruned) trials the study should have; null to run until ``timeout_seconds``."""
     timeout_seconds: float | None = Field(None, gt=0)
@@ -159,9 +163,14 @@ class SweepConfig(_Section):
     workers: int = Field(1, ge=1, le=1024)
     """Trials run at once, each in its own process when > 1 (at most 1024)."""
     sampler: Literal["tpe", "random", "cmaes", "grid"] = "tpe"
+    """The Optuna sampler: ``tpe`` (with several workers: a constant liar, so they spread out), ``random``, ``cmaes``
+    (needs the ``cmaes`` package), or ``grid`` (every combination; a range by its ``step``, 1 without one). Seeded by
+    ``seed``."""
     sampler_options: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments of the Optuna sampler (e.g. ``n_startup_trials``)."""
     pruner: Literal["median", "hyperband", "none"] = "median"
+    """The Optuna pruner that stops unpromising trials at their periodic evaluations: ``median`` (rlcore's defaults: 5
+    startup trials, 2 warm-up steps), ``hyperband``, or ``none``."""
     pruner_options: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments of the Optuna pruner; steps are evaluation numbers (every ``train.eval_every``)."""
     seeds: list[int] | None = None

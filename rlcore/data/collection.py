@@ -15,6 +15,7 @@ from gymnasium import spaces
 from tqdm import tqdm
 
 from rlcore.data.writer import DatasetWriter
+from rlcore.envs.action_masks import legal_actions, random_legal_actions
 from rlcore.envs.actions import random_actions, sub_action_sizes
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.observations import obs_tensor
@@ -131,6 +132,7 @@ def _roll_out(
     num_envs, steps, episodes = plan.num_envs, plan.steps, plan.episodes
     epsilon, deterministic = plan.epsilon, plan.deterministic
     uniform_log_prob = random_log_prob(action_space)
+    observation_space = stepper.env.single_observation_space  # with an action mask, random actions are legal ones
     in_progress = [_Episode() for _ in range(num_envs)]
     obs = stepper.reset(plan.seed)
     state = policy.initial_state(num_envs) if policy is not None else None
@@ -154,7 +156,10 @@ def _roll_out(
         while (count := collected()) < total:
             bar.update(count - bar.n)
             log_probs = np.full(num_envs, np.nan, dtype=np.float32)
-            if policy is None:
+            legal = legal_actions(observation_space, obs)
+            if policy is None and legal is not None:
+                actions, log_probs = random_legal_actions(legal, rng)
+            elif policy is None:
                 actions = random_actions(action_space, num_envs, rng)
                 log_probs[:] = uniform_log_prob
             else:
@@ -169,7 +174,10 @@ def _roll_out(
                 actions = action_t.numpy()
             if epsilon > 0:
                 explore = rng.random(num_envs) < epsilon
-                random = random_actions(action_space, num_envs, rng)
+                if legal is None:
+                    random = random_actions(action_space, num_envs, rng)
+                else:
+                    random = random_legal_actions(legal, rng)[0]
                 actions = np.where(explore.reshape(-1, *([1] * (np.ndim(actions) - 1))), random, actions)
                 log_probs[:] = np.nan
             if isinstance(action_space, spaces.Box):  # store what the env executes

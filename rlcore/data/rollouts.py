@@ -81,6 +81,11 @@ class RolloutBuffer:
         a recurrent rollout (``rlcore.data.sequences``) runs its sequences through the policy's memory."""
         return policy.features(self.flat("obs")[idx])
 
+    def action_mask(self, policy: ActorCritic, idx: torch.Tensor) -> torch.Tensor | None:
+        """The legal actions ``policy`` acted under at the flat steps ``idx`` (B,): (B, n) bool, read from the stored
+        observations (``Policy.action_mask``); None when they carry no mask."""
+        return policy.action_mask(self.flat("obs")[idx])
+
     def flat(self, name: str) -> torch.Tensor:
         """A stored field with (T, N) flattened to (T * N,)."""
         tensor: torch.Tensor = getattr(self, name)

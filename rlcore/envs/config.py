@@ -1,6 +1,7 @@
 """The ``env`` params section (:class:`EnvConfig`, its :class:`WrapperConfig`): which env, built how, with which
-per-episode parameters and curriculum; checked at load against the env's own code (its id, constructor keywords,
-wrappers and parameters), which is why it lives beside that code. The params tree holds it as ``env``.
+per-episode parameters, curriculum and action masks; checked at load against the env's own code (its id,
+constructor keywords, wrappers and parameters), which is why it lives beside that code. The params tree holds it
+as ``env``.
 """
 
 from __future__ import annotations
@@ -85,6 +86,12 @@ class EnvConfig(StrictModel):
     parameters_adapter: str | None = None
     """``module:function`` called as ``function(env, values)`` (the unwrapped env, every drawn value by name) instead
     of rlcore's own rules, for envs whose physics live elsewhere (MuJoCo model fields)."""
+    action_mask: Literal["info", "observation"] | None = None
+    """Where the env gives its mask of legal actions, for Discrete action spaces: ``info`` (``info["action_mask"]``,
+    as gymnasium's Taxi-v4 does) or ``observation`` (the ``"action_mask"`` key of a ``Dict`` observation, as
+    PettingZoo's classic games do); null: no mask. Masked actions get zero probability wherever the policy acts or
+    learns, and the exported model takes the mask as an input (``rlcore.envs.action_masks``). Like wrappers, needs
+    sync or async vectorization."""
     curriculum: list[Lesson] = Field(default_factory=list)
     """Lessons in order, ``{name, parameters, until: {measure: eval_return | progress, threshold, min_lesson_steps,
     smoothing}}``: a lesson's parameters override ``parameters`` key by key; every lesson but the last ends by its
@@ -118,6 +125,11 @@ class EnvConfig(StrictModel):
             raise ValueError(
                 "env.vectorization: env.wrappers wrap each sub-env, which needs sync or async (or auto), "
                 "not vector_entry_point"
+            )
+        if self.action_mask is not None and self.vectorization == "vector_entry_point":
+            raise ValueError(
+                "env.vectorization: env.action_mask is read by a wrapper of each sub-env, which needs sync or async "
+                "(or auto), not vector_entry_point"
             )
         if (self.parameters or self.curriculum) and self.vectorization == "vector_entry_point":
             raise ValueError(

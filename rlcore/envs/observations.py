@@ -36,24 +36,40 @@ LEAF_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDisc
 
 class PackedDict(spaces.Box):
     """A ``Dict`` observation space as rlcore sees it: one flat Box over the packed vector (see the module
-    docstring), remembering the ``Dict`` it packs (``dict_space``) so the network can unpack it."""
+    docstring), remembering the ``Dict`` it packs (``dict_space``) so the network can unpack it. ``action_mask``:
+    its ``"action_mask"`` key is the env's mask of legal actions (``rlcore.envs.action_masks``), which the policy
+    applies (:func:`action_mask_slice`)."""
 
-    def __init__(self, dict_space: spaces.Dict) -> None:
+    def __init__(self, dict_space: spaces.Dict, action_mask: bool = False) -> None:
         parts = layout(dict_space)
         dtype = pack_dtype(dict_space)
         low = np.concatenate([_bounds(part.space)[0] for part in parts]).astype(dtype)
         high = np.concatenate([_bounds(part.space)[1] for part in parts]).astype(dtype)
         super().__init__(low=low, high=high, shape=(parts[-1].stop,), dtype=dtype)
         self.dict_space = dict_space
+        self.action_mask = action_mask
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, PackedDict) and self.dict_space == other.dict_space
+        return (
+            isinstance(other, PackedDict)
+            and self.dict_space == other.dict_space
+            and self.action_mask == other.action_mask
+        )
 
     def __hash__(self) -> int:
-        return hash(repr(self.dict_space))
+        return hash((repr(self.dict_space), self.action_mask))
 
     def __repr__(self) -> str:
-        return f"PackedDict({self.dict_space})"
+        return f"PackedDict({self.dict_space}{', action_mask=True' if self.action_mask else ''})"
+
+
+def action_mask_slice(space: gym.Space) -> tuple[int, int] | None:
+    """Where the action mask sits in observations of ``space``: ``packed[..., start:stop]`` (one 0/1 value per
+    action), or None when the observations carry no mask the policy applies."""
+    if not (isinstance(space, PackedDict) and space.action_mask):
+        return None
+    part = next(part for part in layout(space.dict_space) if part.key == "action_mask")
+    return part.start, part.stop
 
 
 @dataclass(frozen=True)
@@ -124,12 +140,12 @@ def pack(dict_space: spaces.Dict, observation: dict[str, Any], batched: bool = T
 class PackDictObservations(gym.vector.VectorObservationWrapper):
     """A vector env with ``Dict`` observations, seen through their packed vectors (:func:`pack`)."""
 
-    def __init__(self, env: gym.vector.VectorEnv) -> None:
+    def __init__(self, env: gym.vector.VectorEnv, action_mask: bool = False) -> None:
         super().__init__(env)
         dict_space = env.single_observation_space
         assert isinstance(dict_space, spaces.Dict)
         self.dict_space = dict_space
-        self.single_observation_space = PackedDict(dict_space)
+        self.single_observation_space = PackedDict(dict_space, action_mask)
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, env.num_envs)
 
     def observations(self, observations: dict[str, Any]) -> np.ndarray:

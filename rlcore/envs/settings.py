@@ -50,7 +50,9 @@ class Sampler(StrictModel):
 
 class Constant(Sampler):
     sampler: Literal["constant"] = "constant"
+    """``constant``: the same value at every episode (a bare number means the same)."""
     value: bool | int | float
+    """The value: true/false, an int or a float, kept as written."""
 
     def draw(self, rng: np.random.Generator) -> Value:
         return self.value
@@ -64,8 +66,11 @@ class Constant(Sampler):
 
 class Uniform(Sampler):
     sampler: Literal["uniform"] = "uniform"
+    """``uniform``: drawn uniformly from [low, high) at every episode reset."""
     low: float
+    """Lower end of the range."""
     high: float
+    """Upper end of the range (>= low)."""
 
     @model_validator(mode="after")
     def _ordered(self) -> Uniform:
@@ -85,8 +90,11 @@ class Uniform(Sampler):
 
 class Gaussian(Sampler):
     sampler: Literal["gaussian"] = "gaussian"
+    """``gaussian``: drawn from normal(mean, std), unclipped, at every episode reset."""
     mean: float
+    """Mean of the normal distribution."""
     std: float = Field(ge=0)
+    """Standard deviation of the normal distribution; 0: always ``mean``."""
 
     def draw(self, rng: np.random.Generator) -> Value:
         return float(rng.normal(self.mean, self.std))
@@ -100,7 +108,10 @@ class Gaussian(Sampler):
 
 class MultiRangeUniform(Sampler):
     sampler: Literal["multirange_uniform"] = "multirange_uniform"
+    """``multirange_uniform``: drawn uniformly from the union of ``intervals`` at every episode reset."""
     intervals: list[tuple[float, float]] = Field(min_length=1)
+    """``[[low, high], ...]``, each low <= high: an interval is picked with probability proportional to its width
+    (uniformly when all are points), then a value uniform in it."""
 
     @field_validator("intervals")
     @classmethod
@@ -203,6 +214,7 @@ class Until(StrictModel):
     """``eval_return``: the mean return of the periodic evaluation, run under the current lesson; ``progress``: the
     share of ``train.max_steps`` trained (0 to 1)."""
     threshold: float
+    """The lesson is complete once the smoothed measure is >= this; for ``progress`` a share in (0, 1]."""
     min_lesson_steps: int = Field(0, ge=0)
     """Steps (the run's unit) the lesson lasts at least."""
     smoothing: float = Field(0.0, ge=0, lt=1)
@@ -220,7 +232,11 @@ class Lesson(StrictModel):
     """One lesson of ``env.curriculum``: its parameters override ``env.parameters`` key by key."""
 
     name: str = Field(pattern=_NAME.pattern)
+    """Unique name of the lesson: in the log line when it starts, in the run's curriculum state, and checked when a run
+    resumes from a checkpoint."""
     parameters: Parameters = Field(default_factory=dict)
+    """Env parameters (a number or a sampler, as ``env.parameters``) that override ``env.parameters`` key by key during
+    this lesson."""
     until: Until | None = None
     """When the lesson ends; every lesson but the last needs one, the last has none (it runs to the end)."""
 
@@ -257,7 +273,11 @@ class EvalSetting(StrictModel):
     ``env.parameters``), so models trained under any distribution are compared under the same setting."""
 
     name: str = Field(pattern=_NAME.pattern)
+    """Unique name of the setting (not ``mean``): its key in ``reports/metrics.json``, its row in the report, and a
+    value ``select.setting`` takes."""
     parameters: Parameters = Field(default_factory=dict)
+    """Env parameters of this setting (a number or a sampler, as ``env.parameters``), applied on top of the env's own
+    defaults."""
 
     @field_validator("parameters")
     @classmethod

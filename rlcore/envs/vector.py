@@ -20,6 +20,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from rlcore.common.errors import ConfigError, RLCoreError, UserCodeError, describe_exception, format_traceback
+from rlcore.envs.action_masks import ActionMaskObservation
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.ids import env_spec, import_object
 from rlcore.envs.observations import PackDictObservations, PackedDict, observation_problem
@@ -115,6 +116,8 @@ def make_vector_env(
     wrappers: list[Callable[[gym.Env], gym.Wrapper]] = [
         UserWrapper(index, item.wrapper, item.kwargs) for index, item in enumerate(env.wrappers)
     ]
+    if env.action_mask is not None:  # checks the masks and carries them as a Dict key (rlcore.envs.action_masks)
+        wrappers.append(functools.partial(ActionMaskObservation, source=env.action_mask, env_id=env.id))
     if episode_settings is None:
         episode_settings = training_settings(env)
     if episode_settings is not None:
@@ -147,7 +150,8 @@ def make_vector_env(
         vector_env.close()
         raise
     if isinstance(vector_env.single_observation_space, spaces.Dict):
-        return PackDictObservations(vector_env)  # one flat vector per observation (rlcore.envs.observations)
+        # one flat vector per observation (rlcore.envs.observations), the mask one of its keys
+        return PackDictObservations(vector_env, env.action_mask is not None)
     return vector_env
 
 
@@ -270,10 +274,16 @@ def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Sp
 def describe_space(space: gym.Space) -> dict[str, Any]:
     """A JSON-safe description of a Box, Discrete, MultiDiscrete or MultiBinary space (infinite bounds become
     null), or of a packed Dict (``rlcore.envs.observations.PackedDict``: ``{"type": "dict", "spaces": {key: ...}}``,
-    keys in packing order)."""
+    keys in packing order, and ``"action_mask": true`` when its mask key is applied)."""
     if isinstance(space, PackedDict | spaces.Dict):
         dict_space = space.dict_space if isinstance(space, PackedDict) else space
-        return {"type": "dict", "spaces": {key: describe_space(leaf) for key, leaf in dict_space.spaces.items()}}
+        described: dict[str, Any] = {
+            "type": "dict",
+            "spaces": {key: describe_space(leaf) for key, leaf in dict_space.spaces.items()},
+        }
+        if isinstance(space, PackedDict) and space.action_mask:
+            described["action_mask"] = True
+        return described
     if isinstance(space, spaces.Discrete):
         return {"type": "discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, spaces.MultiDiscrete):
@@ -304,7 +314,7 @@ def space_from_description(description: dict[str, Any]) -> gym.Space:
     """Inverse of :func:`describe_space` (a ``dict`` description gives the packed space rlcore's policies read)."""
     if description["type"] == "dict":
         leaves = [(key, space_from_description(leaf)) for key, leaf in description["spaces"].items()]
-        return PackedDict(spaces.Dict(leaves))  # a list keeps the recorded key order
+        return PackedDict(spaces.Dict(leaves), bool(description.get("action_mask", False)))  # a list keeps the order
     if description["type"] == "discrete":
         return spaces.Discrete(description["n"], start=description.get("start", 0))
     if description["type"] == "multi_discrete":

@@ -6,6 +6,8 @@ and encoding are inside: ``rlcore.envs.observations``, ``rlcore.nets.encoders``)
 action per observation in the policy's convention (``rlcore.envs.actions``: an int64 index for Discrete, an int64 row of
 sub-actions for MultiDiscrete and MultiBinary, a clipped float vector for Box), and ``scores`` (what the greedy action
 is read from: logits, Q-values, or a mean before clipping or tanh; see the model card). The batch size is dynamic.
+A run with action masks (``env.action_mask``) exports a graph that takes the mask as a second input, ``action_mask``
+(batch, n) bool, beside ``obs`` without it (``rlcore.envs.action_masks.MaskInputs``); illegal actions are never chosen.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from torch import nn
 
 from rlcore.common.errors import RLCoreError
 from rlcore.common.files import sha256_file, write_json
+from rlcore.envs.action_masks import MaskInputs, mask_inputs
 from rlcore.envs.actions import sub_action_sizes
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.observations import obs_tensor, observation_input
@@ -79,6 +82,41 @@ class GreedyStatefulPolicy(GreedyPolicy):
         return self.clip(action), scores, next_state
 
 
+class MaskedGreedyPolicy(nn.Module):
+    """(obs without its mask, action_mask) -> (greedy action, scores): a stateless policy of a masked run."""
+
+    def __init__(self, policy: Policy, inputs: MaskInputs) -> None:
+        super().__init__()
+        self.policy = policy
+        self.inputs = inputs
+
+    def forward(self, obs: torch.Tensor, action_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        action, scores, _ = self.policy.greedy(self.inputs.join(obs, action_mask), None)
+        return action, scores
+
+
+class MaskedGreedyStatefulPolicy(MaskedGreedyPolicy):
+    """(obs without its mask, action_mask, state) -> (greedy action, scores, next state)."""
+
+    def forward(  # type: ignore[override]
+        self, obs: torch.Tensor, action_mask: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        action, scores, next_state = self.policy.greedy(self.inputs.join(obs, action_mask), state)
+        assert next_state is not None
+        return action, scores, next_state
+
+
+def exported_module(policy: Policy, action_space: spaces.Space) -> nn.Module:
+    """The module that gets exported: greedy actions and scores, taking the mask apart in a masked run."""
+    stateful = policy.initial_state(1) is not None
+    masked = mask_inputs(policy.observation_space)
+    if masked is not None:
+        return (MaskedGreedyStatefulPolicy if stateful else MaskedGreedyPolicy)(policy, masked).eval()
+    low = action_space.low if isinstance(action_space, spaces.Box) else None
+    high = action_space.high if isinstance(action_space, spaces.Box) else None
+    return (GreedyStatefulPolicy if stateful else GreedyPolicy)(policy, low, high).eval()
+
+
 @dataclass(frozen=True)
 class ExportResult:
     files: dict[str, str]
@@ -90,7 +128,10 @@ class ExportResult:
 
 def describe_interface(policy: Policy, action_space: spaces.Space) -> dict[str, Any]:
     """What the exported graph takes and returns (and, for a policy with a state, the state's shape and start)."""
-    inputs = {"obs": observation_input(policy.observation_space)}
+    masked = mask_inputs(policy.observation_space)
+    inputs: dict[str, Any] = {"obs": observation_input(policy.observation_space)}
+    if masked is not None:
+        inputs.update(masked.describe(int(getattr(action_space, "n", 0))))
     outputs = {
         "action": "greedy action: int64 (batch,) for discrete, float32 (batch, *shape) clipped for box",
         "scores": "float32 (batch, action_dim): what the greedy action is read from: logits (categorical), "
@@ -150,6 +191,9 @@ def parity_inputs(env_config: EnvConfig, policy: Policy, count: int, seed: int) 
             state = reset_state(policy, state, ~step.valid)
     env.close()
     inputs = {"obs": np.concatenate(observations)[:count]}
+    masked = mask_inputs(policy.observation_space)
+    if masked is not None:
+        inputs["obs"], inputs["action_mask"] = masked.split(inputs["obs"])
     if states:
         inputs["state"] = np.concatenate(states)[:count]
     return inputs
@@ -179,13 +223,11 @@ def export_policy(
     so a failed export never replaces a good one.
     """
     action_space = space_from_description(meta["spaces"]["action"])
-    low = action_space.low if isinstance(action_space, spaces.Box) else None
-    high = action_space.high if isinstance(action_space, spaces.Box) else None
     stateful = policy.initial_state(1) is not None
-    model = (GreedyStatefulPolicy if stateful else GreedyPolicy)(policy, low, high).eval()
+    model = exported_module(policy, action_space)
     env = meta["params"]["env"]
     inputs = parity_inputs(EnvConfig.model_validate(env), policy, options.parity_observations, seed)
-    input_names = list(inputs)  # ["obs"] or ["obs", "state"]
+    input_names = list(inputs)  # ["obs"], then "action_mask" in a masked run, then "state" for a stateful policy
     output_names = ["action", "scores", *(["next_state"] if stateful else [])]
     tensors = [torch.as_tensor(inputs[name]) for name in input_names]
     with torch.no_grad():
@@ -397,6 +439,8 @@ def model_card(
             # The training distribution: per-episode parameters, and the curriculum's lessons (the last one's last).
             "parameters": params["env"].get("parameters", {}),
             "curriculum": [lesson["name"] for lesson in params["env"].get("curriculum", [])],
+            # env.action_mask: where the env gives its mask; the graph then takes it as the input action_mask
+            "action_mask": params["env"].get("action_mask"),
         },
         "observation_space": meta["spaces"]["observation"],
         "action_space": meta["spaces"]["action"],

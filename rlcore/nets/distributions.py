@@ -1,6 +1,7 @@
 """Action distributions torch lacks and the heads that read them: independent sub-actions of MultiDiscrete
 (:class:`MultiCategorical`) and MultiBinary (:class:`MultiBernoulli`) spaces, read from one score vector
-(:class:`SubActions`), and the one way a categorical action is sampled with a given generator."""
+(:class:`SubActions`), the one way a categorical action is sampled with a given generator, and the one way an
+action mask is applied to a categorical's logits (:func:`masked_logits`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,26 @@ from torch.distributions import Bernoulli, Categorical, Distribution, Independen
 from torch.distributions.constraints import Constraint
 
 from rlcore.envs.actions import sub_action_sizes
+
+
+def masked_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``logits`` (B, n) with the actions ``mask`` (B, n) bool marks illegal (False) set to the dtype's lowest finite
+    value, as CleanRL's invalid-action masking and sb3-contrib's MaskablePPO do; None: ``logits`` unchanged.
+
+    Their probabilities are then exactly 0 (``exp(min - max)`` underflows), so sampling and the argmax never choose
+    them, their log-probability terms carry no gradient, and a ``Categorical``'s entropy is the sum over the legal
+    actions only (torch clamps logits at the dtype's min and multiplies by probability 0). A finite value, not
+    ``-inf``: a row whose mask is all False gives a uniform distribution rather than NaN.
+    """
+    if mask is None:
+        return logits
+    return logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
+
+
+def masked_categorical(logits: torch.Tensor, mask: torch.Tensor | None) -> Categorical:
+    """A ``Categorical`` over ``logits`` (B, n) restricted to the actions ``mask`` (B, n) allows
+    (:func:`masked_logits`)."""
+    return Categorical(logits=masked_logits(logits, mask), validate_args=False)
 
 
 def sample_categorical(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

@@ -23,7 +23,7 @@ from torch.distributions import (
 from rlcore.common.errors import ConfigError
 from rlcore.config.sections import PolicyConfig
 from rlcore.nets.blocks import mlp
-from rlcore.nets.distributions import sample_categorical, sub_actions
+from rlcore.nets.distributions import masked_categorical, masked_logits, sample_categorical, sub_actions
 from rlcore.nets.policy import Policy
 from rlcore.nets.value_transforms import ValueHead, ValueHeadConfig
 
@@ -77,7 +77,7 @@ class ActorCritic(Policy):
 
     def distribution(self, obs: torch.Tensor) -> Distribution:
         """The action distribution for ``obs``: (B, *obs_shape) raw observations."""
-        return self.distribution_of(self.features(obs))
+        return self.distribution_of(self.features(obs), self.action_mask(obs))
 
     def step_features(self, obs: torch.Tensor, state: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(:meth:`features` of ``obs``, the next state): what the heads read at one step of acting. A feed-forward
@@ -92,7 +92,7 @@ class ActorCritic(Policy):
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         features, next_state = self.step_features(obs, state)
-        scores = self.actor(features)
+        scores = masked_logits(self.actor(features), self.action_mask(obs))
         actions = self.greedy_of(scores) if deterministic else self.sample_of(scores, generator)
         return actions, next_state
 
@@ -100,17 +100,18 @@ class ActorCritic(Policy):
         self, obs: torch.Tensor, state: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         features, next_state = self.step_features(obs, state)
-        scores = self.actor(features)
+        scores = masked_logits(self.actor(features), self.action_mask(obs))
         return self.greedy_of(scores), scores, next_state
 
-    def distribution_of(self, features: torch.Tensor) -> Distribution:
-        """The action distribution for :meth:`features` (B, feature_dim): a caller that also needs the critic
-        (PPO's update, rollouts) encodes the observations once for both heads."""
+    def distribution_of(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> Distribution:
+        """The action distribution for :meth:`features` (B, feature_dim) under the legal actions ``mask`` (B, n)
+        bool (:meth:`action_mask` of the same observations; None: no mask; a run with masks must pass them): a
+        caller that also needs the critic (PPO's update, rollouts) encodes the observations once for both heads."""
         scores = self.actor(features)
         if self.sub_actions is not None:
             return self.sub_actions.distribution(scores)
         if self.discrete:
-            return Categorical(logits=scores, validate_args=False)
+            return masked_categorical(scores, mask)
         normal = Normal(scores, self.log_std.exp().expand_as(scores), validate_args=False)
         return Independent(normal, 1, validate_args=False)
 
@@ -144,7 +145,7 @@ class ActorCritic(Policy):
         return self.critic.loss(features, targets, old_values, clip_range)
 
     def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.actor(self.features(obs))
+        return masked_logits(self.actor(self.features(obs)), self.action_mask(obs))
 
     def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
         return self.greedy_of(self.act_scores(obs))
@@ -197,12 +198,13 @@ class QPolicy(Policy):
         self.q = mlp(self.feature_dim, config.hidden_sizes, out, config.activation, out_gain=1.0)
 
     def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
-        """Q-values, (B, n_actions)."""
+        """Q-values, (B, n_actions); illegal actions (:meth:`action_mask`) at the dtype's lowest value, so the greedy
+        action and a TD target's max over the next state's actions read legal actions only."""
         out = self.q(self.features(obs))
-        if not self.dueling:
-            return out
-        value, advantage = out[:, :1], out[:, 1:]
-        return value + advantage - advantage.mean(dim=-1, keepdim=True)
+        if self.dueling:
+            value, advantage = out[:, :1], out[:, 1:]
+            out = value + advantage - advantage.mean(dim=-1, keepdim=True)
+        return masked_logits(out, self.action_mask(obs))
 
     def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
         return self.act_scores(obs).argmax(dim=-1)
@@ -210,11 +212,15 @@ class QPolicy(Policy):
     def sample_action(
         self, obs: torch.Tensor, generator: torch.Generator | None = None, epsilon: float | None = None
     ) -> torch.Tensor:
-        """Epsilon-greedy: a uniformly random action with probability ``epsilon``."""
+        """Epsilon-greedy: a uniformly random (legal) action with probability ``epsilon``."""
         epsilon = self.eval_epsilon if epsilon is None else epsilon
         greedy = self.deterministic_action(obs)
         explore = torch.rand(greedy.shape, generator=generator) < epsilon
-        random = torch.randint(self.action_dim, greedy.shape, generator=generator)
+        mask = self.action_mask(obs)
+        if mask is None:
+            random = torch.randint(self.action_dim, greedy.shape, generator=generator)
+        else:
+            random = sample_categorical(masked_logits(torch.zeros(mask.shape, device=mask.device), mask), generator)
         return torch.where(explore, random, greedy)
 
 
@@ -293,7 +299,8 @@ class CategoricalActor(Policy):
         return Categorical(logits=self.act_scores(obs), validate_args=False)
 
     def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.logits(self.features(obs))
+        """Logits (B, n), illegal actions (:meth:`action_mask`) at the dtype's lowest value."""
+        return masked_logits(self.logits(self.features(obs)), self.action_mask(obs))
 
     def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
         return self.act_scores(obs).argmax(dim=-1)

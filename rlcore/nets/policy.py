@@ -11,6 +11,13 @@ policy carries its statistics and nobody ships them beside it. The interface (:c
 - ``sample_action(obs, generator)``: a stochastic action for evaluation and exploration;
 - ``distribution(obs)``: the action distribution of a stochastic policy (PPO's, SAC's, BC's, IQL's actors).
 
+**Action masks.** Observations that carry the env's mask of legal actions (``env.action_mask``; the packed space
+says where: ``rlcore.envs.observations.action_mask_slice``) give :meth:`Policy.action_mask` (B, n) bool, and every
+categorical policy applies it to its scores (``rlcore.nets.distributions.masked_logits``): masked actions have
+probability 0 and lowest scores, so acting, greedy evaluation, collection, the losses and the exported graph never
+choose them. The mask is read from the observation itself, so the rollout, replay or dataset row that stored the
+observation also holds the mask it was acted on under.
+
 A policy may carry a recurrent state between steps: ``initial_state(batch)`` is None for a stateless
 policy (all of today's), else a (B, *state_shape) tensor; :meth:`Policy.act` takes and returns it, and
 :func:`reset_state` puts the rows of envs that just started a new episode back to the initial state.
@@ -29,6 +36,7 @@ from torch import nn
 from torch.distributions import Distribution
 
 from rlcore.config.sections import PolicyConfig
+from rlcore.envs.observations import action_mask_slice
 from rlcore.nets.blocks import ObsNormalizer
 from rlcore.nets.encoders import Encoder, build_encoder, float_mask
 
@@ -71,6 +79,18 @@ class Policy(nn.Module):
         self.encoder = build_encoder(observation_space, config.encoder, config.image_channels)
         self.feature_dim = self.encoder.out_features
         """Width of :meth:`features`: what the heads read."""
+        self.mask_slice = action_mask_slice(observation_space)
+        """Where the action mask sits in an observation (``obs[..., start:stop]``); None: no mask."""
+        if self.mask_slice is not None and not self.discrete:
+            raise ValueError(f"action masks need a Discrete action space, got {action_space}")
+
+    def action_mask(self, obs: torch.Tensor) -> torch.Tensor | None:
+        """The legal actions at raw observations ``obs`` (B, *obs_shape): (B, n) bool, True where legal; None when
+        the observations carry no mask."""
+        if self.mask_slice is None:
+            return None
+        start, stop = self.mask_slice
+        return obs[..., start:stop] > 0
 
     def _register_action_bounds(self, action_space: spaces.Space) -> None:
         """Buffers ``action_loc`` and ``action_scale``: a = loc + scale * u maps u in [-1, 1] onto the Box bounds."""

@@ -28,6 +28,8 @@ def batching_problem(policy: ActorCritic) -> str | None:
         return f"{type(policy).__name__} (a recurrent policy)"
     if not isinstance(policy.encoder, Flatten) or len(policy.observation_space.shape or ()) != 1:
         return f"observations {policy.observation_space} (only flat vectors batch)"
+    if policy.mask_slice is not None:
+        return "observations carrying an action mask"
     if policy.obs_normalizer.mask is not None:
         return "observations normalized in part (a Dict space)"
     if policy.critic.categorical or policy.critic.config.transform != "none":

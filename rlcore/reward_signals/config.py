@@ -107,9 +107,13 @@ class RewardSignalsConfig(StrictModel):
     unless given."""
 
     extrinsic: ExtrinsicConfig = Field(default_factory=ExtrinsicConfig)
+    """The env's reward, with its ``strength`` (1 when left out)."""
     rnd: RNDConfig | None = None
+    """Random network distillation's novelty reward; null: off."""
     curiosity: CuriosityConfig | None = None
+    """The intrinsic curiosity module's reward; null: off."""
     gail: GAILConfig | None = None
+    """GAIL's imitation reward, learned against an expert dataset; null: off."""
 
     @model_validator(mode="after")
     def _something_to_learn_from(self) -> RewardSignalsConfig:

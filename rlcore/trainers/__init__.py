@@ -81,9 +81,12 @@ capabilities when ``train.batch_seeds`` is true."""
 
 def batched_trainer(params: Params) -> SeedsTrainer | None:
     """The batched trainer of ``params``' seeds, or None when they run one after another (``train.batch_seeds``
-    false, or an algorithm without ``batched_seeds``)."""
+    false, an algorithm without ``batched_seeds``, or a run with action masks, whose losses the batched program does
+    not mask)."""
     algo_cls = algorithm_class(params.algo.name)
     if not params.train.batch_seeds or "batched_seeds" not in algo_cls.capabilities:
+        return None
+    if params.env.action_mask is not None:
         return None
     for family, trainer in BATCHED_TRAINERS.items():
         if issubclass(algo_cls, family):

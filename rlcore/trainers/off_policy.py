@@ -19,6 +19,7 @@ import torch
 
 from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
 from rlcore.config.sections import Params
+from rlcore.envs.action_masks import legal_actions, random_legal_actions
 from rlcore.envs.actions import random_actions
 from rlcore.envs.observations import obs_tensor
 from rlcore.trainers.session import TrainingSession
@@ -40,7 +41,10 @@ def train_off_policy(
         collected_since_update, gradient_credit = 0, 0.0
         stop_reason = session.stops.budget(state)
         while stop_reason is None:
-            if state.env_steps < cfg.learning_starts:
+            legal = legal_actions(session.observation_space, stepper.obs)  # None: no action mask
+            if state.env_steps < cfg.learning_starts and legal is not None:
+                actions = random_legal_actions(legal, session.rng)[0]
+            elif state.env_steps < cfg.learning_starts:
                 actions = random_actions(session.action_space, num_envs, session.rng)
             else:
                 obs_t = obs_tensor(stepper.obs)

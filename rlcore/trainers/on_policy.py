@@ -52,7 +52,7 @@ def train_on_policy(
                     if state is not None:
                         cast(SequenceRollout, rollout).keep_state(t, state)
                     features, next_state = policy.step_features(obs_t, state)  # encoded once for both heads
-                    dist = policy.distribution_of(features)
+                    dist = policy.distribution_of(features, policy.action_mask(obs_t))
                     action = dist.sample()
                     rollout.obs[t] = obs_t
                     rollout.actions[t] = action

@@ -264,6 +264,79 @@ def test_second_round_case_is_refused_in_one_line_and_writes_nothing(label: str,
     assert snapshot(project, ignore=locks) == before, "a refused command changed the project"
 
 
+# --- action masks (issue 29): env.action_mask ---------------------------------------------------------------------
+
+MASK_WRAPPERS = """
+import gymnasium as gym
+import numpy as np
+
+
+class _Mask(gym.Wrapper):
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return obs, {**info, "action_mask": self.mask(info["action_mask"])}
+
+
+class ShortMask(_Mask):
+    def mask(self, mask):
+        return mask[:5]
+
+
+class FloatMask(_Mask):
+    def mask(self, mask):
+        return mask.astype(np.float32)
+
+
+class NoLegalAction(_Mask):
+    def mask(self, mask):
+        return np.zeros_like(mask)
+"""
+TAXI_MASKED = ["--set", "env.id=Taxi-v4", "--set", "env.action_mask=info"]
+MASK_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "masks on a Box action space": (
+        ["--set", "env.id=Pendulum-v1", "--set", "env.action_mask=info"],
+        ("env.action_mask:", "Pendulum-v1", "Box action space", "Discrete"),
+    ),
+    "info masks from an env that gives none": (
+        ["--set", "env.action_mask=info"],
+        ("env.action_mask:", "CartPole-v1", "no info['action_mask']"),
+    ),
+    "observation masks from a non-Dict observation": (
+        ["--set", "env.id=Taxi-v4", "--set", "env.action_mask=observation"],
+        ("env.action_mask:", "Taxi-v4", "without an 'action_mask' key"),
+    ),
+    "a mask of the wrong shape": (
+        [*TAXI_MASKED, "--set", "env.wrappers=[{wrapper: maskmod.ShortMask}]"],
+        ("env.action_mask:", "Taxi-v4", "shape (5,)", "expected (6,)"),
+    ),
+    "a float mask": (
+        [*TAXI_MASKED, "--set", "env.wrappers=[{wrapper: maskmod.FloatMask}]"],
+        ("env.action_mask:", "Taxi-v4", "dtype float32"),
+    ),
+    "an all-false mask": (
+        [*TAXI_MASKED, "--set", "env.wrappers=[{wrapper: maskmod.NoLegalAction}]"],
+        ("env.action_mask:", "Taxi-v4", "no legal action"),
+    ),
+    "masks with the env's own batched implementation": (
+        ["--set", "env.vectorization=vector_entry_point", "--set", "env.action_mask=info"],
+        ("env.vectorization:", "env.action_mask"),
+    ),
+    "masks for an algorithm that does not apply them": (
+        ["--params", "configs/sac-discrete-cartpole.yaml", "--set", "env.action_mask=info"],
+        ("env.action_mask:", "sac does not apply action masks", "ppo"),
+    ),
+}
+"""``env.action_mask``: ``rlcore train ARGS``, refused in one line before anything is written."""
+
+
+@pytest.mark.parametrize("label", list(MASK_CASES))
+def test_action_mask_case_is_refused_in_one_line_and_writes_nothing(label: str, project: Path, modules: Path) -> None:
+    args, fragments = MASK_CASES[label]
+    before = snapshot(project)
+    assert_refused(run_in_process(["train", *args], project), *fragments)
+    assert snapshot(project) == before, "a refused command changed the project"
+
+
 SUBPROCESS_SAMPLE = (
     "billion laughs as seed",  # hung 60 s
     "binary garbage 4KB",  # UnicodeDecodeError traceback
@@ -357,6 +430,7 @@ def modules(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     (folder / "raisingmod.py").write_text('raise RuntimeError("raisingmod: boom at import")\n')
     (folder / "syntaxmod.py").write_text("def broken(:\n    pass\n")
     (folder / "hostilemod.py").write_text(HOSTILE_WRAPPERS)
+    (folder / "maskmod.py").write_text(MASK_WRAPPERS)
     sys.path.insert(0, str(folder))
     yield folder
     sys.path.remove(str(folder))

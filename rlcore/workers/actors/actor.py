@@ -83,7 +83,7 @@ class Actor:
         for _ in range(steps):
             obs_t = obs_tensor(stepper.obs)  # in its storage dtype: frames travel as uint8
             features, next_state = self.policy.step_features(obs_t, self.state)
-            dist = self.policy.distribution_of(features)
+            dist = self.policy.distribution_of(features, self.policy.action_mask(obs_t))
             action = dist.sample()
             step = stepper.step(action.numpy())
             self.state = reset_state(self.policy, next_state, ~step.valid)  # the step after a reset starts anew
