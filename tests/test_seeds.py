@@ -31,8 +31,10 @@ TINY = [
     "eval.episodes=2",
     "eval.test_episodes=4",
     "export.parity_observations=50",
+    "train.batch_seeds=false",
 ]
-"""PPO CartPole (params.yaml) at the smallest budget with two checkpoints: 16 envs x 32 steps per rollout."""
+"""PPO CartPole (params.yaml) at the smallest budget with two checkpoints: 16 envs x 32 steps per rollout; the seeds
+one after another, bitwise their one-seed runs (batched seeds: ``tests/test_seeds_batched.py``)."""
 SCORES = ("mean_return", "iqm_return", "ci95_low", "ci95_high", "std_return", "min_return", "max_return", "episodes")
 
 
@@ -71,6 +73,7 @@ def preset_budget(preset: str, checkpoint_every: int) -> list[str]:
     overrides = dict(item.split("=", 1) for item in tiny_budget(yaml.safe_load((PROJECT / preset).read_text())))
     overrides |= {"name": "seeds", "train.max_steps": str(2 * checkpoint_every)}
     overrides |= {"train.eval_every": str(checkpoint_every), "train.log_every": str(checkpoint_every)}
+    overrides |= {"train.batch_seeds": "false"}  # one after another: bitwise the one-seed runs
     return [f"{key}={value}" for key, value in overrides.items()]
 
 
@@ -382,6 +385,7 @@ def test_a_killed_process_resumes_the_seed_it_was_training(tmp_path: Path) -> No
             "train.max_wall_seconds=null",
             "train.progress_bar=off",
             "train.seeds=[0, 1]",
+            "train.batch_seeds=false",
         ]
     )
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}

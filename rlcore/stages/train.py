@@ -1,5 +1,5 @@
-"""The train stage: train into ``runs/<name>/`` (with ``train.seeds``: each seed into ``runs/<name>/seed_<k>/``, one
-after another), with the params' file paths made relative to the project."""
+"""The train stage: train into ``runs/<name>/`` (with ``train.seeds``: each seed into ``runs/<name>/seed_<k>/``, as one
+batched program or one after another), with the params' file paths made relative to the project."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def train_stage(
 ) -> Path:
     """Train into ``runs/<name>/``; resumes an interrupted run. Returns the run directory.
 
-    With ``train.seeds``: seed ``k``'s run (``rlcore.stages.seeds``) into ``runs/<name>/seed_<k>/``, in the list's
+    With ``train.seeds``: seed ``k``'s run (``rlcore.stages.seeds``) into ``runs/<name>/seed_<k>/``, all together by
+    the family's batched trainer (``train.batch_seeds``, ``rlcore.trainers.batched_trainer``) or in the list's
     order; a seed whose run finished with the same train params is kept, an interrupted one resumes, so a killed
     run goes on with the seed it was training. ``resume_from`` is refused (it names one seed's checkpoint).
     """

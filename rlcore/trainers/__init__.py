@@ -24,6 +24,7 @@ from rlcore.trainers.actor_learner import train_actor_learner
 from rlcore.trainers.off_policy import train_off_policy
 from rlcore.trainers.offline import train_offline
 from rlcore.trainers.on_policy import train_on_policy
+from rlcore.trainers.on_policy_seeds import train_on_policy_seeds
 from rlcore.trainers.population import train_population
 from rlcore.trainers.stopping import EvaluationCallback
 
@@ -71,7 +72,9 @@ SeedsTrainer = Callable[[list[SeedRun], EvaluationCallback | None], None]
 with the same train params is kept (construct its session inside ``keeping_finished_runs()`` and skip it on
 ``RunFinishedError``); an interrupted one resumes."""
 
-BATCHED_TRAINERS: dict[type[Algorithm[Any, Any]], SeedsTrainer] = {}
+BATCHED_TRAINERS: dict[type[Algorithm[Any, Any]], SeedsTrainer] = {
+    OnPolicyAlgorithm: train_on_policy_seeds,  # type: ignore[type-abstract]
+}
 """Family -> its trainer of several seeds as one batched program; used for algorithms with ``batched_seeds`` in their
 capabilities when ``train.batch_seeds`` is true."""
 

@@ -203,9 +203,13 @@ SEEDS_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--set", "train.seeds=[0, 1]", "--resume-from", "runs/quick/checkpoints/step_0000004096.pt"],
         ("--resume-from:", "train.seeds"),
     ),
+    "train.batch_seeds maybe": (["--set", "train.batch_seeds=maybe"], ("train.batch_seeds:", "boolean", "'maybe'")),
+    "train.batch_seeds 2": (["--set", "train.batch_seeds=2"], ("train.batch_seeds:", "boolean", "got 2")),
+    "train.batch_seeds a list": (["--set", "train.batch_seeds=[true]"], ("train.batch_seeds:", "boolean")),
+    "train.batch_seeds null": (["--set", "train.batch_seeds=null"], ("train.batch_seeds:", "boolean", "None")),
 }
-"""``train.seeds`` (issue 28): ``rlcore train ARGS``, refused before anything is written (the memory estimate is one
-run's: the seeds train one after another)."""
+"""``train.seeds`` and ``train.batch_seeds`` (issue 28): ``rlcore train ARGS``, refused before anything is written
+(seeds more than the memory allows: ``tests/test_seeds_batched.py``)."""
 
 
 HOSTILE_WRAPPERS = """
