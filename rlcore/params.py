@@ -91,7 +91,8 @@ def other_algorithms_key(exc: ValidationError, name: str) -> str | None:
 
 
 def check_capabilities(params: Params, source: str) -> None:
-    """Refuse (one line) optional params the algorithm would not honour: a recurrent policy (``policy.memory``),
+    """Refuse (one line) optional params the algorithm would not honour: a multi-agent env (PettingZoo), a recurrent
+    policy (``policy.memory``),
     mixed precision (``train.precision``) or a GPU (``train.device: cuda``) for an algorithm without them. Whether
     this machine has the GPU is the training session's check: evaluate, select and export of a GPU-trained run work
     on any machine (``rlcore.nets.precision``)."""
@@ -120,6 +121,11 @@ def check_capabilities(params: Params, source: str) -> None:
         raise ConfigError(
             f"{source}: policy.memory: algo.behavioral_cloning scores single dataset observations, which a recurrent "
             "policy cannot act on without its state; use one or the other"
+        )
+    if params.env.agents() is not None and "multiagent" not in capabilities:
+        raise ConfigError(
+            f"{source}: algo.name: {name} does not train on multi-agent envs ({params.env.id}); "
+            f"{able('multiagent')} do"
         )
     if params.train.precision != "fp32" and "precision" not in capabilities:
         raise ConfigError(

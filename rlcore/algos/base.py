@@ -205,7 +205,8 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
     action_spaces: ClassVar[tuple[type[spaces.Space], ...]]
     capabilities: ClassVar[frozenset[str]] = frozenset()
     """Optional params it honours: ``memory`` (``policy.memory``), ``precision`` (``train.precision`` other than
-    fp32), ``cuda`` (``train.device: cuda``). Others are refused at load (``rlcore.params``)."""
+    fp32), ``cuda`` (``train.device: cuda``), ``multiagent`` (a PettingZoo env, each agent's steps rows of the
+    rollout: ``rlcore.envs.multiagent``). Others are refused at load (``rlcore.params``)."""
 
     def __init__(self, policy: PolicyT, config: ConfigT) -> None:
         self.policy = policy

@@ -76,7 +76,7 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
     name = "ppo"
     Config = PPOConfig
     action_spaces = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Box)
-    capabilities = frozenset({"memory", "precision", "cuda"})
+    capabilities = frozenset({"memory", "precision", "cuda", "multiagent"})
 
     def __init__(self, policy: ActorCritic, config: PPOConfig) -> None:
         super().__init__(policy, config)

@@ -162,7 +162,7 @@ class TrainingSession(Generic[SourceT]):
             self.state.curriculum = self.curriculum.state_dict()
             self._use_lesson()
         self.source.start(self.checkpoint is None, self.policy.obs_normalizer)
-        self.episodes = EpisodeStats(params.env.num_envs)
+        self.episodes = EpisodeStats(params.env.rows(params.env.num_envs))  # each agent's episodes, multi-agent
         self.stops = StopConditions(params.train, on_evaluation)
         self.progress = Progress(params.train.progress_bar, params.train.max_steps, self.state.steps, self.state.unit)
         resume, every = self.checkpoint is not None, params.train.log_every
