@@ -105,6 +105,7 @@ class TrainingSession(Generic[SourceT]):
             seeds.start,
             max_episode_steps=params.eval.max_episode_steps,
             label="periodic evaluation",
+            return_reduction=params.eval.return_reduction,
         )
         self.observation_space = self.evaluator.env.single_observation_space
         self.action_space = self.evaluator.env.single_action_space
