@@ -124,6 +124,25 @@ def _agents_of(env_id: str, kwargs_key: str) -> Agents:
         env.close()
 
 
+def describe_agents(env_id: str, kwargs: dict[str, Any], agent_id: bool | None) -> dict[str, Any] | None:
+    """For a model card: a PettingZoo env's agents and how an exported policy's observation tells them apart; None
+    for a gymnasium env."""
+    if not is_multiagent(env_id):
+        return None
+    names = list(agents_of(env_id, kwargs).names)
+    one_hot = agent_id is not False
+    return {
+        "names": names,
+        "shared_policy": True,
+        "agent_id": one_hot,
+        "observation": (
+            f"each agent's own observation followed by the one-hot ({len(names)} values) of its index in names"
+            if one_hot
+            else "each agent's own observation, no agent id"
+        ),
+    }
+
+
 def build_parallel_env(env_id: str, kwargs: dict[str, Any]) -> Any:
     """One ``env_id`` env with ``kwargs``; ``ValueError`` (one line naming ``env.kwargs``) when it refuses them."""
     factory = parallel_env_factory(env_id)

@@ -35,6 +35,7 @@ from rlcore.common.files import sha256_file, write_json
 from rlcore.envs.actions import sub_action_sizes
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.observations import obs_tensor, observation_input
+from rlcore.envs.multiagent import describe_agents
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import make_vector_env, space_from_description
 from rlcore.nets.policy import Policy, reset_state
@@ -138,7 +139,7 @@ def parity_inputs(env_config: EnvConfig, policy: Policy, count: int, seed: int) 
     observations: list[np.ndarray] = []
     states: list[np.ndarray] = []
     obs = stepper.reset(seed)
-    state = policy.initial_state(num_envs)
+    state = policy.initial_state(env.num_envs)  # a multi-agent env's rows: each agent of each copy
     with torch.no_grad():
         while sum(len(batch) for batch in observations) < count:
             observations.append(obs_tensor(obs).numpy())  # as the env gives them: uint8 frames stay uint8
@@ -397,6 +398,8 @@ def model_card(
             # The training distribution: per-episode parameters, and the curriculum's lessons (the last one's last).
             "parameters": params["env"].get("parameters", {}),
             "curriculum": [lesson["name"] for lesson in params["env"].get("curriculum", [])],
+            # A PettingZoo env: its agents, all acting with this one policy (rlcore.envs.multiagent).
+            **_agents(params["env"]),
         },
         "observation_space": meta["spaces"]["observation"],
         "action_space": meta["spaces"]["action"],
@@ -432,6 +435,11 @@ def model_card(
         "command": command,
         "versions": {"python": platform.python_version(), "torch": torch.__version__},
     }
+
+
+def _agents(env: dict[str, Any]) -> dict[str, Any]:
+    agents = describe_agents(env["id"], env.get("kwargs", {}), env.get("agent_id"))
+    return {} if agents is None else {"agents": agents}
 
 
 def write_model_card(out_dir: Path, card: dict[str, Any]) -> Path:
