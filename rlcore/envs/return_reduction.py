@@ -35,6 +35,11 @@ def check_reduction(reduction: str, agents: Sequence[str]) -> str:
     line naming ``eval.return_reduction``)."""
     if reduction in RETURN_REDUCTIONS or reduction in agents:
         return reduction
+    if not agents:
+        raise ValueError(
+            f"eval.return_reduction: a single-agent env's score is its return: expected {', '.join(RETURN_REDUCTIONS)} "
+            f"(agent names are for PettingZoo envs), got {reduction!r}"
+        )
     known = [*RETURN_REDUCTIONS, *agents]
     raise ValueError(
         f"eval.return_reduction: expected {', '.join(RETURN_REDUCTIONS)} or an agent's name "
