@@ -124,8 +124,7 @@ def check_capabilities(params: Params, source: str) -> None:
         )
     if params.env.agents() is not None and "multiagent" not in capabilities:
         raise ConfigError(
-            f"{source}: algo.name: {name} does not train on multi-agent envs ({params.env.id}); "
-            f"{able('multiagent')} do"
+            f"{source}: algo.name: {name} does not train on multi-agent envs ({params.env.id}); {able('multiagent')} do"
         )
     if params.train.precision != "fp32" and "precision" not in capabilities:
         raise ConfigError(

@@ -113,7 +113,8 @@ def _agents_of(env_id: str, kwargs_key: str) -> Agents:
             ):
                 if mine != first:
                     raise ValueError(
-                        f"env.id: {env_id}: its agents have different {what} spaces ({names[0]}: {first}, {name}: {mine}); "
+                        f"env.id: {env_id}: its agents have different {what} spaces ({names[0]}: {first}, "
+                        f"{name}: {mine}); "
                         "one policy shared by all agents needs the same spaces (pad them with SuperSuit's "
                         "pad_observations_v0 / pad_action_space_v0 in a function named as pettingzoo:module:function)"
                     )
@@ -149,7 +150,9 @@ def build_parallel_env(env_id: str, kwargs: dict[str, Any]) -> Any:
     try:
         env = factory(**kwargs)
     except TypeError as exc:
-        raise ValueError(f"env.kwargs: {env_id} does not accept these arguments: {' '.join(str(exc).split())}") from None
+        raise ValueError(
+            f"env.kwargs: {env_id} does not accept these arguments: {' '.join(str(exc).split())}"
+        ) from None
     except (Exception, SystemExit) as exc:
         raise ValueError(f"env.kwargs: {env_id} refuses them: {raised_at(exc)}") from None
     if not (hasattr(env, "possible_agents") and hasattr(env, "observation_space") and hasattr(env, "step")):
@@ -178,7 +181,7 @@ def with_agent_id(space: spaces.Space, agents: int, env_id: str) -> spaces.Space
     )
 
 
-class ParallelEnvRows(gym.vector.VectorEnv):  # type: ignore[type-arg]
+class ParallelEnvRows(gym.vector.VectorEnv):
     """``copies`` copies of a PettingZoo Parallel env as one vector env of ``copies * A`` rows (module docstring)."""
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}

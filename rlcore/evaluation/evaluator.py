@@ -130,7 +130,9 @@ class EvalResult:
             truncated=int(truncated),
             returns=[float(r) for r in returns],
             lengths=[int(n) for n in lengths],
-            agent_returns=None if agent_returns is None else {k: [float(r) for r in v] for k, v in agent_returns.items()},
+            agent_returns=None
+            if agent_returns is None
+            else {k: [float(r) for r in v] for k, v in agent_returns.items()},
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -242,7 +244,8 @@ class Evaluator:
             # Row i * A + a is agent a of episode i: an episode lasts as long as its longest agent.
             returns += list(np.reshape(batch_returns, (-1, agents))[:wanted])
             lengths += np.reshape(batch_lengths, (-1, agents)).max(axis=1)[:wanted].tolist()
-            truncated += int(np.reshape(batch_truncated, (-1, agents)).any(axis=1)[:wanted].sum())
+            cut = np.asarray(np.reshape(batch_truncated, (-1, agents)).any(axis=1))
+            truncated += int(cut[:wanted].sum())
         if not self.agents:
             return EvalResult.from_episodes([float(r[0]) for r in returns], lengths, truncated)
         table = np.stack(returns)  # (E, A)
@@ -261,7 +264,9 @@ class Evaluator:
         def where(index: int) -> str:
             episode = index // max(len(self.agents), 1)  # a multi-agent env's rows: each agent of each episode
             agent = f", agent {self.agents[index % len(self.agents)]}" if self.agents else ""
-            return f"{self.label}, episode seed {seed + episode} (sub-env {index}{agent}), episode step {lengths[index]}"
+            return (
+                f"{self.label}, episode seed {seed + episode} (sub-env {index}{agent}), episode step {lengths[index]}"
+            )
 
         if not finite(obs):
             check_finite(self.env_id, where, observations=obs)

@@ -34,8 +34,8 @@ from rlcore.common.errors import RLCoreError
 from rlcore.common.files import sha256_file, write_json
 from rlcore.envs.actions import sub_action_sizes
 from rlcore.envs.config import EnvConfig
-from rlcore.envs.observations import obs_tensor, observation_input
 from rlcore.envs.multiagent import describe_agents
+from rlcore.envs.observations import obs_tensor, observation_input
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import make_vector_env, space_from_description
 from rlcore.nets.policy import Policy, reset_state
