@@ -13,7 +13,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from rlcore.common.strict_model import StrictModel
 from rlcore.envs.ids import check_env_id, check_env_kwargs, env_spec, import_object
-from rlcore.envs.multiagent import Agents, agents_of, is_multiagent, parallel_env_factory, with_agent_id
+from rlcore.envs.multiagent import Agents, agents_of, is_multiagent, with_agent_id
 from rlcore.envs.parameters import check_parameters as check_env_parameters
 from rlcore.envs.settings import Lesson, Parameters, check_curriculum, check_parameter_names
 
@@ -100,10 +100,7 @@ class EnvConfig(StrictModel):
     @field_validator("id")
     @classmethod
     def _registered(cls, env_id: str) -> str:
-        if is_multiagent(env_id):
-            parallel_env_factory(env_id)
-        else:
-            check_env_id(env_id)
+        check_env_id(env_id)
         return env_id
 
     def agents(self) -> Agents | None:

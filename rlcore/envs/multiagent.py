@@ -22,9 +22,7 @@ Only homogeneous agents are supported for now (the same observation and action s
 from __future__ import annotations
 
 import functools
-import importlib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,45 +33,10 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from rlcore.common.errors import did_you_mean
-from rlcore.envs.ids import import_object, raised_at
+from rlcore.envs.ids import is_multiagent, parallel_env_factory, raised_at
 
-PREFIX = "pettingzoo:"
-"""What starts an ``env.id`` naming a PettingZoo Parallel env."""
 AGENT_ID_KEY = "agent_id"
 """The key of the agent's one-hot in a ``Dict`` observation."""
-
-
-def is_multiagent(env_id: str) -> bool:
-    """Whether ``env_id`` names a PettingZoo env (``pettingzoo:...``) rather than a gymnasium one."""
-    return env_id.startswith(PREFIX)
-
-
-def parallel_env_factory(env_id: str) -> Callable[..., Any]:
-    """The function that builds one ``env_id`` env from its kwargs; ``ValueError`` (one line) when the module or the
-    function does not exist."""
-    path = env_id.removeprefix(PREFIX)
-    if not path:
-        raise ValueError(f"{env_id!r}: expected pettingzoo:<module> (e.g. pettingzoo:mpe2.simple_spread_v3)")
-    if ":" in path:
-        factory = import_object(path)
-    else:
-        try:
-            module = importlib.import_module(path)
-        except ImportError as exc:
-            raise ValueError(f"cannot import PettingZoo env module {path!r}: {exc}") from None
-        except (Exception, SystemExit) as exc:
-            raise ValueError(f"importing PettingZoo env module {path!r} raised {raised_at(exc)}") from None
-        factory = getattr(module, "parallel_env", None)
-        if factory is None:
-            names = [name for name in dir(module) if not name.startswith("_")]
-            raise ValueError(
-                f"{path} has no parallel_env (a PettingZoo Parallel env module has one; or name a function that "
-                f"returns a ParallelEnv as pettingzoo:{path}:<function>){did_you_mean('parallel_env', names)}"
-            )
-    if not callable(factory):
-        raise ValueError(f"{path} is not a function returning a PettingZoo ParallelEnv")
-    return factory
 
 
 @dataclass(frozen=True)
