@@ -135,6 +135,20 @@ def test_evaluation_scores_an_episode_by_its_agents_returns(reduction: str, scor
     assert result.scores()["agent_mean_returns"] == {"a": 4.0, "b": 6.0}
 
 
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_ppo_and_a2c_train_on_agents_that_leave_early(algo: str, tmp_path: Path) -> None:
+    """b leaves at step 2 of 4: its rows of steps 3 and 4 and every reset step are no transitions; the run trains
+    on the rest (3 of every 5 vector steps of a's rows, 2 of b's) and its periodic evaluation scores episodes."""
+    tree = {
+        "env": {"id": TINY, "num_envs": 2},
+        "algo": {"name": algo, "n_steps": 10, **({"batch_size": 20} if algo == "ppo" else {})},
+        "train": {"max_steps": 80, "eval_every": 80, "log_every": 80, "eval_episodes": 2, "progress_bar": False},
+    }
+    summary = train(validate_params(tree), tmp_path / algo)
+    assert summary["env_steps"] == 80 and summary["gradient_steps"] > 0
+    assert summary["evaluations"][-1]["mean_return"] == 5.0  # (4 x 1 + 2 x 3) / 2, whatever the actions
+
+
 SPREAD = {
     "seed": 0,
     "name": "spread",
