@@ -233,6 +233,10 @@ class ParallelEnvRows(gym.vector.VectorEnv):
             return stacked
         return np.concatenate([stacked.reshape(self.num_envs, -1), self._one_hots], axis=1)
 
+    def render(self) -> tuple[Any, ...]:
+        """Each copy's render (built with ``render_mode`` in ``env.kwargs``), in copy order."""
+        return tuple(env.render() for env in self.envs)
+
     def close_extras(self, **kwargs: Any) -> None:
         for env in self.envs:
             env.close()
