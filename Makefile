@@ -8,7 +8,7 @@ export DO_NOT_TRACK := 1
 export OMP_NUM_THREADS := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup setup-dev run test test-fast bench lint clean
+.PHONY: setup setup-dev run test test-fast bench lint docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,5 +54,9 @@ lint: setup-dev
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# The documentation site (mkdocs.yml, pages in docs/) into site/; --strict: a broken link or a missing page fails.
+docs: setup-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf runs models export data reports/*.json reports/*.md reports/*.png reports/offline reports/warmstart .prefect
+	rm -rf site runs models export data reports/*.json reports/*.md reports/*.png reports/offline reports/warmstart .prefect

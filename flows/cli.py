@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlcore.cli import add_params_arguments, build_parser, load, run
+from rlcore.cli import add_command, add_params_arguments, build_parser, load, run
 from rlcore.common.errors import RLCoreError
 
 
@@ -99,14 +99,14 @@ def _sweep(args: argparse.Namespace) -> Any:
 
 def _add_flow_commands(commands: Any) -> None:
     help_text = "run train -> evaluate -> select-best -> export as one Prefect flow run"
-    pipeline = commands.add_parser("pipeline", help=help_text, description=help_text)
+    pipeline = add_command(commands, "pipeline", help_text, "docs/running.md")
     add_params_arguments(pipeline)
     pipeline.set_defaults(run=_pipeline, own_logging=False)
 
     help_text = (
         "run the collect stage as a Prefect flow run (a task run per collect.shards shard; Dask: deploy.task_runner)"
     )
-    collect = commands.add_parser("collect-flow", help=help_text, description=help_text)
+    collect = add_command(commands, "collect-flow", help_text, "docs/data.md")
     add_params_arguments(collect)
     collect.set_defaults(run=_collect_flow, own_logging=False)
 
@@ -114,14 +114,14 @@ def _add_flow_commands(commands: Any) -> None:
         "run the warm-start DAG as a Prefect flow run: params.yaml's pipeline, collect + the offline branch (BC), then "
         "the pipeline of --params (PPO with train.init_from the BC model)"
     )
-    warmstart = commands.add_parser("warmstart-flow", help=help_text, description=help_text)
+    warmstart = add_command(commands, "warmstart-flow", help_text, "docs/reward-signals.md")
     add_params_arguments(warmstart, default="configs/ppo-from-bc-cartpole.yaml")
     warmstart.add_argument("--base-params", default="params.yaml", metavar="FILE", help="the from-scratch pipeline")
     warmstart.add_argument("--offline-params", default="offline.yaml", metavar="FILE", help="the offline branch")
     warmstart.set_defaults(run=_warmstart_flow, own_logging=False)
 
     help_text = "run the hyperparameter study of params.yaml's `sweep` section (Optuna) as a Prefect flow run"
-    sweep = commands.add_parser("sweep", help=help_text, description=help_text)
+    sweep = add_command(commands, "sweep", help_text, "docs/sweeps.md")
     add_params_arguments(sweep)
     sweep.add_argument(
         "--no-flow",
@@ -138,7 +138,7 @@ def _add_flow_commands(commands: Any) -> None:
     sweep.set_defaults(run=_sweep, own_logging=False, no_flow=False)
 
     help_text = "serve the Prefect deployments of params.yaml's `deploy` section (schedules) from this process"
-    deploy = commands.add_parser("deploy", help=help_text, description=help_text)
+    deploy = add_command(commands, "deploy", help_text, "docs/running.md")
     deploy.add_argument("action", choices=["serve"], help="serve: register the deployments and run their flow runs")
     add_params_arguments(deploy)
     deploy.set_defaults(run=_deploy, own_logging=False)

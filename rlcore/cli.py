@@ -1,7 +1,9 @@
-"""The command line of the stages: ``rlcore train|evaluate|select|export|collect`` as dvc.yaml calls them, and
-``rlcore import-minari``; the console command (``flows.cli``) adds the Prefect and sweep subcommands.
+"""The command line of the stages: ``rlcore train|evaluate|select|export|collect`` as dvc.yaml calls them,
+``rlcore import-minari`` and ``rlcore params-schema``; the console command (``flows.cli``) adds the Prefect and sweep
+subcommands.
 
-Every subcommand takes ``--params FILE`` (default ``params.yaml``) and repeated ``--set KEY=VALUE``.
+Every stage subcommand takes ``--params FILE`` (default ``params.yaml``) and repeated ``--set KEY=VALUE``. Each
+subcommand's help says in one line what it does and names its docs page.
 Errors meant for users print one line, ``error: ...``, and exit with status 2.
 """
 
@@ -17,6 +19,20 @@ from typing import Any
 from rlcore.common.errors import RLCoreError
 
 StageRunner = Callable[[argparse.Namespace], Any]
+
+DOCS = "docs/index.md"
+"""The documentation's home page, in the project (``make docs`` builds the site from docs/)."""
+
+
+def add_command(commands: Any, name: str, help_text: str, page: str) -> argparse.ArgumentParser:
+    """A subcommand whose help says in one line what it does, and which docs page tells more."""
+    return commands.add_parser(
+        name,
+        help=help_text,
+        description=f"{help_text}.",
+        epilog=f"Docs: {page}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def add_params_arguments(parser: argparse.ArgumentParser, default: str = "params.yaml") -> None:
@@ -73,18 +89,33 @@ def _export(args: argparse.Namespace) -> Any:
 
 def build_parser(extend: Callable[[Any], None] | None = None) -> argparse.ArgumentParser:
     """The stage subcommands; ``extend(subparsers)`` may add more (``flows.cli`` adds ``pipeline``)."""
-    parser = argparse.ArgumentParser(prog="rlcore", description="Declarative, reproducible reinforcement learning.")
+    parser = argparse.ArgumentParser(
+        prog="rlcore",
+        description="Declarative, reproducible reinforcement learning: the stages of a run (train, evaluate, select, "
+        "export, collect), one subcommand each, as dvc.yaml calls them; Prefect flows, sweeps and deployments.",
+        epilog=f"Docs: {DOCS} (`make docs` builds the site); every params key: docs/params.md",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    stages: list[tuple[str, str, StageRunner]] = [
-        ("train", "train into runs/<name>/ (resumes an interrupted run)", _train),
-        ("evaluate", "evaluate every checkpoint of the run -> reports/evaluations.json", _evaluate),
-        ("select", "select the best checkpoint -> models/best/, reports/metrics.json, reports/report.md", _select),
-        ("export", "export models/best/ -> export/policy.onnx, policy.pt2, model_card.json", _export),
-        ("collect", "roll out collect.policy -> a Parquet dataset at collect.output", _collect),
+    stages: list[tuple[str, str, str, StageRunner]] = [
+        ("train", "train into runs/<name>/ (resumes an interrupted run)", "docs/running.md, docs/faults.md", _train),
+        (
+            "evaluate",
+            "evaluate every checkpoint of the run -> reports/evaluations.json",
+            "docs/evaluation.md",
+            _evaluate,
+        ),
+        (
+            "select",
+            "select the best checkpoint -> models/best/, reports/metrics.json, reports/report.md",
+            "docs/evaluation.md",
+            _select,
+        ),
+        ("export", "export models/best/ -> export/policy.onnx, policy.pt2, model_card.json", "docs/export.md", _export),
+        ("collect", "roll out collect.policy -> a Parquet dataset at collect.output", "docs/data.md", _collect),
     ]
-    for name, help_text, runner in stages:
-        sub = commands.add_parser(name, help=help_text, description=help_text)
+    for name, help_text, page, runner in stages:
+        sub = add_command(commands, name, help_text, page)
         add_params_arguments(sub)
         sub.set_defaults(run=runner)
         if name == "train":
@@ -96,13 +127,17 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> argparse.Argume
                 help="resume from this checkpoint instead of the run's latest",
             )
     help_text = "convert a Minari dataset (a local dataset id, or its folder) to rlcore's Parquet schema"
-    minari = commands.add_parser("import-minari", help=help_text, description=help_text)
+    minari = add_command(commands, "import-minari", help_text, "docs/data.md")
     minari.add_argument(
         "source", help="a Minari dataset id in MINARI_DATASETS_PATH (e.g. mujoco/hopper/medium-v0), or its folder"
     )
     minari.add_argument("--output", type=Path, default=Path("data/dataset.parquet"), help="the Parquet file to write")
     minari.add_argument("--row-group-size", type=int, default=65_536, help="transitions per Parquet row group")
     minari.set_defaults(run=_import_minari)
+    help_text = "write the JSON Schema of params files, for editors that complete and check them"
+    schema = add_command(commands, "params-schema", help_text, "docs/schema.md")
+    schema.add_argument("--output", type=Path, default=None, metavar="FILE", help="write here (default: stdout)")
+    schema.set_defaults(run=_params_schema)
     if extend is not None:
         extend(commands)
     return parser
@@ -114,6 +149,20 @@ def _import_minari(args: argparse.Namespace) -> Any:
     if args.row_group_size < 1:
         raise RLCoreError(f"--row-group-size: a positive number of transitions expected, got {args.row_group_size}")
     return import_minari(args.source, args.output, args.row_group_size)
+
+
+def _params_schema(args: argparse.Namespace) -> Any:
+    import json
+
+    from rlcore.common.files import write_text
+    from rlcore.params import params_schema
+
+    text = json.dumps(params_schema(), indent=2, ensure_ascii=False) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        write_text(args.output, text)
+    return text
 
 
 def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:

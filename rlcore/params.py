@@ -1,4 +1,5 @@
-"""Loading the whole params tree: the sections of ``rlcore.config.sections`` with the chosen algorithm's own config.
+"""Loading the whole params tree (the sections of ``rlcore.config.sections`` with the chosen algorithm's own config),
+and its JSON Schema for editors (``rlcore params-schema``).
 
 Kept apart from ``rlcore.config.sections`` because it needs the algorithm registry, and the algorithms need the
 config sections: ``config`` (sections) <- ``algos`` (family and algorithm configs) <- ``registry`` <- ``params``.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from pydantic import Field, ValidationError, create_model
 
@@ -136,3 +137,57 @@ def check_capabilities(params: Params, source: str) -> None:
             f"{source}: train.device: {name} trains on the CPU only ({able('cuda')} train on cuda); "
             "set train.device: auto"
         )
+
+
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def params_schema() -> dict[str, Any]:
+    """The JSON Schema of a params file: every section, and ``algo`` as the registered algorithms' configs, one of
+    which ``algo.name`` picks (a ``oneOf`` with a ``discriminator`` on ``name``). Keys carry their docstrings as
+    descriptions, so editors with the YAML language server show them. What only code can check (an env id is
+    registered, a wrapper importable, cross-key rules) is left to :func:`load_params`."""
+    configs = tuple(algo_config_class(name) for name in registered_algorithms())
+    fields: dict[str, Any] = dict(SECTIONS)
+    fields["algo"] = (Union[configs], ...)  # noqa: UP007 (a tuple of classes: the X | Y form cannot spread it)
+    model = create_model("Params", __base__=Params, **fields)
+    schema = model.model_json_schema(mode="validation")
+    definitions = schema["$defs"]
+    schema["required"] = list(REQUIRED)
+    for section, (key, _) in REQUIRED.items():
+        reference = schema["properties"][section]
+        options = reference.get("anyOf", [reference])
+        for option in options:
+            definition = definitions[option["$ref"].rsplit("/", 1)[-1]]
+            definition["required"] = sorted({*definition.get("required", []), key})
+    algo = schema["properties"]["algo"]
+    algo["oneOf"] = algo.pop("anyOf")
+    algo["discriminator"] = {
+        "propertyName": "name",
+        "mapping": {name: option["$ref"] for name, option in zip(registered_algorithms(), algo["oneOf"], strict=True)},
+    }
+    algo["description"] = "The algorithm (algo.name) and its own keys."
+    _input_forms(definitions)
+    return {"$schema": SCHEMA_DIALECT, "title": "rlcore params", **schema}
+
+
+def _input_forms(definitions: dict[str, Any]) -> None:
+    """What the before-validators also take, which pydantic's schema (of the validated form) leaves out: an env
+    parameter as a plain number or boolean (a constant), the sweep space written nested like the params tree, and
+    ``export.parity_tolerance``, the old name of ``export.parity_atol``."""
+    for definition in definitions.values():
+        for field in definition.get("properties", {}).values():
+            values = field.get("additionalProperties")
+            if isinstance(values, dict) and {"$ref": "#/$defs/Constant"} in values.get("anyOf", []):
+                values["anyOf"].append({"type": ["number", "boolean"]})
+    dimension = {"$ref": "#/$defs/SearchDimension"}
+    definitions["SearchSpace"] = {
+        "type": "object",
+        "description": "Params keys (dotted, or nested like the params tree) -> search dimensions.",
+        "additionalProperties": {"anyOf": [dimension, {"$ref": "#/$defs/SearchSpace"}]},
+    }
+    space = definitions["SweepConfig"]["properties"]["space"]
+    space["additionalProperties"] = {"anyOf": [dimension, {"$ref": "#/$defs/SearchSpace"}]}
+    export = definitions["ExportConfig"]["properties"]
+    export["parity_tolerance"] = {**export["parity_atol"], "deprecated": True}
+    export["parity_tolerance"].pop("default", None)

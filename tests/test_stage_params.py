@@ -24,7 +24,7 @@ PACKAGE = PROJECT / "rlcore" / "stages"
 PIPELINES = [PROJECT / "dvc.yaml", *sorted((PROJECT / "pipelines").rglob("dvc.yaml"))]
 """The pipelines whose stages are rlcore stages (``sweeps/dvc.yaml`` runs a study: its own test below)."""
 
-WHOLE_TREE = {"train": {"train", "is_offline"}}
+WHOLE_TREE = {"train": {"train", "is_offline", "batched_trainer"}}
 """Functions outside the package a stage hands the whole params tree to: the trainer, which reads every section
 the train stage lists (the static reading below cannot follow it there)."""
 

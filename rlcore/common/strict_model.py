@@ -23,7 +23,9 @@ class StrictModel(BaseModel):
     """A params section: unknown keys are errors, values are validated on assignment too, floats must be finite
     and a boolean is not a number."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False, use_attribute_docstrings=True
+    )
 
     @field_validator("*", mode="before")
     @classmethod

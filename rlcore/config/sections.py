@@ -38,6 +38,7 @@ class MemoryConfig(StrictModel):
     """A recurrent core between the observation encoder and the heads (``rlcore.nets.recurrent``)."""
 
     type: Literal["lstm", "gru"] = "lstm"
+    """The recurrent cell: an LSTM (hidden and cell state) or a GRU (hidden state only)."""
     size: int = Field(64, ge=1, le=4096)
     """Hidden units of the core; the state is (batch, 2, size) for an LSTM (h and c), (batch, 1, size) for a GRU."""
     sequence_length: int = Field(16, ge=1, le=4096)
@@ -64,6 +65,7 @@ class PolicyConfig(StrictModel):
     networks that would not fit in the memory available are refused before training
     (``rlcore.trainers.memory_estimate``)."""
     activation: Literal["tanh", "relu", "elu"] = "tanh"
+    """The hidden layers' nonlinearity."""
     normalize_obs: bool = False
     """Running mean/std observation normalization; the statistics live in the policy (and its export)."""
     obs_clip: float = Field(10.0, gt=0)
@@ -234,6 +236,7 @@ class SelectConfig(StrictModel):
 
 class ExportConfig(StrictModel):
     onnx: bool = True
+    """Write the selected policy as ONNX (``policy.onnx``), checked against torch with onnxruntime."""
     torch_export: bool = True
     """Also write a ``torch.export`` program (``policy.pt2``)."""
     parity_observations: int = Field(1000, ge=1, le=1_000_000)
@@ -252,6 +255,7 @@ class ExportConfig(StrictModel):
     real export fault (a missing normalizer, a wrong activation, stale or perturbed weights) moves outputs by 1e-2
     or more. 0: the absolute rule alone."""
     opset: int = Field(18, ge=17)
+    """The ONNX opset version the export targets (at least 17)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -282,6 +286,7 @@ class CollectConfig(StrictModel):
     """Shard ``i`` resets its envs with ``seed + i·num_envs`` (sub-env ``j`` adds ``j``): in the training seed range,
     apart from every evaluation's episodes."""
     output: str = "data/dataset.parquet"
+    """The Parquet file the dataset is written to, relative to the project."""
     row_group_size: int = Field(65_536, ge=1)
     """Transitions per Parquet row group: bounds the writer's memory."""
     shards: int = Field(1, ge=1)
@@ -305,6 +310,7 @@ class DatasetConfig(StrictModel):
     """The dataset an offline algorithm trains on."""
 
     path: str = "data/dataset.parquet"
+    """The Parquet dataset to train on (``rlcore.data.schema``), relative to the project."""
     validation_fraction: float = Field(0.1, ge=0, lt=1)
     """Share of episodes held out for validation (whole episodes, never split)."""
     in_memory: bool = True
@@ -324,6 +330,7 @@ class ScheduleConfig(StrictModel):
     interval_seconds: float | None = Field(None, gt=0)
     """Run every this many seconds instead of on a cron line."""
     timezone: str = "UTC"
+    """The time zone of ``cron`` (an IANA name, e.g. ``Europe/Paris``)."""
     overrides: list[str] = Field(default_factory=list)
     """``--set`` overrides the scheduled runs use on top of the params file, e.g. ``["train.max_steps=50000"]``."""
 
@@ -355,6 +362,7 @@ class DeployConfig(StrictModel):
     retries: int = Field(0, ge=0)
     """Retries of each failed task run (stages, checkpoint evaluations, collection)."""
     retry_delay_seconds: float = Field(0.0, ge=0)
+    """Seconds between a failed task run and its retry."""
     task_runner: Literal["sequential", "dask"] = "sequential"
     """How the flows run their parallel parts (a task run per checkpoint evaluation, per ``collect.shards``
     shard, per sweep trial): ``sequential`` (this process; sweeps: ``sweep.workers`` processes) or ``dask``
