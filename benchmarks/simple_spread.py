@@ -71,11 +71,12 @@ def sb3_run(seed: int, steps: int, env: EnvConfig, episodes: int, first_seed: in
     import supersuit
     from mpe2 import simple_spread_v3
     from stable_baselines3 import PPO
+    from stable_baselines3.common.utils import set_random_seed
 
     torch.set_num_threads(1)
+    set_random_seed(seed)  # SuperSuit's wrapper takes no seed from SB3 2.x (it has no seed()): its envs start unseeded
     vec = supersuit.pettingzoo_env_to_vec_env_v1(simple_spread_v3.parallel_env(**env.kwargs))
     vec = supersuit.concat_vec_envs_v1(vec, 8, num_cpus=0, base_class="stable_baselines3")
-    vec.reset(seed=seed)
     model = PPO(
         "MlpPolicy",
         vec,
@@ -87,7 +88,6 @@ def sb3_run(seed: int, steps: int, env: EnvConfig, episodes: int, first_seed: in
         gae_lambda=0.95,
         ent_coef=0.0,
         policy_kwargs={"net_arch": [64, 64], "activation_fn": torch.nn.Tanh},
-        seed=seed,
         device="cpu",
         verbose=0,
     )
