@@ -10,6 +10,10 @@ score on the same episodes. With ``--no-peer`` (or without the ``bench`` extra) 
 The peer uses the preset's hyperparameters (8 env copies x 3 agents, 50 steps per rollout, minibatches of 600,
 10 epochs, lr 1e-3 linearly to 0, gamma 0.99, lambda 0.95, no entropy bonus, 64x64 tanh networks) and, as the recipe
 does, no agent id in the observation.
+
+Measured 2026-11-26 (150k agent steps, seeds 0-2, a 2-core machine shared with other jobs, so wall times are loose):
+rlcore -20.0, -20.9, -20.5 (82, 119, 64 s of training); SB3 + SuperSuit -27.5, -29.1, -28.8 (90, 80, 42 s);
+uniformly random actions -26.6. SuperSuit's SB3 wrapper cannot be seeded under SB3 2.x (its envs start unseeded).
 """
 
 from __future__ import annotations
