@@ -257,3 +257,19 @@ def test_more_seeds_than_the_memory_holds_are_refused_in_one_line_and_write_noth
     assert sorted(path.name for path in tmp_path.iterdir()) == ["params.yaml"]
     train_project(tmp_path, [*TINY, "train.max_steps=512", "train.seeds=[0, 1]", "train.batch_seeds=false"])
     assert (tmp_path / "runs" / "seeds" / "seed_1" / "train_summary.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        (["env.id=Taxi-v4", "env.action_mask=info"], "env.action_mask"),
+        (["env.id=pettingzoo:mpe2.simple_spread_v3", "env.kwargs={N: 2}"], "a multi-agent env"),
+    ],
+)
+def test_masked_and_multi_agent_runs_are_named_as_not_batching(overrides: list[str], reason: str) -> None:
+    """The batched program takes no masks and sizes its rows by one agent per env copy: both train one after
+    another (with the log line of the test above)."""
+    from rlcore.trainers.on_policy_seeds import unbatched_reason
+
+    found = unbatched_reason(load_params(PROJECT / "params.yaml", overrides))
+    assert found is not None and found.startswith(reason)

@@ -21,6 +21,7 @@ from rlcore.common.strict_model import StrictModel
 from rlcore.common.validation_errors import short_repr
 from rlcore.config.sweep import SweepConfig
 from rlcore.envs.config import MAX_NUM_ENVS, EnvConfig
+from rlcore.envs.return_reduction import check_reduction
 from rlcore.envs.settings import MEAN_OVER_SETTINGS, EvalSetting, check_eval_settings
 
 _FOLDER_NAME = re.compile(r"(?!-)[A-Za-z0-9._-]{1,100}")
@@ -203,6 +204,11 @@ class EvalConfig(StrictModel):
     video: bool = False
     """The select stage records the selected model's first test episode to ``reports/episode.gif``, linked from the
     report (``rlcore.evaluation.video``; the env must render ``rgb_array`` frames, else a warning and no video)."""
+    return_reduction: str = "mean"
+    """A multi-agent env's episode score from its agents' returns: ``mean``, ``sum``, ``min``, ``max`` or one agent's
+    name (``rlcore.envs.return_reduction``). Every score (periodic evaluation, validation, test, selection, stop
+    conditions, the report) is of these; each agent's returns are kept beside them. A single-agent env's one return
+    is the same under each of the four."""
     settings: list[EvalSetting] = Field(default_factory=list)
     """Named settings ``{name, parameters}`` every evaluate and select stage also scores under, on the same
     validation and test episodes (the parameters apply on top of the env's own defaults, not ``env.parameters``):
@@ -460,6 +466,12 @@ class Params(StrictModel):
                     f"select.setting: {self.select.metric} is measured on the dataset's held-out episodes, under no "
                     "env setting; set select.setting: null"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _reduction_names_an_agent(self) -> Params:
+        agents = self.env.agents()
+        check_reduction(self.eval.return_reduction, agents.names if agents is not None else ())
         return self
 
     @model_validator(mode="after")

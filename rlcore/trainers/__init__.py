@@ -81,12 +81,10 @@ capabilities when ``train.batch_seeds`` is true."""
 
 def batched_trainer(params: Params) -> SeedsTrainer | None:
     """The batched trainer of ``params``' seeds, or None when they run one after another (``train.batch_seeds``
-    false, an algorithm without ``batched_seeds``, or a run with action masks, whose losses the batched program does
-    not mask)."""
+    false, or an algorithm without ``batched_seeds``). A batched trainer may still train them one after another,
+    with a log line, for configurations it does not batch (``rlcore.trainers.on_policy_seeds.unbatched_reason``)."""
     algo_cls = algorithm_class(params.algo.name)
     if not params.train.batch_seeds or "batched_seeds" not in algo_cls.capabilities:
-        return None
-    if params.env.action_mask is not None:
         return None
     for family, trainer in BATCHED_TRAINERS.items():
         if issubclass(algo_cls, family):

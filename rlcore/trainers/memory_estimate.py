@@ -104,7 +104,7 @@ def estimate(params: Any, observation_space: spaces.Space, action_space: spaces.
         )
     }
     batch = int(getattr(algo, "batch_size", 256))
-    num_envs = int(params.env.num_envs)
+    num_envs = int(params.env.rows(params.env.num_envs))  # a multi-agent env: a row per agent of each copy
     if hasattr(algo, "n_steps"):  # on-policy: the rollout, and a minibatch no larger than it
         rollout = int(algo.n_steps) * num_envs
         per_step = obs_bytes + action_bytes + 7 * FLOAT + 3

@@ -39,6 +39,7 @@ from rlcore.algos.seeds_batch import SeedsRollout
 from rlcore.config.sections import Params
 from rlcore.data.rollouts import RolloutBuffer
 from rlcore.envs.actions import action_layout
+from rlcore.envs.ids import is_multiagent
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.vector import make_vector_env
 from rlcore.nets.policies import ActorCritic
@@ -86,6 +87,8 @@ def unbatched_reason(params: Params) -> str | None:
         f"train.precision {train.precision}": train.precision != "fp32",
         "train.device cuda": train.device == "cuda",
         "env.curriculum": bool(params.env.curriculum),
+        "env.action_mask (the batched losses take no masks)": params.env.action_mask is not None,
+        "a multi-agent env (PettingZoo)": is_multiagent(params.env.id),
     }
     return next((reason for reason, applies in reasons.items() if applies), None)
 

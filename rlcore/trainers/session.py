@@ -111,6 +111,7 @@ class TrainingSession(Generic[SourceT]):
             seeds.start,
             max_episode_steps=params.eval.max_episode_steps,
             label="periodic evaluation",
+            return_reduction=params.eval.return_reduction,
         )
         self.observation_space = self.evaluator.env.single_observation_space
         self.action_space = self.evaluator.env.single_action_space
@@ -168,7 +169,7 @@ class TrainingSession(Generic[SourceT]):
             self.state.curriculum = self.curriculum.state_dict()
             self._use_lesson()
         self.source.start(self.checkpoint is None, self.policy.obs_normalizer)
-        self.episodes = EpisodeStats(params.env.num_envs)
+        self.episodes = EpisodeStats(params.env.rows(params.env.num_envs))  # each agent's episodes, multi-agent
         self.stops = StopConditions(params.train, on_evaluation)
         train = params.train
         self.progress = Progress(train.progress_bar, train.max_steps, self.state.steps, self.state.unit, self._label)
