@@ -26,6 +26,7 @@ from prefect.context import TaskRunContext
 from rlcore.common.files import sha256_file
 from rlcore.params import load_params
 from rlcore.stages import STAGE_PARAMS
+from rlcore.stages.baseline import baseline_inputs
 
 NOT_READ = {"train.progress_bar"}
 """Keys of those sections that change nothing a stage writes (as the run fingerprint leaves them out)."""
@@ -114,8 +115,8 @@ class StageInputs(CachePolicy):
         read = {key: _drop_not_read(key, _pick(tree, key)) for key in STAGE_PARAMS[self.stage]}
         baseline = _pick(tree, "select.baseline_run") if self.stage == "select" else None
         files = named_files(read, root)
-        if baseline:  # the report draws that run's learning curve
-            files.update(named_files(f"runs/{baseline}/dvclive/plots/metrics/eval/mean_return.tsv", root))
+        if baseline:  # the report draws that run's learning curve and compares its seeds' test scores
+            files.update(file_digests(baseline_inputs(root, baseline)))
         upstream = inputs.get("upstream") or {}
         material = {
             "stage": self.stage,

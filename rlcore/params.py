@@ -93,10 +93,10 @@ def other_algorithms_key(exc: ValidationError, name: str) -> str | None:
 
 def check_capabilities(params: Params, source: str) -> None:
     """Refuse (one line) optional params the algorithm would not honour: a recurrent policy (``policy.memory``),
-    action masks (``env.action_mask``), mixed precision (``train.precision``) or a GPU (``train.device: cuda``) for
-    an algorithm without them. Whether
-    this machine has the GPU is the training session's check: evaluate, select and export of a GPU-trained run work
-    on any machine (``rlcore.nets.precision``)."""
+    action masks (``env.action_mask``), a multi-agent env (PettingZoo), mixed precision (``train.precision``) or a
+    GPU (``train.device: cuda``) for an algorithm without them. Whether this machine has the GPU is the training
+    session's check: evaluate, select and export of a GPU-trained run work on any machine
+    (``rlcore.nets.precision``)."""
     name = params.algo.name
     capabilities = algorithm_class(name).capabilities
 
@@ -127,6 +127,10 @@ def check_capabilities(params: Params, source: str) -> None:
         raise ConfigError(
             f"{source}: env.action_mask: {name} does not apply action masks ({able('action_mask')} do); "
             "set env.action_mask: null"
+        )
+    if params.env.agents() is not None and "multiagent" not in capabilities:
+        raise ConfigError(
+            f"{source}: algo.name: {name} does not train on multi-agent envs ({params.env.id}); {able('multiagent')} do"
         )
     if params.train.precision != "fp32" and "precision" not in capabilities:
         raise ConfigError(

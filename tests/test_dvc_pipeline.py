@@ -188,6 +188,9 @@ def test_dvc_metrics_show_reads_reports_metrics(repo: dict) -> None:
     shown = json.loads(dvc("metrics", "show", "--json", cwd=root).stdout)
     metrics = shown[""]["data"]["reports/metrics.json"]["data"]
     assert metrics["mean_return"] == read_json(root / "reports/metrics.json")["mean_return"]
+    # the training curve's last values (dvclive), listed at the top of dvc.yaml: inside train's output, the run folder
+    curve = shown[""]["data"]["runs/quick/dvclive/metrics.json"]["data"]
+    assert curve["step"] == read_json(root / "runs/quick/dvclive/metrics.json")["step"] == 4096
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ every stage a process).
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -32,8 +33,6 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(PROJECT / name, root / name)
     shutil.copytree(PROJECT / "pipelines", root / "pipelines", ignore=shutil.ignore_patterns("dvc.lock"))
-    # Every pipeline's params file too: DVC reads every dvc.yaml of the repo (pipelines/seeds names its preset).
-    shutil.copytree(PROJECT / "configs", root / "configs", dirs_exist_ok=True)
     shutil.copytree(PROJECT / "rlcore", root / "rlcore", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (root / ".gitignore").write_text(GITIGNORE)
     quick_train = {"eval_every": 1024, "eval_episodes": 3, "target_return": None}
@@ -93,6 +92,11 @@ def test_warmstart_dag_trains_bc_then_ppo_from_the_bc_model(repo: dict) -> None:
     report = (root / "reports/warmstart/report.md").read_text()
     assert "![learning curves beside the baseline](baseline_comparison.png)" in report
     assert "Initialized from `models/offline/best/policy.pt`" in report
+    # its training curves, listed at the top of its dvc.yaml (relative to that file, inside train's run folder)
+    shown = json.loads(dvc("metrics", "show", "--json", cwd=root).stdout)[""]["data"]
+    assert shown["runs/ppo-from-bc-cartpole/dvclive/metrics.json"]["data"]["step"] == summary["env_steps"]
+    plots = json.loads(dvc("plots", "show", "--json", cwd=root).stdout)["data"]
+    assert "runs/ppo-from-bc-cartpole/dvclive/plots/metrics/eval/mean_return.tsv" in plots, list(plots)
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ resumes the seed it was training and keeps the finished ones; bad seed lists are
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -30,8 +31,10 @@ TINY = [
     "eval.episodes=2",
     "eval.test_episodes=4",
     "export.parity_observations=50",
+    "train.batch_seeds=false",
 ]
-"""PPO CartPole (params.yaml) at the smallest budget with two checkpoints: 16 envs x 32 steps per rollout."""
+"""PPO CartPole (params.yaml) at the smallest budget with two checkpoints: 16 envs x 32 steps per rollout; the seeds
+one after another, bitwise their one-seed runs (batched seeds: ``tests/test_seeds_batched.py``)."""
 SCORES = ("mean_return", "iqm_return", "ci95_low", "ci95_high", "std_return", "min_return", "max_return", "episodes")
 
 
@@ -70,6 +73,7 @@ def preset_budget(preset: str, checkpoint_every: int) -> list[str]:
     overrides = dict(item.split("=", 1) for item in tiny_budget(yaml.safe_load((PROJECT / preset).read_text())))
     overrides |= {"name": "seeds", "train.max_steps": str(2 * checkpoint_every)}
     overrides |= {"train.eval_every": str(checkpoint_every), "train.log_every": str(checkpoint_every)}
+    overrides |= {"train.batch_seeds": "false"}  # one after another: bitwise the one-seed runs
     return [f"{key}={value}" for key, value in overrides.items()]
 
 
@@ -257,6 +261,34 @@ def test_select_reports_every_seed_and_their_aggregate(seeded: Path) -> None:
 
 
 @pytest.mark.slow
+def test_select_gives_the_probability_of_improvement_over_a_baseline_with_seeds(seeded: Path, tmp_path: Path) -> None:
+    """``select.baseline_run`` naming a run of seeds (here a copy of this one, selected on branch ``base``, its test
+    scores lowered by 1000): metrics.json's ``baseline`` has P(X > Y) = 1 over 2 and 2 runs, the report says it."""
+    root = tmp_path / "project"
+    shutil.copytree(seeded, root, ignore=shutil.ignore_patterns("export"))
+    shutil.copytree(root / "runs" / "seeds", root / "runs" / "base")
+    record = read_json(root / "reports" / "metrics.json")
+    record["checkpoint"] = record["checkpoint"].replace("runs/seeds/", "runs/base/")
+    for entry in record["per_seed"].values():
+        entry["test"]["mean_return"] -= 1000.0
+    (root / "reports" / "base").mkdir()
+    (root / "reports" / "base" / "metrics.json").write_text(json.dumps(record))
+    stage(root, "select", "train.seeds=[0, 1]", "select.baseline_run=base")
+    metrics = read_json(root / "reports" / "metrics.json")
+    assert metrics["per_seed"] == read_json(seeded / "reports" / "metrics.json")["per_seed"]  # select is repeatable
+    baseline = metrics["baseline"]
+    assert baseline["run"] == "base" and baseline["scores_from"] == "reports/base/metrics.json"
+    assert (baseline["num_runs_x"], baseline["num_runs_y"]) == (2, 2)
+    assert baseline["seeds_x"] == baseline["seeds_y"] == [0, 1]
+    assert baseline["probability_of_improvement"] == 1.0
+    assert baseline["probability_of_improvement_ci95"] == [1.0, 1.0]
+    report = (root / "reports" / "report.md").read_text()
+    assert "P(`seeds` > `base`): **1.00**, 95% CI [1.00, 1.00]" in report
+    assert "over 2 runs of `seeds` and 2 runs of `base`" in report
+    assert (root / "reports" / "baseline_comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
 def test_a_killed_run_resumes_its_unfinished_seed_and_keeps_the_finished_one(seeded: Path, tmp_path: Path) -> None:
     """Seed 0 finished, seed 1 killed after its first checkpoint: training again leaves seed 0's files as they were
     and finishes seed 1 from its checkpoint (kept as it was; a resumed run is not bitwise the uninterrupted one:
@@ -301,27 +333,6 @@ def test_bad_seed_lists_are_refused_in_one_line_and_write_nothing(value: str, fr
         outcome = run_in_process(["train", "--set", f"train.seeds={value}"], root)
         assert_refused(outcome, *fragments)
         assert sorted(os.listdir(root)) == ["params.yaml"]
-
-
-def test_the_root_dvc_yaml_refuses_seeds_it_does_not_declare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under ``dvc repro`` of the root dvc.yaml (its train stage declares ``runs/<name>/checkpoints``), a params file
-    with ``train.seeds`` is refused before training; pipelines/seeds/dvc.yaml's stage (the run folder) is not."""
-    project = Path(__file__).parents[1]
-    for name in ("params.yaml", "dvc.yaml", "pipelines/seeds/dvc.yaml"):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text((project / name).read_text())
-    monkeypatch.setenv("DVC_STAGE", "train")
-    outcome = run_in_process(["train", "--set", "train.seeds=[0, 1]"], tmp_path)
-    assert_refused(outcome, "train.seeds:", "DVC stage 'train'", "pipelines/seeds/dvc.yaml")
-    assert not (tmp_path / "runs").exists()
-    from rlcore.params import load_params
-    from rlcore.stages.seeds import check_dvc_declares_the_seeds
-
-    params = load_params(project / "configs" / "ppo-cartpole-seeds.yaml")
-    monkeypatch.setenv("DVC_STAGE", "pipelines/seeds/dvc.yaml:train_seeds")
-    check_dvc_declares_the_seeds(params, tmp_path)  # declared: no refusal
-    monkeypatch.delenv("DVC_STAGE")
-    check_dvc_declares_the_seeds(params, tmp_path)  # not under DVC
 
 
 def test_a_sweep_refuses_train_seeds(tmp_path: Path) -> None:
@@ -377,6 +388,7 @@ def test_a_killed_process_resumes_the_seed_it_was_training(tmp_path: Path) -> No
             "train.max_wall_seconds=null",
             "train.progress_bar=off",
             "train.seeds=[0, 1]",
+            "train.batch_seeds=false",
         ]
     )
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}

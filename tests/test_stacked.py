@@ -12,7 +12,7 @@ from rlcore.algos.ppo import clipped_surrogate
 from rlcore.config.sections import PolicyConfig
 from rlcore.nets.policies import ActorCritic
 from rlcore.nets.recurrent import actor_critic
-from rlcore.nets.stacked import StackedAdam, StackedPolicies
+from rlcore.nets.stacked import StackedAdam, StackedPolicies, StackedRMSprop
 
 SEEDS = [0, 1, 7]
 BATCH = 64
@@ -265,3 +265,40 @@ def test_each_seed_keeps_its_own_normalizer_statistics():
         for name in ("mean", "var", "count"):
             assert torch.equal(stacked.buffers[f"obs_normalizer.{name}"][k], getattr(policy.obs_normalizer, name))
     assert not torch.equal(stacked.buffers["obs_normalizer.var"][0], stacked.buffers["obs_normalizer.var"][1])
+
+
+def test_stacked_rmsprop_matches_torch_rmsprop_per_seed_and_an_idle_seed_keeps_its_weights():
+    """A2C's optimizer: seed 1 sits out step 2 (NaN gradient there) and ends as its unbatched run with one step fewer;
+    its per-seed state loads into ``torch.optim.RMSprop``. Per-seed learning rates (a float64 tensor) too."""
+    batch = batches(len(SEEDS))
+    rates = [LR, 2 * LR, LR / 2]
+    stacked = StackedPolicies.build(SEEDS, make_policy)
+    optimizer = StackedRMSprop(stacked.parameters(), len(SEEDS), alpha=0.99, eps=ADAM_EPS)
+    for group in optimizer.param_groups:
+        group["lr"] = torch.tensor(rates, dtype=torch.float64)
+    for step in range(STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        stacked.backward(ppo_loss, *batch)
+        stacked.clip_grad_norms_(MAX_GRAD_NORM)
+        if step == 2:
+            for param in stacked.parameters():
+                assert param.grad is not None
+                param.grad[1] = float("nan")
+        optimizer.step(active=torch.tensor([True, step != 2, True]))
+    for k, seed in enumerate(SEEDS):
+        policy = solo(seed)
+        alone = torch.optim.RMSprop(policy.parameters(), lr=rates[k], alpha=0.99, eps=ADAM_EPS)
+        for _ in range(STEPS - (k == 1)):
+            alone.zero_grad(set_to_none=True)
+            ppo_loss(policy, *(t[k] for t in batch)).backward()
+            nn.utils.clip_grad_norm_(policy.parameters(), MAX_GRAD_NORM)
+            alone.step()
+        for key, value in policy.state_dict().items():
+            torch.testing.assert_close(stacked.state_dicts()[k][key], value, rtol=1e-5, atol=1e-6, msg=key)
+        resumed = torch.optim.RMSprop(policy.parameters(), lr=rates[k], alpha=0.99, eps=ADAM_EPS)
+        resumed.load_state_dict(optimizer.seed_state_dict(k))
+        for index, entry in alone.state_dict()["state"].items():
+            assert float(resumed.state_dict()["state"][index]["step"]) == float(entry["step"]) == STEPS - (k == 1)
+            torch.testing.assert_close(
+                resumed.state_dict()["state"][index]["square_avg"], entry["square_avg"], rtol=1e-5, atol=1e-9
+            )

@@ -370,8 +370,11 @@ def test_the_driver_runs_trials_through_a_trial_executor_and_tells_optuna_each_r
         *("number", "state", "value", "duration_seconds", "datetime_start", "datetime_complete"),
         *("algo.lr", "algo.clip_range", "algo.ent_coef"),
         *("test_value", "env_steps", "counterfactual_env_steps", "worker_pid", "folder", "error"),
+        *("score seed_0", "test_score seed_0"),  # each run's (seed's) scores
     ]
     assert table["env_steps"].tolist() == [2048, 2048] and table["value"].tolist() == [t.value for t in trials]
+    assert table["score seed_0"].tolist() == [result.scores[0] for result in executor.results]
+    assert table["test_score seed_0"].tolist() == [result.test_scores[0] for result in executor.results]
     assert table["folder"].tolist() == [t.user_attrs["folder"] for t in trials]
 
 
@@ -387,3 +390,13 @@ def test_the_sweep_package_imports_no_prefect_and_the_sweep_section_no_rlcore() 
         "import flows.sweep; assert not [m for m in sys.modules if m.split('.')[0] == 'prefect']"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PROJECT)
+
+
+def test_a_trial_s_iqm_aggregate_trims_a_quarter_of_its_runs_at_each_end() -> None:
+    """``sweep.aggregate: iqm``: the interquartile mean over the trial's runs, as ``train.seeds`` reports it."""
+    from flows.sweep.trial import AGGREGATES
+    from rlcore.config.sweep import SweepConfig
+
+    assert AGGREGATES["iqm"]([100.0, 2.0, 3.0, -50.0]) == 2.5  # the middle two of four
+    assert AGGREGATES["iqm"]([1.0, 2.0, 6.0]) == 3.0  # fewer than four runs: nothing trimmed
+    assert SweepConfig.model_validate({"aggregate": "iqm"}).aggregate == "iqm"

@@ -3,7 +3,8 @@
 | file | what |
 |---|---|
 | ``best_params.yaml`` | the best trial's values as a params fragment (``rlcore sweep --apply`` merges it) |
-| ``trials.parquet``, ``trials.csv`` | every trial: number, state, value, test value, duration, params, env steps |
+| ``trials.parquet``, ``trials.csv`` | every trial: number, state, value, test value, duration, params, env steps, |
+|   | and each run's (seed's) validation and test score |
 | ``history.png``, ``importances.png``, ``parallel_coordinates.png`` | Optuna's matplotlib plots |
 | ``summary.md`` | the counts, the best trial (value and test score), how to reproduce it, what pruning saved |
 
@@ -28,9 +29,11 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.trial import FrozenTrial, TrialState
 
 from flows.sweep.search import decode
+from flows.sweep.trial import plan_runs
 from rlcore.common.files import atomic_path, write_text
 from rlcore.config.sweep import SearchDimension, SweepConfig, nested, yaml_text
 from rlcore.evaluation.plots import pyplot, save_figure
+from rlcore.params import validate_params
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,8 +58,11 @@ USER_ATTRS: dict[str, str | None] = {
 """The user attributes of a trial the table shows, with their pandas dtype (nullable ints)."""
 
 
-def trials_table(study: optuna.Study, sweep: SweepConfig) -> pd.DataFrame:
-    """One row per trial, params by their dotted key (categorical values as YAML text when mixed or nested)."""
+def trials_table(study: optuna.Study, sweep: SweepConfig, runs: list[str] | None = None) -> pd.DataFrame:
+    """One row per trial, params by their dotted key (categorical values as YAML text when mixed or nested), and
+    for each of ``runs`` (a trial's run labels: ``seed_<s>``, ``<env>/seed_<s>``) the run's validation score
+    (``score <run>``, what the value aggregates) and test score (``test_score <run>``); empty where a run did not
+    finish (a pruned or failed trial)."""
     import pandas as pd
 
     attrs = ("number", "state", "value", "datetime_start", "datetime_complete", "duration", "params", "user_attrs")
@@ -85,6 +91,11 @@ def trials_table(study: optuna.Study, sweep: SweepConfig) -> pd.DataFrame:
         table[key] = column("user_attrs", key)
         if dtype is not None:
             table[key] = table[key].astype(dtype)
+    for attr, prefix in (("scores", "score"), ("test_scores", "test_score")):
+        per_run = column("user_attrs", attr)
+        for k, label in enumerate(runs or []):
+            cells = per_run.map(lambda scores, k=k: scores[k] if isinstance(scores, list) and k < len(scores) else None)
+            table[f"{prefix} {label}"] = cells.astype("Float64")
     return table
 
 
@@ -134,7 +145,7 @@ def write_reports(study: optuna.Study, plan: SweepPlan) -> dict[str, Any]:
     sweep, out = plan.sweep, plan.reports
     out.mkdir(parents=True, exist_ok=True)
     trials = study.get_trials(deepcopy=False)
-    table = trials_table(study, sweep)
+    table = trials_table(study, sweep, [run.label for run in plan_runs(validate_params(plan.tree, plan.params_file))])
     _write_table(table, out)
     counts = {state.name.lower(): sum(t.state == state for t in trials) for state in TrialState}
     complete = [t for t in trials if t.state == TrialState.COMPLETE]

@@ -40,12 +40,13 @@ from rlcore.common.stage_paths import Layout
 from rlcore.config.reading import apply_overrides
 from rlcore.config.sections import Params
 from rlcore.config.sweep import SweepConfig, SweepEnv, overrides_for, yaml_text
+from rlcore.evaluation.aggregate import iqm
 from rlcore.evaluation.evaluator import EvalResult
 from rlcore.evaluation.selection import scores_on_test
 from rlcore.params import validate_params
 from rlcore.stages import evaluate_stage, select_stage, train_stage
 
-AGGREGATES = {"mean": statistics.fmean, "median": statistics.median, "min": min}
+AGGREGATES = {"mean": statistics.fmean, "median": statistics.median, "min": min, "iqm": iqm}
 
 
 @dataclass(frozen=True)

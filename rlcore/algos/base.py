@@ -216,8 +216,9 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
     capabilities: ClassVar[frozenset[str]] = frozenset()
     """Optional params it honours: ``memory`` (``policy.memory``), ``precision`` (``train.precision`` other than
     fp32), ``cuda`` (``train.device: cuda``), ``action_mask`` (``env.action_mask``: its losses and targets read the
-    masked policy), ``batched_seeds`` (its family's batched trainer, ``rlcore.trainers.BATCHED_TRAINERS``, trains
-    ``train.seeds`` as one program). Others are refused at load (``rlcore.params``)."""
+    masked policy), ``multiagent`` (a PettingZoo env, each agent's steps rows of the rollout:
+    ``rlcore.envs.multiagent``), ``batched_seeds`` (``train.seeds`` trained as one batched program: its family's
+    trainer in ``rlcore.trainers.BATCHED_TRAINERS``). Others are refused at load (``rlcore.params``)."""
 
     def __init__(self, policy: PolicyT, config: ConfigT) -> None:
         self.policy = policy

@@ -84,7 +84,7 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
     name = "ppo"
     Config = PPOConfig
     action_spaces = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Box)
-    capabilities = frozenset({"memory", "precision", "cuda", "action_mask"})
+    capabilities = frozenset({"memory", "precision", "cuda", "action_mask", "batched_seeds", "multiagent"})
 
     def __init__(self, policy: ActorCritic, config: PPOConfig) -> None:
         super().__init__(policy, config)
@@ -192,14 +192,19 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
 
 
 def clipped_surrogate(
-    ratio: torch.Tensor, advantages: torch.Tensor, clip: float, dual_clip: float | None
+    ratio: torch.Tensor, advantages: torch.Tensor, clip: float | torch.Tensor, dual_clip: float | None
 ) -> torch.Tensor:
-    """PPO's per-sample objective (to maximize), (B,) from ratios pi/pi_old and advantages, each (B,).
+    """PPO's per-sample objective (to maximize), (B,) from ratios pi/pi_old and advantages, each (B,) (or (N, B) for
+    N seeds, with ``clip`` a float or each seed's, (N, 1)).
 
     min(r * A, clip(r, 1 - clip, 1 + clip) * A); with ``dual_clip`` c > 1, where A < 0 it is bounded below by
     c * A: max(min(r * A, clip(r) * A), c * A) (Ye et al., 2020), e.g. r = 5, A = -1, c = 3 gives -3, not -5.
     """
-    surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages)
+    if isinstance(clip, torch.Tensor):  # per seed: the bounds computed in float64 as Python computes the float's
+        clamped = ratio.clamp((1 - clip.double()).to(ratio.dtype), (1 + clip.double()).to(ratio.dtype))
+    else:
+        clamped = ratio.clamp(1 - clip, 1 + clip)
+    surrogate = torch.min(ratio * advantages, clamped * advantages)
     if dual_clip is None:
         return surrogate
     return torch.where(advantages < 0, torch.max(surrogate, dual_clip * advantages), surrogate)

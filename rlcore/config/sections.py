@@ -21,6 +21,7 @@ from rlcore.common.strict_model import StrictModel
 from rlcore.common.validation_errors import short_repr
 from rlcore.config.sweep import SweepConfig
 from rlcore.envs.config import MAX_NUM_ENVS, EnvConfig
+from rlcore.envs.return_reduction import check_reduction
 from rlcore.envs.settings import MEAN_OVER_SETTINGS, EvalSetting, check_eval_settings
 
 _FOLDER_NAME = re.compile(r"(?!-)[A-Za-z0-9._-]{1,100}")
@@ -138,16 +139,24 @@ class TrainConfig(StrictModel):
     re-initialized."""
     seeds: list[int] | None = None
     """Null: one run with the top-level ``seed`` in ``runs/<name>/``. A list of distinct seeds in [0, 2**32) (at
-    most 64): one independent run per seed, each in ``runs/<name>/seed_<k>/`` and the same as the run with
-    ``seed: k`` (one after another in one process; the memory estimate is one run's); evaluate, select and the report
-    then cover every seed, ``reports/metrics.json`` adds each seed's test score and their aggregate, and
-    ``models/best/`` is the seed best on validation (``rlcore.stages.seeds``)."""
+    most 64): one independent run per seed in one process, each in ``runs/<name>/seed_<k>/`` and the same as the
+    run with ``seed: k`` (batched or one after another: ``batch_seeds``); evaluate, select and the report then cover
+    every seed, ``reports/metrics.json`` adds each seed's test score and their aggregate, and ``models/best/`` is the
+    seed best on validation (``rlcore.stages.seeds``). A seed whose run finished with the same train params is kept,
+    an interrupted one resumes from its own checkpoint."""
     batch_seeds: bool = True
-    """With ``train.seeds``: train the seeds together as one batched program (their networks stacked along a leading
-    dimension, one forward and one optimizer step for all) where the algorithm supports it (``batched_seeds`` in
-    its capabilities; ``rlcore.trainers.BATCHED_TRAINERS``); seed ``k`` then equals the run with ``seed: k`` up to
-    float rounding. False, or an algorithm that cannot batch: the seeds run one after another, each bitwise the run
-    with ``seed: k``. Not part of a run's fingerprint."""
+    """With ``train.seeds``: train the seeds together as one batched program where the algorithm supports it
+    (``batched_seeds`` in its capabilities: PPO and A2C; ``rlcore.trainers.BATCHED_TRAINERS``): their networks
+    stacked along a leading dimension, one forward pass per env step and one optimizer step per update for all;
+    each seed keeps its own envs, evaluations, random numbers, minibatch order, optimizer state, gradient clipping,
+    target-KL stop and stop conditions (a seed that stops finishes and closes its envs, the others go on). Seed ``k``
+    then equals the run with ``seed: k`` up to float32 rounding: the same evaluation returns for Discrete actions,
+    weights within rtol 1e-5 / atol 1e-6 (measured about 6e-8 after a few updates). The memory estimate is then
+    one run's times the number of seeds. Configurations that do not batch (recurrent policies, observations other
+    than flat vectors, actions other than Discrete and Box, categorical or transformed value heads, reward signals,
+    behavioral cloning, normalize_rewards, grad_accumulation > 1, precision other than fp32, cuda, a curriculum;
+    ``rlcore.trainers.on_policy_seeds``) and ``false`` run the seeds one after another, each bitwise the run with
+    ``seed: k`` (a log line says why). Not part of a run's fingerprint."""
 
     @field_validator("seeds")
     @classmethod
@@ -195,6 +204,11 @@ class EvalConfig(StrictModel):
     video: bool = False
     """The select stage records the selected model's first test episode to ``reports/episode.gif``, linked from the
     report (``rlcore.evaluation.video``; the env must render ``rgb_array`` frames, else a warning and no video)."""
+    return_reduction: str = "mean"
+    """A multi-agent env's episode score from its agents' returns: ``mean``, ``sum``, ``min``, ``max`` or one agent's
+    name (``rlcore.envs.return_reduction``). Every score (periodic evaluation, validation, test, selection, stop
+    conditions, the report) is of these; each agent's returns are kept beside them. A single-agent env's one return
+    is the same under each of the four."""
     settings: list[EvalSetting] = Field(default_factory=list)
     """Named settings ``{name, parameters}`` every evaluate and select stage also scores under, on the same
     validation and test episodes (the parameters apply on top of the env's own defaults, not ``env.parameters``):
@@ -218,7 +232,10 @@ class SelectConfig(StrictModel):
     ``eval.settings``; or ``mean``, the mean of the metric over ``eval.settings``."""
     baseline_run: str | None = None
     """The name of another run (``runs/<name>``), e.g. the same params trained from scratch beside a warm-started
-    run: the report draws both learning curves in one chart (``reports/baseline_comparison.png``); null: none."""
+    run: the report draws both learning curves in one chart (``reports/baseline_comparison.png``); when either run
+    has several seeds (``train.seeds``), ``reports/metrics.json``'s ``baseline`` adds the probability that a seed of
+    this run scores higher than one of the baseline on the test episodes, with its 95% interval (the baseline's
+    scores: the ``metrics.json`` under ``reports/`` that its select stage wrote); null: none."""
 
     @field_validator("baseline_run")
     @classmethod
@@ -449,6 +466,12 @@ class Params(StrictModel):
                     f"select.setting: {self.select.metric} is measured on the dataset's held-out episodes, under no "
                     "env setting; set select.setting: null"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _reduction_names_an_agent(self) -> Params:
+        agents = self.env.agents()
+        check_reduction(self.eval.return_reduction, agents.names if agents is not None else ())
         return self
 
     @model_validator(mode="after")

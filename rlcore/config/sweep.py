@@ -177,8 +177,9 @@ class SweepConfig(_Section):
     """Training seeds of each trial; null: the params' ``seed``."""
     envs: list[SweepEnv] = Field(default_factory=list)
     """Envs of each trial, each normalized to its target; empty: the params' ``env.id``, not normalized."""
-    aggregate: Literal["mean", "median", "min"] = "mean"
-    """How the scores of a trial's runs (seeds x envs) become its value."""
+    aggregate: Literal["mean", "median", "min", "iqm"] = "mean"
+    """How the scores of a trial's runs (seeds x envs) become its value; ``iqm``: the interquartile mean over runs
+    (rliable's, the 25%-trimmed mean, ``rlcore.evaluation.aggregate.iqm``), what ``train.seeds`` reports."""
     study_name: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$")
     """Null: ``<name>-sweep-<hash of the params and the sweep>``, so a changed sweep starts a new study."""
     storage: str | None = None

@@ -74,9 +74,7 @@ class RolloutBuffer:
         never the 1-sample tail whose advantage std is NaN, nor a 2-5 sample tail taking a full,
         noisy step. A rollout whose valid count divides evenly, or leaves a large tail, is split as before.
         """
-        valid = self.flat_valid_indices()
-        order = torch.randperm(valid.numel(), generator=generator).to(valid.device)  # the generator is the CPU's
-        yield from split_batches(valid[order], batch_size)
+        yield from shuffled_minibatches(self.valid, batch_size, generator)
 
     def features(self, policy: ActorCritic, idx: torch.Tensor) -> torch.Tensor:
         """What ``policy``'s heads read at the flat steps ``idx`` (B,): (B, width). Here the encoded observations;
@@ -92,6 +90,14 @@ class RolloutBuffer:
         """A stored field with (T, N) flattened to (T * N,)."""
         tensor: torch.Tensor = getattr(self, name)
         return tensor.reshape(self.num_steps * self.num_envs, *tensor.shape[2:])
+
+
+def shuffled_minibatches(valid: torch.Tensor, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """:meth:`RolloutBuffer.minibatches` of a rollout whose validity mask is ``valid`` (T, N) bool: index batches
+    into its flattened (T * N) steps (one seed's rollout of a batched run draws its own with its own generator)."""
+    indices = torch.nonzero(valid.reshape(-1), as_tuple=False).squeeze(-1)
+    order = torch.randperm(indices.numel(), generator=generator).to(indices.device)  # the generator is the CPU's
+    yield from split_batches(indices[order], batch_size)
 
 
 def split_batches(order: torch.Tensor, batch_size: int) -> Iterator[torch.Tensor]:

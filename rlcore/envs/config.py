@@ -14,6 +14,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from rlcore.common.strict_model import StrictModel
 from rlcore.envs.ids import check_env_id, check_env_kwargs, env_spec, import_object
+from rlcore.envs.multiagent import Agents, agents_of, is_multiagent, with_agent_id
 from rlcore.envs.parameters import check_parameters as check_env_parameters
 from rlcore.envs.settings import Lesson, Parameters, check_curriculum, check_parameter_names
 
@@ -63,7 +64,9 @@ def _a(noun: str) -> str:
 
 class EnvConfig(StrictModel):
     id: str = "CartPole-v1"
-    """A registered gymnasium id, optionally ``module:Env-v0`` to import the module that registers it."""
+    """A registered gymnasium id, optionally ``module:Env-v0`` to import the module that registers it; or a
+    PettingZoo Parallel env, ``pettingzoo:<module>`` (its ``parallel_env``: ``pettingzoo:mpe2.simple_spread_v3``) or
+    ``pettingzoo:<module>:<function>``, whose agents are the rows of the vector env (``rlcore.envs.multiagent``)."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments for the env's constructor (``gymnasium.make_vec(id, **kwargs)``). Checked at load:
     ``max_episode_steps`` is a positive integer, ``render_mode`` one the env lists, and a value has the type of the
@@ -97,15 +100,32 @@ class EnvConfig(StrictModel):
     smoothing}}``: a lesson's parameters override ``parameters`` key by key; every lesson but the last ends by its
     ``until`` (``rlcore.envs.curriculum``). The training distribution (evaluation, collection) is the last lesson's."""
 
+    agent_id: bool | None = None
+    """PettingZoo envs only: append the agent's one-hot to its observation, so the policy all agents share can tell
+    them apart (null: true)."""
+
     @field_validator("id")
     @classmethod
     def _registered(cls, env_id: str) -> str:
         check_env_id(env_id)
         return env_id
 
+    def agents(self) -> Agents | None:
+        """The agents of a PettingZoo env (``rlcore.envs.multiagent``); None for a gymnasium env."""
+        return agents_of(self.id, self.kwargs) if is_multiagent(self.id) else None
+
+    def rows(self, num_envs: int) -> int:
+        """Rows of a vector env of ``num_envs`` copies of this env: one per agent of each copy."""
+        agents = self.agents()
+        return num_envs * (len(agents.names) if agents is not None else 1)
+
     def time_limit(self) -> int | None:
         """The step limit of this env's episodes as declared: ``kwargs.max_episode_steps`` (else the one
-        gymnasium registered for the id), and any ``TimeLimit`` in ``wrappers``; the smallest wins. None: no limit."""
+        gymnasium registered for the id), and any ``TimeLimit`` in ``wrappers``; the smallest wins. None: no limit.
+        A PettingZoo env's is its ``max_cycles``."""
+        agents = self.agents()
+        if agents is not None:
+            return agents.max_cycles
         limits = [self.kwargs.get("max_episode_steps") or env_spec(self.id).max_episode_steps]
         for item in self.wrappers:
             wrapper = import_object(item.wrapper)
@@ -116,7 +136,24 @@ class EnvConfig(StrictModel):
 
     @model_validator(mode="after")
     def _kwargs_fit_the_env(self) -> EnvConfig:
-        check_env_kwargs(self.id, self.kwargs)
+        agents = self.agents()  # builds a PettingZoo env once: its kwargs and agents are checked there
+        if agents is None:
+            check_env_kwargs(self.id, self.kwargs)
+            if self.agent_id is not None:
+                raise ValueError(f"env.agent_id: only for PettingZoo envs (pettingzoo:...); {self.id} has one agent")
+            return self
+        if self.agent_id is not False:
+            with_agent_id(agents.observation_space, len(agents.names), self.id)
+        unsupported = {
+            "env.wrappers": bool(self.wrappers),
+            "env.parameters": bool(self.parameters),
+            "env.parameters_adapter": self.parameters_adapter is not None,
+            "env.curriculum": bool(self.curriculum),
+            "env.vectorization": self.vectorization not in ("auto", "sync"),
+        }
+        for key, given in unsupported.items():
+            if given:
+                raise ValueError(f"{key}: not supported for PettingZoo envs ({self.id}) yet; remove it")
         return self
 
     @model_validator(mode="after")
@@ -161,4 +198,6 @@ class EnvConfig(StrictModel):
 
     def check_parameters(self, parameters: Parameters, key: str) -> None:
         """``ValueError`` (one line, ``<key>.<name>: ...``) for a parameter this env does not have."""
+        if parameters and is_multiagent(self.id):
+            raise ValueError(f"{key}: env parameters are not supported for PettingZoo envs ({self.id}) yet")
         check_env_parameters(self.id, self.kwargs, self.parameters_adapter, parameters, key)

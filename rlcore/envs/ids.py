@@ -1,4 +1,5 @@
-"""Names that params refer to: gymnasium env ids and import paths of wrappers. A leaf module (config uses it)."""
+"""Names that params refer to: gymnasium env ids, PettingZoo envs (``pettingzoo:<module>``) and import paths of
+wrappers. A leaf module (config uses it)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import math
 import re
 import reprlib
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,10 @@ from rlcore.common.errors import describe_exception, did_you_mean, format_traceb
 
 def check_env_id(env_id: str) -> None:
     """Raise ``ValueError`` (pydantic turns it into a one-line ``ConfigError``) unless ``env_id`` is registered,
-    importing the module of a ``module:Env-v0`` id first."""
+    importing the module of a ``module:Env-v0`` id first; or, for ``pettingzoo:...``, unless its function imports."""
+    if is_multiagent(env_id):
+        parallel_env_factory(env_id)
+        return
     try:
         spec = env_spec(env_id)
     except gym.error.Error:
@@ -121,6 +126,44 @@ MOVED_MODULES = {
 }
 """rlcore modules a params file may name (a wrapper, an entry point) that moved into a concept folder: an import
 path through the old name is refused with the new one."""
+
+
+PREFIX = "pettingzoo:"
+"""What starts an ``env.id`` naming a PettingZoo Parallel env."""
+
+
+def is_multiagent(env_id: str) -> bool:
+    """Whether ``env_id`` names a PettingZoo env (``pettingzoo:...``) rather than a gymnasium one."""
+    return env_id.startswith(PREFIX)
+
+
+def parallel_env_factory(env_id: str) -> Callable[..., Any]:
+    """The function that builds one ``env_id`` env from its kwargs; ``ValueError`` (one line) when the module or the
+    function does not exist."""
+    path = env_id.removeprefix(PREFIX)
+    if not path:
+        raise ValueError(f"{env_id!r}: expected pettingzoo:<module> (e.g. pettingzoo:mpe2.simple_spread_v3)")
+    if ":" in path:
+        factory = import_object(path)
+    else:
+        try:
+            module = importlib.import_module(path)
+        except ImportError as exc:
+            if exc.name is not None and exc.name == path.partition(".")[0] != "":  # the package is not installed
+                raise ValueError(f'{env_id} needs `pip install "{exc.name}"` (no module named {exc.name!r})') from None
+            raise ValueError(f"cannot import PettingZoo env module {path!r}: {exc}") from None
+        except (Exception, SystemExit) as exc:
+            raise ValueError(f"importing PettingZoo env module {path!r} raised {raised_at(exc)}") from None
+        factory = getattr(module, "parallel_env", None)
+        if factory is None:
+            names = [name for name in dir(module) if not name.startswith("_")]
+            raise ValueError(
+                f"{path} has no parallel_env (a PettingZoo Parallel env module has one; or name a function that "
+                f"returns a ParallelEnv as pettingzoo:{path}:<function>){did_you_mean('parallel_env', names)}"
+            )
+    if not callable(factory):
+        raise ValueError(f"{path} is not a function returning a PettingZoo ParallelEnv")
+    return factory
 
 
 def import_object(path: str) -> Any:

@@ -90,7 +90,8 @@ class VectorStep:
     terminated: np.ndarray
     truncated: np.ndarray
     valid: np.ndarray
-    """(N,) bool: False where the step only reset an env that had ended (not a transition)."""
+    """(N,) bool: False where the step only reset an env that had ended (not a transition), or where the env's
+    ``info["valid"]`` says so (a multi-agent env's agent that left before the others, ``rlcore.envs.multiagent``)."""
     ended: np.ndarray
     """(N,) bool: an episode ended at this step (terminated or truncated); computed once, read per env."""
 
@@ -129,7 +130,7 @@ class VectorStepper:
         actions = np.asarray(actions)
         if not finite(actions):  # NaN actions would come back as the env's NaN observations, blamed on the env
             check_finite(self.env_id, self._where, actions=actions)
-        next_obs, rewards, terminated, truncated, _ = self.env.step(to_env_actions(actions, self.action_space))
+        next_obs, rewards, terminated, truncated, info = self.env.step(to_env_actions(actions, self.action_space))
         rewards, next_obs = np.asarray(rewards, dtype=np.float64), np.asarray(next_obs)
         if not (finite(rewards) and finite(next_obs)):
             check_finite(self.env_id, self._where, next_obs, rewards)
@@ -142,7 +143,7 @@ class VectorStepper:
             next_obs=next_obs,
             terminated=terminated,
             truncated=truncated,
-            valid=~self._prev_ended,
+            valid=~self._prev_ended & np.asarray(info.get("valid", True), dtype=bool),
             ended=terminated | truncated,
         )
         self._prev_ended = step.ended

@@ -23,6 +23,7 @@ from rlcore.common.errors import ConfigError, RLCoreError, UserCodeError, descri
 from rlcore.envs.action_masks import ActionMaskObservation
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.ids import env_spec, import_object
+from rlcore.envs.multiagent import ParallelEnvRows, is_multiagent
 from rlcore.envs.observations import PackDictObservations, PackedDict, observation_problem
 from rlcore.envs.parameters import EnvParameters
 from rlcore.envs.settings import Parameters, lesson_parameters
@@ -113,6 +114,8 @@ def make_vector_env(
     ``sync``. Refuses (one line) an env that does not reset in the step after an episode ends, which every
     loop here relies on (gymnasium's default, ``AutoresetMode.NEXT_STEP``).
     """
+    if is_multiagent(env.id):
+        return _guarded_checked(make_parallel_rows(env, num_envs), env)
     wrappers: list[Callable[[gym.Env], gym.Wrapper]] = [
         UserWrapper(index, item.wrapper, item.kwargs) for index, item in enumerate(env.wrappers)
     ]
@@ -142,6 +145,22 @@ def make_vector_env(
         raise ConfigError(f"env.kwargs: {env.id} refuses them: {type(exc).__name__}: {_one_line(exc)}") from None
     except Exception as exc:  # the env's constructor is the user's code too
         raise UserCodeError.raised(f"env.id: {env.id} raised when built", exc) from None
+    return _guarded_checked(vector_env, env)
+
+
+def make_parallel_rows(env: EnvConfig, num_envs: int) -> gym.vector.VectorEnv:
+    """``num_envs`` copies of the PettingZoo env ``env.id``, each agent a row (``rlcore.envs.multiagent``)."""
+    try:
+        return ParallelEnvRows(env.id, env.kwargs, num_envs, env.agent_id is not False)
+    except ValueError as exc:  # checked at load; params built in code may skip that
+        message = str(exc)
+        raise ConfigError(message if message.startswith("env.") else f"env.id: {message}") from None
+    except Exception as exc:
+        raise UserCodeError.raised(f"env.id: {env.id} raised when built", exc) from None
+
+
+def _guarded_checked(vector_env: gym.vector.VectorEnv, env: EnvConfig) -> gym.vector.VectorEnv:
+    """``vector_env`` behind :class:`UserCodeGuard`, its spaces and autoreset checked, Dict observations packed."""
     vector_env = UserCodeGuard(vector_env, env.id, bool(env.wrappers))
     try:
         check_spaces(env.id, vector_env.single_observation_space, vector_env.single_action_space)

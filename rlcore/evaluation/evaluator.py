@@ -22,6 +22,7 @@ import torch
 from rlcore.common.errors import ConfigError
 from rlcore.envs.actions import to_env_actions
 from rlcore.envs.config import EnvConfig
+from rlcore.envs.return_reduction import reduce_returns
 from rlcore.envs.stepping import NonFiniteError, check_finite, finite
 from rlcore.envs.vector import EpisodeSettings, make_vector_env, use_settings
 from rlcore.nets.policy import Policy
@@ -83,6 +84,10 @@ class EvalResult:
     ``iqm_return`` is the interquartile mean; ``[ci95_low, ci95_high]`` the 95% percentile-bootstrap interval of
     ``mean_return``; ``truncated`` counts the episodes cut by a time limit or the evaluation's step cap rather than
     ended by the env (CartPole's 500-step episodes are truncated).
+
+    A multi-agent env's (``rlcore.envs.multiagent``) ``returns`` are its episodes' scores (``eval.return_reduction``
+    of its agents' returns), ``agent_returns`` each agent's returns by name, and an episode's length is its longest
+    agent's.
     """
 
     episodes: int
@@ -98,9 +103,17 @@ class EvalResult:
     truncated: int
     returns: list[float]
     lengths: list[int]
+    agent_returns: dict[str, list[float]] | None = None
+    """Multi-agent envs: agent name -> its return in each episode (E,); None for a single-agent env."""
 
     @classmethod
-    def from_episodes(cls, returns: list[float], lengths: list[int], truncated: int = 0) -> EvalResult:
+    def from_episodes(
+        cls,
+        returns: list[float],
+        lengths: list[int],
+        truncated: int = 0,
+        agent_returns: dict[str, list[float]] | None = None,
+    ) -> EvalResult:
         values = np.asarray(returns, dtype=np.float64)
         low, high = bootstrap_interval(values)
         return cls(
@@ -117,14 +130,25 @@ class EvalResult:
             truncated=int(truncated),
             returns=[float(r) for r in returns],
             lengths=[int(n) for n in lengths],
+            agent_returns=None
+            if agent_returns is None
+            else {k: [float(r) for r in v] for k, v in agent_returns.items()},
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field; ``agent_returns`` only for a multi-agent env."""
+        fields = dataclasses.asdict(self)
+        if self.agent_returns is None:
+            del fields["agent_returns"]
+        return fields
 
     def scores(self) -> dict[str, Any]:
-        """:data:`SCORE_KEYS`: everything but the per-episode lists."""
-        return {key: getattr(self, key) for key in SCORE_KEYS}
+        """:data:`SCORE_KEYS`: everything but the per-episode lists; for a multi-agent env also
+        ``agent_mean_returns``, each agent's mean return by name."""
+        scores = {key: getattr(self, key) for key in SCORE_KEYS}
+        if self.agent_returns is not None:
+            scores["agent_mean_returns"] = {name: float(np.mean(r)) for name, r in self.agent_returns.items()}
+        return scores
 
     def summary(self) -> str:
         return (
@@ -165,6 +189,9 @@ class Evaluator:
     Episodes run under ``settings`` (per-episode env parameters, drawn from each episode's seed: the same draws every
     call), by default the training distribution's (``rlcore.envs.vector.training_settings``); ``label`` names them in
     errors (e.g. ``eval setting 'heavy'``).
+
+    A multi-agent env's episode runs until all its agents have left; its score is ``return_reduction`` of their
+    returns (``rlcore.envs.return_reduction``), each agent's kept in :attr:`EvalResult.agent_returns`.
     """
 
     def __init__(
@@ -177,8 +204,13 @@ class Evaluator:
         max_episode_steps: int | None = None,
         settings: EpisodeSettings | None = None,
         label: str = "evaluation",
+        return_reduction: str = "mean",
     ) -> None:
         self.env_id = env.id
+        agents = env.agents()
+        self.agents: tuple[str, ...] = agents.names if agents is not None else ()
+        """A multi-agent env's agents (each a row of every episode's copy of the env); empty for one agent."""
+        self.return_reduction = return_reduction
         self.label = label
         self.episodes = episodes
         self.seed = seed
@@ -202,16 +234,24 @@ class Evaluator:
     @torch.no_grad()
     def evaluate(self, policy: Policy) -> EvalResult:
         generator = torch.Generator().manual_seed(self.seed)
-        returns: list[float] = []
+        returns: list[np.ndarray] = []  # (A,) each: every agent's return (one agent: the return)
         lengths: list[int] = []
         truncated = 0
+        agents = max(len(self.agents), 1)
         while len(returns) < self.episodes:
             wanted = min(self.batch, self.episodes - len(returns))
             batch_returns, batch_lengths, batch_truncated = self._run_batch(policy, self.seed + len(returns), generator)
-            returns += batch_returns[:wanted]
-            lengths += batch_lengths[:wanted]
-            truncated += int(batch_truncated[:wanted].sum())
-        return EvalResult.from_episodes(returns, lengths, truncated)
+            # Row i * A + a is agent a of episode i: an episode lasts as long as its longest agent.
+            returns += list(np.reshape(batch_returns, (-1, agents))[:wanted])
+            lengths += np.reshape(batch_lengths, (-1, agents)).max(axis=1)[:wanted].tolist()
+            cut = np.asarray(np.reshape(batch_truncated, (-1, agents)).any(axis=1))
+            truncated += int(cut[:wanted].sum())
+        if not self.agents:
+            return EvalResult.from_episodes([float(r[0]) for r in returns], lengths, truncated)
+        table = np.stack(returns)  # (E, A)
+        scores = reduce_returns(table, self.agents, self.return_reduction).tolist()
+        by_agent = {name: table[:, index].tolist() for index, name in enumerate(self.agents)}
+        return EvalResult.from_episodes(scores, lengths, truncated, by_agent)
 
     def _run_batch(
         self, policy: Policy, seed: int, generator: torch.Generator
@@ -222,7 +262,11 @@ class Evaluator:
         lengths = np.zeros(n, dtype=np.int64)
 
         def where(index: int) -> str:
-            return f"{self.label}, episode seed {seed + index} (sub-env {index}), episode step {lengths[index]}"
+            episode = index // max(len(self.agents), 1)  # a multi-agent env's rows: each agent of each episode
+            agent = f", agent {self.agents[index % len(self.agents)]}" if self.agents else ""
+            return (
+                f"{self.label}, episode seed {seed + episode} (sub-env {index}{agent}), episode step {lengths[index]}"
+            )
 
         if not finite(obs):
             check_finite(self.env_id, where, observations=obs)

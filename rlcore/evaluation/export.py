@@ -37,6 +37,7 @@ from rlcore.common.files import sha256_file, write_json
 from rlcore.envs.action_masks import MaskInputs, mask_inputs
 from rlcore.envs.actions import sub_action_sizes
 from rlcore.envs.config import EnvConfig
+from rlcore.envs.multiagent import describe_agents
 from rlcore.envs.observations import obs_tensor, observation_input
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.vector import make_vector_env, space_from_description
@@ -179,7 +180,7 @@ def parity_inputs(env_config: EnvConfig, policy: Policy, count: int, seed: int) 
     observations: list[np.ndarray] = []
     states: list[np.ndarray] = []
     obs = stepper.reset(seed)
-    state = policy.initial_state(num_envs)
+    state = policy.initial_state(env.num_envs)  # a multi-agent env's rows: each agent of each copy
     with torch.no_grad():
         while sum(len(batch) for batch in observations) < count:
             observations.append(obs_tensor(obs).numpy())  # as the env gives them: uint8 frames stay uint8
@@ -441,6 +442,8 @@ def model_card(
             "curriculum": [lesson["name"] for lesson in params["env"].get("curriculum", [])],
             # env.action_mask: where the env gives its mask; the graph then takes it as the input action_mask
             "action_mask": params["env"].get("action_mask"),
+            # A PettingZoo env: its agents, all acting with this one policy (rlcore.envs.multiagent).
+            **_agents(params["env"]),
         },
         "observation_space": meta["spaces"]["observation"],
         "action_space": meta["spaces"]["action"],
@@ -476,6 +479,11 @@ def model_card(
         "command": command,
         "versions": {"python": platform.python_version(), "torch": torch.__version__},
     }
+
+
+def _agents(env: dict[str, Any]) -> dict[str, Any]:
+    agents = describe_agents(env["id"], env.get("kwargs", {}), env.get("agent_id"))
+    return {} if agents is None else {"agents": agents}
 
 
 def write_model_card(out_dir: Path, card: dict[str, Any]) -> Path:

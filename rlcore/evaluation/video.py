@@ -49,7 +49,8 @@ def record_episode(
     try:
         stepper = VectorStepper(vector_env)
         obs = stepper.reset(seed)
-        state = policy.initial_state(1)
+        state = policy.initial_state(vector_env.num_envs)  # one row, or a multi-agent env's one per agent
+        ended = np.zeros(vector_env.num_envs, dtype=bool)
         generator = torch.Generator().manual_seed(seed)
         frames.append(_frame(vector_env.render()))
         with torch.no_grad():
@@ -59,7 +60,8 @@ def record_episode(
                 obs = step.next_obs
                 if len(frames) < MAX_FRAMES:
                     frames.append(_frame(vector_env.render()))
-                if step.ended[0]:
+                ended |= step.ended
+                if ended.all():  # every agent of a multi-agent env's episode has left
                     break
     except Exception as exc:  # noqa: BLE001  rendering failed mid-episode (no display, no OpenGL): no video
         log.warning("eval.video: rendering %s failed (%s): no video", env.id, _one_line(exc))

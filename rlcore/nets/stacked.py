@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 from torch import nn
@@ -198,7 +198,81 @@ class StackedPolicies(Generic[PolicyT]):
         return policy
 
 
-class StackedAdam(torch.optim.Optimizer):
+class StackedOptimizer(torch.optim.Optimizer):
+    """Base of the optimizers over stacked parameters (N, *shape): a step count per seed, the state tensors named in
+    ``moments`` of the parameters' shape, and each seed's state in the format of torch's own optimizer
+    (:meth:`seed_state_dict`, :meth:`load_seed_state_dicts`), so a per-seed checkpoint resumes unbatched too. A
+    param group's ``lr`` is a float or a float64 tensor (N,) of per-seed rates (schedules driven by each seed's
+    progress)."""
+
+    moments: ClassVar[tuple[str, ...]] = ()
+    """The per-element state tensors, named as torch's optimizer names them."""
+
+    def __init__(self, params: Iterable[torch.Tensor], count: int, defaults: dict[str, Any]) -> None:
+        """``params``: tensors (``count``, *shape) whose dim 0 is the seed (:meth:`StackedPolicies.parameters`)."""
+        super().__init__(params, defaults)
+        self.count = count
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.dim() == 0 or param.shape[0] != count:
+                    raise ValueError(f"params: expected a leading seed dimension of {count}, got {tuple(param.shape)}")
+
+    def step(self, closure: None = None, active: torch.Tensor | None = None) -> None:  # type: ignore[override]
+        """One step for the seeds where ``active`` (N,) bool is True (None: all of them); the others' weights and
+        state stay as they are (whatever their gradients hold, NaN included)."""
+        raise NotImplementedError
+
+    def _state_of(self, param: torch.Tensor) -> dict[str, torch.Tensor]:
+        state = self.state[param]
+        if not state:
+            state["step"] = torch.zeros(self.count, dtype=torch.float64)
+            for name in self.moments:
+                state[name] = torch.zeros_like(param)
+        return state
+
+    def seed_state_dict(self, k: int) -> dict[str, Any]:
+        """Seed ``k``'s state in the format of torch's optimizer (its ``state_dict()``; ``step`` a float32 scalar),
+        for the parameters of one plain policy in the same order."""
+        index = 0
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        groups = []
+        for group in self.param_groups:
+            ids = []
+            for param in group["params"]:
+                saved = self.state.get(param)
+                if saved:
+                    state[index] = {
+                        "step": torch.tensor(float(saved["step"][k])),
+                        **{name: saved[name][k].clone() for name in self.moments},
+                    }
+                ids.append(index)
+                index += 1
+            lr = group["lr"]
+            lr = float(lr[k]) if isinstance(lr, torch.Tensor) else lr
+            options = {key: value for key, value in group.items() if key not in ("params", "lr")}
+            groups.append({**options, "lr": lr, "params": ids})
+        return {"state": state, "param_groups": groups}
+
+    def load_seed_state_dicts(self, states: Sequence[dict[str, Any]]) -> None:
+        """The inverse of :meth:`seed_state_dict` for every seed (e.g. resuming from per-seed checkpoints written by
+        unbatched runs or by :meth:`seed_state_dict`). A seed without a state for a parameter (a fresh run beside
+        resumed ones) starts it as torch's optimizer does: step 0, zero state."""
+        if len(states) != self.count:
+            raise ValueError(f"states: expected {self.count} optimizer states, got {len(states)}")
+        params = [param for group in self.param_groups for param in group["params"]]
+        for index, param in enumerate(params):
+            per_seed = [seed_state["state"].get(index) for seed_state in states]
+            if all(entry is None for entry in per_seed):
+                continue
+            fresh = torch.zeros_like(param[0])
+            steps = [0.0 if entry is None else float(entry["step"]) for entry in per_seed]
+            self.state[param] = {"step": torch.tensor(steps, dtype=torch.float64)}
+            for name in self.moments:
+                stacked = [fresh if entry is None else entry[name] for entry in per_seed]
+                self.state[param][name] = torch.stack(stacked).to(param.dtype)
+
+
+class StackedAdam(StackedOptimizer):
     """Adam (Kingma & Ba, 2015; torch's default form: no weight decay, no AMSGrad) over stacked parameters, with a
     step counter per seed, so a seed can sit out steps (:meth:`step` with ``active``) and still take exactly the
     steps its unbatched run takes: a seed that stopped early (PPO's target KL, a reached stop condition) or whose
@@ -211,6 +285,8 @@ class StackedAdam(torch.optim.Optimizer):
     saves its own, so a per-seed checkpoint resumes unbatched too.
     """
 
+    moments = ("exp_avg", "exp_avg_sq")
+
     def __init__(
         self,
         params: Iterable[torch.Tensor],
@@ -220,12 +296,7 @@ class StackedAdam(torch.optim.Optimizer):
         eps: float = 1e-8,
     ) -> None:
         """``params``: tensors (``count``, *shape) whose dim 0 is the seed (:meth:`StackedPolicies.parameters`)."""
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps})
-        self.count = count
-        for group in self.param_groups:
-            for param in group["params"]:
-                if param.dim() == 0 or param.shape[0] != count:
-                    raise ValueError(f"params: expected a leading seed dimension of {count}, got {tuple(param.shape)}")
+        super().__init__(params, count, {"lr": lr, "betas": betas, "eps": eps})
 
     @torch.no_grad()
     def step(self, closure: None = None, active: torch.Tensor | None = None) -> None:  # type: ignore[override]
@@ -233,16 +304,14 @@ class StackedAdam(torch.optim.Optimizer):
         moments and step counts stay as they are (whatever their gradients hold, NaN included)."""
         if closure is not None:
             raise ValueError("closure: not supported")
+        if active is not None and bool(active.all()):
+            active = None  # the common case, without the selections
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             for param in group["params"]:
                 if param.grad is None:
                     continue
-                state = self.state[param]
-                if not state:
-                    state["step"] = torch.zeros(self.count, dtype=torch.float64)
-                    state["exp_avg"] = torch.zeros_like(param)
-                    state["exp_avg_sq"] = torch.zeros_like(param)
+                state = self._state_of(param)
                 steps, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
                 grad = param.grad
                 if active is not None:
@@ -269,41 +338,36 @@ class StackedAdam(torch.optim.Optimizer):
                     exp_avg_sq.copy_(torch.where(keep, new_avg_sq, exp_avg_sq))
                     param.copy_(torch.where(keep, new_param, param))
 
-    def seed_state_dict(self, k: int) -> dict[str, Any]:
-        """Seed ``k``'s state in ``torch.optim.Adam``'s own format (its ``state_dict()``; ``step`` a float32
-        scalar), for the parameters of one plain policy in the same order."""
-        index = 0
-        state: dict[int, dict[str, torch.Tensor]] = {}
-        groups = []
-        for group in self.param_groups:
-            ids = []
-            for param in group["params"]:
-                saved = self.state.get(param)
-                if saved:
-                    state[index] = {
-                        "step": torch.tensor(float(saved["step"][k])),
-                        "exp_avg": saved["exp_avg"][k].clone(),
-                        "exp_avg_sq": saved["exp_avg_sq"][k].clone(),
-                    }
-                ids.append(index)
-                index += 1
-            groups.append({"lr": group["lr"], "betas": group["betas"], "eps": group["eps"], "params": ids})
-        return {"state": state, "param_groups": groups}
 
-    def load_seed_state_dicts(self, states: Sequence[dict[str, Any]]) -> None:
-        """The inverse of :meth:`seed_state_dict` for every seed (e.g. resuming from per-seed checkpoints written by
-        unbatched runs or by :meth:`seed_state_dict`). Every seed must have a state for the same parameters."""
-        if len(states) != self.count:
-            raise ValueError(f"states: expected {self.count} optimizer states, got {len(states)}")
-        params = [param for group in self.param_groups for param in group["params"]]
-        for index, param in enumerate(params):
-            per_seed = [seed_state["state"].get(index) for seed_state in states]
-            if all(entry is None for entry in per_seed):
-                continue
-            if any(entry is None for entry in per_seed):
-                raise ValueError(f"states: parameter {index} has an optimizer state for some seeds only")
-            self.state[param] = {
-                "step": torch.tensor([float(entry["step"]) for entry in per_seed], dtype=torch.float64),
-                "exp_avg": torch.stack([entry["exp_avg"] for entry in per_seed]).to(param.dtype),
-                "exp_avg_sq": torch.stack([entry["exp_avg_sq"] for entry in per_seed]).to(param.dtype),
-            }
+class StackedRMSprop(StackedOptimizer):
+    """RMSprop (Tieleman & Hinton, 2012; torch's default form: not centered, no momentum, no weight decay) over
+    stacked parameters: v <- alpha v + (1 - alpha) g^2, p <- p - lr * g / (sqrt(v) + eps) per element, for the seeds
+    :meth:`step` is told are active; the others keep their weights and state. Equal to ``torch.optim.RMSprop`` per seed
+    up to the rounding of the last division (a float32 ulp or two)."""
+
+    moments = ("square_avg",)
+
+    def __init__(
+        self, params: Iterable[torch.Tensor], count: int, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8
+    ) -> None:
+        super().__init__(params, count, {"lr": lr, "alpha": alpha, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure: None = None, active: torch.Tensor | None = None) -> None:  # type: ignore[override]
+        """One RMSprop step for the seeds where ``active`` (N,) bool is True (None: all of them)."""
+        if closure is not None:
+            raise ValueError("closure: not supported")
+        for group in self.param_groups:
+            alpha, lr = group["alpha"], group["lr"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = self._state_of(param)
+                grad, view = param.grad, (-1,) + (1,) * (param.dim() - 1)
+                keep = torch.ones(self.count, dtype=torch.bool) if active is None else active
+                state["step"] += keep.to(torch.float64)
+                square_avg = state["square_avg"].mul(alpha).addcmul_(grad, grad, value=1 - alpha)
+                rate = lr.to(param.dtype).view(view) if isinstance(lr, torch.Tensor) else lr
+                new_param = param - rate * (grad / square_avg.sqrt().add_(group["eps"]))
+                state["square_avg"].copy_(torch.where(keep.view(view), square_avg, state["square_avg"]))
+                param.copy_(torch.where(keep.view(view), new_param, param))

@@ -39,6 +39,7 @@ def evaluator_for(params: Params, split: str = "validation", setting: str | None
         max_episode_steps=cfg.max_episode_steps,
         settings=settings,
         label=label,
+        return_reduction=cfg.return_reduction,
     )
 
 

@@ -38,6 +38,7 @@ from rlcore.evaluation.report import (
 from rlcore.evaluation.selection import select_best, view_scores
 from rlcore.evaluation.video import record_episode
 from rlcore.registry import policy_from_checkpoint
+from rlcore.stages.baseline import RunScores, improvement, improvement_words, read_baseline
 from rlcore.stages.evaluators import close_all, declared_settings, evaluators_for, under_settings
 from rlcore.stages.seeds import run_seeds, seed_layouts
 from rlcore.stages.shared import STEP_KEYS, check_trained_on
@@ -71,20 +72,31 @@ class Selected:
 def select_stage(params: Params, root: Path) -> Path:
     """Pick the best checkpoint on the validation scores, then score it on the test episodes (the module docstring).
 
-    Writes ``models/best/{policy.pt,selection.json}``, ``reports/{metrics.json,report.md,learning_curve.png}``.
+    Writes ``models/best/{policy.pt,selection.json}``, ``reports/{metrics.json,report.md,learning_curve.png}``
+    (with ``select.baseline_run``: ``reports/baseline_comparison.png``, and when either run has seeds
+    ``metrics.json``'s ``baseline``, P(this run > the baseline) over seeds).
     """
     torch.set_num_threads(params.torch_threads)
     layout = Layout(root, params.name, params.branch)
+    baseline = _read_baseline(params, root)
     evaluations = _read_evaluations(params, layout)
     seeds = run_seeds(params)
     if seeds is not None:
-        return _select_seeds(params, root, evaluations, seeds)
+        return _select_seeds(params, root, evaluations, seeds, baseline)
     selected = _select_and_test(params, root, evaluations)
+    run = RunScores(
+        params.name,
+        {0: float(selected.test.result.scores()["mean_return"])},  # one run: its seed is not reported
+        several=False,
+        curve=layout.learning_curve_tsv,
+        curve_seed=None,
+    )
+    comparison = _compare(run, baseline)
     _save_policy(layout.best_policy, selected.checkpoint)
     selection = _selection_record(params, evaluations, selected)
     write_json(layout.selection, selection)
-    write_json(layout.metrics, _metrics_record(params, selected, selection))
-    _write_report(params, root, layout, evaluations, selected, selection)
+    write_json(layout.metrics, {**_metrics_record(params, selected, selection), **comparison.metrics})
+    _write_report(params, root, layout, evaluations, selected, selection, comparison)
     return layout.best
 
 
@@ -95,6 +107,7 @@ def _write_report(
     evaluations: dict[str, Any],
     selected: Selected,
     selection: dict[str, Any],
+    comparison: Comparison,
     seed_lines: list[str] | None = None,
 ) -> None:
     """``reports/report.md`` and its pictures; ``layout`` is the selected run's (with ``train.seeds``: its seed's),
@@ -112,7 +125,7 @@ def _write_report(
     settings_plot = _plot_settings(layout, content)
     video = _record_video(params, selected, layout.reports / "episode.gif") if params.eval.video else None
     what = f"{content.algo} on {content.env_id}"
-    baseline = _baseline_comparison(params, root, what, content.summary, layout.learning_curve_tsv)
+    baseline = _baseline_lines(params, root, what, content.summary, comparison)
     video_name = video.name if video else None
     write_report(
         layout.report,
@@ -123,7 +136,9 @@ def _write_report(
     log.info("selected %s", selected.reason)
 
 
-def _select_seeds(params: Params, root: Path, evaluations: dict[str, Any], seeds: list[int]) -> Path:
+def _select_seeds(
+    params: Params, root: Path, evaluations: dict[str, Any], seeds: list[int], baseline: RunScores | None
+) -> Path:
     """``train.seeds``: each seed's best checkpoint on validation, scored on the test episodes; ``models/best/`` is
     the seed whose selected checkpoint is best on validation (ties: the earlier checkpoint, then the seed listed
     first); ``metrics.json`` and ``selection.json`` add each seed's scores and their aggregate over seeds."""
@@ -148,6 +163,9 @@ def _select_seeds(params: Params, root: Path, evaluations: dict[str, Any], seeds
     selected = dataclasses.replace(chosen, reason=reason)
     seed_records = {str(seed): _seed_record(params, evaluations, one) for seed, one in per_seed.items()}
     scores = {seed: float(one.test.result.scores()["mean_return"]) for seed, one in per_seed.items()}
+    seed_layout = Layout(root, params.name, params.branch, best_seed)
+    run = RunScores(params.name, scores, several=True, curve=seed_layout.learning_curve_tsv, curve_seed=best_seed)
+    comparison = _compare(run, baseline)
     across = aggregate(scores, params.train.target_return)
     # `dvc metrics show` leaves lists out: each interval also as two numbers.
     for key, (low, high) in [(key, value) for key, value in across.items() if key.endswith("_ci95")]:
@@ -165,6 +183,7 @@ def _select_seeds(params: Params, root: Path, evaluations: dict[str, Any], seeds
         "train_seed": best_seed,
         "per_seed": seed_records,
         "aggregate": across,
+        **comparison.metrics,
     }
     write_json(layout.metrics, metrics)
     title = f"{selected.checkpoint.algo} on {evaluations['env_id']} ({params.name}, {len(seeds)} seeds)"
@@ -181,8 +200,7 @@ def _select_seeds(params: Params, root: Path, evaluations: dict[str, Any], seeds
     )
     # The learning curve and the table of checkpoints are the exported seed's.
     of_best = {**evaluations, "candidates": [c for c in evaluations["candidates"] if c["train_seed"] == best_seed]}
-    seed_layout = Layout(root, params.name, params.branch, best_seed)
-    _write_report(params, root, seed_layout, of_best, selected, selection, lines)
+    _write_report(params, root, seed_layout, of_best, selected, selection, comparison, lines)
     return layout.best
 
 
@@ -360,24 +378,55 @@ def _record_video(params: Params, selected: Selected, path: Path) -> Path | None
     return record_episode(params.env, policy, seed, params.eval.deterministic, max_steps=cap, path=path)
 
 
-def _baseline_comparison(
-    params: Params, root: Path, what: str, summary: dict[str, Any] | None, curve: Path
-) -> list[str] | None:
-    """``select.baseline_run``: this run's learning curve (``curve``: with ``train.seeds``, the selected seed's)
-    beside the baseline's (``reports/baseline_comparison.png``) and the report's lines on it; None when no baseline
-    is named."""
-    layout = Layout(root, params.name, params.branch)
-    layout.baseline_png.unlink(missing_ok=True)  # a chart of a baseline no longer named
+@dataclass(frozen=True)
+class Comparison:
+    """The comparison with ``select.baseline_run``: both runs (None: no baseline named) and P(X > Y) (None: one seed
+    against one seed)."""
+
+    run: RunScores | None = None
+    baseline: RunScores | None = None
+    improvement: dict[str, Any] | None = None
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """What ``reports/metrics.json`` adds: ``baseline``, P(X > Y) over seeds, when it was computed."""
+        return {} if self.improvement is None else {"baseline": self.improvement}
+
+
+def _read_baseline(params: Params, root: Path) -> RunScores | None:
+    """``select.baseline_run``'s curve and scores (``rlcore.stages.baseline``), read before any test episode runs:
+    a bad baseline is refused first. None when no baseline is named."""
     name = params.select.baseline_run
     if name is None:
         return None
-    other = Layout(root, name)
-    if not other.learning_curve_tsv.is_file():
-        raise RLCoreError(f"select.baseline_run: {other.run_dir}: no learning curve; train that run first")
+    if name == params.name:
+        raise RLCoreError(f"select.baseline_run: {name!r} is this run (name); name another run")
+    return read_baseline(root, name, needs_scores=run_seeds(params) is not None)
+
+
+def _compare(run: RunScores, baseline: RunScores | None) -> Comparison:
+    """P(this run > the baseline) when either run has seeds."""
+    return Comparison() if baseline is None else Comparison(run, baseline, improvement(run, baseline))
+
+
+def _baseline_lines(
+    params: Params, root: Path, what: str, summary: dict[str, Any] | None, comparison: Comparison
+) -> list[str] | None:
+    """This run's learning curve (with ``train.seeds``, the selected seed's) beside the baseline's (with seeds, its
+    exported seed's) in ``reports/baseline_comparison.png``, and the report's lines on it and on P(X > Y); None
+    when no baseline is named."""
+    layout = Layout(root, params.name, params.branch)
+    layout.baseline_png.unlink(missing_ok=True)  # a chart of a baseline no longer named
+    run, baseline = comparison.run, comparison.baseline
+    if run is None or baseline is None:
+        return None
     threshold = params.train.target_return
     unit = ((summary or {}).get("step_unit") or "env_steps").replace("_", " ")
     started = " (warm start)" if (summary or {}).get("initialized_from") else ""
-    curves = {f"{params.name}{started}": curve, name: other.learning_curve_tsv}
-    title = f"{what}: {params.name} and {name}"
+    curves = {f"{run.label}{started}": run.curve, baseline.label: baseline.curve}
+    title = f"{what}: {params.name} and {baseline.name}"
     reached = plot_baseline_comparison(curves, threshold, unit, title, layout.baseline_png)
-    return baseline_words(reached, threshold, unit, layout.baseline_png.name)
+    lines = baseline_words(reached, threshold, unit, layout.baseline_png.name)
+    if comparison.improvement is not None:
+        lines += improvement_words(run, baseline, comparison.improvement)
+    return lines

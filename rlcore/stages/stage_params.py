@@ -20,6 +20,7 @@ STAGE_PARAMS: dict[str, tuple[str, ...]] = {
         "train",
         "dataset",
         "eval.max_episode_steps",  # the periodic evaluations' episode cap
+        "eval.return_reduction",  # the periodic evaluations' score of a multi-agent env
     ),
     # evaluate and select read train.seeds: which seeds' run folders they cover.
     "evaluate": ("name", "branch", "torch_threads", "env", "eval", "train.seeds"),

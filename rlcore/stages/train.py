@@ -1,5 +1,5 @@
-"""The train stage: train into ``runs/<name>/`` (with ``train.seeds``: each seed into ``runs/<name>/seed_<k>/``, one
-after another), with the params' file paths made relative to the project."""
+"""The train stage: train into ``runs/<name>/`` (with ``train.seeds``: each seed into ``runs/<name>/seed_<k>/``, as one
+batched program or one after another), with the params' file paths made relative to the project."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from rlcore.common.errors import ConfigError
 from rlcore.common.stage_paths import Layout, project_path
 from rlcore.config.sections import Params
-from rlcore.stages.seeds import check_dvc_declares_the_seeds, run_seeds, seed_layouts, seed_params
+from rlcore.stages.seeds import run_seeds, seed_layouts, seed_params
 from rlcore.trainers import SeedRun, batched_trainer, is_offline, train
 from rlcore.trainers.finished_runs import RunFinishedError, keeping_finished_runs
 from rlcore.trainers.stopping import EvaluationCallback
@@ -22,7 +22,8 @@ def train_stage(
 ) -> Path:
     """Train into ``runs/<name>/``; resumes an interrupted run. Returns the run directory.
 
-    With ``train.seeds``: seed ``k``'s run (``rlcore.stages.seeds``) into ``runs/<name>/seed_<k>/``, in the list's
+    With ``train.seeds``: seed ``k``'s run (``rlcore.stages.seeds``) into ``runs/<name>/seed_<k>/``, all together by
+    the family's batched trainer (``train.batch_seeds``, ``rlcore.trainers.batched_trainer``) or in the list's
     order; a seed whose run finished with the same train params is kept, an interrupted one resumes, so a killed
     run goes on with the seed it was training. ``resume_from`` is refused (it names one seed's checkpoint).
     """
@@ -33,7 +34,6 @@ def train_stage(
                 "--resume-from: names one run's checkpoint; with train.seeds each seed resumes from its own folder "
                 "(run `rlcore train` again)"
             )
-        check_dvc_declares_the_seeds(params, root)
         batched = batched_trainer(params)
         runs = [
             SeedRun(seed, _project_paths(seed_params(params, seed), root), layout.run_dir)

@@ -26,6 +26,7 @@ from rlcore.trainers.off_policy_seeds import train_off_policy_seeds
 from rlcore.trainers.offline import train_offline
 from rlcore.trainers.offline_seeds import train_offline_seeds
 from rlcore.trainers.on_policy import train_on_policy
+from rlcore.trainers.on_policy_seeds import train_on_policy_seeds
 from rlcore.trainers.population import train_population
 from rlcore.trainers.stopping import EvaluationCallback
 
@@ -74,8 +75,9 @@ with the same train params is kept (construct its session inside ``keeping_finis
 ``RunFinishedError``); an interrupted one resumes."""
 
 BATCHED_TRAINERS: dict[type[Algorithm[Any, Any]], SeedsTrainer] = {
-    OfflineAlgorithm: train_offline_seeds,  # type: ignore[type-abstract]
+    OnPolicyAlgorithm: train_on_policy_seeds,  # type: ignore[type-abstract]
     OffPolicyAlgorithm: train_off_policy_seeds,  # type: ignore[type-abstract]
+    OfflineAlgorithm: train_offline_seeds,  # type: ignore[type-abstract]
 }
 """Family -> its trainer of several seeds as one batched program; used for algorithms with ``batched_seeds`` in their
 capabilities when ``train.batch_seeds`` is true."""
@@ -83,12 +85,10 @@ capabilities when ``train.batch_seeds`` is true."""
 
 def batched_trainer(params: Params) -> SeedsTrainer | None:
     """The batched trainer of ``params``' seeds, or None when they run one after another (``train.batch_seeds``
-    false, an algorithm without ``batched_seeds``, or a run with action masks, whose losses the batched program does
-    not mask)."""
+    false, or an algorithm without ``batched_seeds``). A batched trainer may still train them one after another,
+    with a log line, for configurations it does not batch (``rlcore.trainers.on_policy_seeds.unbatched_reason``)."""
     algo_cls = algorithm_class(params.algo.name)
     if not params.train.batch_seeds or "batched_seeds" not in algo_cls.capabilities:
-        return None
-    if params.env.action_mask is not None:
         return None
     for family, trainer in BATCHED_TRAINERS.items():
         if issubclass(algo_cls, family):

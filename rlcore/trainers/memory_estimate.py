@@ -104,7 +104,7 @@ def estimate(params: Any, observation_space: spaces.Space, action_space: spaces.
         )
     }
     batch = int(getattr(algo, "batch_size", 256))
-    num_envs = int(params.env.num_envs)
+    num_envs = int(params.env.rows(params.env.num_envs))  # a multi-agent env: a row per agent of each copy
     if hasattr(algo, "n_steps"):  # on-policy: the rollout, and a minibatch no larger than it
         rollout = int(algo.n_steps) * num_envs
         per_step = obs_bytes + action_bytes + 7 * FLOAT + 3
@@ -179,17 +179,26 @@ def worker_processes(params: Any) -> tuple[str, int, str] | None:
     return key, count, "Dask worker processes" if runner == "dask" else kind
 
 
-def check_resources(params: Any, observation_space: spaces.Space, action_space: spaces.Space) -> None:
+def check_resources(
+    params: Any, observation_space: spaces.Space, action_space: spaces.Space, seeds_in_memory: int = 1
+) -> None:
     """Refuse, in one line naming the key and the estimate, a run whose buffers and networks cannot fit in the
-    memory available (:func:`available_memory`); does nothing where that is unknown."""
+    memory available (:func:`available_memory`); does nothing where that is unknown. ``seeds_in_memory``: runs
+    held at once (``train.seeds`` batched: each seed's networks, buffers and envs), the estimate times that."""
     available = available_memory()
     if available is None:
         return
     parts = estimate(params, observation_space, action_space)
-    total = sum(size for size, _ in parts.values())
+    total = sum(size for size, _ in parts.values()) * seeds_in_memory
     if total <= available:
         return
     key, (size, what) = max(parts.items(), key=lambda item: item[1][0])
+    if seeds_in_memory > 1:
+        raise ConfigError(
+            f"train.seeds: {seeds_in_memory} seeds trained together need about {_bytes(total)} of memory (each "
+            f"about {_bytes(total // seeds_in_memory)}, most for {what}), more than the {_bytes(available)} "
+            "available; train fewer seeds, or set train.batch_seeds: false to train them one after another"
+        )
     raise ConfigError(
         f"{key}: about {_bytes(size)} of memory for {what} (the whole run: about {_bytes(total)}), more than the "
         f"{_bytes(available)} available"

@@ -1,6 +1,7 @@
 """The on-policy loop: collect a rollout -> advantages -> the algorithm's update, repeated.
 
-Per iteration: ``algo.n_steps`` vector steps over ``env.num_envs`` envs, then the algorithm's advantage
+Per iteration: ``algo.n_steps`` vector steps over ``env.num_envs`` envs (of a PettingZoo env: over each agent of
+each copy, ``rlcore.envs.multiagent``), then the algorithm's advantage
 estimator (GAE by default), with ``algo.reward_signals`` the strength-weighted sum of its advantages and each
 signal's (``rlcore.reward_signals``, which then trains its own networks on the rollout), then ``algorithm.update``.
 Evaluation, checkpoints, logging and stop conditions are the session's.
@@ -35,7 +36,7 @@ def train_on_policy(
         assert isinstance(cfg, OnPolicyConfig) and isinstance(session.algorithm, OnPolicyAlgorithm)
         # On-policy policies are actor-critics (value() below); session.policy is typed as the base Policy.
         policy, algorithm, source = cast(ActorCritic, session.policy), session.algorithm, session.source
-        n_steps, num_envs = cfg.n_steps, params.env.num_envs
+        n_steps, num_envs = cfg.n_steps, params.env.rows(params.env.num_envs)  # a multi-agent env: agents x copies
         obs = obs_tensor(source.reset(session.state.env_steps))
         policy.obs_normalizer.update(obs)
         action_shape, action_dtype = action_layout(session.action_space)  # Box actions of any shape are flat

@@ -75,7 +75,15 @@ def open_seed_sessions(
         for run in runs:
             try:
                 with keeping_finished_runs():
-                    session = TrainingSession(run.params, run.run_dir, on_evaluation, None, make_source)
+                    session = TrainingSession(
+                        run.params,
+                        run.run_dir,
+                        on_evaluation,
+                        None,
+                        make_source,
+                        seeds_in_memory=len(runs),  # the memory check: every seed's run is held at once
+                        label=f"seed {run.seed}",
+                    )
             except RunFinishedError:
                 log.info("seed %d: finished in %s with these train params; kept", run.seed, run.run_dir)
                 continue

@@ -91,8 +91,14 @@ class TrainingSession(Generic[SourceT]):
         on_evaluation: EvaluationCallback | None,
         resume_from: Path | None,
         make_source: Callable[[Params, spaces.Space, spaces.Space], SourceT],
+        *,
+        seeds_in_memory: int = 1,
+        label: str | None = None,
     ) -> None:
+        """``seeds_in_memory``: runs this process holds at once (``train.seeds`` batched), for the memory check;
+        ``label``: what progress lines and bars name the run by (``seed 3`` in a batched run), None: nothing."""
         self.params = params
+        self._label = label
         seed_everything(params.seed, params.torch_threads)
         algo_cls = algorithm_class(params.algo.name)
         # Everything that can refuse the run comes first (env kwargs, algorithm/space fit, the policy, the
@@ -105,6 +111,7 @@ class TrainingSession(Generic[SourceT]):
             seeds.start,
             max_episode_steps=params.eval.max_episode_steps,
             label="periodic evaluation",
+            return_reduction=params.eval.return_reduction,
         )
         self.observation_space = self.evaluator.env.single_observation_space
         self.action_space = self.evaluator.env.single_action_space
@@ -114,7 +121,7 @@ class TrainingSession(Generic[SourceT]):
             check_device_support(params, algo_cls, self.device)
             check_action_space(params.algo.name, params.env.id, self.action_space)
             check_curriculum_support(params, algo_cls)
-            check_resources(params, self.observation_space, self.action_space)  # sizes that cannot be allocated
+            check_resources(params, self.observation_space, self.action_space, seeds_in_memory)  # too large sizes
             self.policy = algo_cls.make_policy(self.observation_space, self.action_space, params.policy, params.algo)
             self.warm_start = warm_start_of(params, self.policy, self.observation_space, self.action_space, run_dir)
             self.source = make_source(params, self.observation_space, self.action_space)
@@ -162,9 +169,10 @@ class TrainingSession(Generic[SourceT]):
             self.state.curriculum = self.curriculum.state_dict()
             self._use_lesson()
         self.source.start(self.checkpoint is None, self.policy.obs_normalizer)
-        self.episodes = EpisodeStats(params.env.num_envs)
+        self.episodes = EpisodeStats(params.env.rows(params.env.num_envs))  # each agent's episodes, multi-agent
         self.stops = StopConditions(params.train, on_evaluation)
-        self.progress = Progress(params.train.progress_bar, params.train.max_steps, self.state.steps, self.state.unit)
+        train = params.train
+        self.progress = Progress(train.progress_bar, train.max_steps, self.state.steps, self.state.unit, self._label)
         resume, every = self.checkpoint is not None, params.train.log_every
         self.run.begin()  # every check passed: the first change to the run folder
         self.metrics = MetricsLog(self.run.live, resume, every, self.state.next_log)

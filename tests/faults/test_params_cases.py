@@ -203,9 +203,56 @@ SEEDS_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--set", "train.seeds=[0, 1]", "--resume-from", "runs/quick/checkpoints/step_0000004096.pt"],
         ("--resume-from:", "train.seeds"),
     ),
+    "train.batch_seeds maybe": (["--set", "train.batch_seeds=maybe"], ("train.batch_seeds:", "boolean", "'maybe'")),
+    "train.batch_seeds 2": (["--set", "train.batch_seeds=2"], ("train.batch_seeds:", "boolean", "got 2")),
+    "train.batch_seeds a list": (["--set", "train.batch_seeds=[true]"], ("train.batch_seeds:", "boolean")),
+    "train.batch_seeds null": (["--set", "train.batch_seeds=null"], ("train.batch_seeds:", "boolean", "None")),
 }
-"""``train.seeds`` (issue 28): ``rlcore train ARGS``, refused before anything is written (the memory estimate is one
-run's: the seeds train one after another)."""
+"""``train.seeds`` and ``train.batch_seeds`` (issue 28): ``rlcore train ARGS``, refused before anything is written
+(seeds more than the memory allows: ``tests/test_seeds_batched.py``)."""
+
+SIMPLE_SPREAD = ["--set", "env.id=pettingzoo:mpe2.simple_spread_v3", "--set", "env.kwargs={N: 3, max_cycles: 25}"]
+MULTIAGENT_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "unknown PettingZoo env module": (
+        ["--set", "env.id=pettingzoo:mpe2.simple_spred_v3"],
+        ("env.id:", "mpe2.simple_spred_v3"),
+    ),
+    "PettingZoo module without parallel_env": (["--set", "env.id=pettingzoo:mpe2"], ("env.id:", "parallel_env")),
+    "PettingZoo env refuses its kwargs": (
+        ["--set", "env.id=pettingzoo:mpe2.simple_spread_v3", "--set", "env.kwargs={agents: 3}"],
+        ("env.kwargs:", "agents"),
+    ),
+    "return_reduction naming a missing agent": (
+        [*SIMPLE_SPREAD, "--set", "eval.return_reduction=agent_7"],
+        ("eval.return_reduction:", "agent_7", "agent_0, agent_1, agent_2"),
+    ),
+    "return_reduction naming an agent of a single-agent env": (
+        ["--set", "eval.return_reduction=agent_0"],
+        ("eval.return_reduction:", "agent_0"),
+    ),
+    "heterogeneous agents": (
+        ["--set", "env.id=pettingzoo:mpe2.simple_adversary_v3", "--set", "env.kwargs={}"],
+        ("env.id:", "different observation spaces"),
+    ),
+    "algorithm that is not PPO or A2C": (
+        ["--params", "configs/dqn-cartpole.yaml", *SIMPLE_SPREAD],
+        ("algo.name:", "dqn", "a2c, ppo"),
+    ),
+    "env.agent_id on a single-agent env": (["--set", "env.agent_id=true"], ("env.agent_id:", "PettingZoo")),
+    "env.wrappers on a PettingZoo env": (
+        [*SIMPLE_SPREAD, "--set", "env.wrappers=[{wrapper: gymnasium.wrappers.ClipReward}]"],
+        ("env.wrappers:", "PettingZoo"),
+    ),
+}
+"""Multi-agent envs (issue 29): ``rlcore train ARGS``, refused before anything is written."""
+
+
+@pytest.mark.parametrize("label", list(MULTIAGENT_CASES))
+def test_multiagent_case_is_refused_in_one_line_and_writes_nothing(label: str, project: Path) -> None:
+    args, fragments = MULTIAGENT_CASES[label]
+    before = snapshot(project)
+    assert_refused(run_in_process(["train", *args], project), *fragments)
+    assert snapshot(project) == before, "a refused command changed the project"
 
 
 HOSTILE_WRAPPERS = """

@@ -1,0 +1,242 @@
+"""PettingZoo Parallel envs as rows of a vector env: each agent of each env copy is one row, so one policy shared by
+every agent (parameter sharing, IPPO's way) trains and is evaluated with the single-agent loops unchanged.
+
+An env is named ``env.id: pettingzoo:<module>`` (the module's ``parallel_env``, PettingZoo's convention:
+``pettingzoo:mpe2.simple_spread_v3``) or ``pettingzoo:<module>:<function>`` (any function returning a ``ParallelEnv``),
+built with ``env.kwargs``. This is SuperSuit's recipe (``pettingzoo_env_to_vec_env_v1`` then ``concat_vec_envs_v1``)
+without its need for agents that never leave before the episode ends:
+
+- Row ``i * A + a`` is agent ``possible_agents[a]`` of copy ``i`` (``A`` agents); copy ``i`` is reset with
+  ``seed + i``, so episode ``k`` of an evaluation has seed ``seed + k`` as a single-agent env's does.
+- With ``env.agent_id`` (the default), the observation of row ``i * A + a`` ends with the one-hot of ``a`` (a
+  ``Dict`` observation gets it as the key ``agent_id``): the shared policy can tell the agents apart.
+- An agent that leaves early (terminated or truncated before the others) ended at that step like any episode; until
+  its copy's episode ends, its row repeats its last observation with reward 0 and is no transition.
+- A copy whose agents have all left resets at its next step (gymnasium's next-step autoreset): every row of the
+  copy is then no transition either. Each step's ``info["valid"]`` (rows,) bool says which rows were transitions
+  (``rlcore.envs.stepping.VectorStepper`` masks the others out).
+
+Only homogeneous agents are supported for now (the same observation and action spaces): a shared policy needs them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from rlcore.envs.ids import is_multiagent, parallel_env_factory, raised_at
+
+AGENT_ID_KEY = "agent_id"
+"""The key of the agent's one-hot in a ``Dict`` observation."""
+
+
+@dataclass(frozen=True)
+class Agents:
+    """The agents of a PettingZoo env and the spaces they share (as the env declares them, no agent id)."""
+
+    names: tuple[str, ...]
+    observation_space: spaces.Space
+    action_space: spaces.Space
+    max_cycles: int | None
+    """The env's episode length limit (``max_cycles``, MPE's and butterfly's), None when it declares none."""
+
+
+def _kwargs_key(kwargs: dict[str, Any]) -> str:
+    return json.dumps(kwargs, sort_keys=True, default=repr)
+
+
+def agents_of(env_id: str, kwargs: dict[str, Any]) -> Agents:
+    """The agents of ``env_id`` built with ``kwargs`` (one env is built once per process and closed); ``ValueError``
+    (one line) for an env that does not build, has no agents, or has agents with different spaces."""
+    return _agents_of(env_id, _kwargs_key(kwargs))
+
+
+@functools.cache
+def _agents_of(env_id: str, kwargs_key: str) -> Agents:
+    kwargs = json.loads(kwargs_key)
+    env = build_parallel_env(env_id, kwargs)
+    try:
+        names = tuple(str(name) for name in env.possible_agents)
+        if not names:
+            raise ValueError(f"env.id: {env_id} has no agents (possible_agents is empty)")
+        observation, action = env.observation_space(names[0]), env.action_space(names[0])
+        for name in names[1:]:
+            for what, mine, first in (
+                ("observation", env.observation_space(name), observation),
+                ("action", env.action_space(name), action),
+            ):
+                if mine != first:
+                    raise ValueError(
+                        f"env.id: {env_id}: its agents have different {what} spaces ({names[0]}: {first}, "
+                        f"{name}: {mine}); "
+                        "one policy shared by all agents needs the same spaces (pad them with SuperSuit's "
+                        "pad_observations_v0 / pad_action_space_v0 in a function named as pettingzoo:module:function)"
+                    )
+        cycles = getattr(env.unwrapped, "max_cycles", None)
+        max_cycles = int(cycles) if isinstance(cycles, int) and not isinstance(cycles, bool) and cycles > 0 else None
+        return Agents(names, observation, action, max_cycles)
+    finally:
+        env.close()
+
+
+def describe_agents(env_id: str, kwargs: dict[str, Any], agent_id: bool | None) -> dict[str, Any] | None:
+    """For a model card: a PettingZoo env's agents and how an exported policy's observation tells them apart; None
+    for a gymnasium env."""
+    if not is_multiagent(env_id):
+        return None
+    names = list(agents_of(env_id, kwargs).names)
+    one_hot = agent_id is not False
+    return {
+        "names": names,
+        "shared_policy": True,
+        "agent_id": one_hot,
+        "observation": (
+            f"each agent's own observation followed by the one-hot ({len(names)} values) of its index in names"
+            if one_hot
+            else "each agent's own observation, no agent id"
+        ),
+    }
+
+
+def build_parallel_env(env_id: str, kwargs: dict[str, Any]) -> Any:
+    """One ``env_id`` env with ``kwargs``; ``ValueError`` (one line naming ``env.kwargs``) when it refuses them."""
+    factory = parallel_env_factory(env_id)
+    try:
+        env = factory(**kwargs)
+    except TypeError as exc:
+        raise ValueError(
+            f"env.kwargs: {env_id} does not accept these arguments: {' '.join(str(exc).split())}"
+        ) from None
+    except (Exception, SystemExit) as exc:
+        raise ValueError(f"env.kwargs: {env_id} refuses them: {raised_at(exc)}") from None
+    if not (hasattr(env, "possible_agents") and hasattr(env, "observation_space") and hasattr(env, "step")):
+        raise ValueError(f"{env_id} built {type(env).__name__}, not a PettingZoo ParallelEnv")
+    if callable(getattr(env, "last", None)):  # an AEC env (agent_iter / last): one agent acts per step
+        raise ValueError(
+            f"{env_id} built an AEC env; rlcore steps Parallel envs (use the module's parallel_env, or PettingZoo's "
+            "aec_to_parallel in a function named as pettingzoo:module:function)"
+        )
+    return env
+
+
+def with_agent_id(space: spaces.Space, agents: int, env_id: str) -> spaces.Space:
+    """``space`` with the agent's one-hot (``agents`` wide) appended: a 1-D Box grows by ``agents``, a Dict gets
+    the key :data:`AGENT_ID_KEY`; ``ValueError`` for any other space."""
+    one_hot = spaces.Box(0.0, 1.0, (agents,), np.float32)
+    if isinstance(space, spaces.Box) and len(space.shape) == 1:
+        low = np.concatenate([space.low.astype(np.float32), one_hot.low])
+        high = np.concatenate([space.high.astype(np.float32), one_hot.high])
+        return spaces.Box(low, high, dtype=np.float32)
+    if isinstance(space, spaces.Dict) and AGENT_ID_KEY not in space.spaces:
+        return spaces.Dict({**space.spaces, AGENT_ID_KEY: one_hot})
+    raise ValueError(
+        f"env.agent_id: the agent's one-hot is appended to a 1-D Box observation (or added to a Dict's keys); "
+        f"{env_id} observes {space}: set env.agent_id: false"
+    )
+
+
+class ParallelEnvRows(gym.vector.VectorEnv):
+    """``copies`` copies of a PettingZoo Parallel env as one vector env of ``copies * A`` rows (module docstring)."""
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, env_id: str, kwargs: dict[str, Any], copies: int, agent_id: bool) -> None:
+        agents = agents_of(env_id, kwargs)
+        self.agent_names = agents.names
+        """The agents, in row order within each copy."""
+        self.copies = copies
+        self.envs = [build_parallel_env(env_id, kwargs) for _ in range(copies)]
+        count = len(agents.names)
+        self.num_envs = copies * count
+        self.agent_id = agent_id
+        self.single_observation_space = (
+            with_agent_id(agents.observation_space, count, env_id) if agent_id else agents.observation_space
+        )
+        self.single_action_space = agents.action_space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.spec = EnvSpec(id=env_id, entry_point=None)
+        self._one_hots = np.tile(np.eye(count, dtype=np.float32), (copies, 1))
+        self._last: list[Any] = [None] * self.num_envs
+        """Each row's latest observation from its env (no agent id)."""
+        self._live = np.zeros(self.num_envs, dtype=bool)
+        """Rows whose agent acts in the next step."""
+        self._reset_next = np.zeros(copies, dtype=bool)
+
+    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Reset every copy (copy ``i`` with ``seed + i``); returns the rows' observations and ``{}``."""
+        for copy in range(self.copies):
+            self._reset_copy(copy, None if seed is None else int(seed) + copy, options)
+        self._reset_next[:] = False
+        return self._observations(), {}
+
+    def _reset_copy(self, copy: int, seed: int | None, options: dict[str, Any] | None) -> None:
+        observations, _ = self.envs[copy].reset(seed=seed, options=options)
+        count = len(self.agent_names)
+        for index, name in enumerate(self.agent_names):
+            row = copy * count + index
+            self._live[row] = name in observations
+            if name in observations:
+                self._last[row] = observations[name]
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """``actions`` (rows, ...) -> observations, rewards, terminated, truncated (rows,), ``{"valid": (rows,)}``."""
+        actions = np.asarray(actions)
+        count = len(self.agent_names)
+        valid = self._live.copy()
+        rewards = np.zeros(self.num_envs, dtype=np.float64)
+        terminated = np.zeros(self.num_envs, dtype=bool)
+        truncated = np.zeros(self.num_envs, dtype=bool)
+        for copy in range(self.copies):
+            first = copy * count
+            if self._reset_next[copy]:
+                self._reset_copy(copy, None, None)
+                self._reset_next[copy] = False
+                continue
+            acting = {
+                name: actions[first + index] for index, name in enumerate(self.agent_names) if self._live[first + index]
+            }
+            observations, step_rewards, step_terminated, step_truncated, _ = self.envs[copy].step(acting)
+            for index, name in enumerate(self.agent_names):
+                row = first + index
+                if name not in acting:
+                    continue
+                rewards[row] = float(step_rewards.get(name, 0.0))
+                if name in observations:
+                    self._last[row] = observations[name]
+                terminated[row] = bool(step_terminated.get(name, False))
+                # An agent the env dropped without saying why left all the same: cut, not terminal.
+                gone = name not in self.envs[copy].agents
+                truncated[row] = bool(step_truncated.get(name, False)) or (gone and not terminated[row])
+                self._live[row] = not (terminated[row] or truncated[row])
+            self._reset_next[copy] = not self._live[first : first + count].any()
+        return self._observations(), rewards, terminated, truncated, {"valid": valid}
+
+    def _observations(self) -> Any:
+        if isinstance(self.single_observation_space, spaces.Dict):
+            keys = [key for key in self.single_observation_space.spaces if key != AGENT_ID_KEY]
+            batch = {key: np.stack([np.asarray(obs[key]) for obs in self._last]) for key in keys}
+            if self.agent_id:
+                batch[AGENT_ID_KEY] = self._one_hots.copy()
+            return batch
+        stacked = np.stack([np.asarray(obs, dtype=self.single_observation_space.dtype) for obs in self._last])
+        if not self.agent_id:
+            return stacked
+        return np.concatenate([stacked.reshape(self.num_envs, -1), self._one_hots], axis=1)
+
+    def render(self) -> tuple[Any, ...]:
+        """Each copy's render (built with ``render_mode`` in ``env.kwargs``), in copy order."""
+        return tuple(env.render() for env in self.envs)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        for env in self.envs:
+            env.close()

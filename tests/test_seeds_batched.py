@@ -1,0 +1,275 @@
+"""``train.seeds`` batched (``train.batch_seeds``, the default): seed k of a batched run is the run with ``seed: k``
+(the same evaluations, counters and random-number states; weights and optimizer state equal up to float32 rounding),
+for PPO (ragged minibatches, per-seed target-KL stops, observation normalization, Box actions) and A2C (RMSprop,
+Adam); a batched run killed
+mid-way resumes each seed from its own checkpoint; what does not batch trains one after another with a log line; more
+seeds than the memory holds are refused in one line."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
+from rlcore.evaluation.evaluator import EvalResult
+from rlcore.params import load_params
+from rlcore.stages.train import train_stage
+from tests.cli_support import assert_refused, run_in_process
+from tests.conftest import PROJECT, sets
+
+TINY = [
+    "name=seeds",
+    "train.max_steps=1024",
+    "train.eval_every=512",
+    "train.log_every=512",
+    "train.eval_episodes=2",
+    "train.target_return=null",
+    "train.max_wall_seconds=null",
+    "train.progress_bar=off",
+]
+"""PPO CartPole (params.yaml): 16 envs x 32 steps per rollout, a checkpoint after each of the two updates."""
+A2C = ["train.max_steps=512", "train.eval_every=256", "train.log_every=256"]
+"""A2C CartPole (its preset): 16 envs x 8 steps per update, a checkpoint after every two updates."""
+CASES: dict[str, tuple[str, list[str]]] = {
+    "cartpole": ("params.yaml", []),
+    # Box actions (a Gaussian with per-seed log std), normalized observations (per-seed statistics), value clipping.
+    "pendulum": (
+        "params.yaml",
+        ["env.id=Pendulum-v1", "policy.normalize_obs=true", "algo.clip_range_vf=0.5", "algo.ent_coef=0.01"],
+    ),
+    # Seed 1 stops its first update after 4 of 5 epochs (8 gradient steps), seed 0 takes all 10.
+    "target-kl": ("params.yaml", ["algo.target_kl=0.002"]),
+    "a2c": ("configs/a2c-cartpole.yaml", A2C),  # RMSprop
+    "a2c-adam": ("configs/a2c-cartpole.yaml", [*A2C, "algo.optimizer=adam", "algo.lr_schedule=linear"]),
+}
+"""Per case: the params file and its overrides on top of ``TINY``."""
+RTOL, ATOL = 1e-5, 1e-6
+"""Weights and optimizer moments: batched matrix products, masked sums and StackedAdam round differently from the
+unbatched kernels (measured: at most 6e-8 on the weights after two updates). Evaluation returns: equal for Discrete
+actions (the greedy action does not move), within a relative 1e-6 for Box actions (measured: 2e-9)."""
+
+
+def train_project(root: Path, overrides: list[str], preset: str = "params.yaml") -> Path:
+    """``rlcore train`` of ``preset`` (as params.yaml) with ``overrides`` in ``root`` (created); returns ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROJECT / preset, root / "params.yaml")
+    train_stage(load_params(root / "params.yaml", overrides), root)
+    return root
+
+
+def checkpoints(run_dir: Path) -> list[Any]:
+    return [load_checkpoint(path) for _, path in list_checkpoints(run_dir / "checkpoints")]
+
+
+def max_difference(mine: Any, theirs: Any, where: str) -> float:
+    """The largest difference between two checkpoints' tensor trees (float tensors close within RTOL and ATOL;
+    integer and bool tensors, the random-number states among them, and everything else equal)."""
+    if isinstance(mine, torch.Tensor):
+        assert isinstance(theirs, torch.Tensor) and mine.dtype == theirs.dtype and mine.shape == theirs.shape, where
+        if not mine.is_floating_point():
+            assert torch.equal(mine, theirs), where
+            return 0.0
+        torch.testing.assert_close(mine, theirs, rtol=RTOL, atol=ATOL, msg=where)
+        return float((mine.double() - theirs.double()).abs().max()) if mine.numel() else 0.0
+    if isinstance(mine, dict):
+        assert isinstance(theirs, dict) and mine.keys() == theirs.keys(), where
+        return max([max_difference(mine[key], theirs[key], f"{where}/{key}") for key in mine], default=0.0)
+    if isinstance(mine, list | tuple):
+        assert len(mine) == len(theirs), where
+        pairs = enumerate(zip(mine, theirs, strict=True))
+        return max([max_difference(a, b, f"{where}[{i}]") for i, (a, b) in pairs], default=0.0)
+    assert mine == theirs, f"{where}: {mine!r} != {theirs!r}"
+    return 0.0
+
+
+def untimed(evaluations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{key: value for key, value in entry.items() if key != "wall_seconds"} for entry in evaluations]
+
+
+def assert_same_run(batched: Path, single: Path) -> float:
+    """Every checkpoint of the seed's folder in a batched run equals the one-seed run's; returns the largest weight
+    or optimizer-state difference."""
+    ours, theirs = checkpoints(batched), checkpoints(single)
+    assert [c.path.name for c in ours] == [c.path.name for c in theirs] and ours, (ours, theirs)
+    largest = 0.0
+    for mine, other in zip(ours, theirs, strict=True):
+        where = mine.path.name
+        assert mine.meta["gradient_steps"] > 0
+        for key in ("env_steps", "gradient_steps", "updates", "numpy_rng", "skipped_steps"):
+            assert mine.meta.get(key) == other.meta.get(key), f"{where} {key}"
+        # Discrete actions: the same episodes exactly; Box actions move with the weights' last bits.
+        curves = untimed(mine.meta["evaluations"]), untimed(other.meta["evaluations"])
+        assert len(curves[0]) == len(curves[1]), where
+        for ours_entry, their_entry in zip(*curves, strict=True):
+            assert ours_entry == pytest.approx(their_entry, rel=1e-6, abs=1e-9), where
+        largest = max(largest, max_difference(mine.tensors, other.tensors, where))
+    return largest
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def batched_and_single(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path, Path]:
+    """(the case, a project trained with ``train.seeds: [0, 1]`` batched, the folder of projects trained with
+    ``seed: 0`` and ``seed: 1``)."""
+    case: str = request.param
+    preset, overrides = CASES[case][0], [*TINY, *CASES[case][1]]
+    root = tmp_path_factory.mktemp(f"batched-{case}")
+    batched = train_project(root / "batched", [*overrides, "train.seeds=[0, 1]"], preset)
+    for seed in (0, 1):
+        train_project(root / f"seed_{seed}", [*overrides, f"seed={seed}"], preset)
+    return case, batched, root
+
+
+def test_each_seed_of_a_batched_run_is_the_run_with_that_seed(batched_and_single: tuple[str, Path, Path]) -> None:
+    _, batched, root = batched_and_single
+    for seed in (0, 1):
+        assert_same_run(batched / "runs" / "seeds" / f"seed_{seed}", root / f"seed_{seed}" / "runs" / "seeds")
+
+
+def test_the_seeds_of_a_batched_run_differ(batched_and_single: tuple[str, Path, Path]) -> None:
+    _, batched, _ = batched_and_single
+    first = [checkpoints(batched / "runs" / "seeds" / f"seed_{seed}")[0].tensors["policy"] for seed in (0, 1)]
+    assert not torch.equal(first[0]["actor.0.weight"], first[1]["actor.0.weight"])
+
+
+def epochs_per_update(run_dir: Path) -> list[float]:
+    rows = (run_dir / "dvclive" / "plots" / "metrics" / "train" / "epochs.tsv").read_text().splitlines()[1:]
+    return [float(row.split("\t")[1]) for row in rows]
+
+
+@pytest.mark.parametrize("batched_and_single", ["cartpole", "target-kl"], indirect=True)
+def test_a_seed_stopped_by_its_target_kl_sits_out_while_the_other_goes_on(
+    batched_and_single: tuple[str, Path, Path],
+) -> None:
+    """With ``algo.target_kl`` seed 1's first update stops after 4 epochs and seed 0's does not: the active mask
+    held seed 1's weights while seed 0 stepped (the equality with the one-seed runs above proves the weights);
+    without it both take every epoch."""
+    case, batched, _ = batched_and_single
+    epochs = [epochs_per_update(batched / "runs" / "seeds" / f"seed_{seed}") for seed in (0, 1)]
+    assert epochs == ([[5.0, 5.0], [4.0, 5.0]] if case == "target-kl" else [[5.0, 5.0], [5.0, 5.0]])
+
+
+class KilledAt:
+    """An evaluation callback that raises at the first evaluation of ``step`` (a kill of the process there)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def __call__(self, step: int, result: EvalResult) -> bool:
+        if step == self.step:
+            raise KeyboardInterrupt(f"killed at step {step}")
+        return False
+
+
+def test_a_killed_batched_run_resumes_every_seed_from_its_own_checkpoint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Killed after seed 0's checkpoint at 1024 and before seed 1's: the next run resumes seed 0 at 1024 and seed 1
+    at 512 (each with its own learning rate from then on; seed 0 finishes first, seed 1 goes on alone) and each ends
+    as its one-seed run resumed from the same folder does. Progress lines name their seed."""
+    overrides = [*TINY, "train.max_steps=1536", "train.seeds=[0, 1]"]
+    root = tmp_path / "batched"
+    root.mkdir()
+    shutil.copy(PROJECT / "params.yaml", root / "params.yaml")
+    with pytest.raises(KeyboardInterrupt):
+        train_stage(load_params(root / "params.yaml", overrides), root, on_evaluation=KilledAt(1024))
+    run = root / "runs" / "seeds"
+    assert [step for step, _ in list_checkpoints(run / "seed_0" / "checkpoints")] == [512, 1024]
+    assert [step for step, _ in list_checkpoints(run / "seed_1" / "checkpoints")] == [512]
+    for seed in (0, 1):  # the one-seed runs resume from copies of the killed seeds' folders
+        single = tmp_path / f"seed_{seed}"
+        shutil.copytree(run / f"seed_{seed}", single / "runs" / "seeds")
+        train_project(single, [*overrides[:-1], f"seed={seed}"])
+    with caplog.at_level(logging.INFO, logger="rlcore"):
+        train_stage(load_params(root / "params.yaml", overrides), root)
+    assert "seed 0: env steps 1536 | eval" in caplog.text and "seed 1: env steps 1024 | eval" in caplog.text
+    for seed in (0, 1):
+        assert checkpoints(run / f"seed_{seed}")[-1].meta["env_steps"] == 1536
+        assert_same_run(run / f"seed_{seed}", tmp_path / f"seed_{seed}" / "runs" / "seeds")
+
+
+@pytest.mark.parametrize(
+    ("override", "reason"),
+    [
+        ("algo.normalize_rewards=true", "algo.normalize_rewards"),  # read from the params
+        ("algo.value_head={type: categorical, bins: 11}", "a categorical or transformed value head"),  # the policy
+    ],
+)
+def test_what_does_not_batch_trains_one_after_another_with_a_log_line(
+    override: str, reason: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="rlcore"):
+        train_project(tmp_path, [*TINY, "train.max_steps=512", override, "train.seeds=[0, 1]"])
+    assert f"not batched: {reason} does not batch" in caplog.text
+    assert "as one batched program" not in caplog.text
+    for seed in (0, 1):
+        assert (tmp_path / "runs" / "seeds" / f"seed_{seed}" / "train_summary.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("override", "reason"),
+    [
+        ("policy.memory={type: gru, size: 8, sequence_length: 8}", "policy.memory"),
+        ("algo.reward_signals={rnd: {strength: 0.1}}", "algo.reward_signals"),
+        ("algo.grad_accumulation=2", "algo.grad_accumulation"),
+        ("train.precision=bf16", "train.precision bf16"),
+        ("env.curriculum=[{name: only}]", "env.curriculum"),
+    ],
+)
+def test_configurations_that_do_not_batch_are_named(override: str, reason: str) -> None:
+    from rlcore.trainers.on_policy_seeds import unbatched_reason
+
+    assert unbatched_reason(load_params(PROJECT / "params.yaml")) is None
+    found = unbatched_reason(load_params(PROJECT / "params.yaml", [override]))
+    assert found is not None and found.startswith(reason)
+
+
+def test_policies_that_do_not_stack_are_named() -> None:
+    from rlcore.trainers.on_policy_seeds import architecture_reason
+
+    assert architecture_reason(load_params(PROJECT / "params.yaml")) is None
+    categorical = load_params(PROJECT / "params.yaml", ["algo.value_head={type: categorical, bins: 11}"])
+    assert architecture_reason(categorical) == "a categorical or transformed value head"
+
+
+def test_more_seeds_than_the_memory_holds_are_refused_in_one_line_and_write_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The memory holds one seed's run (1.5 times its estimate) but not two: batched, refused before anything is
+    written; one after another it trains."""
+    import gymnasium as gym
+
+    from rlcore.trainers import memory_estimate
+
+    params = load_params(PROJECT / "params.yaml")
+    env = gym.make(params.env.id)
+    one = sum(size for size, _ in memory_estimate.estimate(params, env.observation_space, env.action_space).values())
+    monkeypatch.setattr(memory_estimate, "available_memory", lambda: int(1.5 * one))
+    shutil.copy(PROJECT / "params.yaml", tmp_path / "params.yaml")
+    outcome = run_in_process(["train", *sets([*TINY, "train.seeds=[0, 1]"])], tmp_path)
+    assert_refused(outcome, "train.seeds: 2 seeds trained together", "train.batch_seeds: false")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["params.yaml"]
+    train_project(tmp_path, [*TINY, "train.max_steps=512", "train.seeds=[0, 1]", "train.batch_seeds=false"])
+    assert (tmp_path / "runs" / "seeds" / "seed_1" / "train_summary.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        (["env.id=Taxi-v4", "env.action_mask=info"], "env.action_mask"),
+        (["env.id=pettingzoo:mpe2.simple_spread_v3", "env.kwargs={N: 2}"], "a multi-agent env"),
+    ],
+)
+def test_masked_and_multi_agent_runs_are_named_as_not_batching(overrides: list[str], reason: str) -> None:
+    """The batched program takes no masks and sizes its rows by one agent per env copy: both train one after
+    another (with the log line of the test above)."""
+    from rlcore.trainers.on_policy_seeds import unbatched_reason
+
+    found = unbatched_reason(load_params(PROJECT / "params.yaml", overrides))
+    assert found is not None and found.startswith(reason)
