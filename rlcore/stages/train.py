@@ -42,6 +42,8 @@ def train_stage(
         if batched is not None:
             batched(runs, on_evaluation)
         else:
+            why = "train.batch_seeds is false" if not params.train.batch_seeds else f"{params.algo.name} does not batch"
+            log.info("train.seeds: the seeds train one after another, not batched: %s", why)
             for run in runs:
                 try:
                     with keeping_finished_runs():
