@@ -6,7 +6,6 @@ May import: ``rlcore.workers`` and every layer below it; not ``rlcore.stages`` o
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from rlcore.trainers.offline_seeds import train_offline_seeds
 from rlcore.trainers.on_policy import train_on_policy
 from rlcore.trainers.on_policy_seeds import train_on_policy_seeds
 from rlcore.trainers.population import train_population
+from rlcore.trainers.seed_sessions import SeedRun
 from rlcore.trainers.stopping import EvaluationCallback
 
 Trainer = Callable[[Params, Path, EvaluationCallback | None, Path | None], dict[str, Any]]
@@ -57,16 +57,6 @@ def train(
 def is_offline(params: Params) -> bool:
     """Whether ``params`` train from a dataset (the offline family) rather than from env steps."""
     return issubclass(algorithm_class(params.algo.name), OfflineAlgorithm)
-
-
-@dataclass(frozen=True)
-class SeedRun:
-    """One seed of a run with ``train.seeds``: the one-seed run's params (``seed: k``, ``train.seeds: null``) and
-    its run directory ``runs/<name>/seed_<k>/``."""
-
-    seed: int
-    params: Params
-    run_dir: Path
 
 
 SeedsTrainer = Callable[[list[SeedRun], EvaluationCallback | None], None]

@@ -38,13 +38,13 @@ from rlcore.nets.policies import QPolicy
 from rlcore.nets.stacked import StackedPolicies
 from rlcore.trainers.off_policy import Collector, run_off_policy
 from rlcore.trainers.seed_sessions import (
-    SeedRunLike,
+    BatchedFamily,
+    SeedRun,
     SeedSession,
-    abandoned_on_error,
-    open_seed_sessions,
     optimizer_steps,
     stack_optimizer_states,
     stacked_masks,
+    train_family_seeds,
     unstack_optimizer_state,
 )
 from rlcore.trainers.session import TrainingSession
@@ -62,22 +62,10 @@ def _algorithm(seed: Seed) -> DQN:
     return algorithm
 
 
-def train_off_policy_seeds(runs: Sequence[SeedRunLike], on_evaluation: EvaluationCallback | None) -> None:
+def train_off_policy_seeds(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
     """Train the seeds' DQN runs (each into its ``run_dir``) as one batched program; a seed whose folder holds its
     finished run with the same train params is kept, an interrupted one resumes from its latest checkpoint."""
-    seeds = open_seed_sessions(runs, on_evaluation, ReplaySource)
-    with abandoned_on_error(seeds):
-        if not seeds:
-            return
-        reason = _not_batchable(seeds[0].session)
-        if reason is not None:
-            log.info("train.seeds: %s; training the seeds one after another", reason)
-            for seed in seeds:
-                with seed.own_rng():
-                    run_off_policy(seed.session)
-                seed.finished = True
-            return
-        _train_batched(seeds)
+    train_family_seeds(BatchedFamily(ReplaySource, _not_batchable, run_off_policy, _train_batched), runs, on_evaluation)
 
 
 def _not_batchable(session: TrainingSession[ReplaySource]) -> str | None:

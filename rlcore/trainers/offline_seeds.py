@@ -44,13 +44,13 @@ from rlcore.nets.policies import CategoricalActor, GaussianActor
 from rlcore.nets.stacked import StackedPolicies
 from rlcore.trainers.offline import run_offline
 from rlcore.trainers.seed_sessions import (
-    SeedRunLike,
+    BatchedFamily,
+    SeedRun,
     SeedSession,
-    abandoned_on_error,
-    open_seed_sessions,
     optimizer_steps,
     stack_optimizer_states,
     stacked_masks,
+    train_family_seeds,
     unstack_optimizer_state,
 )
 from rlcore.trainers.session import TrainingSession
@@ -73,22 +73,10 @@ def _batch(seed: SeedSession[DatasetSource]) -> dict[str, torch.Tensor]:
     return session.source.batch(session.state.gradient_steps, session.rng, batch_size)
 
 
-def train_offline_seeds(runs: Sequence[SeedRunLike], on_evaluation: EvaluationCallback | None) -> None:
+def train_offline_seeds(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
     """Train the seeds' BC runs (each into its ``run_dir``) as one batched program; a seed whose folder holds its
     finished run with the same train params is kept, an interrupted one resumes from its latest checkpoint."""
-    seeds = open_seed_sessions(runs, on_evaluation, DatasetSource)
-    with abandoned_on_error(seeds):
-        if not seeds:
-            return
-        reason = _not_batchable(seeds[0].session)
-        if reason is not None:
-            log.info("train.seeds: %s; training the seeds one after another", reason)
-            for seed in seeds:
-                with seed.own_rng():
-                    run_offline(seed.session)
-                seed.finished = True
-            return
-        _train_batched(seeds)
+    train_family_seeds(BatchedFamily(DatasetSource, _not_batchable, run_offline, _train_batched), runs, on_evaluation)
 
 
 def _not_batchable(session: TrainingSession[DatasetSource]) -> str | None:

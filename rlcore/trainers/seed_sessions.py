@@ -1,7 +1,7 @@
-"""The open sessions of a batched run of several seeds (``train.seeds``): each seed's own ``TrainingSession``, opened
-as its one-seed run opens it, with the state of torch's global generator that run would have; and each seed's
-optimizer state moved into and out of one optimizer over the seeds' stacked parameters, and their action masks
-stacked."""
+"""What the batched trainers of several seeds (``train.seeds``) share: a seed's run (:class:`SeedRun`), its open
+``TrainingSession`` (opened as its one-seed run opens it, with the state of torch's global generator that run would
+have), the family-independent frame of a batched run (:func:`train_family_seeds`), and each seed's optimizer state
+moved into and out of one optimizer over the seeds' stacked parameters."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, Protocol
+from typing import Generic
 
 import torch
 from gymnasium import spaces
@@ -24,15 +24,14 @@ from rlcore.trainers.stopping import EvaluationCallback
 log = logging.getLogger("rlcore")
 
 
-class SeedRunLike(Protocol):
-    """What a batched trainer reads of a ``rlcore.trainers.SeedRun`` (that package imports the trainers)."""
+@dataclass(frozen=True)
+class SeedRun:
+    """One seed of a run with ``train.seeds``: the one-seed run's params (``seed: k``, ``train.seeds: null``) and
+    its run directory ``runs/<name>/seed_<k>/``."""
 
-    @property
-    def seed(self) -> int: ...
-    @property
-    def params(self) -> Params: ...
-    @property
-    def run_dir(self) -> Path: ...
+    seed: int
+    params: Params
+    run_dir: Path
 
 
 @dataclass
@@ -64,7 +63,7 @@ class SeedSession(Generic[SourceT]):
 
 
 def open_seed_sessions(
-    runs: Sequence[SeedRunLike],
+    runs: Sequence[SeedRun],
     on_evaluation: EvaluationCallback | None,
     make_source: Callable[[Params, spaces.Space, spaces.Space], SourceT],
 ) -> list[SeedSession[SourceT]]:
@@ -148,3 +147,35 @@ def stacked_masks(
     None when the observations carry no action mask."""
     masks = [policy.action_mask(batch[key]) for policy, batch in zip(policies, batches, strict=True)]
     return None if masks[0] is None else torch.stack(masks)  # type: ignore[arg-type]  # all or none carry one
+
+
+@dataclass(frozen=True)
+class BatchedFamily(Generic[SourceT]):
+    """How one algorithm family trains several seeds: its data source, why a run's seeds cannot batch (None: they
+    can), its one-seed loop on an open session, and its batched loop over the open sessions."""
+
+    make_source: Callable[[Params, spaces.Space, spaces.Space], SourceT]
+    not_batchable: Callable[[TrainingSession[SourceT]], str | None]
+    run_one: Callable[[TrainingSession[SourceT]], object]
+    train_batched: Callable[[list[SeedSession[SourceT]]], None]
+
+
+def train_family_seeds(
+    family: BatchedFamily[SourceT], runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | None
+) -> None:
+    """Train the seeds' runs (each into its ``run_dir``) as one batched program of ``family``, or one after another
+    (with a log line) when the first seed's session says they cannot batch. A seed whose folder holds its finished
+    run with the same train params is kept; an interrupted one resumes from its latest checkpoint."""
+    seeds = open_seed_sessions(runs, on_evaluation, family.make_source)
+    with abandoned_on_error(seeds):
+        if not seeds:
+            return
+        reason = family.not_batchable(seeds[0].session)
+        if reason is not None:
+            log.info("train.seeds: %s; training the seeds one after another", reason)
+            for seed in seeds:
+                with seed.own_rng():
+                    family.run_one(seed.session)
+                seed.finished = True
+            return
+        family.train_batched(seeds)
