@@ -42,6 +42,8 @@ from rlcore.envs.actions import action_layout
 from rlcore.envs.ids import is_multiagent
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.vector import make_vector_env
+from rlcore.evaluation.batched import evaluate_together
+from rlcore.evaluation.evaluator import EvalResult
 from rlcore.nets.policies import ActorCritic
 from rlcore.nets.stacked import StackedOptimizer
 from rlcore.nets.stacked_actor_critic import StackedActorCritic, batching_problem
@@ -208,7 +210,6 @@ class BatchedLoop:
             generators = [seed.session.generator for seed in self.seeds]
             algorithms = [seed.algorithm for seed in self.seeds]
             metrics = self.batched.update(algorithms, self.stacked, self.optimizer, rollout, progress, generators)
-            stopping = []
             for k, seed in enumerate(self.seeds):
                 session = seed.session
                 self.stacked.copy_weights_to(k, seed.policy)
@@ -217,13 +218,34 @@ class BatchedLoop:
                     seed.policy.obs_normalizer.update(rollout.obs[k][rollout.valid_indices(k)])
                     self.stacked.load_buffers_from(k, seed.policy)
                 session.after_env_steps(self.n_steps * self.num_envs)
-                if session.state.steps >= session.state.next_eval:
+            results = self._evaluate([k for k, seed in enumerate(self.seeds) if seed.session.evaluation_due])
+            stopping = []
+            for k, seed in enumerate(self.seeds):
+                if k in results:
                     self._sync_optimizer(k)  # the checkpoint saves it
                 with seed.global_random():
-                    stop = session.checkpoint_due_or_stop()
+                    stop = seed.session.checkpoint_due_or_stop(results.get(k))
                 if stop is not None:
                     stopping.append((seed, stop))
             self._finish(stopping)
+
+    def _evaluate(self, indices: list[int]) -> dict[int, EvalResult]:
+        """The periodic evaluations of the seeds at ``indices`` (of :attr:`seeds`), run together
+        (``rlcore.evaluation.batched``): seed k's result is its evaluator's for its policy, whose weights and
+        normalizer statistics the stacked ones are."""
+        if not indices:
+            return {}
+        stacked = self.stacked
+
+        def act(obs: torch.Tensor) -> torch.Tensor:  # (len(indices), B, obs_dim): the seeds at indices
+            if len(indices) == stacked.count:
+                return stacked.greedy(obs)
+            every = obs.new_zeros((stacked.count, *obs.shape[1:]))  # the other seeds' rows: unused
+            every[indices] = obs
+            return stacked.greedy(every)[indices]
+
+        results = evaluate_together([self.seeds[k].session.evaluator for k in indices], act)
+        return dict(zip(indices, results, strict=True))
 
     @torch.no_grad()
     def _collect(self) -> None:
@@ -287,11 +309,15 @@ class BatchedLoop:
             return
         for k in range(len(self.seeds)):  # what the finishing seeds save, and what the others are stacked anew from
             self._sync_optimizer(k)
-        for seed, reason in stopping:
+        reasons = dict(stopping)
+        ending = [k for k, seed in enumerate(self.seeds) if seed in reasons]
+        results = self._evaluate([k for k in ending if self.seeds[k].session.final_evaluation_due])  # together
+        for k in ending:
+            seed = self.seeds[k]
             with seed.global_random():
-                seed.session.finish(reason)
+                seed.session.finish(reasons[seed], results.get(k))
             seed.finished = True
-            log.info("seed %d: finished (%s)", seed.seed, reason)
+            log.info("seed %d: finished (%s)", seed.seed, reasons[seed])
         self.seeds = [seed for seed in self.seeds if not seed.finished]
         if self.seeds:
             self._stack()
