@@ -42,7 +42,7 @@ from rlcore.envs.actions import action_layout
 from rlcore.envs.ids import is_multiagent
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.vector import make_vector_env
-from rlcore.evaluation.batched import evaluate_together
+from rlcore.evaluation.batched import BatchedAct, evaluate_together
 from rlcore.evaluation.evaluator import EvalResult
 from rlcore.nets.policies import ActorCritic
 from rlcore.nets.stacked import StackedOptimizer
@@ -150,6 +150,20 @@ def train_on_policy_seeds(runs: list[SeedRun], on_evaluation: EvaluationCallback
         raise
 
 
+def greedy_of_seeds(stacked: StackedActorCritic, indices: list[int]) -> BatchedAct:
+    """The deterministic actions of the stacked seeds at ``indices``: observations (len(indices), B, obs_dim) ->
+    actions (len(indices), B, ...), one forward pass over every stacked seed (the others' rows fed zeros)."""
+
+    def act(obs: torch.Tensor) -> torch.Tensor:
+        if indices == list(range(stacked.count)):
+            return stacked.greedy(obs)
+        every = obs.new_zeros((stacked.count, *obs.shape[1:]))
+        every[indices] = obs
+        return stacked.greedy(every)[indices]
+
+    return act
+
+
 class Seed:
     """One seed of a batched run: its session and its stream of torch's global random numbers."""
 
@@ -235,16 +249,8 @@ class BatchedLoop:
         normalizer statistics the stacked ones are."""
         if not indices:
             return {}
-        stacked = self.stacked
-
-        def act(obs: torch.Tensor) -> torch.Tensor:  # (len(indices), B, obs_dim): the seeds at indices
-            if len(indices) == stacked.count:
-                return stacked.greedy(obs)
-            every = obs.new_zeros((stacked.count, *obs.shape[1:]))  # the other seeds' rows: unused
-            every[indices] = obs
-            return stacked.greedy(every)[indices]
-
-        results = evaluate_together([self.seeds[k].session.evaluator for k in indices], act)
+        evaluators = [self.seeds[k].session.evaluator for k in indices]
+        results = evaluate_together(evaluators, greedy_of_seeds(self.stacked, indices))
         return dict(zip(indices, results, strict=True))
 
     @torch.no_grad()
