@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
 from rlcore.evaluation.evaluator import BatchOutcome, EpisodeBatch, EvalResult, Evaluator
@@ -48,8 +49,8 @@ def evaluate_together(evaluators: Sequence[Evaluator], act: BatchedAct) -> list[
     for b in range(len(evaluators[0].batch_seeds)):
         batches = [EpisodeBatch(evaluator, evaluator.batch_seeds[b]) for evaluator in evaluators]
         while not all(batch.done for batch in batches):
-            actions = act(torch.stack([batch.observations() for batch in batches]))  # (N, B, ...)
-            for batch, batch_actions in zip(batches, actions, strict=True):
+            obs = torch.as_tensor(np.stack([batch.obs for batch in batches]), dtype=torch.float32)  # (N, B, ...)
+            for batch, batch_actions in zip(batches, act(obs).numpy(), strict=True):
                 if not batch.done:
                     batch.step(batch_actions)
         for seen, batch in zip(outcomes, batches, strict=True):

@@ -309,11 +309,12 @@ class EpisodeBatch:
         """The current observations, (B, *obs_shape) float32."""
         return torch.as_tensor(self.obs, dtype=torch.float32)
 
-    def step(self, actions: torch.Tensor) -> None:
+    def step(self, actions: torch.Tensor | np.ndarray) -> None:
         """One step of every row with ``actions`` (B,) or (B, action_dim), the policy's convention."""
         evaluator, env = self.evaluator, self.evaluator.env
-        if not finite(actions.numpy()):  # would come back as NaN observations, blamed on the env
-            check_finite(evaluator.env_id, self.where, actions=actions.numpy())
+        actions = np.asarray(actions)
+        if not finite(actions):  # would come back as NaN observations, blamed on the env
+            check_finite(evaluator.env_id, self.where, actions=actions)
         obs, rewards, terminated, truncated, _ = env.step(to_env_actions(actions, env.single_action_space))
         self.obs = obs
         running = ~self.finished

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
 import torch
 
 from rlcore.algos import a2c_seeds, ppo_seeds
@@ -257,8 +258,9 @@ class BatchedLoop:
     def _collect(self) -> None:
         """One rollout of ``n_steps`` vector steps for every seed (the unbatched loop's, seed by seed the same)."""
         rollout, stacked, seeds, envs = self.rollout, self.stacked, self.seeds, self.num_envs
+        steppers = [seed.session.source.stepper for seed in seeds]
         for t in range(self.n_steps):
-            obs = torch.stack([obs_tensor(seed.session.source.stepper.obs) for seed in seeds])  # (N, E, *obs)
+            obs = obs_tensor(np.stack([stepper.obs for stepper in steppers]))  # (N, E, *obs)
             features = stacked.features(obs)
             dist = stacked.distribution(stacked.scores(features))
             actions = torch.stack([stacked.sample(dist, k, seed.random) for k, seed in enumerate(seeds)])
@@ -266,16 +268,16 @@ class BatchedLoop:
             rollout.actions[t] = actions.reshape(len(seeds) * envs, *actions.shape[2:])
             rollout.log_probs[t] = dist.log_prob(actions).reshape(-1)
             rollout.values[t] = stacked.values(features).reshape(-1)
-            for k, seed in enumerate(seeds):
-                step = seed.session.source.stepper.step(actions[k].numpy())
-                columns = slice(k * envs, (k + 1) * envs)
-                rollout.rewards[t, columns] = torch.as_tensor(step.rewards, dtype=torch.float32)
-                rollout.terminated[t, columns] = torch.as_tensor(step.terminated)
-                rollout.episode_end[t, columns] = torch.as_tensor(step.ended)
-                rollout.valid[t, columns] = torch.as_tensor(step.valid)
+            steps = [stepper.step(chosen) for stepper, chosen in zip(steppers, actions.numpy(), strict=True)]
+            for seed, step in zip(seeds, steps, strict=True):
                 seed.session.episodes.step(step.rewards, step.valid, step.ended)
+            # Seed k's envs are columns k * E ... (k + 1) * E - 1: each field of every seed's step in one copy.
+            rollout.rewards[t] = torch.as_tensor(np.concatenate([step.rewards for step in steps]), dtype=torch.float32)
+            rollout.terminated[t] = torch.as_tensor(np.concatenate([step.terminated for step in steps]))
+            rollout.episode_end[t] = torch.as_tensor(np.concatenate([step.ended for step in steps]))
+            rollout.valid[t] = torch.as_tensor(np.concatenate([step.valid for step in steps]))
         rollout.next_values[:-1] = rollout.values[1:]
-        last = torch.stack([obs_tensor(seed.session.source.stepper.obs) for seed in seeds])
+        last = obs_tensor(np.stack([stepper.obs for stepper in steppers]))
         rollout.next_values[-1] = stacked.values(stacked.features(last)).reshape(-1)
         rollout.advantages, rollout.returns = seeds[0].algorithm.advantages(rollout)  # GAE per column: per seed
 
