@@ -7,7 +7,9 @@ stream of torch's global random numbers (a ``torch.Generator`` holding the state
 generator would have: its action samples are drawn from it, and it is what its checkpoints save). Together: one
 forward pass per vector step over (N, E, obs) with the stacked weights (``rlcore.nets.stacked_actor_critic``), one
 GAE over every seed's envs side by side, and one update (``rlcore.algos.ppo_seeds``). After each update each seed's
-weights are copied back into its session's policy, so evaluation, checkpoints and export are the unbatched ones.
+weights are copied back into its session's policy, so checkpoints and export are the unbatched ones. The periodic
+(and final) evaluations of the seeds due at the same step run together (``rlcore.evaluation.batched``): one forward
+pass per step over every seed's evaluation episodes, each seed's episodes and result its own evaluator's.
 
 A seed that reaches its stop condition (budget, target return, wall-clock limit, the evaluation callback) finishes
 (final checkpoint, summary): its envs are closed and the others go on with one seed fewer stacked. A seed whose run
