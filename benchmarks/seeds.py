@@ -2,11 +2,12 @@
 
 Prints one JSON line per family. Each family trains its preset on a fixed budget with no early stop (no target
 return, no wall-clock limit, one evaluation at the end) for N = 1, 2, 4, 8 seeds, through the train stage a user
-runs (``rlcore train``): wall seconds, training steps per second summed over the seeds, and ``ratio_to_one`` =
-wall(N) / wall(1), the cost of N seeds in units of one seed (N when nothing is shared; the issue's targets are
-<= 2 for PPO and BC, <= 3 for DQN and SAC at N = 8). ``batched`` says whether the family's seeds ran as one
-batched program or fell back to one after another (``rlcore.trainers.batched_trainer``). With ``--sequential``
-the N = max run is repeated with ``train.batch_seeds: false``.
+runs (``rlcore train``; after one untimed warm-up run): wall seconds, process CPU seconds, training steps per second
+summed over the seeds, and ``ratio_to_one`` = wall(N) / wall(1), the cost of N seeds in units of one seed (N when
+nothing is shared; the issue's targets are <= 2 for PPO and BC, <= 3 for DQN and SAC at N = 8), with
+``cpu_ratio_to_one`` the same in CPU seconds (steadier than wall on a shared machine). ``batched`` says whether the
+family's seeds ran as one batched program or fell back to one after another (``rlcore.trainers.batched_trainer``).
+With ``--sequential`` the N = max run is repeated with ``train.batch_seeds: false``.
 
 ``--peer`` (PPO CartPole only; needs the ``bench`` extra): 8 seeds to the first evaluation >= 475, rlcore's
 preset batched in one process against SB3's PPO with RL Zoo hyperparameters as two parallel processes of 4 seeds
@@ -15,7 +16,7 @@ both [64, 64] tanh.
 
     python benchmarks/seeds.py [--families ppo dqn sac bc] [--counts 1 2 4 8] [--sequential] [--peer]
 
-Quiet machine only: the figures are wall times.
+Quiet machine only for the wall times; the CPU seconds hold up better on a busy one.
 """
 
 from __future__ import annotations
@@ -75,10 +76,15 @@ def random_dataset(root: Path) -> None:
 
 def timed_train(params: Params, root: Path) -> float:
     """Wall seconds of the train stage (every seed's run, start to summary)."""
-    started = time.perf_counter()
+    return cpu_and_wall_train(params, root)[1]
+
+
+def cpu_and_wall_train(params: Params, root: Path) -> tuple[float, float]:
+    """Process CPU seconds and wall seconds of the train stage (every seed's run, start to summary)."""
+    cpu, started = time.process_time(), time.perf_counter()
     with stdout_to_stderr():
         train_stage(params, root)
-    return time.perf_counter() - started
+    return time.process_time() - cpu, time.perf_counter() - started
 
 
 def family_row(family: str, counts: list[int], sequential: bool) -> dict[str, Any]:
@@ -88,22 +94,27 @@ def family_row(family: str, counts: list[int], sequential: bool) -> dict[str, An
         base = Path(tmp)
         if family == "bc":
             random_dataset(base)
+        # Untimed: what the first run of a process pays once (imports, torch's lazily imported compiler on the first
+        # optimizer) is not charged to the first timed count.
+        timed_train(fixed_budget(preset, max(steps // 20, 1), [0, 1], True, base), base / "warm_up")
         batches = [(count, True) for count in counts] + ([(max(counts), False)] if sequential else [])
         for count, batch in batches:
             root = base / f"n{count}_{'batched' if batch else 'sequential'}"
             params = fixed_budget(preset, steps, list(range(count)), batch, base)
-            seconds = timed_train(params, root)
+            cpu, seconds = cpu_and_wall_train(params, root)
             rows.append(
                 {
                     "seeds": count,
                     "batched": batch and batched_trainer(params) is not None,
                     "wall_seconds": round(seconds, 2),
+                    "cpu_seconds": round(cpu, 2),
                     "steps_per_second_summed": round(count * steps / seconds, 1),
                 }
             )
-    one = next(row["wall_seconds"] for row in rows if row["seeds"] == 1)
+    one = next(row for row in rows if row["seeds"] == 1)
     for row in rows:
-        row["ratio_to_one"] = round(row["wall_seconds"] / one, 2)
+        row["ratio_to_one"] = round(row["wall_seconds"] / one["wall_seconds"], 2)
+        row["cpu_ratio_to_one"] = round(row["cpu_seconds"] / one["cpu_seconds"], 2)
     unit = "gradient_steps" if family == "bc" else "env_steps"
     return {"benchmark": "seeds", "family": family, "preset": preset, unit: steps, "torch_threads": 1, "runs": rows}
 
