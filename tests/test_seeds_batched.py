@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -273,3 +274,41 @@ def test_masked_and_multi_agent_runs_are_named_as_not_batching(overrides: list[s
 
     found = unbatched_reason(load_params(PROJECT / "params.yaml", overrides))
     assert found is not None and found.startswith(reason)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_evaluations_run_together_are_each_policys_own_evaluation(env_id: str) -> None:
+    """Three policies with their own weights and normalizer statistics, each with its own evaluator (its episode
+    seeds; 5 episodes in batches of 2, 2 and 1; a step cap that cuts some): every seed's result from one batched
+    forward pass per step is its evaluator's result for its own policy, for all seeds and for a subset of them."""
+    from rlcore.evaluation.batched import evaluate_together
+    from rlcore.evaluation.evaluator import Evaluator
+    from rlcore.nets.policies import ActorCritic
+    from rlcore.nets.stacked_actor_critic import StackedActorCritic
+    from rlcore.registry import algorithm_class
+    from rlcore.trainers.on_policy_seeds import greedy_of_seeds
+
+    params = load_params(PROJECT / "params.yaml", [f"env.id={env_id}", "policy.normalize_obs=true"])
+    evaluators = [Evaluator(params.env, 5, 100 * k, max_parallel_envs=2, max_episode_steps=40) for k in range(3)]
+    space, actions = evaluators[0].env.single_observation_space, evaluators[0].env.single_action_space
+    policies: list[ActorCritic] = []
+    for k in range(3):
+        torch.manual_seed(k)
+        policy = algorithm_class("ppo").make_policy(space, actions, params.policy, params.algo)
+        assert isinstance(policy, ActorCritic)
+        policy.obs_normalizer.update(torch.randn(64, *space.shape, dtype=torch.float64) * (k + 1) + k)
+        policies.append(policy)
+    stacked = StackedActorCritic(policies)
+    try:
+        alone = [evaluator.evaluate(policy) for evaluator, policy in zip(evaluators, policies, strict=True)]
+        assert len({tuple(result.returns) for result in alone}) == 3  # the seeds differ: a mix-up would show
+        assert any(result.truncated for result in alone)  # the step cap applies
+        together = evaluate_together(evaluators, greedy_of_seeds(stacked, [0, 1, 2]))
+        some = evaluate_together([evaluators[2], evaluators[0]], greedy_of_seeds(stacked, [2, 0]))
+    finally:
+        for evaluator in evaluators:
+            evaluator.close()
+    for mine, theirs in [*zip(together, alone, strict=True), (some[0], alone[2]), (some[1], alone[0])]:
+        assert mine.lengths == theirs.lengths and mine.truncated == theirs.truncated
+        # Discrete: the same greedy actions, the same returns; Box: actions equal up to the batched matmul's rounding.
+        np.testing.assert_allclose(mine.returns, theirs.returns, rtol=1e-6, atol=1e-9)

@@ -231,16 +231,33 @@ class Evaluator:
     def close(self) -> None:
         self.env.close()
 
+    @property
+    def batch_seeds(self) -> list[int]:
+        """The reset seed of every batch of at most ``batch`` episodes, in order (episode ``k``'s seed is
+        ``seed + k``)."""
+        return list(range(self.seed, self.seed + self.episodes, self.batch))
+
     @torch.no_grad()
     def evaluate(self, policy: Policy) -> EvalResult:
         generator = torch.Generator().manual_seed(self.seed)
+        outcomes: list[BatchOutcome] = []
+        for seed in self.batch_seeds:
+            episodes = EpisodeBatch(self, seed)
+            state = policy.initial_state(episodes.size)  # episodes of a batch start together, are never restarted
+            while not episodes.done:
+                actions, state = policy.act(episodes.observations(), state, self.deterministic, generator)
+                episodes.step(actions)
+            outcomes.append(episodes.outcome())
+        return self.score(outcomes)
+
+    def score(self, outcomes: list[BatchOutcome]) -> EvalResult:
+        """The result of one call from the outcomes of its batches (:attr:`batch_seeds`' order)."""
         returns: list[np.ndarray] = []  # (A,) each: every agent's return (one agent: the return)
         lengths: list[int] = []
         truncated = 0
         agents = max(len(self.agents), 1)
-        while len(returns) < self.episodes:
+        for batch_returns, batch_lengths, batch_truncated in outcomes:
             wanted = min(self.batch, self.episodes - len(returns))
-            batch_returns, batch_lengths, batch_truncated = self._run_batch(policy, self.seed + len(returns), generator)
             # Row i * A + a is agent a of episode i: an episode lasts as long as its longest agent.
             returns += list(np.reshape(batch_returns, (-1, agents))[:wanted])
             lengths += np.reshape(batch_lengths, (-1, agents)).max(axis=1)[:wanted].tolist()
@@ -253,50 +270,76 @@ class Evaluator:
         by_agent = {name: table[:, index].tolist() for index, name in enumerate(self.agents)}
         return EvalResult.from_episodes(scores, lengths, truncated, by_agent)
 
-    def _run_batch(
-        self, policy: Policy, seed: int, generator: torch.Generator
-    ) -> tuple[list[float], list[int], np.ndarray]:
-        env = self.env
-        obs, _ = env.reset(seed=seed)
-        n = env.num_envs
-        lengths = np.zeros(n, dtype=np.int64)
 
-        def where(index: int) -> str:
-            episode = index // max(len(self.agents), 1)  # a multi-agent env's rows: each agent of each episode
-            agent = f", agent {self.agents[index % len(self.agents)]}" if self.agents else ""
-            return (
-                f"{self.label}, episode seed {seed + episode} (sub-env {index}{agent}), episode step {lengths[index]}"
-            )
+BatchOutcome = tuple[list[float], list[int], np.ndarray]
+"""One batch of episodes: every row's return and length, and which rows were truncated, (B,) each."""
 
-        if not finite(obs):
-            check_finite(self.env_id, where, observations=obs)
-        totals = np.zeros(n, dtype=np.float64)
-        finished = np.zeros(n, dtype=bool)
-        cut = np.zeros(n, dtype=bool)
-        state = policy.initial_state(n)  # episodes of a batch start together and are never restarted
-        with np.errstate(over="ignore"):  # a return that overflows is refused below in one line, not warned about
-            while not finished.all():
-                obs_tensor = torch.as_tensor(obs, dtype=torch.float32)
-                actions, state = policy.act(obs_tensor, state, self.deterministic, generator)
-                if not finite(actions.numpy()):  # would come back as NaN observations, blamed on the env
-                    check_finite(self.env_id, where, actions=actions.numpy())
-                obs, rewards, terminated, truncated, _ = env.step(to_env_actions(actions, env.single_action_space))
-                running = ~finished
-                if not (finite(obs) and finite(rewards)):  # only running episodes are scored: only theirs count
-                    lengths += running  # the step the values came from
-                    rows = np.flatnonzero(running)
-                    check_finite(self.env_id, functools.partial(_row_where, where, rows), obs[rows], rewards[rows])
-                    lengths -= running
-                totals[running] += rewards[running]
-                lengths[running] += 1
-                ended = np.asarray(terminated, dtype=bool)
-                stopped = running & ~ended & (np.asarray(truncated, dtype=bool) | (lengths >= self.max_episode_steps))
-                cut |= stopped
-                finished |= running & ended | stopped
+
+class EpisodeBatch:
+    """One batch of an :class:`Evaluator`'s episodes in its vector env, reset with ``seed`` (sub-env ``i`` with
+    ``seed + i``) and stepped until every episode has ended or reached the step cap. Whoever chooses the actions
+    (:meth:`Evaluator.evaluate`, ``rlcore.evaluation.batched``) reads :meth:`observations` and calls :meth:`step`
+    while not :attr:`done`; a row whose episode is over is stepped on but no longer counted."""
+
+    def __init__(self, evaluator: Evaluator, seed: int) -> None:
+        self.evaluator = evaluator
+        self.seed = seed
+        obs, _ = evaluator.env.reset(seed=seed)
+        self.obs: np.ndarray = np.asarray(obs)
+        self.size = n = evaluator.env.num_envs
+        self.lengths = np.zeros(n, dtype=np.int64)
+        if not finite(self.obs):
+            check_finite(evaluator.env_id, self.where, observations=self.obs)
+        self.totals = np.zeros(n, dtype=np.float64)
+        self.finished = np.zeros(n, dtype=bool)
+        self.cut = np.zeros(n, dtype=bool)
+        self.done = False
+
+    def where(self, index: int) -> str:
+        """Row ``index`` in errors: the evaluation, the episode's seed, its sub-env (and agent), its step."""
+        agents = self.evaluator.agents
+        episode = index // max(len(agents), 1)  # a multi-agent env's rows: each agent of each episode
+        agent = f", agent {agents[index % len(agents)]}" if agents else ""
+        return (
+            f"{self.evaluator.label}, episode seed {self.seed + episode} (sub-env {index}{agent}), "
+            f"episode step {self.lengths[index]}"
+        )
+
+    def observations(self) -> torch.Tensor:
+        """The current observations, (B, *obs_shape) float32."""
+        return torch.as_tensor(self.obs, dtype=torch.float32)
+
+    def step(self, actions: torch.Tensor | np.ndarray) -> None:
+        """One step of every row with ``actions`` (B,) or (B, action_dim), the policy's convention."""
+        evaluator, env = self.evaluator, self.evaluator.env
+        actions = np.asarray(actions)
+        if not finite(actions):  # would come back as NaN observations, blamed on the env
+            check_finite(evaluator.env_id, self.where, actions=actions)
+        obs, rewards, terminated, truncated, _ = env.step(to_env_actions(actions, env.single_action_space))
+        self.obs = obs
+        running = ~self.finished
+        lengths = self.lengths
+        if not (finite(obs) and finite(rewards)):  # only running episodes are scored: only theirs count
+            lengths += running  # the step the values came from
+            rows = np.flatnonzero(running)
+            check_finite(evaluator.env_id, functools.partial(_row_where, self.where, rows), obs[rows], rewards[rows])
+            lengths -= running
+        with np.errstate(over="ignore"):  # a return that overflows is refused in one line by outcome()
+            self.totals[running] += rewards[running]
+        lengths[running] += 1
+        ended = np.asarray(terminated, dtype=bool)
+        stopped = running & ~ended & (np.asarray(truncated, dtype=bool) | (lengths >= evaluator.max_episode_steps))
+        self.cut |= stopped
+        self.finished |= running & ended | stopped
+        self.done = bool(self.finished.all())
+
+    def outcome(self) -> BatchOutcome:
+        """Every row's return and length and which were truncated; refuses a return that overflowed."""
+        totals = self.totals
         if not finite(totals):  # finite rewards whose sum overflowed
             index = int(np.flatnonzero(~np.isfinite(totals))[0])
             raise NonFiniteError(
-                f"{self.env_id} ({where(index)}): the episode's return is {totals[index]} (its rewards are finite, "
-                "their sum is not): scale the rewards down"
+                f"{self.evaluator.env_id} ({self.where(index)}): the episode's return is {totals[index]} (its rewards "
+                "are finite, their sum is not): scale the rewards down"
             )
-        return totals.tolist(), lengths.tolist(), cut
+        return totals.tolist(), self.lengths.tolist(), self.cut

@@ -84,6 +84,13 @@ class StackedActorCritic:
         return Independent(Normal(scores, std, validate_args=False), 1, validate_args=False)
 
     @torch.no_grad()
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        """``ActorCritic.act(..., deterministic=True)`` per seed for observations (N, B, obs_dim): the argmax action
+        (N, B) int64 (Discrete) or the Gaussian means (N, B, action_dim) float32 (Box)."""
+        scores = self.scores(self.features(obs))
+        return scores.argmax(dim=-1) if self.discrete else scores
+
+    @torch.no_grad()
     def sample(self, distribution: Distribution, k: int, generator: torch.Generator) -> torch.Tensor:
         """Seed ``k``'s actions from ``distribution`` (:meth:`distribution`'s), drawn from ``generator`` exactly as
         ``distribution.sample()`` of seed k's unbatched distribution draws from torch's global generator:

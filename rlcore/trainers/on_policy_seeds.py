@@ -7,7 +7,9 @@ stream of torch's global random numbers (a ``torch.Generator`` holding the state
 generator would have: its action samples are drawn from it, and it is what its checkpoints save). Together: one
 forward pass per vector step over (N, E, obs) with the stacked weights (``rlcore.nets.stacked_actor_critic``), one
 GAE over every seed's envs side by side, and one update (``rlcore.algos.ppo_seeds``). After each update each seed's
-weights are copied back into its session's policy, so evaluation, checkpoints and export are the unbatched ones.
+weights are copied back into its session's policy, so checkpoints and export are the unbatched ones. The periodic
+(and final) evaluations of the seeds due at the same step run together (``rlcore.evaluation.batched``): one forward
+pass per step over every seed's evaluation episodes, each seed's episodes and result its own evaluator's.
 
 A seed that reaches its stop condition (budget, target return, wall-clock limit, the evaluation callback) finishes
 (final checkpoint, summary): its envs are closed and the others go on with one seed fewer stacked. A seed whose run
@@ -29,6 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
 import torch
 
 from rlcore.algos import a2c_seeds, ppo_seeds
@@ -42,6 +45,8 @@ from rlcore.envs.actions import action_layout
 from rlcore.envs.ids import is_multiagent
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.vector import make_vector_env
+from rlcore.evaluation.batched import BatchedAct, evaluate_together
+from rlcore.evaluation.evaluator import EvalResult
 from rlcore.nets.policies import ActorCritic
 from rlcore.nets.stacked import StackedOptimizer
 from rlcore.nets.stacked_actor_critic import StackedActorCritic, batching_problem
@@ -148,6 +153,20 @@ def train_on_policy_seeds(runs: list[SeedRun], on_evaluation: EvaluationCallback
         raise
 
 
+def greedy_of_seeds(stacked: StackedActorCritic, indices: list[int]) -> BatchedAct:
+    """The deterministic actions of the stacked seeds at ``indices``: observations (len(indices), B, obs_dim) ->
+    actions (len(indices), B, ...), one forward pass over every stacked seed (the others' rows fed zeros)."""
+
+    def act(obs: torch.Tensor) -> torch.Tensor:
+        if indices == list(range(stacked.count)):
+            return stacked.greedy(obs)
+        every = obs.new_zeros((stacked.count, *obs.shape[1:]))
+        every[indices] = obs
+        return stacked.greedy(every)[indices]
+
+    return act
+
+
 class Seed:
     """One seed of a batched run: its session and its stream of torch's global random numbers."""
 
@@ -208,7 +227,6 @@ class BatchedLoop:
             generators = [seed.session.generator for seed in self.seeds]
             algorithms = [seed.algorithm for seed in self.seeds]
             metrics = self.batched.update(algorithms, self.stacked, self.optimizer, rollout, progress, generators)
-            stopping = []
             for k, seed in enumerate(self.seeds):
                 session = seed.session
                 self.stacked.copy_weights_to(k, seed.policy)
@@ -217,20 +235,34 @@ class BatchedLoop:
                     seed.policy.obs_normalizer.update(rollout.obs[k][rollout.valid_indices(k)])
                     self.stacked.load_buffers_from(k, seed.policy)
                 session.after_env_steps(self.n_steps * self.num_envs)
-                if session.state.steps >= session.state.next_eval:
+            results = self._evaluate([k for k, seed in enumerate(self.seeds) if seed.session.evaluation_due])
+            stopping = []
+            for k, seed in enumerate(self.seeds):
+                if k in results:
                     self._sync_optimizer(k)  # the checkpoint saves it
                 with seed.global_random():
-                    stop = session.checkpoint_due_or_stop()
+                    stop = seed.session.checkpoint_due_or_stop(results.get(k))
                 if stop is not None:
                     stopping.append((seed, stop))
             self._finish(stopping)
+
+    def _evaluate(self, indices: list[int]) -> dict[int, EvalResult]:
+        """The periodic evaluations of the seeds at ``indices`` (of :attr:`seeds`), run together
+        (``rlcore.evaluation.batched``): seed k's result is its evaluator's for its policy, whose weights and
+        normalizer statistics the stacked ones are."""
+        if not indices:
+            return {}
+        evaluators = [self.seeds[k].session.evaluator for k in indices]
+        results = evaluate_together(evaluators, greedy_of_seeds(self.stacked, indices))
+        return dict(zip(indices, results, strict=True))
 
     @torch.no_grad()
     def _collect(self) -> None:
         """One rollout of ``n_steps`` vector steps for every seed (the unbatched loop's, seed by seed the same)."""
         rollout, stacked, seeds, envs = self.rollout, self.stacked, self.seeds, self.num_envs
+        steppers = [seed.session.source.stepper for seed in seeds]
         for t in range(self.n_steps):
-            obs = torch.stack([obs_tensor(seed.session.source.stepper.obs) for seed in seeds])  # (N, E, *obs)
+            obs = obs_tensor(np.stack([stepper.obs for stepper in steppers]))  # (N, E, *obs)
             features = stacked.features(obs)
             dist = stacked.distribution(stacked.scores(features))
             actions = torch.stack([stacked.sample(dist, k, seed.random) for k, seed in enumerate(seeds)])
@@ -238,16 +270,16 @@ class BatchedLoop:
             rollout.actions[t] = actions.reshape(len(seeds) * envs, *actions.shape[2:])
             rollout.log_probs[t] = dist.log_prob(actions).reshape(-1)
             rollout.values[t] = stacked.values(features).reshape(-1)
-            for k, seed in enumerate(seeds):
-                step = seed.session.source.stepper.step(actions[k].numpy())
-                columns = slice(k * envs, (k + 1) * envs)
-                rollout.rewards[t, columns] = torch.as_tensor(step.rewards, dtype=torch.float32)
-                rollout.terminated[t, columns] = torch.as_tensor(step.terminated)
-                rollout.episode_end[t, columns] = torch.as_tensor(step.ended)
-                rollout.valid[t, columns] = torch.as_tensor(step.valid)
+            steps = [stepper.step(chosen) for stepper, chosen in zip(steppers, actions.numpy(), strict=True)]
+            for seed, step in zip(seeds, steps, strict=True):
                 seed.session.episodes.step(step.rewards, step.valid, step.ended)
+            # Seed k's envs are columns k * E ... (k + 1) * E - 1: each field of every seed's step in one copy.
+            rollout.rewards[t] = torch.as_tensor(np.concatenate([step.rewards for step in steps]), dtype=torch.float32)
+            rollout.terminated[t] = torch.as_tensor(np.concatenate([step.terminated for step in steps]))
+            rollout.episode_end[t] = torch.as_tensor(np.concatenate([step.ended for step in steps]))
+            rollout.valid[t] = torch.as_tensor(np.concatenate([step.valid for step in steps]))
         rollout.next_values[:-1] = rollout.values[1:]
-        last = torch.stack([obs_tensor(seed.session.source.stepper.obs) for seed in seeds])
+        last = obs_tensor(np.stack([stepper.obs for stepper in steppers]))
         rollout.next_values[-1] = stacked.values(stacked.features(last)).reshape(-1)
         rollout.advantages, rollout.returns = seeds[0].algorithm.advantages(rollout)  # GAE per column: per seed
 
@@ -287,11 +319,15 @@ class BatchedLoop:
             return
         for k in range(len(self.seeds)):  # what the finishing seeds save, and what the others are stacked anew from
             self._sync_optimizer(k)
-        for seed, reason in stopping:
+        reasons = dict(stopping)
+        ending = [k for k, seed in enumerate(self.seeds) if seed in reasons]
+        results = self._evaluate([k for k in ending if self.seeds[k].session.final_evaluation_due])  # together
+        for k in ending:
+            seed = self.seeds[k]
             with seed.global_random():
-                seed.session.finish(reason)
+                seed.session.finish(reasons[seed], results.get(k))
             seed.finished = True
-            log.info("seed %d: finished (%s)", seed.seed, reason)
+            log.info("seed %d: finished (%s)", seed.seed, reasons[seed])
         self.seeds = [seed for seed in self.seeds if not seed.finished]
         if self.seeds:
             self._stack()

@@ -24,7 +24,7 @@ from rlcore.common.seeds import periodic_seeds
 from rlcore.config.sections import Params
 from rlcore.envs.curriculum import Curriculum
 from rlcore.envs.vector import describe_space, settings_for
-from rlcore.evaluation.evaluator import Evaluator
+from rlcore.evaluation.evaluator import EvalResult, Evaluator
 from rlcore.nets.precision import Precision, copy_weights, learner_copy, training_device
 from rlcore.objectives.bc_regularizer import check_demonstrations
 from rlcore.registry import algorithm_class, check_action_space
@@ -249,22 +249,37 @@ class TrainingSession(Generic[SourceT]):
         self.state.wall_seconds = time.perf_counter() - self._started
         self.progress.advance(self.state.steps)
 
-    def checkpoint_due_or_stop(self) -> str | None:
-        """Write a metrics row, evaluate and checkpoint when due; the reason to stop, if any."""
+    @property
+    def evaluation_due(self) -> bool:
+        """Whether :meth:`checkpoint_due_or_stop` evaluates now."""
+        return self.state.steps >= self.state.next_eval
+
+    @property
+    def final_evaluation_due(self) -> bool:
+        """Whether :meth:`finish` evaluates (the last checkpoint is stale)."""
+        return self._last_checkpoint != self.state.steps
+
+    def checkpoint_due_or_stop(self, result: EvalResult | None = None) -> str | None:
+        """Write a metrics row, evaluate and checkpoint when due; the reason to stop, if any. ``result``: this
+        evaluation's result when :attr:`evaluation_due` and the caller evaluated the policy already (the seeds of a
+        batched run, together), None: the evaluator runs."""
         state = self.state
         if self.metrics.due(state.steps):
             speed = {f"train/{state.unit}_per_second": state.steps / max(state.wall_seconds, 1e-9)}
             speed["train/skipped_updates"] = float(self.algorithm.skipped_steps)
             self.metrics.flush(state.steps, {**self.episodes.drain(), **speed})
-        if state.steps >= state.next_eval:
+        if self.evaluation_due:
             every = self.params.train.eval_every
             state.next_eval += every * (1 + (state.steps - state.next_eval) // every)
-            return self.evaluate_and_checkpoint()
+            return self.evaluate_and_checkpoint(result)
         return self.stops.budget(state)
 
-    def evaluate_and_checkpoint(self) -> str | None:
+    def evaluate_and_checkpoint(self, result: EvalResult | None = None) -> str | None:
+        """Evaluate (``result``: the evaluation already run, None: run the evaluator now), checkpoint; the reason to
+        stop, if any."""
         state = self.state
-        result = self.evaluator.evaluate(self.policy)
+        if result is None:
+            result = self.evaluator.evaluate(self.policy)
         validation = self.source.validate(self.algorithm)
         state.wall_seconds = time.perf_counter() - self._started
         lesson: dict[str, Any] = {}
@@ -310,10 +325,11 @@ class TrainingSession(Generic[SourceT]):
         self.progress.evaluation(state.steps, result, state.steps / max(state.wall_seconds, 1e-9))
         return self.stops.after_evaluation(state, result, final_lesson)
 
-    def finish(self, stop_reason: str) -> dict[str, Any]:
-        """Final evaluation + checkpoint if the last one is stale, then the summary (marks the run finished)."""
-        if self._last_checkpoint != self.state.steps:
-            self.evaluate_and_checkpoint()
+    def finish(self, stop_reason: str, result: EvalResult | None = None) -> dict[str, Any]:
+        """Final evaluation + checkpoint if the last one is stale (:attr:`final_evaluation_due`; ``result``: that
+        evaluation already run, None: run it now), then the summary (marks the run finished)."""
+        if self.final_evaluation_due:
+            self.evaluate_and_checkpoint(result)
         self.close()
         summary = self.run.finish(self.state, stop_reason)
         self.run.close()
