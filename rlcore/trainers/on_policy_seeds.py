@@ -29,7 +29,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -53,12 +53,10 @@ from rlcore.nets.stacked_actor_critic import StackedActorCritic, batching_proble
 from rlcore.registry import algorithm_class
 from rlcore.trainers.finished_runs import RunFinishedError, keeping_finished_runs
 from rlcore.trainers.on_policy import train_on_policy
+from rlcore.trainers.seed_sessions import SeedRun, abandoned_on_error, open_seed_sessions
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import EnvSource
 from rlcore.trainers.stopping import EvaluationCallback
-
-if TYPE_CHECKING:
-    from rlcore.trainers import SeedRun
 
 log = logging.getLogger("rlcore")
 
@@ -125,32 +123,12 @@ def train_on_policy_seeds(runs: list[SeedRun], on_evaluation: EvaluationCallback
             except RunFinishedError:
                 log.info("seed %d: finished in %s with these train params; kept", run.seed, run.run_dir)
         return
-    seeds: list[Seed] = []
-    try:
-        for run in runs:
-            try:
-                with keeping_finished_runs():
-                    session = TrainingSession(
-                        run.params,
-                        run.run_dir,
-                        on_evaluation,
-                        None,
-                        lambda p, *_: EnvSource(p),
-                        seeds_in_memory=len(runs),
-                        label=f"seed {run.seed}",
-                    )
-            except RunFinishedError:
-                log.info("seed %d: finished in %s with these train params; kept", run.seed, run.run_dir)
-                continue
-            seeds.append(Seed(run.seed, session))
+    sessions = open_seed_sessions(runs, on_evaluation, lambda p, *_: EnvSource(p))
+    seeds = [Seed(opened.seed, opened.session, opened.torch_rng) for opened in sessions]
+    with abandoned_on_error(seeds):
         if seeds:
             log.info("train.seeds: training seeds %s as one batched program", [seed.seed for seed in seeds])
             BatchedLoop(seeds).run()
-    except BaseException as error:
-        for seed in seeds:
-            if not seed.finished:
-                seed.session.__exit__(type(error), error, error.__traceback__)
-        raise
 
 
 def greedy_of_seeds(stacked: StackedActorCritic, indices: list[int]) -> BatchedAct:
@@ -170,13 +148,13 @@ def greedy_of_seeds(stacked: StackedActorCritic, indices: list[int]) -> BatchedA
 class Seed:
     """One seed of a batched run: its session and its stream of torch's global random numbers."""
 
-    def __init__(self, seed: int, session: TrainingSession[EnvSource]) -> None:
+    def __init__(self, seed: int, session: TrainingSession[EnvSource], torch_rng: torch.Tensor) -> None:
         self.seed = seed
         self.session = session
         self.policy = cast(ActorCritic, session.policy)
         self.algorithm = cast(OnPolicyAlgorithm[Any, ActorCritic], session.algorithm)
         self.random = torch.Generator()
-        self.random.set_state(torch.get_rng_state())  # the session seeded and built (or restored) it just now
+        self.random.set_state(torch_rng)  # as the session seeded and built (or restored) it
         self.finished = False
 
     @contextlib.contextmanager

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic
+from typing import Any, Generic, Protocol
 
 import torch
 from gymnasium import spaces
@@ -90,8 +90,18 @@ def open_seed_sessions(
     return seeds
 
 
+class OpenSeed(Protocol):
+    """A seed of a batched run as :func:`abandoned_on_error` reads it (a :class:`SeedSession`, or a trainer's own
+    record of a seed)."""
+
+    finished: bool
+
+    @property
+    def session(self) -> TrainingSession[Any]: ...
+
+
 @contextlib.contextmanager
-def abandoned_on_error(seeds: Sequence[SeedSession[SourceT]]) -> Iterator[None]:
+def abandoned_on_error(seeds: Sequence[OpenSeed]) -> Iterator[None]:
     """On an error, every unfinished seed's session is abandoned as the one-seed run's would be."""
     try:
         yield
