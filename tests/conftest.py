@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,17 @@ def project(tmp_path: Path) -> Path:
     for name in ("params.yaml", "dvc.yaml", ".dvcignore", "prefect.toml"):
         shutil.copy(PROJECT / name, tmp_path / name)
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def shared_prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
+    """One real Prefect server (URL, environment) for the modules that only run flows on it and read back their own
+    runs: started once (15 s or more: its database's migrations), not once per module. Modules that deploy, schedule
+    or run work-pool workers start their own."""
+    from prefect_server import prefect_server
+
+    with prefect_server(tmp_path_factory.mktemp("shared-prefect-home"), startup_timeout=120) as server:
+        yield server
 
 
 def one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> str:

@@ -6,6 +6,7 @@ Every process started here gets its own process group and is killed (group and a
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import signal
 import socket
@@ -86,6 +87,31 @@ def prefect_server(home: Path, startup_timeout: float = 90) -> Iterator[tuple[st
         stop(server)
         log.close()
         assert not group_alive(server.pid), "prefect server left processes behind"
+
+
+@contextlib.contextmanager
+def client_of(url: str) -> Iterator[str]:
+    """This process's Prefect client uses the server at ``url`` (what ``prefect_test_harness`` sets, for a server
+    started once for several modules), and its logs and events are sent before the next module runs."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    async def drain() -> None:
+        with contextlib.suppress(RuntimeError):  # no log worker started
+            result = APILogWorker.instance().drain()
+            if inspect.isawaitable(result):
+                await result
+        result = EventsWorker.drain_all()
+        if inspect.isawaitable(result):
+            await result
+
+    with temporary_settings({PREFECT_API_URL: url}):
+        try:
+            yield url
+        finally:
+            run_coro_as_sync(drain())
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ import pytest
 from conftest import QUICK, rlcore, sets
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-from prefect.testing.utilities import prefect_test_harness
+from prefect_server import client_of
 
 from flows.pipeline import training_pipeline
 from rlcore.common.files import read_json
@@ -16,8 +16,8 @@ pytestmark = pytest.mark.server
 
 
 @pytest.fixture(scope="module")
-def prefect_server():
-    with prefect_test_harness(server_startup_timeout=120):
+def prefect_server(shared_prefect_server):
+    with client_of(shared_prefect_server[0]):
         yield
 
 

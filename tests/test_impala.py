@@ -25,8 +25,9 @@ from rlcore.workers.actors.actor import Actor, ActorSpec
 from rlcore.workers.actors.runners import DevRunner, _refresh
 from rlcore.workers.weights import WeightsCodec
 
-# Actors, workers and sweep processes run side by side: their timing (and IMPALA's learning) needs a quiet machine.
-pytestmark = pytest.mark.serial
+# `serial` (run alone, after the others): the tests with actor processes (local or Dask) running side by side, for
+# their timing and IMPALA's learning, and the one whose learner thread finishes a write 50 ms later. The others run
+# in this process (the dev runner), seeded: the same on a busy machine.
 
 PRESET = PROJECT / "configs" / "impala-cartpole.yaml"
 QUICK = ["train.progress_bar=off", "train.target_return=null"]
@@ -84,6 +85,7 @@ def test_weights_codec_round_trips_every_tensor_of_the_policy_bitwise():
         assert torch.equal(value, target.state_dict()[key]), key
 
 
+@pytest.mark.serial
 def test_an_actor_copies_published_weights_only_when_the_write_is_complete():
     params = _params()
     actor = Actor(_spec(params))
@@ -145,6 +147,7 @@ def _train_killing_one(params, root: Path, prefix: str) -> list[int]:
     return killed
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_killing_an_actor_process_mid_run_replaces_it_and_the_run_finishes(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -162,6 +165,7 @@ def test_killing_an_actor_process_mid_run_replaces_it_and_the_run_finishes(
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("rlcore-actor-")]
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_dask_actors_on_a_local_cluster_train_and_survive_a_lost_worker(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -176,6 +180,7 @@ def test_dask_actors_on_a_local_cluster_train_and_survive_a_lost_worker(
     assert _curve(tmp_path, params)["train"]["learner_busy_fraction"] > 0
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_impala_preset_with_two_actor_processes_reaches_475_on_the_test_score(tmp_path: Path):
     # configs/impala-cartpole.yaml: 2 subprocess actors x 8 envs, seed 0, its budget; the selected model's

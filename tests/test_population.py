@@ -36,8 +36,8 @@ from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stag
 from rlcore.trainers.population import iteration_seed
 from rlcore.workers.population.runners import DevRunner, LocalRunner
 
-# Actors, workers and sweep processes run side by side: their timing (and IMPALA's learning) needs a quiet machine.
-pytestmark = pytest.mark.serial
+# `serial` (run alone, after the others): the tests with worker processes (local or Dask) running side by side,
+# for their timing. The others run in this process (the dev runner, SVPG), seeded: the same on a busy machine.
 
 ES_PRESET = PROJECT / "configs" / "es-cartpole.yaml"
 SVPG_PRESET = PROJECT / "configs" / "svpg-cartpole.yaml"
@@ -200,6 +200,7 @@ def test_es_params_are_checked_in_one_line():
 # --- determinism and resume -------------------------------------------------------------------------------------
 
 
+@pytest.mark.serial
 @pytest.mark.slow  # three whole ES runs, three worker processes (the costliest test left in `make test-fast`)
 def test_es_parameters_after_3_iterations_are_identical_with_1_and_2_workers_and_in_process(tmp_path: Path):
     # A checkpoint after every iteration; observation normalization on, so its statistics (merged in pair order)
@@ -252,6 +253,7 @@ def _kill_a_child_once(prefix: str, ready: Callable[[], bool], killed: list[int]
         time.sleep(0.005)
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_a_killed_local_worker_is_replaced_and_its_tasks_are_re_issued(caplog: pytest.LogCaptureFixture):
     params = _es_params("algo.runner=local", "algo.num_workers=2", "algo.population_size=64")
@@ -280,6 +282,7 @@ def test_a_killed_local_worker_is_replaced_and_its_tasks_are_re_issued(caplog: p
         assert np.array_equal(got.returns, want.returns) and np.array_equal(got.lengths, want.lengths)
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_es_on_a_dask_cluster_survives_a_worker_killed_mid_iteration(tmp_path: Path, caplog: pytest.LogCaptureFixture):
     # The training stage (what the pipeline flow's train task runs) on a LocalCluster of 2 worker processes; one
@@ -350,6 +353,7 @@ def _learn(preset: Path, tmp_path: Path) -> dict:
     return metrics
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_es_preset_with_two_worker_processes_reaches_475_on_the_test_score(tmp_path: Path):
     # configs/es-cartpole.yaml: seed 0, 32 rollouts per iteration on 2 local worker processes; stops at a periodic

@@ -32,8 +32,8 @@ from flows.sweep.apply import set_values
 from flows.sweep.storage import asks_are_locked, study_lock
 from flows.sweep.study import SweepStudy
 
-# Actors, workers and sweep processes run side by side: their timing (and IMPALA's learning) needs a quiet machine.
-pytestmark = pytest.mark.serial
+# `serial` (run alone, after the others): the tests whose sweep processes run side by side, for their timing. The
+# other sweeps here run their trials in this process (sweep.workers 1), seeded: the same trials on a busy machine.
 
 BUDGET = [
     "train.max_steps=30000",
@@ -220,6 +220,7 @@ def _spawn(root: Path, overrides: list[str]) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_two_sweep_processes_on_one_study_run_trials_concurrently_without_losing_or_duplicating(
     project: Path,
@@ -242,6 +243,7 @@ def test_two_sweep_processes_on_one_study_run_trials_concurrently_without_losing
     ), "no two trials of the two processes ran at the same time"
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_sigkill_mid_sweep_then_rerun_completes_the_study_and_keeps_finished_trials(project: Path) -> None:
     overrides = [*SHORT, "sweep.n_trials=6", "sweep.workers=2"]

@@ -1,6 +1,6 @@
 """``rlcore sweep`` as a Prefect flow (a task run per trial, trials in worker processes) and as a DVC stage.
 
-Both run against one temporary Prefect server (``prefect_test_harness``), as ``PREFECT_API_URL``.
+Both run against one temporary Prefect server (conftest's ``shared_prefect_server``), as ``PREFECT_API_URL``.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,18 +18,16 @@ import yaml
 from conftest import PROJECT, rlcore, sets
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterId
-from prefect.testing.utilities import prefect_test_harness
+from prefect_server import client_of
 from test_sweep import SHORT, load_study
 
 pytestmark = pytest.mark.server
 
 
 @pytest.fixture(scope="module")
-def api_url() -> str:
-    with prefect_test_harness(server_startup_timeout=120):
-        from prefect.settings import PREFECT_API_URL
-
-        yield PREFECT_API_URL.value()
+def api_url(shared_prefect_server: tuple[str, dict[str, str]]) -> Iterator[str]:
+    with client_of(shared_prefect_server[0]) as url:
+        yield url
 
 
 async def _latest_sweep_run():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import QUICK, rlcore, sets
-from prefect_server import pointed_at, prefect_server
+from prefect_server import pointed_at
 
 from rlcore.common.files import read_json, sha256_file
 from rlcore.config.sections import DeployConfig
@@ -22,8 +22,9 @@ pytestmark = pytest.mark.server
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with prefect_server(tmp_path_factory.mktemp("prefect-home")) as (url, env), pointed_at(env):
+def server(shared_prefect_server):
+    url, env = shared_prefect_server
+    with pointed_at(env):
         yield url
 
 
