@@ -165,8 +165,8 @@ def parallel_env_factory(env_id: str, function: str = "parallel_env") -> Callabl
             names = [name for name in dir(module) if not name.startswith("_")]
             if function == "parallel_env" and callable(getattr(module, "env", None)):
                 raise ValueError(
-                    f"{path} has no parallel_env, only an AEC env (a turn-based game): set env.opponent to play it "
-                    "against an opponent (rlcore.envs.turn_based)"
+                    f"env.opponent: missing; {path} has no parallel_env, only an AEC env (a turn-based game): set "
+                    "env.opponent to the import path of an opponent to play it against (rlcore.envs.turn_based)"
                 )
             raise ValueError(
                 f"{path} has no {function} (a PettingZoo env module has one; or name a function that "
