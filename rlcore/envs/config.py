@@ -161,7 +161,9 @@ class EnvConfig(StrictModel):
             raise ValueError(f"env.opponent: only for two-player PettingZoo AEC games (pettingzoo:...), not {self.id}")
         if self.turn_based():
             if self.agent_id is not None:
-                raise ValueError("env.agent_id: a turn-based game's learner is one agent (its own seat's view); remove it")
+                raise ValueError(
+                    "env.agent_id: a turn-based game's learner is one agent (its own seat's view); remove it"
+                )
             check_game(self.id, self.kwargs, str(self.opponent))  # builds the game and plays one game against it
             self._pettingzoo_unsupported()
             return self

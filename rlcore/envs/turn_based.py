@@ -55,7 +55,7 @@ def load_opponent(path: str) -> Opponent:
     opponent = import_object(path)
     if not callable(opponent):
         raise ValueError(f"{path} is {type(opponent).__name__}, not a function (observation, rng) -> action")
-    return opponent  # type: ignore[no-any-return]
+    return opponent
 
 
 def build_game(env_id: str, kwargs: dict[str, Any]) -> Any:
@@ -66,7 +66,8 @@ def build_game(env_id: str, kwargs: dict[str, Any]) -> Any:
             warnings.simplefilter("ignore", DeprecationWarning)
             game = factory(**kwargs)
     except TypeError as exc:
-        raise ValueError(f"env.kwargs: {env_id} does not accept these arguments: {' '.join(str(exc).split())}") from None
+        message = " ".join(str(exc).split())
+        raise ValueError(f"env.kwargs: {env_id} does not accept these arguments: {message}") from None
     except (Exception, SystemExit) as exc:
         raise ValueError(f"env.kwargs: {env_id} refuses them: {raised_at(exc)}") from None
     if not (callable(getattr(game, "last", None)) and callable(getattr(game, "agent_iter", None))):
@@ -241,6 +242,11 @@ class TurnBasedGame(gym.Env):
 
     def close(self) -> None:
         self.game.close()
+
+
+def make_game(**kwargs: Any) -> gym.Env:
+    """:class:`TurnBasedGame` (``env_id``, ``opponent``, ``kwargs``) as a gymnasium entry point."""
+    return TurnBasedGame(**kwargs)
 
 
 def describe_opponent(env_id: str, kwargs: dict[str, Any], opponent: str) -> dict[str, Any]:

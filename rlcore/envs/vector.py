@@ -27,7 +27,7 @@ from rlcore.envs.multiagent import ParallelEnvRows, is_multiagent
 from rlcore.envs.observations import PackDictObservations, PackedDict, observation_problem
 from rlcore.envs.parameters import EnvParameters
 from rlcore.envs.settings import Parameters, lesson_parameters
-from rlcore.envs.turn_based import TurnBasedGame
+from rlcore.envs.turn_based import make_game
 
 
 class EpisodeSettings(Protocol):
@@ -130,7 +130,7 @@ def make_vector_env(
     kwargs = env.kwargs
     if env.turn_based():  # the learner's seat of a two-player game, the opponent inside (rlcore.envs.turn_based)
         kwargs = {"env_id": env.id, "opponent": env.opponent, "kwargs": env.kwargs}
-        spec = gym.envs.registration.EnvSpec(id=env.id, entry_point=TurnBasedGame, disable_env_checker=True)
+        spec = gym.envs.registration.EnvSpec(id=env.id, entry_point=make_game, disable_env_checker=True)
     else:
         spec = env_spec(env.id)  # also registers ids of known packages (MinAtar, ALE) in this process
     if mode == "auto":

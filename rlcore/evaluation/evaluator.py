@@ -92,7 +92,8 @@ def game_outcomes(returns: list[float] | np.ndarray, seats: list[int] | np.ndarr
             p = float(hits.sum()) / n
             centre = (p + z2 / (2 * n)) / (1 + z2 / n)
             half = WILSON_Z * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-            found[f"{name}_rate"], found[f"{name}_ci95"] = p, [max(0.0, float(centre - half)), min(1.0, float(centre + half))]
+            found[f"{name}_rate"] = p
+            found[f"{name}_ci95"] = [max(0.0, float(centre - half)), min(1.0, float(centre + half))]
         return found
 
     return {**rates(values), "first": rates(values[seat == 0]), "second": rates(values[seat == 1])}

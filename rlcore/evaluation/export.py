@@ -38,9 +38,9 @@ from rlcore.envs.action_masks import MaskInputs, mask_inputs
 from rlcore.envs.actions import sub_action_sizes
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.multiagent import describe_agents
-from rlcore.envs.turn_based import describe_opponent
 from rlcore.envs.observations import obs_tensor, observation_input
 from rlcore.envs.stepping import VectorStepper
+from rlcore.envs.turn_based import describe_opponent
 from rlcore.envs.vector import make_vector_env, space_from_description
 from rlcore.nets.policy import Policy, reset_state
 
