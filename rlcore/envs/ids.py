@@ -9,6 +9,7 @@ import importlib
 import math
 import re
 import reprlib
+import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -26,9 +27,9 @@ def check_env_id(env_id: str) -> None:
         try:
             parallel_env_factory(env_id)
         except ValueError:  # a module with an AEC game only (``env``): played turn-based (env.opponent)
-            if ":" in env_id.removeprefix(PREFIX):
+            module = env_id.removeprefix(PREFIX)
+            if ":" in module or not callable(getattr(sys.modules.get(module), "env", None)):
                 raise
-            parallel_env_factory(env_id, function="env")
         return
     try:
         spec = env_spec(env_id)
