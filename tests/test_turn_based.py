@@ -13,6 +13,7 @@ import onnxruntime
 import pytest
 import torch
 
+from rlcore.common.checkpoints import load_checkpoint
 from rlcore.common.errors import ConfigError
 from rlcore.common.files import read_json
 from rlcore.config.sections import PolicyConfig
@@ -25,6 +26,7 @@ from rlcore.evaluation.evaluator import Evaluator, game_outcomes
 from rlcore.evaluation.export import ExportOptions, export_policy
 from rlcore.nets.policies import ActorCritic
 from rlcore.params import load_params, validate_params
+from rlcore.registry import policy_from_checkpoint
 from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -300,8 +302,10 @@ def test_ppo_learns_to_beat_the_random_opponent_quickly(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_preset_runs_through_the_pipeline_and_beats_random_playing_first_and_second(tmp_path: Path) -> None:
-    """configs/ppo-tictactoe.yaml, seed 0, train -> evaluate -> select -> export: the test outcomes (200 games, 100
-    each seat) against the random opponent, and the exported model against a perfect (minimax) player."""
+    """configs/ppo-tictactoe.yaml, seed 0, train -> evaluate -> select -> export (about 5 min on the busy 2-core
+    machine): the selected model's test outcomes against the random opponent (200 games, 100 in each seat), the
+    exported onnx model playing only legal moves, and the selected model against a perfect (minimax) player: never a
+    win (no one beats it); its draw rate is measured, not a target of this slice (self-play's)."""
     params = load_params(PROJECT / "configs" / "ppo-tictactoe.yaml", ["seed=0", "train.progress_bar=off"])
     train_stage(params, tmp_path)
     evaluate_stage(params, tmp_path)
@@ -309,9 +313,21 @@ def test_the_preset_runs_through_the_pipeline_and_beats_random_playing_first_and
     export_stage(params, tmp_path)
     outcomes = read_json(tmp_path / "reports" / "metrics.json")["outcomes"]
     assert outcomes["first"]["win_or_draw_rate"] >= 0.95, outcomes
-    assert outcomes["second"]["win_or_draw_rate"] >= 0.8, outcomes
+    assert outcomes["second"]["win_or_draw_rate"] >= 0.9, outcomes
     assert "Against the opponent" in (tmp_path / "reports" / "report.md").read_text()
-    perfect = EnvConfig(id=TICTACTOE, opponent="test_turn_based:minimax", action_mask="observation")
-    evaluator = Evaluator(perfect, episodes=100, seed=0, max_episode_steps=9)
     session = onnxruntime.InferenceSession(str(tmp_path / "export" / "policy.onnx"), providers=["CPUExecutionProvider"])
-    del session, evaluator  # the draw rate against minimax is measured by benchmarks (see the report)
+    game = TurnBasedGame(TICTACTOE, RANDOM)
+    for seed in range(50):
+        obs, _ = game.reset(seed=seed)
+        done = False
+        while not done:
+            mask = obs["action_mask"].astype(bool)
+            (move,) = session.run(None, {"obs": obs["observation"][None], "action_mask": mask[None]})[0]
+            assert mask[int(move)], (seed, obs, move)
+            obs, _, done, _, _ = game.step(int(move))
+    policy = policy_from_checkpoint(load_checkpoint(tmp_path / "models" / "best" / "policy.pt"))
+    perfect = EnvConfig(id=TICTACTOE, opponent="test_turn_based:minimax", action_mask="observation")
+    evaluator = Evaluator(perfect, episodes=100, seed=0, max_episode_steps=9, max_parallel_envs=50)
+    against = evaluator.evaluate(policy).outcomes
+    evaluator.close()
+    assert against["win_rate"] == 0.0, against
