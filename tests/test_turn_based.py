@@ -134,6 +134,22 @@ def test_the_random_opponent_plays_only_legal_moves_and_the_same_seeds_the_same_
         assert mask[random_legal({"action_mask": mask.astype(np.int8)}, rng)]
 
 
+def test_connect_four_plays_the_same_way() -> None:
+    """connect_four_v3 through the same adapter: the load check passes, and 20 random games end with -1, 0 or 1,
+    the learner's mark count following its seat."""
+    connect_four = "pettingzoo:pettingzoo.classic.connect_four_v3"
+    check_game(connect_four, {}, RANDOM)
+    env = TurnBasedGame(connect_four, RANDOM)
+    rng = np.random.default_rng(0)
+    for seed in range(20):
+        obs, info = env.reset(seed=seed)
+        assert np.asarray(obs["observation"])[:, :, 1].sum() == info["seat"] == seed % 2
+        done, reward = False, 0.0
+        while not done:
+            obs, reward, done, _, _ = env.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
+        assert reward in (-1.0, 0.0, 1.0) and sum(env.game_returns.values()) == 0.0
+
+
 def always_zero(observation: dict[str, Any], rng: np.random.Generator) -> int:
     return 0
 
