@@ -305,6 +305,20 @@ TINY_PPO = {
 }
 
 
+def test_the_same_seed_trains_the_same_policy_against_the_same_opponent_moves(tmp_path: Path) -> None:
+    """Two runs of 2,048 learner moves, seed 0: the same periodic scores and outcomes (the opponent's generator is
+    seeded from the episodes' seeds)."""
+    from rlcore.trainers import train
+
+    tree = {
+        **TINY_PPO,
+        "train": {"max_steps": 2048, "eval_every": 1024, "log_every": 1024, "eval_episodes": 10, "progress_bar": False},
+    }
+    runs = [train(validate_params(tree), tmp_path / name)["evaluations"] for name in ("one", "two")]
+    scores = [[{k: v for k, v in row.items() if k != "wall_seconds"} for row in run] for run in runs]
+    assert scores[0] == scores[1] and len(scores[0]) == 2 and "mean_return" in scores[0][0]
+
+
 @pytest.mark.slow
 def test_ppo_learns_to_beat_the_random_opponent_quickly(tmp_path: Path) -> None:
     """Seed 0, 40,960 learner moves (50 s on the busy 2-core machine): the periodic evaluation (100 greedy games,
