@@ -332,7 +332,7 @@ def test_ppo_learns_to_beat_the_random_opponent_quickly(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_preset_runs_through_the_pipeline_and_beats_random_playing_first_and_second(tmp_path: Path) -> None:
-    """configs/ppo-tictactoe.yaml, seed 0, train -> evaluate -> select -> export (about 12 min on the busy 2-core
+    """configs/ppo-tictactoe.yaml, seed 0, train -> evaluate -> select -> export (7 to 12 min on the busy 2-core
     machine): the selected model's test outcomes against the random opponent (200 games, 100 in each seat), the
     exported onnx model playing only legal moves, and the selected model against a perfect (minimax) player: never a
     win (no one beats it); its draw rate is measured, not a target of this slice (self-play's)."""
