@@ -17,6 +17,7 @@ from rlcore.envs.ids import check_env_id, check_env_kwargs, env_spec, import_obj
 from rlcore.envs.multiagent import Agents, agents_of, is_multiagent, with_agent_id
 from rlcore.envs.parameters import check_parameters as check_env_parameters
 from rlcore.envs.settings import Lesson, Parameters, check_curriculum, check_parameter_names
+from rlcore.envs.turn_based import check_game, load_opponent
 
 MAX_NUM_ENVS = 4096
 """The most envs stepped together (``env.num_envs``, ``collect.num_envs``, ``eval.max_parallel_envs``)."""
@@ -66,7 +67,8 @@ class EnvConfig(StrictModel):
     id: str = "CartPole-v1"
     """A registered gymnasium id, optionally ``module:Env-v0`` to import the module that registers it; or a
     PettingZoo Parallel env, ``pettingzoo:<module>`` (its ``parallel_env``: ``pettingzoo:mpe2.simple_spread_v3``) or
-    ``pettingzoo:<module>:<function>``, whose agents are the rows of the vector env (``rlcore.envs.multiagent``)."""
+    ``pettingzoo:<module>:<function>``, whose agents are the rows of the vector env (``rlcore.envs.multiagent``); or,
+    with ``opponent``, a two-player AEC game (the module's ``env``: ``pettingzoo:pettingzoo.classic.tictactoe_v3``)."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments for the env's constructor (``gymnasium.make_vec(id, **kwargs)``). Checked at load:
     ``max_episode_steps`` is a positive integer, ``render_mode`` one the env lists, and a value has the type of the
@@ -103,6 +105,11 @@ class EnvConfig(StrictModel):
     agent_id: bool | None = None
     """PettingZoo envs only: append the agent's one-hot to its observation, so the policy all agents share can tell
     them apart (null: true)."""
+    opponent: str | None = None
+    """Two-player turn-based games (a PettingZoo AEC ``env.id``) only: import path of the opponent, a function
+    ``(observation, rng) -> action`` playing the other seat inside the env (``rlcore.envs.opponents:random_legal``: a
+    uniformly random legal move). The learner's seat alternates per episode (``rlcore.envs.turn_based``); null: the
+    env is a Parallel one, every agent a row."""
 
     @field_validator("id")
     @classmethod
@@ -110,9 +117,21 @@ class EnvConfig(StrictModel):
         check_env_id(env_id)
         return env_id
 
+    @field_validator("opponent")
+    @classmethod
+    def _opponent_importable(cls, path: str | None) -> str | None:
+        if path is not None:
+            load_opponent(path)
+        return path
+
+    def turn_based(self) -> bool:
+        """Whether this is a two-player game played against ``opponent`` (``rlcore.envs.turn_based``): one agent."""
+        return self.opponent is not None
+
     def agents(self) -> Agents | None:
-        """The agents of a PettingZoo env (``rlcore.envs.multiagent``); None for a gymnasium env."""
-        return agents_of(self.id, self.kwargs) if is_multiagent(self.id) else None
+        """The agents of a PettingZoo Parallel env (``rlcore.envs.multiagent``); None for a gymnasium env or a
+        turn-based game (its learner is one agent)."""
+        return agents_of(self.id, self.kwargs) if is_multiagent(self.id) and not self.turn_based() else None
 
     def rows(self, num_envs: int) -> int:
         """Rows of a vector env of ``num_envs`` copies of this env: one per agent of each copy."""
@@ -126,6 +145,8 @@ class EnvConfig(StrictModel):
         agents = self.agents()
         if agents is not None:
             return agents.max_cycles
+        if self.turn_based():  # a game ends by its own rules
+            return None
         limits = [self.kwargs.get("max_episode_steps") or env_spec(self.id).max_episode_steps]
         for item in self.wrappers:
             wrapper = import_object(item.wrapper)
@@ -136,6 +157,16 @@ class EnvConfig(StrictModel):
 
     @model_validator(mode="after")
     def _kwargs_fit_the_env(self) -> EnvConfig:
+        if self.opponent is not None and not is_multiagent(self.id):
+            raise ValueError(f"env.opponent: only for two-player PettingZoo AEC games (pettingzoo:...), not {self.id}")
+        if self.turn_based():
+            if self.agent_id is not None:
+                raise ValueError(
+                    "env.agent_id: a turn-based game's learner is one agent (its own seat's view); remove it"
+                )
+            check_game(self.id, self.kwargs, str(self.opponent))  # builds the game and plays one game against it
+            self._pettingzoo_unsupported()
+            return self
         agents = self.agents()  # builds a PettingZoo env once: its kwargs and agents are checked there
         if agents is None:
             check_env_kwargs(self.id, self.kwargs)
@@ -144,6 +175,10 @@ class EnvConfig(StrictModel):
             return self
         if self.agent_id is not False:
             with_agent_id(agents.observation_space, len(agents.names), self.id)
+        self._pettingzoo_unsupported()
+        return self
+
+    def _pettingzoo_unsupported(self) -> None:
         unsupported = {
             "env.wrappers": bool(self.wrappers),
             "env.parameters": bool(self.parameters),
@@ -154,7 +189,6 @@ class EnvConfig(StrictModel):
         for key, given in unsupported.items():
             if given:
                 raise ValueError(f"{key}: not supported for PettingZoo envs ({self.id}) yet; remove it")
-        return self
 
     @model_validator(mode="after")
     def _wrappers_need_sub_envs(self) -> EnvConfig:

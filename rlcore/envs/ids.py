@@ -9,6 +9,7 @@ import importlib
 import math
 import re
 import reprlib
+import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +24,12 @@ def check_env_id(env_id: str) -> None:
     """Raise ``ValueError`` (pydantic turns it into a one-line ``ConfigError``) unless ``env_id`` is registered,
     importing the module of a ``module:Env-v0`` id first; or, for ``pettingzoo:...``, unless its function imports."""
     if is_multiagent(env_id):
-        parallel_env_factory(env_id)
+        try:
+            parallel_env_factory(env_id)
+        except ValueError:  # a module with an AEC game only (``env``): played turn-based (env.opponent)
+            module = env_id.removeprefix(PREFIX)
+            if ":" in module or not callable(getattr(sys.modules.get(module), "env", None)):
+                raise
         return
     try:
         spec = env_spec(env_id)
@@ -129,7 +135,7 @@ path through the old name is refused with the new one."""
 
 
 PREFIX = "pettingzoo:"
-"""What starts an ``env.id`` naming a PettingZoo Parallel env."""
+"""What starts an ``env.id`` naming a PettingZoo env (Parallel; AEC with ``env.opponent``)."""
 
 
 def is_multiagent(env_id: str) -> bool:
@@ -137,9 +143,10 @@ def is_multiagent(env_id: str) -> bool:
     return env_id.startswith(PREFIX)
 
 
-def parallel_env_factory(env_id: str) -> Callable[..., Any]:
-    """The function that builds one ``env_id`` env from its kwargs; ``ValueError`` (one line) when the module or the
-    function does not exist."""
+def parallel_env_factory(env_id: str, function: str = "parallel_env") -> Callable[..., Any]:
+    """The function that builds one ``env_id`` env from its kwargs: ``pettingzoo:<module>:<function>``'s, else the
+    module's ``function`` (``parallel_env``; ``env`` for an AEC game, ``rlcore.envs.turn_based``); ``ValueError``
+    (one line) when the module or the function does not exist."""
     path = env_id.removeprefix(PREFIX)
     if not path:
         raise ValueError(f"{env_id!r}: expected pettingzoo:<module> (e.g. pettingzoo:mpe2.simple_spread_v3)")
@@ -154,15 +161,20 @@ def parallel_env_factory(env_id: str) -> Callable[..., Any]:
             raise ValueError(f"cannot import PettingZoo env module {path!r}: {exc}") from None
         except (Exception, SystemExit) as exc:
             raise ValueError(f"importing PettingZoo env module {path!r} raised {raised_at(exc)}") from None
-        factory = getattr(module, "parallel_env", None)
+        factory = getattr(module, function, None)
         if factory is None:
             names = [name for name in dir(module) if not name.startswith("_")]
+            if function == "parallel_env" and callable(getattr(module, "env", None)):
+                raise ValueError(
+                    f"env.opponent: missing; {path} has no parallel_env, only an AEC env (a turn-based game): set "
+                    "env.opponent to the import path of an opponent to play it against (rlcore.envs.turn_based)"
+                )
             raise ValueError(
-                f"{path} has no parallel_env (a PettingZoo Parallel env module has one; or name a function that "
-                f"returns a ParallelEnv as pettingzoo:{path}:<function>){did_you_mean('parallel_env', names)}"
+                f"{path} has no {function} (a PettingZoo env module has one; or name a function that "
+                f"returns the env as pettingzoo:{path}:<function>){did_you_mean(function, names)}"
             )
     if not callable(factory):
-        raise ValueError(f"{path} is not a function returning a PettingZoo ParallelEnv")
+        raise ValueError(f"{path} is not a function returning a PettingZoo env")
     return factory
 
 

@@ -27,6 +27,7 @@ from rlcore.envs.multiagent import ParallelEnvRows, is_multiagent
 from rlcore.envs.observations import PackDictObservations, PackedDict, observation_problem
 from rlcore.envs.parameters import EnvParameters
 from rlcore.envs.settings import Parameters, lesson_parameters
+from rlcore.envs.turn_based import make_game
 
 
 class EpisodeSettings(Protocol):
@@ -114,7 +115,7 @@ def make_vector_env(
     ``sync``. Refuses (one line) an env that does not reset in the step after an episode ends, which every
     loop here relies on (gymnasium's default, ``AutoresetMode.NEXT_STEP``).
     """
-    if is_multiagent(env.id):
+    if is_multiagent(env.id) and not env.turn_based():
         return _guarded_checked(make_parallel_rows(env, num_envs), env)
     wrappers: list[Callable[[gym.Env], gym.Wrapper]] = [
         UserWrapper(index, item.wrapper, item.kwargs) for index, item in enumerate(env.wrappers)
@@ -126,13 +127,16 @@ def make_vector_env(
     if episode_settings is not None:
         wrappers.append(functools.partial(ApplyEpisodeSettings, settings=episode_settings))
     mode = env.vectorization
-    spec = env_spec(env.id)  # also registers ids of known packages (MinAtar, ALE) in this process
+    kwargs = env.kwargs
+    if env.turn_based():  # the learner's seat of a two-player game, the opponent inside (rlcore.envs.turn_based)
+        kwargs = {"env_id": env.id, "opponent": env.opponent, "kwargs": env.kwargs}
+        spec = gym.envs.registration.EnvSpec(id=env.id, entry_point=make_game, disable_env_checker=True)
+    else:
+        spec = env_spec(env.id)  # also registers ids of known packages (MinAtar, ALE) in this process
     if mode == "auto":
         mode = "vector_entry_point" if spec.vector_entry_point is not None and not wrappers else "sync"
     try:
-        vector_env = gym.make_vec(
-            env.id, num_envs=num_envs, vectorization_mode=mode, wrappers=wrappers or None, **env.kwargs
-        )
+        vector_env = gym.make_vec(spec, num_envs=num_envs, vectorization_mode=mode, wrappers=wrappers or None, **kwargs)
     except RLCoreError:  # a wrapper's (UserWrapper), already naming its key
         raise
     except TypeError as exc:

@@ -24,6 +24,7 @@ from rlcore.envs.actions import to_env_actions
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.return_reduction import reduce_returns
 from rlcore.envs.stepping import NonFiniteError, check_finite, finite
+from rlcore.envs.turn_based import learner_seat
 from rlcore.envs.vector import EpisodeSettings, make_vector_env, use_settings
 from rlcore.nets.policy import Policy
 
@@ -59,6 +60,43 @@ def bootstrap_interval(
     tail = (1.0 - confidence) / 2
     low, high = np.quantile(means, [tail, 1.0 - tail])
     return float(low), float(high)
+
+
+WILSON_Z = 1.959963984540054
+"""The standard normal's 0.975 quantile: Wilson intervals are 95% ones."""
+
+
+def game_outcomes(returns: list[float] | np.ndarray, seats: list[int] | np.ndarray) -> dict[str, Any]:
+    """Win, draw and loss rates of a two-player game's episodes (``rlcore.envs.turn_based``): a return above 0 is a
+    win, 0 a draw, below 0 a loss; ``seats`` (E,) is the learner's seat in each (0: it moved first).
+
+    Each rate ``p = k / n`` (and ``win_or_draw``'s) comes with its 95% Wilson score interval, ``(p + z²/2n ± z
+    sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)``, z = 1.96: unlike the normal approximation it stays inside [0, 1] and is
+    not empty at 0 or n wins. Returned for all episodes, and apart for those played ``first`` and ``second``."""
+    values = np.asarray(returns, dtype=np.float64)
+    seat = np.asarray(seats, dtype=np.int64)
+    z2 = WILSON_Z**2
+
+    def rates(chosen: np.ndarray) -> dict[str, Any]:
+        n = int(len(chosen))
+        found: dict[str, Any] = {"episodes": n}
+        for name, hits in (
+            ("win", chosen > 0),
+            ("draw", chosen == 0),
+            ("loss", chosen < 0),
+            ("win_or_draw", chosen >= 0),
+        ):
+            if n == 0:
+                found[f"{name}_rate"], found[f"{name}_ci95"] = None, None
+                continue
+            p = float(hits.sum()) / n
+            centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+            half = WILSON_Z * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+            found[f"{name}_rate"] = p
+            found[f"{name}_ci95"] = [max(0.0, float(centre - half)), min(1.0, float(centre + half))]
+        return found
+
+    return {**rates(values), "first": rates(values[seat == 0]), "second": rates(values[seat == 1])}
 
 
 SCORE_KEYS = (
@@ -105,6 +143,9 @@ class EvalResult:
     lengths: list[int]
     agent_returns: dict[str, list[float]] | None = None
     """Multi-agent envs: agent name -> its return in each episode (E,); None for a single-agent env."""
+    outcomes: dict[str, Any] | None = None
+    """Two-player games against a fixed opponent: win, draw and loss rates with 95% intervals, for all episodes and
+    by seat (:func:`game_outcomes`); None for other envs."""
 
     @classmethod
     def from_episodes(
@@ -113,7 +154,9 @@ class EvalResult:
         lengths: list[int],
         truncated: int = 0,
         agent_returns: dict[str, list[float]] | None = None,
+        seats: list[int] | None = None,
     ) -> EvalResult:
+        """``seats``: a two-player game's learner seat in each episode, for :attr:`outcomes`."""
         values = np.asarray(returns, dtype=np.float64)
         low, high = bootstrap_interval(values)
         return cls(
@@ -133,21 +176,25 @@ class EvalResult:
             agent_returns=None
             if agent_returns is None
             else {k: [float(r) for r in v] for k, v in agent_returns.items()},
+            outcomes=None if seats is None else game_outcomes(values, seats),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field; ``agent_returns`` only for a multi-agent env."""
+        """Every field; ``agent_returns`` only for a multi-agent env, ``outcomes`` only for a two-player game."""
         fields = dataclasses.asdict(self)
-        if self.agent_returns is None:
-            del fields["agent_returns"]
+        for key in ("agent_returns", "outcomes"):
+            if fields[key] is None:
+                del fields[key]
         return fields
 
     def scores(self) -> dict[str, Any]:
         """:data:`SCORE_KEYS`: everything but the per-episode lists; for a multi-agent env also
-        ``agent_mean_returns``, each agent's mean return by name."""
+        ``agent_mean_returns``, each agent's mean return by name; for a two-player game ``outcomes``."""
         scores = {key: getattr(self, key) for key in SCORE_KEYS}
         if self.agent_returns is not None:
             scores["agent_mean_returns"] = {name: float(np.mean(r)) for name, r in self.agent_returns.items()}
+        if self.outcomes is not None:
+            scores["outcomes"] = self.outcomes
         return scores
 
     def summary(self) -> str:
@@ -211,6 +258,8 @@ class Evaluator:
         self.agents: tuple[str, ...] = agents.names if agents is not None else ()
         """A multi-agent env's agents (each a row of every episode's copy of the env); empty for one agent."""
         self.return_reduction = return_reduction
+        self.turn_based = env.turn_based()
+        """A two-player game against a fixed opponent: results carry win/draw/loss rates (:func:`game_outcomes`)."""
         self.label = label
         self.episodes = episodes
         self.seed = seed
@@ -264,7 +313,8 @@ class Evaluator:
             cut = np.asarray(np.reshape(batch_truncated, (-1, agents)).any(axis=1))
             truncated += int(cut[:wanted].sum())
         if not self.agents:
-            return EvalResult.from_episodes([float(r[0]) for r in returns], lengths, truncated)
+            seats = [learner_seat(seed) for seed in self.seeds] if self.turn_based else None
+            return EvalResult.from_episodes([float(r[0]) for r in returns], lengths, truncated, seats=seats)
         table = np.stack(returns)  # (E, A)
         scores = reduce_returns(table, self.agents, self.return_reduction).tolist()
         by_agent = {name: table[:, index].tolist() for index, name in enumerate(self.agents)}

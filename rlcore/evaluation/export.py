@@ -40,6 +40,7 @@ from rlcore.envs.config import EnvConfig
 from rlcore.envs.multiagent import describe_agents
 from rlcore.envs.observations import obs_tensor, observation_input
 from rlcore.envs.stepping import VectorStepper
+from rlcore.envs.turn_based import describe_opponent
 from rlcore.envs.vector import make_vector_env, space_from_description
 from rlcore.nets.policy import Policy, reset_state
 
@@ -482,6 +483,8 @@ def model_card(
 
 
 def _agents(env: dict[str, Any]) -> dict[str, Any]:
+    if env.get("opponent") is not None:  # a two-player game against a fixed opponent (rlcore.envs.turn_based)
+        return {"turn_based": describe_opponent(env["id"], env.get("kwargs", {}), env["opponent"])}
     agents = describe_agents(env["id"], env.get("kwargs", {}), env.get("agent_id"))
     return {} if agents is None else {"agents": agents}
 

@@ -227,6 +227,28 @@ def seeds_words(
     ]
 
 
+def _outcome_lines(outcomes: dict[str, Any] | None) -> list[str]:
+    """A two-player game's test outcomes against its opponent: win/draw/loss rates, 95% Wilson intervals, by seat."""
+    if outcomes is None:
+        return []
+
+    def rates(of: dict[str, Any]) -> str:
+        if not of["episodes"]:
+            return "no episodes"
+        parts = [
+            f"{name.replace('_or_', ' or ')} {of[f'{name}_rate']:.2f} [{of[f'{name}_ci95'][0]:.2f}, "
+            f"{of[f'{name}_ci95'][1]:.2f}]"
+            for name in ("win", "draw", "loss", "win_or_draw")
+        ]
+        return ", ".join(parts) + f" ({of['episodes']} episodes)"
+
+    return [
+        f"**Against the opponent** (rates, 95% Wilson intervals): {rates(outcomes)}; moving first: "
+        f"{rates(outcomes['first'])}; moving second: {rates(outcomes['second'])}.",
+        "",
+    ]
+
+
 def _score_lines(selection: dict[str, Any]) -> list[str]:
     """The report's head: the test score, the validation score selection used, and which checkpoint and why."""
     test, validation = selection["test"], selection["validation"]
@@ -236,6 +258,7 @@ def _score_lines(selection: dict[str, Any]) -> list[str]:
         f"(std {test['std_return']:.1f}, min {test['min_return']:.1f}, max {test['max_return']:.1f}; "
         f"{test['truncated']} truncated).",
         "",
+        *_outcome_lines(test.get("outcomes")),
         f"**Validation score: {validation['value']:.2f}** {validation['metric']}{_setting_words(validation)} "
         "(mean return "
         f"{validation['mean_return']:.1f}, 95% CI [{validation['ci95_low']:.1f}, {validation['ci95_high']:.1f}], "

@@ -255,6 +255,72 @@ def test_multiagent_case_is_refused_in_one_line_and_writes_nothing(label: str, p
     assert snapshot(project) == before, "a refused command changed the project"
 
 
+GAMES = """
+import numpy as np
+from pettingzoo.classic.tictactoe.tictactoe import raw_env
+
+
+def always_zero(observation, rng):
+    return 0
+
+
+class Generous(raw_env):
+    def step(self, action):
+        super().step(action)
+        if any(self.terminations.values()):
+            for name in self.rewards:
+                self.rewards[name] = 1.0
+
+
+def generous():
+    return Generous()
+"""
+TICTACTOE = ["--set", "env.id=pettingzoo:pettingzoo.classic.tictactoe_v3", "--set", "env.action_mask=observation"]
+RANDOM_OPPONENT = ["--set", "env.opponent=rlcore.envs.opponents:random_legal"]
+TURN_BASED_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "an AEC game without env.opponent": (TICTACTOE, ("env.opponent: missing", "only an AEC env")),
+    "an opponent that does not import": (
+        [*TICTACTOE, "--set", "env.opponent=rlcore.envs.opponents:nobody"],
+        ("env.opponent:", "nobody"),
+    ),
+    "an opponent that is not a function": (
+        [*TICTACTOE, "--set", "env.opponent=rlcore.envs.turn_based:OPPONENT_STREAM"],
+        ("env.opponent:", "not a function"),
+    ),
+    "an opponent that plays an illegal move": (
+        [*TICTACTOE, "--set", "env.opponent=gamemod:always_zero"],
+        ("env.opponent:", "illegal move 0"),
+    ),
+    "an AEC env with more than two agents": (
+        ["--set", "env.id=pettingzoo:mpe2.simple_spread_v3", *RANDOM_OPPONENT],
+        ("env.opponent:", "3 agents", "exactly two"),
+    ),
+    "a game that is not zero-sum": (
+        ["--set", "env.id=pettingzoo:gamemod:generous", "--set", "env.action_mask=observation", *RANDOM_OPPONENT],
+        ("env.opponent:", "not zero-sum"),
+    ),
+    "an opponent on a gymnasium env": (RANDOM_OPPONENT, ("env.opponent:", "CartPole-v1")),
+    "env.agent_id on a turn-based game": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.agent_id=true"],
+        ("env.agent_id:", "one agent"),
+    ),
+    "env.wrappers on a turn-based game": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.wrappers=[{wrapper: gymnasium.wrappers.ClipReward}]"],
+        ("env.wrappers:", "PettingZoo"),
+    ),
+}
+"""Two-player turn-based games (``env.opponent``, issue 29): ``rlcore train ARGS``, refused before anything is
+written."""
+
+
+@pytest.mark.parametrize("label", list(TURN_BASED_CASES))
+def test_turn_based_case_is_refused_in_one_line_and_writes_nothing(label: str, project: Path, modules: Path) -> None:
+    args, fragments = TURN_BASED_CASES[label]
+    before = snapshot(project)
+    assert_refused(run_in_process(["train", *args], project), *fragments)
+    assert snapshot(project) == before, "a refused command changed the project"
+
+
 HOSTILE_WRAPPERS = """
 import gymnasium as gym
 
@@ -474,6 +540,7 @@ def modules(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     (folder / "syntaxmod.py").write_text("def broken(:\n    pass\n")
     (folder / "hostilemod.py").write_text(HOSTILE_WRAPPERS)
     (folder / "maskmod.py").write_text(MASK_WRAPPERS)
+    (folder / "gamemod.py").write_text(GAMES)
     sys.path.insert(0, str(folder))
     yield folder
     sys.path.remove(str(folder))
