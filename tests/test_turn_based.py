@@ -4,7 +4,6 @@ model playing only legal moves, and PPO learning tic-tac-toe against a random le
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -13,40 +12,29 @@ import onnxruntime
 import pytest
 import torch
 
-from rlcore.common.checkpoints import load_checkpoint
 from rlcore.common.errors import ConfigError
-from rlcore.common.files import read_json
 from rlcore.config.sections import PolicyConfig
 from rlcore.envs.action_masks import mask_inputs
 from rlcore.envs.config import EnvConfig
-from rlcore.envs.opponents import random_legal
+from rlcore.envs.opponents import perfect_tictactoe, random_legal, tictactoe_board, tictactoe_value
 from rlcore.envs.turn_based import TurnBasedGame, check_game
 from rlcore.envs.vector import describe_space, make_vector_env
 from rlcore.evaluation.evaluator import Evaluator, game_outcomes
 from rlcore.evaluation.export import ExportOptions, export_policy
 from rlcore.nets.policies import ActorCritic
-from rlcore.params import load_params, validate_params
-from rlcore.registry import policy_from_checkpoint
-from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage
+from rlcore.params import validate_params
 
 PROJECT = Path(__file__).resolve().parents[1]
 TICTACTOE = "pettingzoo:pettingzoo.classic.tictactoe_v3"
 RANDOM = "rlcore.envs.opponents:random_legal"
+PERFECT = "rlcore.envs.opponents:perfect_tictactoe"
 FIRST_LEGAL = "test_turn_based:first_legal"
 """This module's scripted opponent (the tests folder is on the path when pytest runs)."""
-LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
-"""Tic-tac-toe's winning lines over the action (cell) indices."""
 
 
 def first_legal(observation: dict[str, Any], rng: np.random.Generator) -> int:
     """A scripted opponent: the legal move of lowest index."""
     return int(np.flatnonzero(observation["action_mask"])[0])
-
-
-def board(observation: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """The seat's own marks and the other seat's, each (9,) bool by cell (action) index."""
-    planes = np.asarray(observation["observation"])
-    return planes[:, :, 0].reshape(9) > 0, planes[:, :, 1].reshape(9) > 0
 
 
 def play(env: TurnBasedGame, seed: int, moves: list[int]) -> list[tuple[float, bool]]:
@@ -73,7 +61,7 @@ def test_a_game_the_learner_loses_moving_second() -> None:
     at its second move, the opponent's win."""
     env = TurnBasedGame(TICTACTOE, FIRST_LEGAL)
     obs, info = env.reset(seed=1)
-    mine, theirs = board(obs)
+    mine, theirs = tictactoe_board(obs)
     assert info["seat"] == 1 and not mine.any() and np.flatnonzero(theirs).tolist() == [0]
     assert obs["action_mask"].tolist() == [0, 1, 1, 1, 1, 1, 1, 1, 1]
     assert play(env, 1, [4, 8]) == [(0.0, False), (-1.0, True)]
@@ -87,7 +75,7 @@ def test_a_drawn_game_and_the_masks_and_boards_along_it() -> None:
     obs, _ = env.reset(seed=0)
     expected_opponent = [0, 2, 5, 7]
     for turn, move in enumerate([1, 3, 4, 6, 8]):
-        mine, theirs = board(obs)
+        mine, theirs = tictactoe_board(obs)
         assert obs["action_mask"].tolist() == (~(mine | theirs)).astype(int).tolist()
         assert np.flatnonzero(theirs).tolist() == expected_opponent[:turn]
         obs, reward, terminated, truncated, _ = env.step(move)
@@ -117,7 +105,7 @@ def test_the_random_opponent_plays_only_legal_moves_and_the_same_seeds_the_same_
             obs, _ = env.reset(seed=seed)
             record, done = [], False
             while not done:
-                mine, theirs = board(obs)
+                mine, theirs = tictactoe_board(obs)
                 assert theirs.sum() - mine.sum() == env.seat
                 move = int(rng.choice(np.flatnonzero(obs["action_mask"])))
                 obs, _, done, _, _ = env.step(move)
@@ -243,42 +231,10 @@ def test_the_exported_onnx_model_plays_only_legal_moves(tmp_path: Path) -> None:
 # --- learning ------------------------------------------------------------------------------------------------------
 
 
-def minimax_value(own: int, other: int) -> tuple[int, list[int]]:
-    """The value (+1 win, 0 draw, -1 loss) for the seat to move with marks ``own`` and ``other`` (bitmasks over the
-    cells), and its optimal moves."""
-    return _minimax(own, other)
-
-
-@functools.cache
-def _minimax(own: int, other: int) -> tuple[int, list[int]]:
-    free = [cell for cell in range(9) if not (own | other) >> cell & 1]
-    best, moves = -2, []
-    for cell in free:
-        mine = own | 1 << cell
-        if any(all(mine >> c & 1 for c in line) for line in LINES):
-            value = 1
-        elif len(free) == 1:
-            value = 0
-        else:
-            value = -_minimax(other, mine)[0]
-        if value > best:
-            best, moves = value, [cell]
-        elif value == best:
-            moves.append(cell)
-    return best, moves
-
-
-def minimax(observation: dict[str, Any], rng: np.random.Generator) -> int:
-    """A perfect tic-tac-toe player: one of the optimal moves, drawn at random (so games vary)."""
-    mine, theirs = board(observation)
-    bits = [int(sum(1 << cell for cell in np.flatnonzero(marks))) for marks in (mine, theirs)]
-    return int(rng.choice(minimax_value(*bits)[1]))
-
-
 def test_the_minimax_player_is_perfect() -> None:
     """It never loses to random moves (100 games each seat) and draws against itself."""
-    assert minimax_value(0, 0)[0] == 0
-    env = TurnBasedGame(TICTACTOE, "test_turn_based:minimax")
+    assert tictactoe_value(0, 0)[0] == 0
+    env = TurnBasedGame(TICTACTOE, PERFECT)
     rng = np.random.default_rng(0)
     for seed in range(200):
         obs, _ = env.reset(seed=seed)
@@ -290,7 +246,7 @@ def test_the_minimax_player_is_perfect() -> None:
         obs, _ = env.reset(seed=seed)
         done = False
         while not done:
-            obs, reward, done, _, _ = env.step(minimax(obs, rng))
+            obs, reward, done, _, _ = env.step(perfect_tictactoe(obs, rng))
         assert reward == 0.0
 
 
@@ -328,36 +284,3 @@ def test_ppo_learns_to_beat_the_random_opponent_quickly(tmp_path: Path) -> None:
 
     summary = train(validate_params(TINY_PPO), tmp_path / "ttt")
     assert summary["evaluations"][-1]["mean_return"] >= 0.5, summary["evaluations"]
-
-
-@pytest.mark.slow
-def test_the_preset_runs_through_the_pipeline_and_beats_random_playing_first_and_second(tmp_path: Path) -> None:
-    """configs/ppo-tictactoe.yaml, seed 0, train -> evaluate -> select -> export (7 to 12 min on the busy 2-core
-    machine): the selected model's test outcomes against the random opponent (200 games, 100 in each seat), the
-    exported onnx model playing only legal moves, and the selected model against a perfect (minimax) player: never a
-    win (no one beats it); its draw rate is measured, not a target of this slice (self-play's)."""
-    params = load_params(PROJECT / "configs" / "ppo-tictactoe.yaml", ["seed=0", "train.progress_bar=off"])
-    train_stage(params, tmp_path)
-    evaluate_stage(params, tmp_path)
-    select_stage(params, tmp_path)
-    export_stage(params, tmp_path)
-    outcomes = read_json(tmp_path / "reports" / "metrics.json")["outcomes"]
-    assert outcomes["first"]["win_or_draw_rate"] >= 0.95, outcomes
-    assert outcomes["second"]["win_or_draw_rate"] >= 0.9, outcomes
-    assert "Against the opponent" in (tmp_path / "reports" / "report.md").read_text()
-    session = onnxruntime.InferenceSession(str(tmp_path / "export" / "policy.onnx"), providers=["CPUExecutionProvider"])
-    game = TurnBasedGame(TICTACTOE, RANDOM)
-    for seed in range(50):
-        obs, _ = game.reset(seed=seed)
-        done = False
-        while not done:
-            mask = obs["action_mask"].astype(bool)
-            (move,) = session.run(None, {"obs": obs["observation"][None], "action_mask": mask[None]})[0]
-            assert mask[int(move)], (seed, obs, move)
-            obs, _, done, _, _ = game.step(int(move))
-    policy = policy_from_checkpoint(load_checkpoint(tmp_path / "models" / "best" / "policy.pt"))
-    perfect = EnvConfig(id=TICTACTOE, opponent="test_turn_based:minimax", action_mask="observation")
-    evaluator = Evaluator(perfect, episodes=100, seed=0, max_episode_steps=9, max_parallel_envs=50)
-    against = evaluator.evaluate(policy).outcomes
-    evaluator.close()
-    assert against["win_rate"] == 0.0, against
