@@ -264,7 +264,7 @@ def test_more_seeds_than_the_memory_holds_are_refused_in_one_line_and_write_noth
     ("overrides", "reason"),
     [
         (["env.id=Taxi-v4", "env.action_mask=info"], "env.action_mask"),
-        (["env.id=pettingzoo:mpe2.simple_spread_v3", "env.kwargs={N: 2}"], "a multi-agent env"),
+        (["env.id=pettingzoo:mpe2.simple_spread_v3", "env.kwargs={N: 2}"], "a PettingZoo env"),
     ],
 )
 def test_masked_and_multi_agent_runs_are_named_as_not_batching(overrides: list[str], reason: str) -> None:

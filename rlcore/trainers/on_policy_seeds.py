@@ -91,7 +91,7 @@ def unbatched_reason(params: Params) -> str | None:
         "train.device cuda": train.device == "cuda",
         "env.curriculum": bool(params.env.curriculum),
         "env.action_mask (the batched losses take no masks)": params.env.action_mask is not None,
-        "a multi-agent env (PettingZoo)": is_multiagent(params.env.id),
+        "a PettingZoo env (agents as rows, or a two-player game)": is_multiagent(params.env.id),
     }
     return next((reason for reason, applies in reasons.items() if applies), None)
 
