@@ -33,6 +33,8 @@ import torch
 from torch import nn
 
 from rlcore.algos.dqn import DQN, dqn_loss, dqn_optimizer
+from rlcore.algos.sac import SAC
+from rlcore.algos.sac_seeds import StackedSAC
 from rlcore.nets.distributions import masked_logits
 from rlcore.nets.policies import QPolicy
 from rlcore.nets.stacked import StackedPolicies
@@ -63,24 +65,58 @@ def _algorithm(seed: Seed) -> DQN:
 
 
 def train_off_policy_seeds(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
-    """Train the seeds' DQN runs (each into its ``run_dir``) as one batched program; a seed whose folder holds its
-    finished run with the same train params is kept, an interrupted one resumes from its latest checkpoint."""
+    """Train the seeds' DQN or SAC runs (each into its ``run_dir``) as one batched program; a seed whose folder holds
+    its finished run with the same train params is kept, an interrupted one resumes from its latest checkpoint."""
     train_family_seeds(BatchedFamily(ReplaySource, _not_batchable, run_off_policy, _train_batched), runs, on_evaluation)
 
 
 def _not_batchable(session: TrainingSession[ReplaySource]) -> str | None:
     """Why these seeds cannot share their gradient steps, or None."""
     policy, algorithm = session.policy, session.algorithm
+    if isinstance(algorithm, SAC):
+        return sac_not_batchable(algorithm)
     if not isinstance(algorithm, DQN) or not isinstance(policy, QPolicy):
         return f"{session.params.algo.name} has no batched update"
     if policy.dueling:
         return "DQN's dueling head is not batched"
     if any(True for _ in policy.encoder.parameters()):
         return f"the observations' encoder ({type(policy.encoder).__name__}) has weights"
-    groups = algorithm.optimizer.param_groups
-    if len(groups) != 1 or [id(p) for p in groups[0]["params"]] != [id(p) for p in policy.parameters()]:
+    if not _over(algorithm.optimizer, policy):
         return "DQN's optimizer is not over the policy's parameters"
     return None
+
+
+def _over(optimizer: torch.optim.Optimizer, module: nn.Module) -> bool:
+    """Whether ``optimizer`` is over exactly ``module``'s parameters, in their order, in one group."""
+    groups = optimizer.param_groups
+    return len(groups) == 1 and [id(p) for p in groups[0]["params"]] == [id(p) for p in module.parameters()]
+
+
+def sac_not_batchable(algorithm: SAC) -> str | None:
+    """Why SAC's seeds cannot share their gradient steps, or None."""
+    encoders = (algorithm.policy.encoder, algorithm.critic.encoder)
+    for encoder in encoders:
+        if any(True for _ in encoder.parameters()):
+            return f"the observations' encoder ({type(encoder).__name__}) has weights"
+    if not (_over(algorithm.actor_optimizer, algorithm.policy) and _over(algorithm.critic_optimizer, algorithm.critic)):
+        return "SAC's optimizers are not over the actor's and the critics' parameters"
+    if any(True for _ in algorithm.critic.buffers()):
+        return "SAC's critics hold buffers"
+    return None
+
+
+def _step_counts(seed: Seed) -> tuple[int, ...]:
+    """The optimizers' step counts and the gradient steps of a seed's algorithm: seeds batch in a phase only when
+    theirs are equal (Adam's bias correction and the target updates' schedule are shared)."""
+    algorithm = seed.session.algorithm
+    optimizers = _sac_optimizers(algorithm) if isinstance(algorithm, SAC) else [_algorithm(seed).optimizer]
+    return (*(optimizer_steps(optimizer) for optimizer in optimizers), algorithm.gradient_steps)
+
+
+def _sac_optimizers(algorithm: SAC) -> list[torch.optim.Optimizer]:
+    """SAC's optimizers in the order of ``StackedSAC.optimizers``."""
+    own = [algorithm.critic_optimizer, algorithm.actor_optimizer, algorithm.alpha_optimizer]
+    return [optimizer for optimizer in own if optimizer is not None]
 
 
 def _train_batched(seeds: list[Seed]) -> None:
@@ -95,21 +131,17 @@ def _train_batched(seeds: list[Seed]) -> None:
     log.info("train.seeds: %d seeds' gradient steps batched (%s)", len(live), ", ".join(f"seed {s.seed}" for s in live))
     while live:
         due = {seed.seed: collectors[seed.seed].step() for seed in live}
-        phases: dict[tuple[int, int, int], list[Seed]] = {}
+        phases: dict[tuple[int, ...], list[Seed]] = {}
         for seed in live:
             if due[seed.seed]:
-                algorithm = _algorithm(seed)
-                key = (due[seed.seed], optimizer_steps(algorithm.optimizer), algorithm.gradient_steps)
-                phases.setdefault(key, []).append(seed)
-        for (steps, _, _), group in phases.items():
-            _Phase(group, [collectors[seed.seed] for seed in group]).run(steps)
+                phases.setdefault((due[seed.seed], *_step_counts(seed)), []).append(seed)
+        for (steps, *_), group in phases.items():
+            group_collectors = [collectors[seed.seed] for seed in group]
+            phase = _SACPhase if isinstance(group[0].session.algorithm, SAC) else _Phase
+            phase(group, group_collectors).run(steps)
         for seed in live:
-            session = seed.session
-            if session.state.steps >= session.state.next_eval:  # an evaluation: the seed's generator state
-                with seed.own_rng():
-                    reason = session.checkpoint_due_or_stop()
-            else:
-                reason = session.checkpoint_due_or_stop()
+            with seed.own_rng():  # evaluations and checkpoints: the seed's generator state
+                reason = seed.session.checkpoint_due_or_stop()
             if reason is not None:
                 seed.finish(reason)
         live = [seed for seed in live if not seed.finished]
@@ -208,3 +240,74 @@ class _Phase:
                 for name, param in module.named_parameters():
                     param.copy_(stacked.params[name][index])
             unstack_optimizer_state(self.optimizer, index, algorithm.optimizer)
+
+
+class _SACPhase:
+    """One update phase of SAC seeds due for equally many gradient steps, whose optimizers have taken equally many
+    steps: their networks, log alphas and Adam states stacked for the phase (``rlcore.algos.sac_seeds``)."""
+
+    def __init__(self, seeds: list[Seed], collectors: list[Collector]) -> None:
+        self.seeds, self.collectors = seeds, collectors
+        self.algorithms = [_sac(seed) for seed in seeds]
+        self.stacked = StackedSAC(self.algorithms)
+        for stacked, own in self.stacked.optimizers():
+            stack_optimizer_states(stacked, own)
+
+    def run(self, steps: int) -> None:
+        """``steps`` gradient steps of every seed; the seeds' weights, targets, log alphas, Adam states and torch
+        generator states are theirs afterwards as after their unbatched updates."""
+        for done in range(steps):
+            batches = [collector.sample() for collector in self.collectors]
+            noise, before, between = self._draw(batches)
+            metrics = self.stacked.update(batches, noise)
+            if isinstance(metrics, list):
+                for seed, seed_metrics in zip(self.seeds, metrics, strict=True):
+                    seed.session.after_update(seed_metrics)
+                continue
+            self._write_back()  # this step and the rest of the phase seed by seed
+            for k, (seed, algorithm, batch) in enumerate(zip(self.seeds, self.algorithms, batches, strict=True)):
+                progress = seed.session.progress_fraction
+                if metrics is None:  # nothing changed: the whole step
+                    seed.torch_rng = before[k]
+                    with seed.own_rng():
+                        seed.session.after_update(algorithm.update(batch, progress))
+                else:  # the critics stepped: the actor's part
+                    seed.torch_rng = between[k]
+                    with seed.own_rng():
+                        seed.session.after_update(algorithm.actor_step(batch["obs"], *metrics.seed(k)))
+            for _ in range(steps - done - 1):
+                for seed, algorithm, collector in zip(self.seeds, self.algorithms, self.collectors, strict=True):
+                    with seed.own_rng():
+                        seed.session.after_update(algorithm.update(collector.sample(), seed.session.progress_fraction))
+            return
+        self._write_back()
+
+    def _draw(
+        self, batches: list[dict[str, torch.Tensor]]
+    ) -> tuple[torch.Tensor | None, list[torch.Tensor], list[torch.Tensor]]:
+        """Box actions: each seed's two standard normal draws of one ``SAC.update`` from its own generator, as
+        ``Normal.rsample`` draws them ((N, 2, B, action_dim)), and each seed's generator state before them and
+        between them; discrete actions draw nothing."""
+        before = [seed.torch_rng for seed in self.seeds]
+        if self.stacked.discrete:
+            return None, before, before
+        between, noise = [], []
+        for seed, batch in zip(self.seeds, batches, strict=True):
+            shape = (len(batch["obs"]), seed.session.policy.action_dim)
+            with seed.own_rng():
+                first = torch.empty(shape).normal_()
+                between.append(torch.get_rng_state())
+                noise.append(torch.stack([first, torch.empty(shape).normal_()]))
+        return torch.stack(noise), before, between
+
+    def _write_back(self) -> None:
+        self.stacked.write_back()
+        for index, algorithm in enumerate(self.algorithms):
+            for (stacked, _), own in zip(self.stacked.optimizers(), _sac_optimizers(algorithm), strict=True):
+                unstack_optimizer_state(stacked, index, own)
+
+
+def _sac(seed: Seed) -> SAC:
+    algorithm = seed.session.algorithm
+    assert isinstance(algorithm, SAC)  # checked once by _not_batchable
+    return algorithm
