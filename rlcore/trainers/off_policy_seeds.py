@@ -1,27 +1,29 @@
-"""Several seeds of DQN (``train.seeds``) trained as one batched program: each seed acts in its own envs into its
-own replay, with its own exploration; their gradient steps run as one.
+"""Several seeds of DQN or SAC (``train.seeds``) trained as one batched program: each seed acts in its own envs into
+its own replay, with its own exploration; their gradient steps run as one.
 
 Seed k is the run with ``seed: k`` in everything but the arithmetic of its gradient steps: its
-:class:`TrainingSession` is built as that run's is, and its envs, epsilon-greedy draws (its torch generator), random
+:class:`TrainingSession` is built as that run's is, and its envs, exploration draws (its torch generator), random
 warm-up actions and replay batches (its NumPy generator), evaluations, checkpoints and stop conditions are its own.
 Per vector step, every seed steps its envs and stores the transitions (``rlcore.trainers.off_policy.Collector``, the
 unbatched loop's own code); when an update phase is due, the seeds due for equally many gradient steps, whose
 optimizers have taken equally many steps, take them together:
 
-    stack the seeds' Q-networks, target networks and Adam states (N, *shape)
-    per gradient step: each seed's replay batch; Q(s, .), Q(s', .) and Q_target(s', .) (N, B, n_actions), each
-        linear layer one ``torch.baddbmm`` (``StackedPolicies.mlp``); DQN's loss per seed
-        (``rlcore.algos.dqn.dqn_loss``); one backward; each seed's gradient clipped to its own norm; one fused Adam
-        step (elementwise: each seed's step is its own Adam's); the target networks updated on their schedule
-    copy every seed's weights, target and Adam state back into its session
+    stack the seeds' networks, target networks and Adam states (N, *shape)
+    per gradient step: each seed's replay batch; each linear layer one ``torch.baddbmm`` over the stacked weights;
+        the algorithm's losses per seed (DQN: ``rlcore.algos.dqn.dqn_loss``; SAC: ``rlcore.algos.sac_seeds``, its
+        reparameterization noise drawn from each seed's own state of torch's global generator, as ``SAC.update``
+        draws it); one backward per loss; each seed's gradient clipped to its own norm; one fused Adam step per
+        optimizer (elementwise: each seed's step is its own Adam's); the target networks updated on their schedule
+    copy every seed's weights, targets, Adam states (and SAC's log alpha) back into its session
 
-so acting, evaluation and checkpoints between phases run the unbatched code on the session's own policy. A step
-where some seed's loss or gradient norm is not finite (its unbatched run skips it) and the rest of that phase are
-taken seed by seed with ``DQN.update``. The results differ from the unbatched run's by float32 summation order only.
+so acting, evaluation and checkpoints between phases run the unbatched code on the session's own policy (under the
+seed's own generator state). A step where some seed's loss or gradient norm is not finite (its unbatched run skips
+it) and the rest of that phase are taken seed by seed with the algorithm's own update (SAC: from the part not taken
+yet). The results differ from the unbatched run's by float32 summation order only (measured: none for SAC).
 
-In scope: DQN without the dueling head on an encoder without weights (vector or discrete observations; action masks
-included); anything
-else trains the opened seeds one after another, said in one log line. DQN trains on the CPU in fp32 only.
+In scope: DQN without the dueling head, and SAC (Box or Discrete actions), on encoders without weights (vector or
+discrete observations; DQN's action masks included); anything else (pixels, ...) trains the opened seeds one after
+another, said in one log line. Both train on the CPU in fp32 only.
 """
 
 from __future__ import annotations
