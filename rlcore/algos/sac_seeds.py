@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -218,9 +219,7 @@ class StackedSAC:
         names = ("critic_loss", "actor_loss", "alpha", "entropy", "q_mean")
         return [dict(zip(names, values, strict=True)) for values in columns]
 
-    def _step(
-        self, stacked: StackedPolicies[nn.Module], optimizer: torch.optim.Optimizer, losses: torch.Tensor
-    ) -> bool:
+    def _step(self, stacked: StackedPolicies[Any], optimizer: torch.optim.Optimizer, losses: torch.Tensor) -> bool:
         """One step of ``optimizer`` on the seeds' ``losses`` (N,), each seed's gradient clipped to its own norm;
         False (nothing changed) when some seed's loss or norm is not finite."""
         if not bool(torch.isfinite(losses).all()):
