@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -25,8 +26,10 @@ from test_seeds_batched_offline import checkpoints, differences
 from rlcore.algos import sac, sac_seeds
 from rlcore.common.checkpoints import list_checkpoints
 from rlcore.common.files import read_json
+from rlcore.config.sections import PolicyConfig
 from rlcore.params import load_params
 from rlcore.stages import train_stage
+from rlcore.trainers import off_policy_seeds
 from rlcore.trainers.off_policy import Collector
 from rlcore.trainers.sources import ReplaySource
 from tests.conftest import PROJECT
@@ -201,3 +204,16 @@ def test_a_step_some_seed_cannot_take_is_skipped_by_that_seed_only(
     critic_steps = int(adam["critic_optimizer"]["state"][0]["step"])
     actor_steps = int(adam["actor_optimizer"]["state"][0]["step"])
     assert (critic_steps, actor_steps) == ((99, 99) if part == "critic" else (100, 99))
+
+
+def test_pixels_train_the_seeds_one_after_another() -> None:
+    """Out of the batched scope: an image encoder has weights (the actor's and the critics' own), so the trainer's
+    reason is that (and the seeds train one after another, as ``test_seeds_batched_off_policy`` checks for DQN)."""
+    observations = gym.spaces.Box(0, 255, (3, 36, 36), np.uint8)
+    actions = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    config = sac.SACConfig(name="sac")
+    policy = sac.SAC.make_policy(observations, actions, PolicyConfig(hidden_sizes=[8], encoder="small_cnn"), config)
+    reason = off_policy_seeds.sac_not_batchable(sac.SAC(policy, config))
+    assert reason is not None and reason.startswith("the observations' encoder") and "has weights" in reason
+    vector = sac.SAC.make_policy(gym.spaces.Box(-1, 1, (3,)), actions, PolicyConfig(hidden_sizes=[8]), config)
+    assert off_policy_seeds.sac_not_batchable(sac.SAC(vector, config)) is None
