@@ -235,15 +235,14 @@ class StackedSAC:
         return True
 
     @torch.no_grad()
-    def write_back(self) -> None:
+    def write_back(self, actors_only: bool = False) -> None:
         """Every seed's actor, critics, targets and log alpha into its own ``SAC`` (the optimizers' states are the
-        caller's)."""
+        caller's); ``actors_only``: the actors only (what acting reads)."""
         for index, algorithm in enumerate(self.algorithms):
-            for module, stacked in (
-                (algorithm.policy, self.actor),
-                (algorithm.critic, self.critic),
-                (algorithm.critic_target, self.target),
-            ):
+            parts = [(algorithm.policy, self.actor)]
+            if not actors_only:
+                parts += [(algorithm.critic, self.critic), (algorithm.critic_target, self.target)]
+                algorithm.log_alpha.copy_(self.log_alpha[index])
+            for module, stacked in parts:
                 for name, param in module.named_parameters():
                     param.copy_(stacked.params[name][index])
-            algorithm.log_alpha.copy_(self.log_alpha[index])

@@ -131,22 +131,46 @@ def _train_batched(seeds: list[Seed]) -> None:
             collectors[seed.seed] = Collector(seed.session)
     live = [seed for seed in seeds if not seed.finished]
     log.info("train.seeds: %d seeds' gradient steps batched (%s)", len(live), ", ".join(f"seed {s.seed}" for s in live))
-    while live:
-        due = {seed.seed: collectors[seed.seed].step() for seed in live}
-        phases: dict[tuple[int, ...], list[Seed]] = {}
-        for seed in live:
-            if due[seed.seed]:
-                phases.setdefault((due[seed.seed], *_step_counts(seed)), []).append(seed)
-        for (steps, *_), group in phases.items():
-            group_collectors = [collectors[seed.seed] for seed in group]
-            phase = _SACPhase if isinstance(group[0].session.algorithm, SAC) else _Phase
-            phase(group, group_collectors).run(steps)
-        for seed in live:
-            with seed.own_rng():  # evaluations and checkpoints: the seed's generator state
-                reason = seed.session.checkpoint_due_or_stop()
-            if reason is not None:
-                seed.finish(reason)
-        live = [seed for seed in live if not seed.finished]
+    open_phases: list[_SACPhase] = []  # SAC's stacked state, kept across phases while the same seeds step together
+    try:
+        while live:
+            due = {seed.seed: collectors[seed.seed].step() for seed in live}
+            kept = [phase for phase in open_phases if phase.due_together(due)]
+            for phase in open_phases:
+                if phase not in kept:
+                    phase.close()
+            open_phases = kept
+            stacked = {seed.seed for phase in open_phases for seed in phase.seeds}
+            phases: dict[tuple[int, ...], list[Seed]] = {}
+            for seed in live:
+                if due[seed.seed] and seed.seed not in stacked:
+                    phases.setdefault((due[seed.seed], *_step_counts(seed)), []).append(seed)
+            for phase in open_phases:
+                phase.run(due[phase.seeds[0].seed])
+            for (steps, *_), group in phases.items():
+                group_collectors = [collectors[seed.seed] for seed in group]
+                if isinstance(group[0].session.algorithm, SAC):
+                    open_phases.append(_SACPhase(group, group_collectors))
+                    open_phases[-1].run(steps)
+                else:
+                    _Phase(group, group_collectors).run(steps)
+            open_phases = [phase for phase in open_phases if not phase.closed]
+            for seed in live:
+                session = seed.session
+                if session.state.steps >= session.state.next_eval or session.stops.budget(session.state) is not None:
+                    for phase in open_phases:  # a checkpoint or the end: the seed's state in its session
+                        if any(member is seed for member in phase.seeds):
+                            phase.close()
+                    open_phases = [phase for phase in open_phases if not phase.closed]
+                with seed.own_rng():  # evaluations and checkpoints: the seed's generator state
+                    reason = session.checkpoint_due_or_stop()
+                if reason is not None:
+                    seed.finish(reason)
+            live = [seed for seed in live if not seed.finished]
+    except BaseException:
+        for phase in open_phases:
+            phase.close()
+        raise
 
 
 class _Phase:
@@ -245,8 +269,10 @@ class _Phase:
 
 
 class _SACPhase:
-    """One update phase of SAC seeds due for equally many gradient steps, whose optimizers have taken equally many
-    steps: their networks, log alphas and Adam states stacked for the phase (``rlcore.algos.sac_seeds``)."""
+    """SAC seeds due for equally many gradient steps, whose optimizers have taken equally many steps: their networks,
+    log alphas and Adam states stacked, and kept stacked over the following update phases while these seeds are due
+    together (SAC updates every env step or few: stacking per phase would cost more than the steps). Between phases
+    only the actors are copied back (the seeds act with them); :meth:`close` writes back everything."""
 
     def __init__(self, seeds: list[Seed], collectors: list[Collector]) -> None:
         self.seeds, self.collectors = seeds, collectors
@@ -254,10 +280,17 @@ class _SACPhase:
         self.stacked = StackedSAC(self.algorithms)
         for stacked, own in self.stacked.optimizers():
             stack_optimizer_states(stacked, own)
+        self.closed = False
+
+    def due_together(self, due: dict[int, int]) -> bool:
+        """Whether this phase's seeds are all due for the same number (> 0) of gradient steps now."""
+        counts = {due.get(seed.seed, 0) for seed in self.seeds}
+        return len(counts) == 1 and 0 not in counts
 
     def run(self, steps: int) -> None:
-        """``steps`` gradient steps of every seed; the seeds' weights, targets, log alphas, Adam states and torch
-        generator states are theirs afterwards as after their unbatched updates."""
+        """``steps`` gradient steps of every seed; the seeds' actors and torch generator states are theirs afterwards
+        as after their unbatched updates (the rest on :meth:`close`). A step some seed cannot take batched closes the
+        phase: that step and the rest run seed by seed."""
         for done in range(steps):
             batches = [collector.sample() for collector in self.collectors]
             noise, before, between = self._draw(batches)
@@ -266,7 +299,7 @@ class _SACPhase:
                 for seed, seed_metrics in zip(self.seeds, metrics, strict=True):
                     seed.session.after_update(seed_metrics)
                 continue
-            self._write_back()  # this step and the rest of the phase seed by seed
+            self.close()  # this step and the rest of the phase seed by seed
             for k, (seed, algorithm, batch) in enumerate(zip(self.seeds, self.algorithms, batches, strict=True)):
                 progress = seed.session.progress_fraction
                 if metrics is None:  # nothing changed: the whole step
@@ -282,7 +315,7 @@ class _SACPhase:
                     with seed.own_rng():
                         seed.session.after_update(algorithm.update(collector.sample(), seed.session.progress_fraction))
             return
-        self._write_back()
+        self.stacked.write_back(actors_only=True)
 
     def _draw(
         self, batches: list[dict[str, torch.Tensor]]
@@ -302,11 +335,15 @@ class _SACPhase:
                 noise.append(torch.stack([first, torch.empty(shape).normal_()]))
         return torch.stack(noise), before, between
 
-    def _write_back(self) -> None:
+    def close(self) -> None:
+        """Every seed's weights, targets, log alpha and Adam states into its session; the stacked state is dropped."""
+        if self.closed:
+            return
         self.stacked.write_back()
         for index, algorithm in enumerate(self.algorithms):
             for (stacked, _), own in zip(self.stacked.optimizers(), _sac_optimizers(algorithm), strict=True):
                 unstack_optimizer_state(stacked, index, own)
+        self.closed = True
 
 
 def _sac(seed: Seed) -> SAC:
