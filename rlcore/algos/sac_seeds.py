@@ -239,7 +239,7 @@ class StackedSAC:
         """Every seed's actor, critics, targets and log alpha into its own ``SAC`` (the optimizers' states are the
         caller's); ``actors_only``: the actors only (what acting reads)."""
         for index, algorithm in enumerate(self.algorithms):
-            parts = [(algorithm.policy, self.actor)]
+            parts: list[tuple[nn.Module, StackedPolicies[Any]]] = [(algorithm.policy, self.actor)]
             if not actors_only:
                 parts += [(algorithm.critic, self.critic), (algorithm.critic_target, self.target)]
                 algorithm.log_alpha.copy_(self.log_alpha[index])
