@@ -17,9 +17,12 @@ optimizers have taken equally many steps, take them together:
     copy every seed's weights, targets, Adam states (and SAC's log alpha) back into its session
 
 so acting, evaluation and checkpoints between phases run the unbatched code on the session's own policy (under the
-seed's own generator state). A step where some seed's loss or gradient norm is not finite (its unbatched run skips
-it) and the rest of that phase are taken seed by seed with the algorithm's own update (SAC: from the part not taken
-yet). The results differ from the unbatched run's by float32 summation order only (measured: none for SAC).
+seed's own generator state). SAC updates every env step or few, so its stacked state is kept from phase to phase
+while the same seeds are due together, only the actors copied back for acting; everything is written back before a
+seed's evaluation, checkpoint or end, or when the seeds stop stepping together. A step where some seed's loss or
+gradient norm is not finite (its unbatched run skips it) and the rest of that phase are taken seed by seed with the
+algorithm's own update (SAC: from the part not taken yet). The results differ from the unbatched run's by float32
+summation order only (measured: none for SAC).
 
 In scope: DQN without the dueling head, and SAC (Box or Discrete actions), on encoders without weights (vector or
 discrete observations; DQN's action masks included); anything else (pixels, ...) trains the opened seeds one after
