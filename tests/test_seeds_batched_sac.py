@@ -4,10 +4,12 @@ actor, critics, targets, log alpha and Adam moments within rtol 1e-5 / atol 1e-6
 batches too, a step some seed cannot take is taken by that seed as its unbatched run takes it, and a killed batched
 run resumes each seed from its own checkpoint.
 
-Measured (Pendulum, 600 env steps, 400 gradient steps per seed; CartPole discrete with gradient clipping, 300 steps):
+Measured (Pendulum, 600 env steps, 400 gradient steps per seed, gradients clipped; CartPole discrete, 300 steps):
 the largest difference of any weight or moment from the unbatched run's is 0 (bitwise: each seed's matrix products
-are the same ``baddbmm`` slices, Adam elementwise, each seed's reparameterization noise its own generator's draw);
-the tolerance is kept for BLAS builds that block the stacked products differently."""
+are the same ``baddbmm`` slices, Adam elementwise, the clipping norms torch's own per seed
+(``rlcore.algos.sac_seeds.clip_each_seed``), each seed's reparameterization noise its own generator's draw); the
+tolerance is kept for BLAS builds that block the stacked products differently. With ``StackedPolicies``' stacked
+norm instead, the clipped runs differ by 1e-7 after 100 steps and by 1e-2 after 400."""
 
 from __future__ import annotations
 
@@ -66,10 +68,12 @@ def new_project(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``train.seeds: [0, 1, 2]`` trained batched into ``runs/batched`` and one after another into ``runs/single``."""
+    """``train.seeds: [0, 1, 2]`` with gradient clipping trained batched into ``runs/batched`` and one after another
+    into ``runs/single``."""
     root = new_project(tmp_path_factory.mktemp("batched-sac"))
-    train(root, "train.seeds=[0, 1, 2]")
-    train(root, "train.seeds=[0, 1, 2]", "name=single", "train.batch_seeds=false")
+    clipped = "algo.max_grad_norm=1.0"  # clipped every step: per-seed norms off by an ulp drift apart by 400 steps
+    train(root, "train.seeds=[0, 1, 2]", clipped)
+    train(root, "train.seeds=[0, 1, 2]", clipped, "name=single", "train.batch_seeds=false")
     return root
 
 
@@ -196,6 +200,8 @@ def test_a_step_some_seed_cannot_take_is_skipped_by_that_seed_only(
         monkeypatch.setattr(sac_seeds, "box_actor_loss", poisoned(sac_seeds.box_actor_loss, lambda: current[-1]))
     monkeypatch.setattr(Collector, "sample", poisoned_sample)
     short = ["train.max_steps=300", "train.eval_every=300", "train.seeds=[0, 1]"]
+    if part == "critic":
+        short.append("algo.ent_coef=0.2")  # a fixed alpha: no alpha optimizer
     train(root, *short)
     train(root, *short, "name=single", "train.batch_seeds=false")
     assert_equivalent(root, (0, 1), [300])
