@@ -83,7 +83,8 @@ EQUIVALENCE: dict[str, tuple[str, list[str]]] = {
     # learning_starts 300, then 128 gradient steps every 256 env steps: the first at 512; one after another (batched:
     # tests/test_seeds_batched_off_policy.py, equal within float32 ulps)
     "dqn": ("configs/dqn-cartpole.yaml", [*preset_budget("configs/dqn-cartpole.yaml", 600), "train.batch_seeds=false"]),
-    "sac": ("configs/sac-pendulum.yaml", preset_budget("configs/sac-pendulum.yaml", 400)),  # 100 gradient steps
+    # 100 gradient steps; one after another (batched: tests/test_seeds_batched_sac.py)
+    "sac": ("configs/sac-pendulum.yaml", [*preset_budget("configs/sac-pendulum.yaml", 400), "train.batch_seeds=false"]),
     # gradient steps; one after another (batched: tests/test_seeds_batched_offline.py, equal within float32 ulps)
     "bc": ("offline.yaml", [*preset_budget("offline.yaml", 50), "train.batch_seeds=false"]),
 }

@@ -65,6 +65,7 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
     name = "sac"
     Config = SACConfig
     action_spaces = (spaces.Box, spaces.Discrete)
+    capabilities = frozenset({"batched_seeds"})
 
     def __init__(self, policy: Policy, config: SACConfig) -> None:
         super().__init__(policy, config)
@@ -104,23 +105,30 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
         return critic(features, unit_actions)
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
-        cfg = self.config
         alpha = self.log_alpha.exp().detach()
+        q, features, critic_loss = self.critic_step(batch, alpha)
+        return self.actor_step(batch["obs"], features, alpha, critic_loss, q)
+
+    def critic_step(
+        self, batch: dict[str, torch.Tensor], alpha: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The critics' gradient step (the first of :meth:`update`; Box actions draw one reparameterized sample of
+        (B, action_dim) from torch's global generator): (Q(s, a) (2, B), the critics' features of ``batch["obs"]``
+        (B, obs_features), the critics' loss ())."""
+        cfg = self.config
         obs, next_obs = batch["obs"], batch["next_obs"]
         normalize = self.policy.obs_normalizer
         with torch.no_grad():
             next_features = self.critic_target.encode(normalize(next_obs))
             if self.discrete:
-                next_logits = self.policy.act_scores(next_obs)
-                next_probs, next_log_probs = next_logits.softmax(-1), next_logits.log_softmax(-1)
-                next_q = self._q(self.critic_target, next_features, None).min(dim=0).values
-                next_value = (next_probs * (next_q - alpha * next_log_probs)).sum(-1)
+                next_q = self._q(self.critic_target, next_features, None)
+                next_value = discrete_soft_value(next_q, self.policy.act_scores(next_obs), alpha)
             else:
                 assert isinstance(self.policy, SquashedGaussianActor)
                 next_dist = self.policy.squashed_distribution(next_obs)
                 next_actions = next_dist.rsample()
-                next_q = self._q(self.critic_target, next_features, next_actions).min(dim=0).values
-                next_value = next_q - alpha * next_dist.log_prob(next_actions)
+                next_q = self._q(self.critic_target, next_features, next_actions)
+                next_value = box_soft_value(next_q, next_dist.log_prob(next_actions), alpha)
             target = cfg.reward_scale * batch["rewards"] + batch["discounts"] * next_value
 
         features = self.critic.encode(normalize(obs))
@@ -129,31 +137,38 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
         else:
             assert isinstance(self.policy, SquashedGaussianActor)
             q = self._q(self.critic, features, self.policy.to_unit(batch["actions"]))
-        critic_loss = (q - target).square().mean(dim=1).sum()
+        critic_loss = critic_td_loss(q, target)
         self.optimizer_step(self.critic_optimizer, critic_loss, self.critic.parameters(), cfg.max_grad_norm)
+        return q, features, critic_loss
 
+    def actor_step(
+        self,
+        obs: torch.Tensor,
+        features: torch.Tensor,
+        alpha: torch.Tensor,
+        critic_loss: torch.Tensor,
+        q: torch.Tensor,
+    ) -> dict[str, float]:
+        """The rest of :meth:`update` after :meth:`critic_step` (whose outputs it takes): the actor's step (Box
+        actions draw one reparameterized sample of (B, action_dim) from torch's global generator), alpha's, the
+        targets' update when due; the step's metrics."""
+        cfg = self.config
         self.critic.requires_grad_(False)  # the actor's loss needs dQ/da, not gradients of the critics' weights
         features = features.detach()
         if self.discrete:
-            logits = self.policy.act_scores(obs)
-            probs, log_probs = logits.softmax(-1), logits.log_softmax(-1)
-            q_pi = self._q(self.critic, features, None).min(dim=0).values.detach()
-            actor_loss = (probs * (alpha * log_probs - q_pi)).sum(-1).mean()
-            entropy = -(probs * log_probs).sum(-1).mean()
+            q_pi = self._q(self.critic, features, None).detach()
+            actor_loss, entropy = discrete_actor_loss(q_pi, self.policy.act_scores(obs), alpha)
         else:
             assert isinstance(self.policy, SquashedGaussianActor)
             dist = self.policy.squashed_distribution(obs)
             actions = dist.rsample()  # in [-1, 1]: log_prob and the entropy are measured there
-            log_prob = dist.log_prob(actions)
-            q_pi = self._q(self.critic, features, actions).min(dim=0).values
-            actor_loss = (alpha * log_prob - q_pi).mean()
-            entropy = -log_prob.mean()
+            q_pi = self._q(self.critic, features, actions)
+            actor_loss, entropy = box_actor_loss(q_pi, dist.log_prob(actions), alpha)
         self.optimizer_step(self.actor_optimizer, actor_loss, self.policy.parameters(), cfg.max_grad_norm)
         self.critic.requires_grad_(True)
 
         if self.alpha_optimizer is not None:
-            alpha_loss = -(self.log_alpha * (self.target_entropy - entropy.detach()))
-            self.optimizer_step(self.alpha_optimizer, alpha_loss)
+            self.optimizer_step(self.alpha_optimizer, alpha_loss(self.log_alpha, self.target_entropy, entropy))
 
         self.gradient_steps += 1
         if self.gradient_steps % cfg.target_update_interval == 0:
@@ -165,3 +180,50 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
             "entropy": entropy.item(),
             "q_mean": q.mean().item(),
         }
+
+
+# SAC's losses for one seed's batch or N seeds' at once: every tensor has a leading ``*S`` = () or (N,), ``alpha`` is
+# (*S,) (the batched update of several seeds, ``rlcore.algos.sac_seeds``, passes stacked tensors).
+
+
+def box_soft_value(next_q: torch.Tensor, next_log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """min_i Q_target_i(s', a') - alpha * log pi(a'|s'), (*S, B), from ``next_q`` (*S, 2, B) and ``next_log_prob``
+    (*S, B) of one sample a' ~ pi(s')."""
+    return next_q.min(dim=-2).values - alpha.unsqueeze(-1) * next_log_prob
+
+
+def discrete_soft_value(next_q: torch.Tensor, next_logits: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """E_{a'~pi(s')}[min_i Q_target_i(s', a') - alpha * log pi(a'|s')], (*S, B), from ``next_q`` (*S, 2, B, n) and
+    the actor's logits at s' (*S, B, n)."""
+    next_probs, next_log_probs = next_logits.softmax(-1), next_logits.log_softmax(-1)
+    next_min = next_q.min(dim=-3).values
+    return (next_probs * (next_min - alpha[..., None, None] * next_log_probs)).sum(-1)
+
+
+def critic_td_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """sum_i mean_B (Q_i(s, a) - y)^2, (*S,), from ``q`` (*S, 2, B) and ``target`` y (*S, B)."""
+    return (q - target.unsqueeze(-2)).square().mean(dim=-1).sum(-1)
+
+
+def box_actor_loss(
+    q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean_B [alpha * log pi(a|s) - min_i Q_i(s, a)], the entropy estimate -mean_B log pi(a|s)), each (*S,), from
+    ``q_pi`` (*S, 2, B) and ``log_prob`` (*S, B) of one reparameterized sample a ~ pi(s)."""
+    actor_loss = (alpha.unsqueeze(-1) * log_prob - q_pi.min(dim=-2).values).mean(-1)
+    return actor_loss, -log_prob.mean(-1)
+
+
+def discrete_actor_loss(
+    q_pi: torch.Tensor, logits: torch.Tensor, alpha: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean_B sum_a pi(a|s) [alpha * log pi(a|s) - min_i Q_i(s, a)], the entropy H[pi(.|s)] averaged over B), each
+    (*S,), from ``q_pi`` (*S, 2, B, n; no gradient) and the actor's logits (*S, B, n)."""
+    probs, log_probs = logits.softmax(-1), logits.log_softmax(-1)
+    actor_loss = (probs * (alpha[..., None, None] * log_probs - q_pi.min(dim=-3).values)).sum(-1).mean(-1)
+    return actor_loss, -(probs * log_probs).sum(-1).mean(-1)
+
+
+def alpha_loss(log_alpha: torch.Tensor, target_entropy: float, entropy: torch.Tensor) -> torch.Tensor:
+    """-log(alpha) * (target_entropy - H), (*S,), from ``log_alpha`` and the entropy estimate ``entropy`` (*S,)."""
+    return -(log_alpha * (target_entropy - entropy.detach()))

@@ -146,19 +146,19 @@ class TrainConfig(StrictModel):
     an interrupted one resumes from its own checkpoint."""
     batch_seeds: bool = True
     """With ``train.seeds``: train the seeds together as one batched program where the algorithm supports it
-    (``batched_seeds`` in its capabilities: PPO, A2C, DQN and BC; ``rlcore.trainers.BATCHED_TRAINERS``): their
-    networks stacked along a leading dimension, one forward pass per env step and one optimizer step per update for
-    all (DQN: the gradient steps of each update phase, each seed acting into its own replay; BC: every gradient step);
-    each seed keeps its own envs, evaluations, random numbers, minibatch order, optimizer state, gradient clipping,
-    target-KL stop and stop conditions (a seed that stops finishes and closes its envs, the others go on). Seed ``k``
-    then equals the run with ``seed: k`` up to float32 rounding: the same evaluation returns for Discrete actions,
-    weights within rtol 1e-5 / atol 1e-6 (measured about 6e-8 after a few PPO updates, 5e-7 after 384 DQN steps).
-    The memory estimate is then one run's times the number of seeds. Configurations that do not batch (recurrent
-    policies, observations other than flat vectors, actions other than Discrete and Box, categorical or transformed
-    value heads, reward signals, behavioral cloning, normalize_rewards, grad_accumulation > 1, precision other than
-    fp32, cuda, a curriculum; ``rlcore.trainers.on_policy_seeds``; DQN's dueling head, and for DQN and BC encoders
-    with weights, e.g. images) and ``false`` run the seeds one after another, each bitwise the run with ``seed: k``
-    (a log line says why). Not part of a run's fingerprint."""
+    (``batched_seeds`` in its capabilities: PPO, A2C, DQN, SAC and BC; ``rlcore.trainers.BATCHED_TRAINERS``): their
+    networks stacked along a leading dimension, one forward pass per env step and one optimizer step per update for all
+    (DQN and SAC: the gradient steps of each update phase, each seed acting into its own replay; BC: every gradient
+    step); each seed keeps its own envs, evaluations, random numbers, minibatch order, optimizer state, gradient
+    clipping, target-KL stop and stop conditions (a seed that stops finishes and closes its envs, the others go on).
+    Seed ``k`` then equals the run with ``seed: k`` up to float32 rounding: the same evaluation returns for Discrete
+    actions, weights within rtol 1e-5 / atol 1e-6 (measured about 6e-8 after a few PPO updates, 5e-7 after 384 DQN
+    steps, none for SAC). The memory estimate is then one run's times the number of seeds. Configurations that do not
+    batch (recurrent policies, observations other than flat vectors, actions other than Discrete and Box, categorical or
+    transformed value heads, reward signals, behavioral cloning, normalize_rewards, grad_accumulation > 1, precision
+    other than fp32, cuda, a curriculum; ``rlcore.trainers.on_policy_seeds``; DQN's dueling head, and for DQN, SAC and
+    BC encoders with weights, e.g. images) and ``false`` run the seeds one after another, each bitwise the run with
+    ``seed: k`` (a log line says why). Not part of a run's fingerprint."""
 
     @field_validator("seeds")
     @classmethod

@@ -241,8 +241,13 @@ class SquashedGaussianActor(Policy):
         self.trunk = mlp(self.feature_dim, config.hidden_sizes, 2 * self.action_dim, config.activation, out_gain=0.01)
 
     def _mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, log_std = self.trunk(self.features(obs)).chunk(2, dim=-1)
-        return mean, log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
+        return self.mean_log_std(self.trunk(self.features(obs)))
+
+    @classmethod
+    def mean_log_std(cls, trunk_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The trunk's output (*, 2 * action_dim) -> the Gaussian's mean and clamped log std, (*, action_dim) each."""
+        mean, log_std = trunk_out.chunk(2, dim=-1)
+        return mean, log_std.clamp(cls.LOG_STD_MIN, cls.LOG_STD_MAX)
 
     def distribution(self, obs: torch.Tensor) -> Distribution:
         """The distribution of actions in env units (tanh, then the affine map to the bounds)."""
@@ -263,8 +268,7 @@ class SquashedGaussianActor(Policy):
         squash: list[Transform] = [TanhTransform(cache_size=1)]
         if to_bounds:
             squash.append(AffineTransform(self.action_loc, self.action_scale, cache_size=1))
-        base = Normal(mean, log_std.exp(), validate_args=False)
-        return Independent(TransformedDistribution(base, squash, validate_args=False), 1, validate_args=False)
+        return squashed_gaussian(mean, log_std, squash)
 
     def to_env(self, unit: torch.Tensor) -> torch.Tensor:
         """Squashed actions in [-1, 1] -> env units."""
@@ -284,6 +288,26 @@ class SquashedGaussianActor(Policy):
         mean, log_std = self._mean_log_std(obs)
         u = mean + log_std.exp() * torch.randn(mean.shape, generator=generator)
         return self.action_loc + self.action_scale * torch.tanh(u)
+
+
+def squashed_gaussian(mean: torch.Tensor, log_std: torch.Tensor, squash: list[Transform]) -> Distribution:
+    """N(mean, exp(log_std)) (*, action_dim) pushed through the transforms ``squash`` (tanh, and the affine map to
+    the bounds when in env units), one event over the last dim."""
+    base = Normal(mean, log_std.exp(), validate_args=False)
+    return Independent(TransformedDistribution(base, squash, validate_args=False), 1, validate_args=False)
+
+
+def squashed_sample(dist: Distribution, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``dist.rsample()`` and its log-probability for a :func:`squashed_gaussian` ``dist``, with the standard normal
+    draw given: ``noise`` of the distribution's shape (what ``Normal.rsample`` draws from torch's global generator,
+    ``torch.empty(shape).normal_()``), so the same arithmetic as ``rsample`` then ``log_prob``."""
+    assert isinstance(dist, Independent) and isinstance(dist.base_dist, TransformedDistribution)
+    base = dist.base_dist.base_dist
+    assert isinstance(base, Normal)
+    sample = base.loc + noise * base.scale
+    for transform in dist.base_dist.transforms:
+        sample = transform(sample)  # cached: log_prob inverts it exactly
+    return sample, dist.log_prob(sample)
 
 
 class CategoricalActor(Policy):

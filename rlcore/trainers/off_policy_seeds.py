@@ -1,27 +1,32 @@
-"""Several seeds of DQN (``train.seeds``) trained as one batched program: each seed acts in its own envs into its
-own replay, with its own exploration; their gradient steps run as one.
+"""Several seeds of DQN or SAC (``train.seeds``) trained as one batched program: each seed acts in its own envs into
+its own replay, with its own exploration; their gradient steps run as one.
 
 Seed k is the run with ``seed: k`` in everything but the arithmetic of its gradient steps: its
-:class:`TrainingSession` is built as that run's is, and its envs, epsilon-greedy draws (its torch generator), random
+:class:`TrainingSession` is built as that run's is, and its envs, exploration draws (its torch generator), random
 warm-up actions and replay batches (its NumPy generator), evaluations, checkpoints and stop conditions are its own.
 Per vector step, every seed steps its envs and stores the transitions (``rlcore.trainers.off_policy.Collector``, the
 unbatched loop's own code); when an update phase is due, the seeds due for equally many gradient steps, whose
 optimizers have taken equally many steps, take them together:
 
-    stack the seeds' Q-networks, target networks and Adam states (N, *shape)
-    per gradient step: each seed's replay batch; Q(s, .), Q(s', .) and Q_target(s', .) (N, B, n_actions), each
-        linear layer one ``torch.baddbmm`` (``StackedPolicies.mlp``); DQN's loss per seed
-        (``rlcore.algos.dqn.dqn_loss``); one backward; each seed's gradient clipped to its own norm; one fused Adam
-        step (elementwise: each seed's step is its own Adam's); the target networks updated on their schedule
-    copy every seed's weights, target and Adam state back into its session
+    stack the seeds' networks, target networks and Adam states (N, *shape)
+    per gradient step: each seed's replay batch; each linear layer one ``torch.baddbmm`` over the stacked weights;
+        the algorithm's losses per seed (DQN: ``rlcore.algos.dqn.dqn_loss``; SAC: ``rlcore.algos.sac_seeds``, its
+        reparameterization noise drawn from each seed's own state of torch's global generator, as ``SAC.update``
+        draws it); one backward per loss; each seed's gradient clipped to its own norm; one fused Adam step per
+        optimizer (elementwise: each seed's step is its own Adam's); the target networks updated on their schedule
+    copy every seed's weights, targets, Adam states (and SAC's log alpha) back into its session
 
-so acting, evaluation and checkpoints between phases run the unbatched code on the session's own policy. A step
-where some seed's loss or gradient norm is not finite (its unbatched run skips it) and the rest of that phase are
-taken seed by seed with ``DQN.update``. The results differ from the unbatched run's by float32 summation order only.
+so acting, evaluation and checkpoints between phases run the unbatched code on the session's own policy (under the
+seed's own generator state). SAC updates every env step or few, so its stacked state is kept from phase to phase
+while the same seeds are due together, only the actors copied back for acting; everything is written back before a
+seed's evaluation, checkpoint or end, or when the seeds stop stepping together. A step where some seed's loss or
+gradient norm is not finite (its unbatched run skips it) and the rest of that phase are taken seed by seed with the
+algorithm's own update (SAC: from the part not taken yet). The results differ from the unbatched run's by float32
+summation order only (measured: none for SAC).
 
-In scope: DQN without the dueling head on an encoder without weights (vector or discrete observations; action masks
-included); anything
-else trains the opened seeds one after another, said in one log line. DQN trains on the CPU in fp32 only.
+In scope: DQN without the dueling head, and SAC (Box or Discrete actions), on encoders without weights (vector or
+discrete observations; DQN's action masks included); anything else (pixels, ...) trains the opened seeds one after
+another, said in one log line. Both train on the CPU in fp32 only.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ import torch
 from torch import nn
 
 from rlcore.algos.dqn import DQN, dqn_loss, dqn_optimizer
+from rlcore.algos.sac import SAC
+from rlcore.algos.sac_seeds import StackedSAC
 from rlcore.nets.distributions import masked_logits
 from rlcore.nets.policies import QPolicy
 from rlcore.nets.stacked import StackedPolicies
@@ -63,24 +70,58 @@ def _algorithm(seed: Seed) -> DQN:
 
 
 def train_off_policy_seeds(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
-    """Train the seeds' DQN runs (each into its ``run_dir``) as one batched program; a seed whose folder holds its
-    finished run with the same train params is kept, an interrupted one resumes from its latest checkpoint."""
+    """Train the seeds' DQN or SAC runs (each into its ``run_dir``) as one batched program; a seed whose folder holds
+    its finished run with the same train params is kept, an interrupted one resumes from its latest checkpoint."""
     train_family_seeds(BatchedFamily(ReplaySource, _not_batchable, run_off_policy, _train_batched), runs, on_evaluation)
 
 
 def _not_batchable(session: TrainingSession[ReplaySource]) -> str | None:
     """Why these seeds cannot share their gradient steps, or None."""
     policy, algorithm = session.policy, session.algorithm
+    if isinstance(algorithm, SAC):
+        return sac_not_batchable(algorithm)
     if not isinstance(algorithm, DQN) or not isinstance(policy, QPolicy):
         return f"{session.params.algo.name} has no batched update"
     if policy.dueling:
         return "DQN's dueling head is not batched"
     if any(True for _ in policy.encoder.parameters()):
         return f"the observations' encoder ({type(policy.encoder).__name__}) has weights"
-    groups = algorithm.optimizer.param_groups
-    if len(groups) != 1 or [id(p) for p in groups[0]["params"]] != [id(p) for p in policy.parameters()]:
+    if not _over(algorithm.optimizer, policy):
         return "DQN's optimizer is not over the policy's parameters"
     return None
+
+
+def _over(optimizer: torch.optim.Optimizer, module: nn.Module) -> bool:
+    """Whether ``optimizer`` is over exactly ``module``'s parameters, in their order, in one group."""
+    groups = optimizer.param_groups
+    return len(groups) == 1 and [id(p) for p in groups[0]["params"]] == [id(p) for p in module.parameters()]
+
+
+def sac_not_batchable(algorithm: SAC) -> str | None:
+    """Why SAC's seeds cannot share their gradient steps, or None."""
+    encoders = (algorithm.policy.encoder, algorithm.critic.encoder)
+    for encoder in encoders:
+        if any(True for _ in encoder.parameters()):
+            return f"the observations' encoder ({type(encoder).__name__}) has weights"
+    if not (_over(algorithm.actor_optimizer, algorithm.policy) and _over(algorithm.critic_optimizer, algorithm.critic)):
+        return "SAC's optimizers are not over the actor's and the critics' parameters"
+    if any(True for _ in algorithm.critic.buffers()):
+        return "SAC's critics hold buffers"
+    return None
+
+
+def _step_counts(seed: Seed) -> tuple[int, ...]:
+    """The optimizers' step counts and the gradient steps of a seed's algorithm: seeds batch in a phase only when
+    theirs are equal (Adam's bias correction and the target updates' schedule are shared)."""
+    algorithm = seed.session.algorithm
+    optimizers = _sac_optimizers(algorithm) if isinstance(algorithm, SAC) else [_algorithm(seed).optimizer]
+    return (*(optimizer_steps(optimizer) for optimizer in optimizers), algorithm.gradient_steps)
+
+
+def _sac_optimizers(algorithm: SAC) -> list[torch.optim.Optimizer]:
+    """SAC's optimizers in the order of ``StackedSAC.optimizers``."""
+    own = [algorithm.critic_optimizer, algorithm.actor_optimizer, algorithm.alpha_optimizer]
+    return [optimizer for optimizer in own if optimizer is not None]
 
 
 def _train_batched(seeds: list[Seed]) -> None:
@@ -93,26 +134,46 @@ def _train_batched(seeds: list[Seed]) -> None:
             collectors[seed.seed] = Collector(seed.session)
     live = [seed for seed in seeds if not seed.finished]
     log.info("train.seeds: %d seeds' gradient steps batched (%s)", len(live), ", ".join(f"seed {s.seed}" for s in live))
-    while live:
-        due = {seed.seed: collectors[seed.seed].step() for seed in live}
-        phases: dict[tuple[int, int, int], list[Seed]] = {}
-        for seed in live:
-            if due[seed.seed]:
-                algorithm = _algorithm(seed)
-                key = (due[seed.seed], optimizer_steps(algorithm.optimizer), algorithm.gradient_steps)
-                phases.setdefault(key, []).append(seed)
-        for (steps, _, _), group in phases.items():
-            _Phase(group, [collectors[seed.seed] for seed in group]).run(steps)
-        for seed in live:
-            session = seed.session
-            if session.state.steps >= session.state.next_eval:  # an evaluation: the seed's generator state
-                with seed.own_rng():
+    open_phases: list[_SACPhase] = []  # SAC's stacked state, kept across phases while the same seeds step together
+    try:
+        while live:
+            due = {seed.seed: collectors[seed.seed].step() for seed in live}
+            kept = [phase for phase in open_phases if phase.due_together(due)]
+            for phase in open_phases:
+                if phase not in kept:
+                    phase.close()
+            open_phases = kept
+            stacked = {seed.seed for phase in open_phases for seed in phase.seeds}
+            phases: dict[tuple[int, ...], list[Seed]] = {}
+            for seed in live:
+                if due[seed.seed] and seed.seed not in stacked:
+                    phases.setdefault((due[seed.seed], *_step_counts(seed)), []).append(seed)
+            for phase in open_phases:
+                phase.run(due[phase.seeds[0].seed])
+            for (steps, *_), group in phases.items():
+                group_collectors = [collectors[seed.seed] for seed in group]
+                if isinstance(group[0].session.algorithm, SAC):
+                    open_phases.append(_SACPhase(group, group_collectors))
+                    open_phases[-1].run(steps)
+                else:
+                    _Phase(group, group_collectors).run(steps)
+            open_phases = [phase for phase in open_phases if not phase.closed]
+            for seed in live:
+                session = seed.session
+                if session.state.steps >= session.state.next_eval or session.stops.budget(session.state) is not None:
+                    for phase in open_phases:  # a checkpoint or the end: the seed's state in its session
+                        if any(member is seed for member in phase.seeds):
+                            phase.close()
+                    open_phases = [phase for phase in open_phases if not phase.closed]
+                with seed.own_rng():  # evaluations and checkpoints: the seed's generator state
                     reason = session.checkpoint_due_or_stop()
-            else:
-                reason = session.checkpoint_due_or_stop()
-            if reason is not None:
-                seed.finish(reason)
-        live = [seed for seed in live if not seed.finished]
+                if reason is not None:
+                    seed.finish(reason)
+            live = [seed for seed in live if not seed.finished]
+    except BaseException:
+        for phase in open_phases:
+            phase.close()
+        raise
 
 
 class _Phase:
@@ -208,3 +269,87 @@ class _Phase:
                 for name, param in module.named_parameters():
                     param.copy_(stacked.params[name][index])
             unstack_optimizer_state(self.optimizer, index, algorithm.optimizer)
+
+
+class _SACPhase:
+    """SAC seeds due for equally many gradient steps, whose optimizers have taken equally many steps: their networks,
+    log alphas and Adam states stacked, and kept stacked over the following update phases while these seeds are due
+    together (SAC updates every env step or few: stacking per phase would cost more than the steps). Between phases
+    only the actors are copied back (the seeds act with them); :meth:`close` writes back everything."""
+
+    def __init__(self, seeds: list[Seed], collectors: list[Collector]) -> None:
+        self.seeds, self.collectors = seeds, collectors
+        self.algorithms = [_sac(seed) for seed in seeds]
+        self.stacked = StackedSAC(self.algorithms)
+        for stacked, own in self.stacked.optimizers():
+            stack_optimizer_states(stacked, own)
+        self.closed = False
+
+    def due_together(self, due: dict[int, int]) -> bool:
+        """Whether this phase's seeds are all due for the same number (> 0) of gradient steps now."""
+        counts = {due.get(seed.seed, 0) for seed in self.seeds}
+        return len(counts) == 1 and 0 not in counts
+
+    def run(self, steps: int) -> None:
+        """``steps`` gradient steps of every seed; the seeds' actors and torch generator states are theirs afterwards
+        as after their unbatched updates (the rest on :meth:`close`). A step some seed cannot take batched closes the
+        phase: that step and the rest run seed by seed."""
+        for done in range(steps):
+            batches = [collector.sample() for collector in self.collectors]
+            noise, before, between = self._draw(batches)
+            metrics = self.stacked.update(batches, noise)
+            if isinstance(metrics, list):
+                for seed, seed_metrics in zip(self.seeds, metrics, strict=True):
+                    seed.session.after_update(seed_metrics)
+                continue
+            self.close()  # this step and the rest of the phase seed by seed
+            for k, (seed, algorithm, batch) in enumerate(zip(self.seeds, self.algorithms, batches, strict=True)):
+                progress = seed.session.progress_fraction
+                if metrics is None:  # nothing changed: the whole step
+                    seed.torch_rng = before[k]
+                    with seed.own_rng():
+                        seed.session.after_update(algorithm.update(batch, progress))
+                else:  # the critics stepped: the actor's part
+                    seed.torch_rng = between[k]
+                    with seed.own_rng():
+                        seed.session.after_update(algorithm.actor_step(batch["obs"], *metrics.seed(k)))
+            for _ in range(steps - done - 1):
+                for seed, algorithm, collector in zip(self.seeds, self.algorithms, self.collectors, strict=True):
+                    with seed.own_rng():
+                        seed.session.after_update(algorithm.update(collector.sample(), seed.session.progress_fraction))
+            return
+        self.stacked.write_back(actors_only=True)
+
+    def _draw(
+        self, batches: list[dict[str, torch.Tensor]]
+    ) -> tuple[torch.Tensor | None, list[torch.Tensor], list[torch.Tensor]]:
+        """Box actions: each seed's two standard normal draws of one ``SAC.update`` from its own generator, as
+        ``Normal.rsample`` draws them ((N, 2, B, action_dim)), and each seed's generator state before them and
+        between them; discrete actions draw nothing."""
+        before = [seed.torch_rng for seed in self.seeds]
+        if self.stacked.discrete:
+            return None, before, before
+        between, noise = [], []
+        for seed, batch in zip(self.seeds, batches, strict=True):
+            shape = (len(batch["obs"]), seed.session.policy.action_dim)
+            with seed.own_rng():
+                first = torch.empty(shape).normal_()
+                between.append(torch.get_rng_state())
+                noise.append(torch.stack([first, torch.empty(shape).normal_()]))
+        return torch.stack(noise), before, between
+
+    def close(self) -> None:
+        """Every seed's weights, targets, log alpha and Adam states into its session; the stacked state is dropped."""
+        if self.closed:
+            return
+        self.stacked.write_back()
+        for index, algorithm in enumerate(self.algorithms):
+            for (stacked, _), own in zip(self.stacked.optimizers(), _sac_optimizers(algorithm), strict=True):
+                unstack_optimizer_state(stacked, index, own)
+        self.closed = True
+
+
+def _sac(seed: Seed) -> SAC:
+    algorithm = seed.session.algorithm
+    assert isinstance(algorithm, SAC)  # checked once by _not_batchable
+    return algorithm
