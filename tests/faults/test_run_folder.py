@@ -376,8 +376,9 @@ def test_the_offline_branch_under_dvc_repro_retrains_on_a_recollected_dataset(tm
     md5_after = dataset_md5(root)
     assert md5_after != md5_before
     assert card_dataset(root)["md5"] == md5_after
-    # Retrained on the new data from scratch, not resumed from the run trained on the old data.
-    assert "starting fresh" in output and "resuming" not in output, output
+    # Retrained on the new data from scratch, not resumed from the run trained on the old data (DVC keeps the run
+    # folder, a persisted output: the finished run is replaced once the new one finishes).
+    assert "starting a fresh run" in output and "resuming" not in output, output
     assert snapshot(offline_run / "checkpoints").keys() == old_checkpoints.keys()
     for step in checkpoint_steps(offline_run / "checkpoints"):
         checkpoint = load_checkpoint(offline_run / "checkpoints" / checkpoint_name(step))
