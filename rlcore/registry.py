@@ -17,6 +17,7 @@ from rlcore.algos.dqn import DQN
 from rlcore.algos.es import ES
 from rlcore.algos.impala import IMPALA
 from rlcore.algos.iql import IQL
+from rlcore.algos.grouped import GroupedAlgorithm
 from rlcore.algos.ppo import PPO
 from rlcore.algos.sac import SAC
 from rlcore.algos.svpg import SVPG
@@ -24,7 +25,9 @@ from rlcore.algos.td3bc import TD3BC
 from rlcore.common.checkpoints import Checkpoint
 from rlcore.common.errors import CheckpointError, ConfigError
 from rlcore.config.sections import PolicyConfig
+from rlcore.envs.config import EnvConfig
 from rlcore.envs.vector import space_from_description
+from rlcore.nets.grouped import GroupedActorCritic, grouped_actor_critic
 from rlcore.nets.policy import Policy
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
@@ -52,6 +55,36 @@ def check_action_space(name: str, env_id: str, action_space: spaces.Space) -> No
         raise ConfigError(f"algo.name: {name} needs a {kinds} action space, but {env_id} has {action_space}")
 
 
+def build_policy(
+    name: str,
+    observation_space: spaces.Space,
+    action_space: spaces.Space,
+    policy: PolicyConfig,
+    algo: AlgoConfig,
+    env: EnvConfig,
+) -> Policy:
+    """The network algorithm ``name`` trains: its own ``make_policy``, or with ``policy.groups`` one of those per
+    group of ``env``'s agents behind a :class:`GroupedActorCritic`."""
+    algo_cls = algorithm_class(name)
+    if policy.groups is None:
+        return algo_cls.make_policy(observation_space, action_space, policy, algo)
+    return grouped_actor_critic(
+        observation_space,
+        action_space,
+        policy,
+        env,
+        lambda space: algo_cls.make_policy(space, action_space, policy, algo),
+    )
+
+
+def build_algorithm(name: str, policy: Policy, algo: AlgoConfig) -> Algorithm:
+    """Algorithm ``name`` training ``policy``: one instance, or one per group of a :class:`GroupedActorCritic`."""
+    algo_cls = algorithm_class(name)
+    if isinstance(policy, GroupedActorCritic):
+        return GroupedAlgorithm(algo_cls, policy, algo)
+    return algo_cls(policy, algo)
+
+
 def policy_from_checkpoint(checkpoint: Checkpoint) -> Policy:
     """Rebuild the policy network a checkpoint was saved from, with its weights, in eval mode."""
     meta = checkpoint.meta
@@ -61,7 +94,11 @@ def policy_from_checkpoint(checkpoint: Checkpoint) -> Policy:
         policy_config = PolicyConfig.model_validate(meta["params"]["policy"])
         algo_cls = algorithm_class(checkpoint.algo)
         algo_config = algo_cls.Config.model_validate(meta["params"]["algo"])
-        policy = algo_cls.make_policy(observation_space, action_space, policy_config, algo_config)
+        if policy_config.groups is None:
+            policy = algo_cls.make_policy(observation_space, action_space, policy_config, algo_config)
+        else:  # the groups' layout is the env's agents
+            env = EnvConfig.model_validate(meta["params"]["env"])
+            policy = build_policy(checkpoint.algo, observation_space, action_space, policy_config, algo_config, env)
         policy.load_state_dict(checkpoint.tensors["policy"])
     except (KeyError, RuntimeError, ValueError, ValidationError) as exc:
         raise CheckpointError(f"{checkpoint.path}: cannot rebuild the policy from this checkpoint: {exc}") from None

@@ -13,7 +13,15 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from rlcore.common.errors import did_you_mean
 from rlcore.common.seeds import MAX_EVAL_EPISODES, MAX_TRAIN_STEPS, PERIODIC_EPISODES_PER_SEED, SEED_LIMIT
@@ -21,6 +29,8 @@ from rlcore.common.strict_model import StrictModel
 from rlcore.common.validation_errors import short_repr
 from rlcore.config.sweep import SweepConfig
 from rlcore.envs.config import MAX_NUM_ENVS, EnvConfig
+from rlcore.envs.agent_groups import group_layout
+from rlcore.envs.multiagent import check_shared_spaces
 from rlcore.envs.return_reduction import check_reduction
 from rlcore.envs.settings import MEAN_OVER_SETTINGS, EvalSetting, check_eval_settings
 
@@ -81,6 +91,45 @@ class PolicyConfig(StrictModel):
     memory: MemoryConfig | None = None
     """A recurrent core (``{type: lstm | gru, size, sequence_length, burn_in}``) between the encoder and the heads,
     shared by actor and critic; null: a feed-forward policy. PPO and A2C only."""
+    groups: dict[str, list[str]] | None = None
+    """PettingZoo envs only: groups of agents, each with its own policy network and optimizer state, as group name
+    -> agent-name patterns (``fnmatch``: ``{adversaries: ["adversary_*"], good: ["agent_*"]}``); every agent in
+    exactly one group. A group's agents share its policy (with their one-hot within the group when
+    ``env.agent_id``); agents whose observations differ must be in different groups (``rlcore.envs.agent_groups``).
+    PPO and A2C; null: one policy shared by all agents."""
+    critic: Literal["local", "centralized"] = "local"
+    """PettingZoo envs only: what the value function reads. ``local``: the agent's own observation (IPPO);
+    ``centralized``: the env's global ``state()`` plus the agent's one-hot (MAPPO, ``rlcore.nets.central_critic``);
+    the actor always reads the agent's observation and is all that is exported. PPO and A2C."""
+
+    @model_serializer(mode="wrap")
+    def _omit_multiagent_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Without groups or a centralized critic the tree is what it was before these keys existed: the same
+        # train fingerprint and params.yaml for every run that does not use them.
+        tree = handler(self)
+        if tree.get("groups") is None:
+            tree.pop("groups", None)
+        if tree.get("critic") == "local":
+            tree.pop("critic", None)
+        return tree
+
+    @field_validator("groups")
+    @classmethod
+    def _groups_named(cls, groups: dict[str, list[str]] | None) -> dict[str, list[str]] | None:
+        if groups is None:
+            return None
+        if not groups:
+            raise ValueError("expected at least one group (group name -> agent-name patterns), got {}")
+        for name, patterns in groups.items():
+            if not _FOLDER_NAME.fullmatch(name) or name in (".", ".."):
+                raise ValueError(
+                    f"group name {short_repr(name)}: letters, digits, '.', '_', '-' (it names export/<group>/)"
+                )
+            if not patterns or any(not pattern for pattern in patterns):
+                raise ValueError(
+                    f"{name}: expected a non-empty list of agent-name patterns, got {short_repr(patterns)}"
+                )
+        return groups
 
     @field_validator("hidden_sizes")
     @classmethod
@@ -473,7 +522,25 @@ class Params(StrictModel):
     @model_validator(mode="after")
     def _reduction_names_an_agent(self) -> Params:
         agents = self.env.agents()
-        check_reduction(self.eval.return_reduction, agents.names if agents is not None else ())
+        groups = tuple(self.policy.groups or ()) if agents is not None else ()
+        check_reduction(self.eval.return_reduction, agents.names if agents is not None else (), groups)
+        return self
+
+    @model_validator(mode="after")
+    def _groups_fit_the_agents(self) -> Params:
+        agents = self.env.agents()
+        policy = self.policy
+        if agents is None:
+            for key, used in (("groups", policy.groups is not None), ("critic", policy.critic != "local")):
+                if used:
+                    raise ValueError(f"policy.{key}: only for PettingZoo envs' agents; {self.env.id} has one agent")
+            return self
+        if policy.groups is None:
+            check_shared_spaces(agents, self.env.id)
+            return self
+        group_layout(agents, policy.groups, self.env.id, self.env.agent_id is not False)
+        if policy.memory is not None:
+            raise ValueError("policy.memory: not with policy.groups yet (each group's policy is feed-forward)")
         return self
 
     @model_validator(mode="after")

@@ -16,7 +16,10 @@ without its need for agents that never leave before the episode ends:
   copy is then no transition either. Each step's ``info["valid"]`` (rows,) bool says which rows were transitions
   (``rlcore.envs.stepping.VectorStepper`` masks the others out).
 
-Only homogeneous agents are supported for now (the same observation and action spaces): a shared policy needs them.
+Agents share one action space. Their observations may differ in width when each is a 1-D Box (MPE's
+simple_adversary, simple_tag): each row's observation is then zero-padded to the widest before the one-hot, and
+only ``policy.groups`` (``rlcore.envs.agent_groups``) can train them, each group's own policy reading its agents'
+true width. Without groups, one shared policy needs identical spaces (``check_shared_spaces``).
 """
 
 from __future__ import annotations
@@ -48,6 +51,15 @@ class Agents:
     action_space: spaces.Space
     max_cycles: int | None
     """The env's episode length limit (``max_cycles``, MPE's and butterfly's), None when it declares none."""
+    widths: tuple[int, ...] = ()
+    """Each agent's own observation width when the agents' 1-D Box observations differ in width (then
+    ``observation_space`` is the padded one: every agent's bounds, zeros beyond an agent's width); empty when every
+    agent has the same observation space."""
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the agents' observations differ (padded rows; only groups can train them)."""
+        return bool(self.widths)
 
 
 def _kwargs_key(kwargs: dict[str, Any]) -> str:
@@ -56,7 +68,8 @@ def _kwargs_key(kwargs: dict[str, Any]) -> str:
 
 def agents_of(env_id: str, kwargs: dict[str, Any]) -> Agents:
     """The agents of ``env_id`` built with ``kwargs`` (one env is built once per process and closed); ``ValueError``
-    (one line) for an env that does not build, has no agents, or has agents with different spaces."""
+    (one line) for an env that does not build, has no agents, has agents with different action spaces, or agents
+    whose observations differ and are not all 1-D Boxes."""
     return _agents_of(env_id, _kwargs_key(kwargs))
 
 
@@ -69,23 +82,56 @@ def _agents_of(env_id: str, kwargs_key: str) -> Agents:
         if not names:
             raise ValueError(f"env.id: {env_id} has no agents (possible_agents is empty)")
         observation, action = env.observation_space(names[0]), env.action_space(names[0])
+        observations = [env.observation_space(name) for name in names]
         for name in names[1:]:
-            for what, mine, first in (
-                ("observation", env.observation_space(name), observation),
-                ("action", env.action_space(name), action),
-            ):
-                if mine != first:
-                    raise ValueError(
-                        f"env.id: {env_id}: its agents have different {what} spaces ({names[0]}: {first}, "
-                        f"{name}: {mine}); "
-                        "one policy shared by all agents needs the same spaces (pad them with SuperSuit's "
-                        "pad_observations_v0 / pad_action_space_v0 in a function named as pettingzoo:module:function)"
-                    )
+            if env.action_space(name) != action:
+                raise ValueError(
+                    f"env.id: {env_id}: its agents have different action spaces ({names[0]}: {action}, "
+                    f"{name}: {env.action_space(name)}); rlcore's agents share one action space (pad them with "
+                    "SuperSuit's pad_action_space_v0 in a function named as pettingzoo:module:function)"
+                )
         cycles = getattr(env.unwrapped, "max_cycles", None)
         max_cycles = int(cycles) if isinstance(cycles, int) and not isinstance(cycles, bool) and cycles > 0 else None
-        return Agents(names, observation, action, max_cycles)
+        if all(space == observation for space in observations):
+            return Agents(names, observation, action, max_cycles)
+        return Agents(names, _padded_space(observations, names, env_id), action, max_cycles, _widths(observations))
     finally:
         env.close()
+
+
+def _widths(observations: list[spaces.Space]) -> tuple[int, ...]:
+    return tuple(int(space.shape[0]) for space in observations)
+
+
+def _padded_space(observations: list[spaces.Space], names: tuple[str, ...], env_id: str) -> spaces.Box:
+    """The Box every agent's 1-D Box observation fits in, zero-padded to the widest: (max width,) float32."""
+    for name, space in zip(names, observations, strict=True):
+        if not (isinstance(space, spaces.Box) and len(space.shape) == 1):
+            raise ValueError(
+                f"env.id: {env_id}: its agents have different observation spaces ({names[0]}: {observations[0]}, "
+                f"{name}: {space}); agents whose observations differ must each observe a 1-D Box (padded to the "
+                "widest, one policy per group: policy.groups)"
+            )
+    width = max(_widths(observations))
+    low, high = np.zeros(width, np.float32), np.zeros(width, np.float32)
+    for space in observations:
+        assert isinstance(space, spaces.Box)
+        size = space.shape[0]
+        low[:size] = np.minimum(low[:size], space.low.astype(np.float32))
+        high[:size] = np.maximum(high[:size], space.high.astype(np.float32))
+    return spaces.Box(low, high, dtype=np.float32)
+
+
+def check_shared_spaces(agents: Agents, env_id: str) -> None:
+    """``ValueError`` (one line naming ``env.id``) when ``agents`` observe different spaces: one policy shared by
+    all of them (no ``policy.groups``) needs the same spaces."""
+    if agents.mixed:
+        widths = ", ".join(f"{name}: {width}" for name, width in zip(agents.names, agents.widths, strict=True))
+        raise ValueError(
+            f"env.id: {env_id}: its agents have different observation spaces (widths {widths}); one policy shared "
+            "by all agents needs the same spaces: put them in groups of their own (policy.groups) or pad them with "
+            "SuperSuit's pad_observations_v0 in a function named as pettingzoo:module:function"
+        )
 
 
 def describe_agents(env_id: str, kwargs: dict[str, Any], agent_id: bool | None) -> dict[str, Any] | None:
@@ -165,6 +211,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.spec = EnvSpec(id=env_id, entry_point=None)
+        self._width = int(agents.observation_space.shape[0]) if agents.mixed else 0
         self._one_hots = np.tile(np.eye(count, dtype=np.float32), (copies, 1))
         self._last: list[Any] = [None] * self.num_envs
         """Each row's latest observation from its env (no agent id)."""
@@ -228,10 +275,18 @@ class ParallelEnvRows(gym.vector.VectorEnv):
             if self.agent_id:
                 batch[AGENT_ID_KEY] = self._one_hots.copy()
             return batch
-        stacked = np.stack([np.asarray(obs, dtype=self.single_observation_space.dtype) for obs in self._last])
+        stacked = np.stack(
+            [self._padded(np.asarray(obs, dtype=self.single_observation_space.dtype)) for obs in self._last]
+        )
         if not self.agent_id:
             return stacked
         return np.concatenate([stacked.reshape(self.num_envs, -1), self._one_hots], axis=1)
+
+    def _padded(self, obs: np.ndarray) -> np.ndarray:
+        """An agent's observation zero-padded to the widest agent's (agents whose observations differ in width)."""
+        if not self._width or obs.shape[0] == self._width:
+            return obs
+        return np.concatenate([obs, np.zeros(self._width - obs.shape[0], obs.dtype)])
 
     def render(self) -> tuple[Any, ...]:
         """Each copy's render (built with ``render_mode`` in ``env.kwargs``), in copy order."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ import torch
 
 from rlcore.common.errors import ConfigError
 from rlcore.envs.actions import to_env_actions
+from rlcore.envs.agent_groups import group_layout
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.return_reduction import reduce_returns
 from rlcore.envs.stepping import NonFiniteError, check_finite, finite
@@ -143,6 +144,9 @@ class EvalResult:
     lengths: list[int]
     agent_returns: dict[str, list[float]] | None = None
     """Multi-agent envs: agent name -> its return in each episode (E,); None for a single-agent env."""
+    group_returns: dict[str, list[float]] | None = None
+    """Multi-agent envs with ``policy.groups``: group name -> the mean return of its agents in each episode (E,);
+    None otherwise."""
     outcomes: dict[str, Any] | None = None
     """Two-player games against a fixed opponent: win, draw and loss rates with 95% intervals, for all episodes and
     by seat (:func:`game_outcomes`); None for other envs."""
@@ -155,6 +159,7 @@ class EvalResult:
         truncated: int = 0,
         agent_returns: dict[str, list[float]] | None = None,
         seats: list[int] | None = None,
+        group_returns: dict[str, list[float]] | None = None,
     ) -> EvalResult:
         """``seats``: a two-player game's learner seat in each episode, for :attr:`outcomes`."""
         values = np.asarray(returns, dtype=np.float64)
@@ -177,12 +182,15 @@ class EvalResult:
             if agent_returns is None
             else {k: [float(r) for r in v] for k, v in agent_returns.items()},
             outcomes=None if seats is None else game_outcomes(values, seats),
+            group_returns=None
+            if group_returns is None
+            else {k: [float(r) for r in v] for k, v in group_returns.items()},
         )
 
     def to_dict(self) -> dict[str, Any]:
         """Every field; ``agent_returns`` only for a multi-agent env, ``outcomes`` only for a two-player game."""
         fields = dataclasses.asdict(self)
-        for key in ("agent_returns", "outcomes"):
+        for key in ("agent_returns", "outcomes", "group_returns"):
             if fields[key] is None:
                 del fields[key]
         return fields
@@ -193,6 +201,8 @@ class EvalResult:
         scores = {key: getattr(self, key) for key in SCORE_KEYS}
         if self.agent_returns is not None:
             scores["agent_mean_returns"] = {name: float(np.mean(r)) for name, r in self.agent_returns.items()}
+        if self.group_returns is not None:
+            scores["group_mean_returns"] = {name: float(np.mean(r)) for name, r in self.group_returns.items()}
         if self.outcomes is not None:
             scores["outcomes"] = self.outcomes
         return scores
@@ -252,11 +262,20 @@ class Evaluator:
         settings: EpisodeSettings | None = None,
         label: str = "evaluation",
         return_reduction: str = "mean",
+        groups: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
+        """``groups``: ``policy.groups`` (group -> agent-name patterns), whose mean returns are kept and may be the
+        ``return_reduction``; None: no groups."""
         self.env_id = env.id
         agents = env.agents()
         self.agents: tuple[str, ...] = agents.names if agents is not None else ()
         """A multi-agent env's agents (each a row of every episode's copy of the env); empty for one agent."""
+        self.groups = (
+            None
+            if agents is None or groups is None
+            else {g.name: g.agents for g in group_layout(agents, groups, env.id, env.agent_id is not False).groups}
+        )
+        """Group name -> its agents' indices (``rlcore.envs.agent_groups``); None without groups."""
         self.return_reduction = return_reduction
         self.turn_based = env.turn_based()
         """A two-player game against a fixed opponent: results carry win/draw/loss rates (:func:`game_outcomes`)."""
@@ -316,9 +335,14 @@ class Evaluator:
             seats = [learner_seat(seed) for seed in self.seeds] if self.turn_based else None
             return EvalResult.from_episodes([float(r[0]) for r in returns], lengths, truncated, seats=seats)
         table = np.stack(returns)  # (E, A)
-        scores = reduce_returns(table, self.agents, self.return_reduction).tolist()
+        scores = reduce_returns(table, self.agents, self.return_reduction, self.groups).tolist()
         by_agent = {name: table[:, index].tolist() for index, name in enumerate(self.agents)}
-        return EvalResult.from_episodes(scores, lengths, truncated, by_agent)
+        by_group = (
+            None
+            if self.groups is None
+            else {name: table[:, list(members)].mean(axis=1).tolist() for name, members in self.groups.items()}
+        )
+        return EvalResult.from_episodes(scores, lengths, truncated, by_agent, group_returns=by_group)
 
 
 BatchOutcome = tuple[list[float], list[int], np.ndarray]

@@ -40,6 +40,7 @@ def evaluator_for(params: Params, split: str = "validation", setting: str | None
         settings=settings,
         label=label,
         return_reduction=cfg.return_reduction,
+        groups=params.policy.groups,
     )
 
 

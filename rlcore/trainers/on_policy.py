@@ -22,6 +22,7 @@ from rlcore.envs.observations import obs_tensor
 from rlcore.nets.policies import ActorCritic
 from rlcore.nets.policy import reset_state
 from rlcore.nets.precision import copy_weights
+from rlcore.trainers.on_policy_groups import train_on_policy_groups
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import EnvSource
 from rlcore.trainers.stopping import EvaluationCallback
@@ -30,7 +31,10 @@ from rlcore.trainers.stopping import EvaluationCallback
 def train_on_policy(
     params: Params, run_dir: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
 ) -> dict[str, Any]:
-    """Train ``params.algo`` (an on-policy algorithm) into ``run_dir``; returns the train summary."""
+    """Train ``params.algo`` (an on-policy algorithm) into ``run_dir``; returns the train summary. With
+    ``policy.groups``: one policy per group (``rlcore.trainers.on_policy_groups``)."""
+    if params.policy.groups is not None:
+        return train_on_policy_groups(params, run_dir, on_evaluation, resume_from)
     with TrainingSession(params, run_dir, on_evaluation, resume_from, lambda p, *_: EnvSource(p)) as session:
         cfg = params.algo
         assert isinstance(cfg, OnPolicyConfig) and isinstance(session.algorithm, OnPolicyAlgorithm)

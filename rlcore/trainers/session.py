@@ -27,7 +27,7 @@ from rlcore.envs.vector import describe_space, settings_for
 from rlcore.evaluation.evaluator import EvalResult, Evaluator
 from rlcore.nets.precision import Precision, copy_weights, learner_copy, training_device
 from rlcore.objectives.bc_regularizer import check_demonstrations
-from rlcore.registry import algorithm_class, check_action_space
+from rlcore.registry import algorithm_class, build_algorithm, build_policy, check_action_space
 from rlcore.reward_signals import check_reward_signals
 from rlcore.trainers.memory_estimate import check_resources
 from rlcore.trainers.metrics import EpisodeStats, MetricsLog
@@ -112,6 +112,7 @@ class TrainingSession(Generic[SourceT]):
             max_episode_steps=params.eval.max_episode_steps,
             label="periodic evaluation",
             return_reduction=params.eval.return_reduction,
+            groups=params.policy.groups,
         )
         self.observation_space = self.evaluator.env.single_observation_space
         self.action_space = self.evaluator.env.single_action_space
@@ -122,7 +123,9 @@ class TrainingSession(Generic[SourceT]):
             check_action_space(params.algo.name, params.env.id, self.action_space)
             check_curriculum_support(params, algo_cls)
             check_resources(params, self.observation_space, self.action_space, seeds_in_memory)  # too large sizes
-            self.policy = algo_cls.make_policy(self.observation_space, self.action_space, params.policy, params.algo)
+            self.policy = build_policy(
+                params.algo.name, self.observation_space, self.action_space, params.policy, params.algo, params.env
+            )
             self.warm_start = warm_start_of(params, self.policy, self.observation_space, self.action_space, run_dir)
             self.source = make_source(params, self.observation_space, self.action_space)
             self._closers.append(self.source.close)
@@ -150,7 +153,7 @@ class TrainingSession(Generic[SourceT]):
         # train.device: the algorithm trains self.policy, or on a GPU a copy of it there (rlcore.nets.precision);
         # acting, evaluation and checkpoints use self.policy.
         learner = learner_copy(self.policy, self.device)
-        self.algorithm: Algorithm[Any, Any] = algorithm_class(params.algo.name)(learner, params.algo)
+        self.algorithm: Algorithm[Any, Any] = build_algorithm(params.algo.name, learner, params.algo)
         self.algorithm.compute_in(Precision(params.train.precision, self.device))  # before a resume loads its scale
         self.generator = torch.Generator().manual_seed(params.seed)
         self.rng = np.random.default_rng(params.seed)
