@@ -18,7 +18,7 @@ from rlcore.common.errors import ConfigError, did_you_mean
 from rlcore.common.validation_errors import describe_validation_error, short_repr
 from rlcore.config.reading import apply_overrides, read_yaml_mapping
 from rlcore.config.sections import SECTIONS, Params
-from rlcore.registry import algo_config_class, algorithm_class, registered_algorithms
+from rlcore.registry import algo_config_class, algorithm_class, registered_algorithms, trains_groups
 
 REQUIRED = {
     "env": ("id", "the env to train on, e.g. env: {id: CartPole-v1}"),
@@ -128,6 +128,12 @@ def check_capabilities(params: Params, source: str) -> None:
             f"{source}: env.action_mask: {name} does not apply action masks ({able('action_mask')} do); "
             "set env.action_mask: null"
         )
+    for key, used in (("groups", params.policy.groups is not None), ("critic", params.policy.critic != "local")):
+        if used and not trains_groups(name):
+            grouped = ", ".join(other for other in registered_algorithms() if trains_groups(other))
+            raise ConfigError(
+                f"{source}: policy.{key}: {name} does not train groups of agents or centralized critics ({grouped} do)"
+            )
     if params.env.agents() is not None and "multiagent" not in capabilities:
         raise ConfigError(
             f"{source}: algo.name: {name} does not train on multi-agent envs ({params.env.id}); {able('multiagent')} do"

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from gymnasium import spaces
 from pydantic import ValidationError
+from torch import nn
 
 from rlcore.algos.a2c import A2C
-from rlcore.algos.base import AlgoConfig, Algorithm
+from rlcore.algos.base import AlgoConfig, Algorithm, OnPolicyAlgorithm
 from rlcore.algos.bc import BC
 from rlcore.algos.dqn import DQN
 from rlcore.algos.es import ES
+from rlcore.algos.grouped import GroupedAlgorithm
 from rlcore.algos.impala import IMPALA
 from rlcore.algos.iql import IQL
-from rlcore.algos.grouped import GroupedAlgorithm
 from rlcore.algos.ppo import PPO
 from rlcore.algos.sac import SAC
 from rlcore.algos.svpg import SVPG
@@ -55,6 +56,13 @@ def check_action_space(name: str, env_id: str, action_space: spaces.Space) -> No
         raise ConfigError(f"algo.name: {name} needs a {kinds} action space, but {env_id} has {action_space}")
 
 
+def trains_groups(name: str) -> bool:
+    """Whether algorithm ``name`` trains ``policy.groups`` and centralized critics: the on-policy multi-agent ones
+    (every agent's steps are rows of its rollout: ``rlcore.trainers.on_policy_groups``)."""
+    algo_cls = algorithm_class(name)
+    return issubclass(algo_cls, OnPolicyAlgorithm) and "multiagent" in algo_cls.capabilities
+
+
 def build_policy(
     name: str,
     observation_space: spaces.Space,
@@ -77,10 +85,11 @@ def build_policy(
     )
 
 
-def build_algorithm(name: str, policy: Policy, algo: AlgoConfig) -> Algorithm:
+def build_algorithm(name: str, policy: nn.Module, algo: AlgoConfig) -> Algorithm:
     """Algorithm ``name`` training ``policy``: one instance, or one per group of a :class:`GroupedActorCritic`."""
     algo_cls = algorithm_class(name)
     if isinstance(policy, GroupedActorCritic):
+        assert issubclass(algo_cls, OnPolicyAlgorithm)  # trains_groups, checked at load
         return GroupedAlgorithm(algo_cls, policy, algo)
     return algo_cls(policy, algo)
 

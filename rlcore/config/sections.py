@@ -28,8 +28,8 @@ from rlcore.common.seeds import MAX_EVAL_EPISODES, MAX_TRAIN_STEPS, PERIODIC_EPI
 from rlcore.common.strict_model import StrictModel
 from rlcore.common.validation_errors import short_repr
 from rlcore.config.sweep import SweepConfig
-from rlcore.envs.config import MAX_NUM_ENVS, EnvConfig
 from rlcore.envs.agent_groups import group_layout
+from rlcore.envs.config import MAX_NUM_ENVS, EnvConfig
 from rlcore.envs.multiagent import check_shared_spaces
 from rlcore.envs.return_reduction import check_reduction
 from rlcore.envs.settings import MEAN_OVER_SETTINGS, EvalSetting, check_eval_settings

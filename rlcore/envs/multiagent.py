@@ -100,7 +100,7 @@ def _agents_of(env_id: str, kwargs_key: str) -> Agents:
 
 
 def _widths(observations: list[spaces.Space]) -> tuple[int, ...]:
-    return tuple(int(space.shape[0]) for space in observations)
+    return tuple(int(np.prod(space.shape or ())) for space in observations)
 
 
 def _padded_space(observations: list[spaces.Space], names: tuple[str, ...], env_id: str) -> spaces.Box:
@@ -211,7 +211,7 @@ class ParallelEnvRows(gym.vector.VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.spec = EnvSpec(id=env_id, entry_point=None)
-        self._width = int(agents.observation_space.shape[0]) if agents.mixed else 0
+        self._width = max(agents.widths) if agents.mixed else 0
         self._one_hots = np.tile(np.eye(count, dtype=np.float32), (copies, 1))
         self._last: list[Any] = [None] * self.num_envs
         """Each row's latest observation from its env (no agent id)."""

@@ -216,19 +216,24 @@ class ExportOptions:
 
 
 def export_policy(
-    policy: Policy, meta: dict[str, Any], out_dir: Path, options: ExportOptions, seed: int = 0
+    policy: Policy,
+    meta: dict[str, Any],
+    out_dir: Path,
+    options: ExportOptions,
+    seed: int = 0,
+    inputs: dict[str, np.ndarray] | None = None,
 ) -> ExportResult:
     """Write ``policy.onnx`` and/or ``policy.pt2`` into ``out_dir`` after checking them against torch: every output
     element within ``atol + rtol * |torch|`` (``export.parity_atol``, ``export.parity_rtol``).
 
     Files are built in a temporary folder and moved into ``out_dir`` only once every check passed,
-    so a failed export never replaces a good one.
+    so a failed export never replaces a good one. ``inputs``: the parity inputs if not :func:`parity_inputs`'.
     """
     action_space = space_from_description(meta["spaces"]["action"])
     stateful = policy.initial_state(1) is not None
     model = exported_module(policy, action_space)
     env = meta["params"]["env"]
-    inputs = parity_inputs(EnvConfig.model_validate(env), policy, options.parity_observations, seed)
+    inputs = inputs or parity_inputs(EnvConfig.model_validate(env), policy, options.parity_observations, seed)
     input_names = list(inputs)  # ["obs"], then "action_mask" in a masked run, then "state" for a stateful policy
     output_names = ["action", "scores", *(["next_state"] if stateful else [])]
     tensors = [torch.as_tensor(inputs[name]) for name in input_names]

@@ -106,12 +106,17 @@ def grouped_actor_critic(
     action_space: spaces.Space,
     config: PolicyConfig,
     env: EnvConfig,
-    make_member: Callable[[spaces.Box], ActorCritic],
+    make_member: Callable[[spaces.Box], Policy],
 ) -> GroupedActorCritic:
     """The grouped policy of ``config.groups`` over ``env``'s agents; ``make_member(observation_space)`` builds each
     group's actor-critic (the algorithm's own ``make_policy``)."""
     agents = env.agents()
     assert agents is not None and config.groups is not None
     layout = group_layout(agents, config.groups, env.id, env.agent_id is not False)
-    members = {group.name: make_member(group.observation_space) for group in layout.groups}
+    members: dict[str, ActorCritic] = {}
+    for group in layout.groups:
+        member = make_member(group.observation_space)
+        if not isinstance(member, ActorCritic):
+            raise TypeError(f"policy.groups: a group's policy must be an actor-critic, got {type(member).__name__}")
+        members[group.name] = member
     return GroupedActorCritic(observation_space, action_space, config, layout, members)

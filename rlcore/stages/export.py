@@ -1,4 +1,5 @@
-"""The export stage: the selected model to ONNX and torch.export, checked against torch, with a model card."""
+"""The export stage: the selected model to ONNX and torch.export, checked against torch, with a model card (a run
+with ``policy.groups``: one per group, ``rlcore.stages.export_groups``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from rlcore.common.files import read_json
 from rlcore.common.stage_paths import Layout
 from rlcore.config.sections import Params
 from rlcore.evaluation.export import ExportOptions, export_policy, model_card, write_model_card
+from rlcore.nets.grouped import GroupedActorCritic
 from rlcore.registry import policy_from_checkpoint
+from rlcore.stages.export_groups import export_groups
 from rlcore.trainers.run_directory import command_line
 
 log = logging.getLogger("rlcore")
@@ -39,6 +42,10 @@ def export_stage(params: Params, root: Path) -> Path:
         parity_rtol=cfg.parity_rtol,
         opset=cfg.opset,
     )
+    if isinstance(policy, GroupedActorCritic):  # policy.groups: one model per group
+        path = export_groups(policy, checkpoint, selection, options, layout.export, command_line(), root)
+        log.info("exported groups %s", ", ".join(policy.layout.members()))
+        return path
     result = export_policy(policy, checkpoint.meta, layout.export, options)
     card = model_card(checkpoint.meta, selection, result, command_line(), root)
     for stale in {"policy.onnx", "policy.pt2"} - set(result.files):

@@ -133,4 +133,3 @@ def _learn(session: TrainingSession[EnvSource], group: GroupRollout, last_obs: t
     if group.policy.obs_normalizer.enabled:
         group.policy.obs_normalizer.update(rollout.flat("obs")[rollout.flat_valid_indices()])
     return {f"{group.name}/{key}": value for key, value in metrics.items()}
-
