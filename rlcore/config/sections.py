@@ -520,13 +520,6 @@ class Params(StrictModel):
         return self
 
     @model_validator(mode="after")
-    def _reduction_names_an_agent(self) -> Params:
-        agents = self.env.agents()
-        groups = tuple(self.policy.groups or ()) if agents is not None else ()
-        check_reduction(self.eval.return_reduction, agents.names if agents is not None else (), groups)
-        return self
-
-    @model_validator(mode="after")
     def _groups_fit_the_agents(self) -> Params:
         agents = self.env.agents()
         policy = self.policy
@@ -541,6 +534,13 @@ class Params(StrictModel):
         group_layout(agents, policy.groups, self.env.id, self.env.agent_id is not False)
         if policy.memory is not None:
             raise ValueError("policy.memory: not with policy.groups yet (each group's policy is feed-forward)")
+        return self
+
+    @model_validator(mode="after")
+    def _reduction_names_an_agent(self) -> Params:
+        agents = self.env.agents()
+        groups = tuple(self.policy.groups or ()) if agents is not None else ()
+        check_reduction(self.eval.return_reduction, agents.names if agents is not None else (), groups)
         return self
 
     @model_validator(mode="after")

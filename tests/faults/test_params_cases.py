@@ -255,6 +255,45 @@ def test_multiagent_case_is_refused_in_one_line_and_writes_nothing(label: str, p
     assert snapshot(project) == before, "a refused command changed the project"
 
 
+ADVERSARY = ["--set", "env.id=pettingzoo:mpe2.simple_adversary_v3", "--set", "env.kwargs={N: 2, max_cycles: 25}"]
+TEAMS = "policy.groups={adversaries: [adversary_*], good: [agent_*]}"
+GROUPS_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "group pattern matching no agent": (
+        [*ADVERSARY, "--set", "policy.groups={adversaries: [adversary_*], good: [agents_*]}"],
+        ("policy.groups.good:", "'agents_*'", "no agent"),
+    ),
+    "agent in no group": (
+        [*ADVERSARY, "--set", "policy.groups={adversaries: [adversary_*], good: [agent_0]}"],
+        ("policy.groups:", "agent_1", "no group"),
+    ),
+    "agent in two groups": (
+        [*ADVERSARY, "--set", "policy.groups={adversaries: [adversary_*], all: ['*']}"],
+        ("policy.groups:", "two groups"),
+    ),
+    "agents with different observations in one group": (
+        [*ADVERSARY, "--set", "policy.groups={all: ['*']}"],
+        ("policy.groups.all:", "different"),
+    ),
+    "groups on a single-agent env": (["--set", "policy.groups={all: ['*']}"], ("policy.groups:", "one agent")),
+    "return_reduction naming an unknown group": (
+        [*ADVERSARY, "--set", TEAMS, "--set", "eval.return_reduction=goood"],
+        ("eval.return_reduction:", "goood", "adversaries, good"),
+    ),
+    "groups with an algorithm that has no grouped trainer": (
+        ["--params", "configs/dqn-cartpole.yaml", *ADVERSARY, "--set", TEAMS],
+        ("policy.groups:", "dqn", "a2c, ppo"),
+    ),
+}
+
+
+@pytest.mark.parametrize("label", list(GROUPS_CASES))
+def test_groups_case_is_refused_in_one_line_and_writes_nothing(label: str, project: Path) -> None:
+    args, fragments = GROUPS_CASES[label]
+    before = snapshot(project)
+    assert_refused(run_in_process(["train", *args], project), *fragments)
+    assert snapshot(project) == before, "a refused command changed the project"
+
+
 GAMES = """
 import numpy as np
 from pettingzoo.classic.tictactoe.tictactoe import raw_env
@@ -714,6 +753,7 @@ NAME_LIKE = {
         "x",
     ],
     ("policy", "hidden_sizes"): [[], [0], [-3], [10**12], [100_000, 100_000], [1] * 101, ["wide"], ["64"]],
+    ("policy", "groups"): [{"a": ["*"]}, {"../x": ["*"]}, {"a": []}, {"a": [""]}, {}, "x", [1]],
     ("eval", "settings"): [
         [{"name": "../x"}],
         [{"name": "x|y z"}],
