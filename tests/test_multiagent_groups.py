@@ -203,7 +203,8 @@ def test_a_resumed_grouped_run_ends_as_the_uninterrupted_one(tmp_path: Path) -> 
     train(validate_params(_tree(max_steps=48)), tmp_path / "cut")
     resumed = train(validate_params(_tree()), tmp_path / "cut")
     assert resumed["evaluations"] == [
-        {**e, "wall_seconds": r["wall_seconds"]} for e, r in zip(whole["evaluations"], resumed["evaluations"])
+        {**e, "wall_seconds": r["wall_seconds"]}
+        for e, r in zip(whole["evaluations"], resumed["evaluations"], strict=True)
     ]
     last = [load_checkpoint(tmp_path / run / "checkpoints" / "step_0000000096.pt") for run in ("whole", "cut")]
     for name, tensor in last[0].tensors["policy"].items():
@@ -260,4 +261,3 @@ def test_unknown_group_as_return_reduction_is_refused() -> None:
     tree["eval"]["return_reduction"] = "green"
     with pytest.raises(ConfigError, match=r"eval.return_reduction: .*red, blue\), got 'green'"):
         validate_params(tree)
-
