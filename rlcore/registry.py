@@ -27,7 +27,9 @@ from rlcore.common.checkpoints import Checkpoint
 from rlcore.common.errors import CheckpointError, ConfigError
 from rlcore.config.sections import PolicyConfig
 from rlcore.envs.config import EnvConfig
+from rlcore.envs.multiagent import state_width
 from rlcore.envs.vector import space_from_description
+from rlcore.nets.central_critic import CentralizedActorCritic
 from rlcore.nets.grouped import GroupedActorCritic, grouped_actor_critic
 from rlcore.nets.policy import Policy
 
@@ -71,18 +73,22 @@ def build_policy(
     algo: AlgoConfig,
     env: EnvConfig,
 ) -> Policy:
-    """The network algorithm ``name`` trains: its own ``make_policy``, or with ``policy.groups`` one of those per
-    group of ``env``'s agents behind a :class:`GroupedActorCritic`."""
+    """The network algorithm ``name`` trains: its own ``make_policy``; with ``policy.critic: centralized`` an
+    actor-critic whose critic reads ``env``'s global state (``rlcore.nets.central_critic``); with ``policy.groups``
+    one of those per group of ``env``'s agents behind a :class:`GroupedActorCritic`."""
     algo_cls = algorithm_class(name)
+
+    def make(space: spaces.Space) -> Policy:
+        if policy.critic == "centralized":
+            agents = env.agents()
+            assert agents is not None  # checked at load: only PettingZoo envs have a centralized critic
+            width = state_width(env.id, env.kwargs) + len(agents.names)
+            return CentralizedActorCritic(space, action_space, policy, width, getattr(algo, "value_head", None))
+        return algo_cls.make_policy(space, action_space, policy, algo)
+
     if policy.groups is None:
-        return algo_cls.make_policy(observation_space, action_space, policy, algo)
-    return grouped_actor_critic(
-        observation_space,
-        action_space,
-        policy,
-        env,
-        lambda space: algo_cls.make_policy(space, action_space, policy, algo),
-    )
+        return make(observation_space)
+    return grouped_actor_critic(observation_space, action_space, policy, env, make)
 
 
 def build_algorithm(name: str, policy: nn.Module, algo: AlgoConfig) -> Algorithm:
@@ -103,9 +109,9 @@ def policy_from_checkpoint(checkpoint: Checkpoint) -> Policy:
         policy_config = PolicyConfig.model_validate(meta["params"]["policy"])
         algo_cls = algorithm_class(checkpoint.algo)
         algo_config = algo_cls.Config.model_validate(meta["params"]["algo"])
-        if policy_config.groups is None:
+        if policy_config.groups is None and policy_config.critic == "local":
             policy = algo_cls.make_policy(observation_space, action_space, policy_config, algo_config)
-        else:  # the groups' layout is the env's agents
+        else:  # the groups' layout, the critic's state width: the env's agents
             env = EnvConfig.model_validate(meta["params"]["env"])
             policy = build_policy(checkpoint.algo, observation_space, action_space, policy_config, algo_config, env)
         policy.load_state_dict(checkpoint.tensors["policy"])

@@ -179,9 +179,9 @@ def test_a_group_with_zero_advantages_does_not_move(tmp_path: Path, monkeypatch:
 
     group_rollouts = on_policy_groups._group_rollouts
 
-    def snapshot(session: Any, n_steps: int, num_envs: int) -> Any:
+    def snapshot(session: Any, n_steps: int, num_envs: int, critic_rows: Any) -> Any:
         started.update({k: v.clone() for k, v in session.policy.state_dict().items()})
-        return group_rollouts(session, n_steps, num_envs)
+        return group_rollouts(session, n_steps, num_envs, critic_rows)
 
     monkeypatch.setattr(PPO, "advantages", zero_for_blue)
     monkeypatch.setattr(on_policy_groups, "_group_rollouts", snapshot)

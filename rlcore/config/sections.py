@@ -30,7 +30,7 @@ from rlcore.common.validation_errors import short_repr
 from rlcore.config.sweep import SweepConfig
 from rlcore.envs.agent_groups import group_layout
 from rlcore.envs.config import MAX_NUM_ENVS, EnvConfig
-from rlcore.envs.multiagent import check_shared_spaces
+from rlcore.envs.multiagent import check_shared_spaces, state_width
 from rlcore.envs.return_reduction import check_reduction
 from rlcore.envs.settings import MEAN_OVER_SETTINGS, EvalSetting, check_eval_settings
 
@@ -528,6 +528,10 @@ class Params(StrictModel):
                 if used:
                     raise ValueError(f"policy.{key}: only for PettingZoo envs' agents; {self.env.id} has one agent")
             return self
+        if policy.critic == "centralized":
+            state_width(self.env.id, self.env.kwargs)  # the env has a working state()
+            if policy.memory is not None:
+                raise ValueError("policy.critic: centralized is feed-forward; set policy.memory: null")
         if policy.groups is None:
             check_shared_spaces(agents, self.env.id)
             return self

@@ -282,6 +282,15 @@ class ParallelEnvRows(gym.vector.VectorEnv):
             return stacked
         return np.concatenate([stacked.reshape(self.num_envs, -1), self._one_hots], axis=1)
 
+    def critic_inputs(self) -> np.ndarray:
+        """A centralized critic's input at each row (``policy.critic: centralized``): its copy's global state
+        (``state()``, flattened) followed by the agent's one-hot over all agents, (rows, state width + A) float32."""
+        states = np.stack([np.asarray(env.state(), dtype=np.float32).reshape(-1) for env in self.envs])
+        count = len(self.agent_names)
+        return np.concatenate(
+            [np.repeat(states, count, axis=0), np.tile(np.eye(count, dtype=np.float32), (self.copies, 1))], axis=1
+        )
+
     def _padded(self, obs: np.ndarray) -> np.ndarray:
         """An agent's observation zero-padded to the widest agent's (agents whose observations differ in width)."""
         if not self._width or obs.shape[0] == self._width:
@@ -295,3 +304,28 @@ class ParallelEnvRows(gym.vector.VectorEnv):
     def close_extras(self, **kwargs: Any) -> None:
         for env in self.envs:
             env.close()
+
+
+def state_width(env_id: str, kwargs: dict[str, Any]) -> int:
+    """The width of the env's global state (``state()`` after a seeded reset, flattened), for a centralized critic
+    (``policy.critic: centralized``); ``ValueError`` (one line naming ``policy.critic``) when the env has no
+    ``state()`` or it raises."""
+    return _state_width(env_id, _kwargs_key(kwargs))
+
+
+@functools.cache
+def _state_width(env_id: str, kwargs_key: str) -> int:
+    env = build_parallel_env(env_id, json.loads(kwargs_key))
+    try:
+        env.reset(seed=0)
+        state = np.asarray(env.state(), dtype=np.float32)
+    except (Exception, NotImplementedError) as exc:
+        raise ValueError(
+            f"policy.critic: centralized needs the env's global state(), and {env_id}'s state() failed: "
+            f"{raised_at(exc)}"
+        ) from None
+    finally:
+        env.close()
+    if state.size == 0:
+        raise ValueError(f"policy.critic: centralized needs the env's global state(); {env_id}'s state() is empty")
+    return int(state.size)

@@ -22,6 +22,7 @@ from rlcore.envs.observations import obs_tensor
 from rlcore.nets.policies import ActorCritic
 from rlcore.nets.policy import reset_state
 from rlcore.nets.precision import copy_weights
+from rlcore.trainers.critic_rows import CriticRows
 from rlcore.trainers.on_policy_groups import train_on_policy_groups
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import EnvSource
@@ -46,6 +47,9 @@ def train_on_policy(
         action_shape, action_dtype = action_layout(session.action_space)  # Box actions of any shape are flat
         obs_dtype = obs.dtype  # the storage dtype: uint8 frames stay uint8 (rlcore.envs.observations)
         obs_shape = tuple(session.observation_space.shape or ())
+        critic_rows = CriticRows.of(policy, source)  # policy.critic: centralized; None: the rows are the observations
+        if critic_rows is not None:
+            obs_shape = critic_rows.shape(obs_shape)
         rollout = make_rollout(policy, n_steps, num_envs, obs_shape, action_shape, action_dtype, obs_dtype)
         learner = algorithm.policy  # policy itself, or its copy on train.device (rlcore.nets.precision)
         state = policy.initial_state(num_envs)  # a recurrent policy's memory (None: feed-forward); episodes restart
@@ -54,6 +58,8 @@ def train_on_policy(
             with torch.no_grad():
                 for t in range(n_steps):
                     obs_t = obs_tensor(source.stepper.obs)
+                    if critic_rows is not None:
+                        obs_t = critic_rows.widen(obs_t)
                     if state is not None:
                         cast(SequenceRollout, rollout).keep_state(t, state)
                     features, next_state = policy.step_features(obs_t, state)  # encoded once for both heads
@@ -73,7 +79,10 @@ def train_on_policy(
                 # V(s_{t+1}) is the next step's V(s_t); at an episode end that is the value of its last
                 # observation (next-step autoreset), which is what a truncated episode bootstraps from.
                 rollout.next_values[:-1] = rollout.values[1:]
-                last_features, _ = policy.step_features(obs_tensor(source.stepper.obs), state)
+                last_obs = obs_tensor(source.stepper.obs)
+                last_features, _ = policy.step_features(
+                    last_obs if critic_rows is None else critic_rows.widen(last_obs), state
+                )
                 rollout.next_values[-1] = policy.value_of(last_features)
             rollout.advantages, rollout.returns = algorithm.advantages(rollout)
             signal_metrics: dict[str, float] = {}
@@ -87,7 +96,8 @@ def train_on_policy(
             session.after_update({**metrics, **signal_metrics})
             # Statistics change only between updates, so each rollout's log-probabilities stay consistent.
             if policy.obs_normalizer.enabled:
-                policy.obs_normalizer.update(rollout.flat("obs")[rollout.flat_valid_indices()])
+                seen = rollout.flat("obs")[rollout.flat_valid_indices()]
+                policy.obs_normalizer.update(seen if critic_rows is None else critic_rows.actor_part(seen))
             session.after_env_steps(n_steps * num_envs)
             stop_reason = session.checkpoint_due_or_stop()
         return session.finish(stop_reason)

@@ -25,6 +25,7 @@ from rlcore.envs.observations import obs_tensor
 from rlcore.nets.grouped import GroupedActorCritic
 from rlcore.nets.policies import ActorCritic
 from rlcore.nets.precision import copy_weights
+from rlcore.trainers.critic_rows import CriticRows
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import EnvSource
 from rlcore.trainers.stopping import EvaluationCallback
@@ -43,12 +44,16 @@ class GroupRollout:
     index: int
     rollout: RolloutBuffer
 
-    def obs(self, policy: GroupedActorCritic, obs: torch.Tensor) -> torch.Tensor:
-        """The group's view of the env rows ``obs`` (N, width): (R, group width)."""
-        return policy.member_obs(obs, self.index, self.rows)
+    def obs(self, policy: GroupedActorCritic, obs: torch.Tensor, critic: torch.Tensor | None) -> torch.Tensor:
+        """The group's training rows from the env rows ``obs`` (N, width): (R, group width), followed by the rows'
+        centralized critic inputs ``critic`` (N, critic width) when given."""
+        mine = policy.member_obs(obs, self.index, self.rows)
+        return mine if critic is None else torch.cat([mine, critic[self.rows].to(mine.dtype)], dim=1)
 
 
-def _group_rollouts(session: TrainingSession[EnvSource], n_steps: int, num_envs: int) -> list[GroupRollout]:
+def _group_rollouts(
+    session: TrainingSession[EnvSource], n_steps: int, num_envs: int, critic_rows: CriticRows | None
+) -> list[GroupRollout]:
     policy, algorithm = session.policy, session.algorithm
     assert isinstance(policy, GroupedActorCritic) and isinstance(algorithm, GroupedAlgorithm)
     action_shape, action_dtype = action_layout(session.action_space)
@@ -59,6 +64,8 @@ def _group_rollouts(session: TrainingSession[EnvSource], n_steps: int, num_envs:
         assert isinstance(member, ActorCritic)
         rows = all_rows[index]
         shape = tuple(group.observation_space.shape)
+        if critic_rows is not None:
+            shape = critic_rows.shape(shape)
         buffer = RolloutBuffer(n_steps, int(rows.numel()), shape, action_shape, action_dtype)
         groups.append(GroupRollout(group.name, member, algorithm.members[group.name], rows, index, buffer))
     return groups
@@ -73,19 +80,21 @@ def train_on_policy_groups(
         policy, algorithm, source = session.policy, session.algorithm, session.source
         assert isinstance(policy, GroupedActorCritic) and isinstance(algorithm, GroupedAlgorithm)
         n_steps, num_envs = params.algo.n_steps, params.env.rows(params.env.num_envs)  # type: ignore[attr-defined]
-        groups = _group_rollouts(session, n_steps, num_envs)
+        critic_rows = CriticRows.of(policy, source)  # policy.critic: centralized
+        groups = _group_rollouts(session, n_steps, num_envs, critic_rows)
         obs = obs_tensor(source.reset(session.state.env_steps))
         for group in groups:
-            group.policy.obs_normalizer.update(group.obs(policy, obs))
+            group.policy.obs_normalizer.update(group.obs(policy, obs, None))
         action_shape, action_dtype = action_layout(session.action_space)
         stop_reason = session.stops.budget(session.state)
         while stop_reason is None:
             with torch.no_grad():
                 for t in range(n_steps):
                     obs_t = obs_tensor(source.stepper.obs)
+                    critic = None if critic_rows is None else critic_rows.inputs()
                     actions = torch.zeros((num_envs, *action_shape), dtype=action_dtype)
                     for group in groups:
-                        rollout, member_obs = group.rollout, group.obs(policy, obs_t)
+                        rollout, member_obs = group.rollout, group.obs(policy, obs_t, critic)
                         features, _ = group.policy.step_features(member_obs, None)
                         dist = group.policy.distribution_of(features, group.policy.action_mask(member_obs))
                         action = dist.sample()
@@ -103,14 +112,15 @@ def train_on_policy_groups(
                         group.rollout.valid[t] = torch.as_tensor(step.valid[rows])
                     session.episodes.step(step.rewards, step.valid, step.ended)
                 last_obs = obs_tensor(source.stepper.obs)
+                last_critic = None if critic_rows is None else critic_rows.inputs()
                 for group in groups:  # V(s_{t+1}): the next step's V(s_t), the last from the observation after
                     rollout = group.rollout
                     rollout.next_values[:-1] = rollout.values[1:]
-                    last_features, _ = group.policy.step_features(group.obs(policy, last_obs), None)
+                    last_features, _ = group.policy.step_features(group.obs(policy, last_obs, last_critic), None)
                     rollout.next_values[-1] = group.policy.value_of(last_features)
             metrics: dict[str, float] = {}
             for group in groups:
-                metrics.update(_learn(session, group, group.obs(policy, last_obs)))
+                metrics.update(_learn(session, group, group.obs(policy, last_obs, last_critic), critic_rows))
             algorithm.count()
             session.after_update(metrics)
             session.after_env_steps(n_steps * num_envs)
@@ -118,7 +128,9 @@ def train_on_policy_groups(
         return session.finish(stop_reason)
 
 
-def _learn(session: TrainingSession[EnvSource], group: GroupRollout, last_obs: torch.Tensor) -> dict[str, float]:
+def _learn(
+    session: TrainingSession[EnvSource], group: GroupRollout, last_obs: torch.Tensor, critic_rows: CriticRows | None
+) -> dict[str, float]:
     """One group's advantages, reward signals and update on its rollout; its metrics as ``<group>/<key>``."""
     rollout, algorithm, learner = group.rollout, group.algorithm, group.algorithm.policy
     rollout.advantages, rollout.returns = algorithm.advantages(rollout)
@@ -131,5 +143,6 @@ def _learn(session: TrainingSession[EnvSource], group: GroupRollout, last_obs: t
     metrics.update(algorithm.update(rollout.to(session.device), session.progress_fraction, session.generator))
     copy_weights(learner, group.policy)
     if group.policy.obs_normalizer.enabled:
-        group.policy.obs_normalizer.update(rollout.flat("obs")[rollout.flat_valid_indices()])
+        seen = rollout.flat("obs")[rollout.flat_valid_indices()]
+        group.policy.obs_normalizer.update(seen if critic_rows is None else critic_rows.actor_part(seen))
     return {f"{group.name}/{key}": value for key, value in metrics.items()}
