@@ -283,6 +283,14 @@ GROUPS_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--params", "configs/dqn-cartpole.yaml", *ADVERSARY, "--set", TEAMS],
         ("policy.groups:", "dqn", "a2c, ppo"),
     ),
+    "centralized critic on a single-agent env": (
+        ["--set", "policy.critic=centralized"],
+        ("policy.critic:", "one agent"),
+    ),
+    "centralized critic with an algorithm that has no grouped trainer": (
+        ["--params", "configs/dqn-cartpole.yaml", *SIMPLE_SPREAD, "--set", "policy.critic=centralized"],
+        ("policy.critic:", "dqn", "a2c, ppo"),
+    ),
 }
 
 
