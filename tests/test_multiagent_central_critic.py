@@ -117,6 +117,7 @@ def test_the_critic_reads_the_state_and_the_actor_the_observation_only() -> None
     torch.testing.assert_close(policy.act_scores(obs), policy.actor(policy.features(obs)), rtol=0, atol=0)
 
 
+@pytest.mark.slow  # a whole pipeline: train, evaluate, select, export
 def test_a_short_run_exports_the_actor_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     params = validate_params(_tree())

@@ -211,6 +211,7 @@ def test_a_resumed_grouped_run_ends_as_the_uninterrupted_one(tmp_path: Path) -> 
         assert torch.equal(tensor, last[1].tensors["policy"][name]), name
 
 
+@pytest.mark.slow  # a whole pipeline: train, evaluate, select, export
 def test_export_writes_one_model_per_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     params = validate_params(_tree(max_steps=48))

@@ -2,10 +2,11 @@
 value function the env's global state and the agent's one-hot.
 
 We follow MAPPO (Yu et al., 2022, "The Surprising Effectiveness of PPO in Cooperative Multi-Agent Games") and its
-code (``on-policy``'s ``r_mappo``: ``R_Actor`` on ``obs``, ``R_Critic`` on ``share_obs`` with
-``use_centralized_V``): the critic's input is the environment-provided global state (their "EP" state; for MPE,
-PettingZoo's ``state()`` is every agent's observation side by side) followed by the agent's id (their
-agent-specific "AS" variant adds it so the shared critic can give each agent its own value). Training rows are the
+code (marlbenchmark/on-policy: ``R_Actor`` on ``obs``, ``R_Critic`` on ``share_obs``; with ``use_centralized_V``
+its MPE runner makes ``share_obs`` every agent's observation side by side, repeated for each agent): the critic's
+input is the env's global state (PettingZoo's MPE ``state()`` is exactly every agent's observation side by side)
+followed by the agent's one-hot (the paper's agent-specific variant adds the agent's identity, so a critic shared
+by all agents can give each its own value). Training rows are the
 actor's observation followed by that critic input (``rlcore.envs.multiagent.ParallelEnvRows.critic_inputs``);
 acting, evaluation and export see the observation alone, so the exported model is the actor only. Not done here:
 MAPPO's value normalization (PopArt) and its feature-pruned state.
