@@ -235,7 +235,18 @@ def test_export_writes_one_model_per_group(tmp_path: Path, monkeypatch: pytest.M
         (action, *_) = session.run(None, {"obs": obs})
         expected = policy.members[name].deterministic_action(torch.as_tensor(obs))  # type: ignore[operator]
         np.testing.assert_array_equal(action, expected.numpy())
-    assert not (tmp_path / "export" / "policy.onnx").exists()
+    rows = np.random.default_rng(1).normal(size=(6, 6)).astype(np.float32)
+    rows[:, 3:] = np.eye(3, dtype=np.float32)[[0, 1, 2, 2, 1, 0]]  # the env's one-hot: red_0, blue_0, red_1, ...
+    rows[[1, 4], 2] = 0.0  # blue's padding
+    whole = onnxruntime.InferenceSession(str(tmp_path / "export" / "policy.onnx"))
+    (action, *_) = whole.run(None, {"obs": rows})
+    red, blue = (policy.members[n].deterministic_action for n in ("red", "blue"))  # type: ignore[operator]
+    columns = {"red": [0, 1, 2, 3, 5], "blue": [0, 1, 4]}
+    expected = [
+        int((blue if agent == 1 else red)(torch.as_tensor(rows[i : i + 1, columns["blue" if agent == 1 else "red"]])))
+        for i, agent in enumerate([0, 1, 2, 2, 1, 0])
+    ]
+    assert action.tolist() == expected
 
 
 @pytest.mark.parametrize(

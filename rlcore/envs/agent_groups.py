@@ -43,6 +43,8 @@ class GroupLayout:
 
     agent_names: tuple[str, ...]
     groups: tuple[Group, ...]
+    one_hot_start: int | None = None
+    """With ``env.agent_id``: the column of an env row where the agent's one-hot (over all agents) starts."""
 
     def group_of_agent(self) -> np.ndarray:
         """(A,) int64: the index of each agent's group."""
@@ -97,7 +99,8 @@ def group_layout(agents: Agents, patterns: Mapping[str, Sequence[str]], env_id: 
             f"policy.groups: agent(s) {', '.join(missing)} of {env_id} are in no group; every agent belongs to "
             "exactly one (add a pattern such as '*' to a group)"
         )
-    return GroupLayout(names, tuple(groups))
+    start = int(agents.observation_space.shape[0]) if agent_id else None  # type: ignore[index]
+    return GroupLayout(names, tuple(groups), start)
 
 
 def _group(name: str, members: tuple[int, ...], agents: Agents, env_id: str, agent_id: bool) -> Group:

@@ -43,6 +43,10 @@ class GroupedActorCritic(Policy):
         self.members = nn.ModuleDict(members)
         self._owner = torch.as_tensor(layout.group_of_agent())
         self._columns = [torch.as_tensor(group.columns, dtype=torch.int64) for group in layout.groups]
+        membership = torch.zeros(len(layout.agent_names), len(layout.groups))
+        membership[torch.arange(len(layout.agent_names)), self._owner] = 1.0
+        self._membership = membership
+        """(A, G): agent ``a`` is in group ``g``."""
 
     def group_rows(self, batch: int) -> list[torch.Tensor]:
         """For a batch of ``batch`` rows in the env's order: each group's rows, (rows of the group,) int64."""
@@ -84,14 +88,37 @@ class GroupedActorCritic(Policy):
     def greedy(
         self, obs: torch.Tensor, state: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        actions, scores = self._route(obs, lambda m, o: m.greedy(o, None)[:2])
-        return actions, scores, state
+        """The greedy actions and scores of env rows ``obs`` (B, width). With ``env.agent_id`` each row's group is
+        read from its one-hot, so any batch of rows works (the exported graph: every member scores every row and
+        each row keeps its group's); without it, rows are in the env's order (a multiple of the agent count)."""
+        start = self.layout.one_hot_start
+        if start is None:
+            actions, scores = self._route(obs, lambda m, o: m.greedy(o, None)[:2])
+            return actions, scores, state
+        return (*self._greedy_by_one_hot(obs, start), state)
+
+    def _greedy_by_one_hot(self, obs: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        one_hot = obs[:, start : start + len(self.layout.agent_names)].to(torch.float32)
+        groups = one_hot @ self._membership  # (B, G): each row's group, one-hot
+        outputs = [self.member(index).greedy(self.member_obs(obs, index), None)[:2] for index in range(groups.shape[1])]
+        actions, scores = outputs[0]
+        for index, (member_actions, member_scores) in enumerate(outputs[1:], start=1):
+            mine = groups[:, index] > 0.5
+            actions = torch.where(mine.view(-1, *([1] * (member_actions.dim() - 1))), member_actions, actions)
+            scores = torch.where(mine.unsqueeze(1), member_scores, scores)
+        return actions, scores
+
+    def member(self, index: int) -> ActorCritic:
+        """Group ``index``'s policy."""
+        member = self.members[self.layout.groups[index].name]
+        assert isinstance(member, ActorCritic)
+        return member
 
     def act_scores(self, obs: torch.Tensor) -> torch.Tensor:
-        return self._route(obs, lambda m, o: (m.act_scores(o),))[0]
+        return self.greedy(obs, None)[1]
 
     def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
-        return self._route(obs, lambda m, o: (m.deterministic_action(o),))[0]
+        return self.greedy(obs, None)[0]
 
     def sample_action(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         return self._route(obs, lambda m, o: (m.sample_action(o, generator),))[0]

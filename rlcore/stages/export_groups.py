@@ -1,5 +1,7 @@
 """The export stage of a run with ``policy.groups``: one model per group, in ``export/<group>/`` (``policy.onnx``,
-``policy.pt2``, ``model_card.json``), and ``export/model_card.json`` listing the groups and their agents.
+``policy.pt2``, ``model_card.json``), and ``export/model_card.json`` listing the groups and their agents; with
+``env.agent_id`` also one model of the env's rows (``export/policy.onnx``, ``policy.pt2``: each row's group read
+from its one-hot), the file the pipeline's export stage promises.
 
 Each group's model is its member of the grouped policy (``rlcore.nets.grouped``): it reads one agent's observation
 at its true width followed, with ``env.agent_id``, by the one-hot of the agent's index within the group (its card
@@ -68,7 +70,20 @@ def export_groups(
         }
         write_model_card(out_dir / group.name, card)
         groups[group.name] = {"agents": names, "files": sorted(result.files), "card": f"{group.name}/model_card.json"}
-    for stale in ("policy.onnx", "policy.pt2"):  # a shared policy exported here before: not this run's
-        (out_dir / stale).unlink(missing_ok=True)
-    index_card = {"name": meta["params"]["name"], "algorithm": meta["params"]["algo"]["name"], "groups": groups}
-    return write_model_card(out_dir, index_card)
+    agents_card = {"names": list(layout.agent_names), "shared_policy": False, "groups": layout.members()}
+    if layout.one_hot_start is None:  # without env.agent_id a row's group is its position: no model of all rows
+        for stale in ("policy.onnx", "policy.pt2"):  # a shared policy exported here before: not this run's
+            (out_dir / stale).unlink(missing_ok=True)
+        index_card = {"name": meta["params"]["name"], "algorithm": meta["params"]["algo"]["name"], "groups": groups}
+        return write_model_card(out_dir, index_card)
+    # With env.agent_id: also one model of every row (each row's group read from its one-hot), what the pipeline's
+    # export/policy.onnx is: the env's padded rows in, each row's group's greedy action out.
+    result = export_policy(policy, meta, out_dir, options)
+    card = model_card(meta, selection, result, command, root)
+    card["env"]["agents"] = {
+        **agents_card,
+        "observation": "the env's row: the agent's observation zero-padded to the widest agent's, then its one-hot "
+        "over all agents (names), which picks its group's policy",
+    }
+    card["groups"] = groups
+    return write_model_card(out_dir, card)
