@@ -23,10 +23,22 @@ STAGE_PARAMS: dict[str, tuple[str, ...]] = {
         "eval.return_reduction",  # the periodic evaluations' score of a multi-agent env
     ),
     # evaluate and select read train.seeds: which seeds' run folders they cover.
-    "evaluate": ("name", "branch", "torch_threads", "env", "eval", "train.seeds"),
+    # evaluate and select read policy.groups: each group's mean return, and the score when eval.return_reduction
+    # names a group.
+    "evaluate": ("name", "branch", "torch_threads", "env", "policy.groups", "eval", "train.seeds"),
     # select scores the selection on the test episodes (env, eval) and draws select.baseline_run's curve beside
     # this run's with train.target_return as the threshold (and the optimality gap's target with train.seeds).
-    "select": ("name", "branch", "torch_threads", "env", "eval", "select", "train.target_return", "train.seeds"),
+    "select": (
+        "name",
+        "branch",
+        "torch_threads",
+        "env",
+        "policy.groups",
+        "eval",
+        "select",
+        "train.target_return",
+        "train.seeds",
+    ),
     "export": ("name", "branch", "torch_threads", "export"),
     "collect": ("torch_threads", "env", "collect"),
 }
