@@ -11,7 +11,7 @@ from rlcore.common.stage_paths import Layout, project_path
 from rlcore.config.sections import Params
 from rlcore.stages.seeds import run_seeds, seed_layouts, seed_params
 from rlcore.trainers import SeedRun, batched_trainer, is_offline, train
-from rlcore.trainers.finished_runs import RunFinishedError, keeping_finished_runs
+from rlcore.trainers.finished_runs import RunFinishedError
 from rlcore.trainers.stopping import EvaluationCallback
 
 log = logging.getLogger("rlcore")
@@ -46,8 +46,7 @@ def train_stage(
             log.info("train.seeds: the seeds train one after another, not batched: %s", why)
             for run in runs:
                 try:
-                    with keeping_finished_runs():
-                        train(run.params, run.run_dir, on_evaluation=on_evaluation)
+                    train(run.params, run.run_dir, on_evaluation=on_evaluation, keep_finished=True)
                 except RunFinishedError:
                     log.info("seed %d: finished in %s with these train params; kept", run.seed, run.run_dir)
         return Layout(root, params.name, params.branch).run_dir

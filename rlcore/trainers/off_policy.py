@@ -28,10 +28,19 @@ from rlcore.trainers.stopping import EvaluationCallback
 
 
 def train_off_policy(
-    params: Params, run_dir: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
+    params: Params,
+    run_dir: Path,
+    on_evaluation: EvaluationCallback | None = None,
+    resume_from: Path | None = None,
+    *,
+    keep_finished: bool = False,
 ) -> dict[str, Any]:
-    """Train ``params.algo`` (a replay-based algorithm) into ``run_dir``; returns the train summary."""
-    with TrainingSession(params, run_dir, on_evaluation, resume_from, ReplaySource) as session:
+    """Train ``params.algo`` (a replay-based algorithm) into ``run_dir``; returns the train summary.
+    ``keep_finished``: a finished run in ``run_dir`` with these train params is kept (:class:`RunFinishedError`).
+    """
+    with TrainingSession(
+        params, run_dir, on_evaluation, resume_from, ReplaySource, keep_finished=keep_finished
+    ) as session:
         return run_off_policy(session)
 
 

@@ -28,10 +28,19 @@ from rlcore.trainers.stopping import EvaluationCallback
 
 
 def train_on_policy(
-    params: Params, run_dir: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
+    params: Params,
+    run_dir: Path,
+    on_evaluation: EvaluationCallback | None = None,
+    resume_from: Path | None = None,
+    *,
+    keep_finished: bool = False,
 ) -> dict[str, Any]:
-    """Train ``params.algo`` (an on-policy algorithm) into ``run_dir``; returns the train summary."""
-    with TrainingSession(params, run_dir, on_evaluation, resume_from, lambda p, *_: EnvSource(p)) as session:
+    """Train ``params.algo`` (an on-policy algorithm) into ``run_dir``; returns the train summary.
+    ``keep_finished``: a finished run in ``run_dir`` with these train params is kept (:class:`RunFinishedError`).
+    """
+    with TrainingSession(
+        params, run_dir, on_evaluation, resume_from, lambda p, *_: EnvSource(p), keep_finished=keep_finished
+    ) as session:
         cfg = params.algo
         assert isinstance(cfg, OnPolicyConfig) and isinstance(session.algorithm, OnPolicyAlgorithm)
         # On-policy policies are actor-critics (value() below); session.policy is typed as the base Policy.
