@@ -3,7 +3,8 @@ with a batched trainer): the per-seed scores are the one-after-another trial's, 
 seed, the pruner sees the seeds' aggregate at every evaluation round and a pruned trial stops the batched run, and a
 killed batched trial is failed and retried from scratch in a fresh folder (it does not resume the killed one's seeds).
 
-Budget: PPO on CartPole-v1 (the default params), 4,096 env steps per seed, an evaluation every 2,048, 3 episodes."""
+Budget: PPO on CartPole-v1 (the default params), 4,096 env steps per seed, an evaluation (3 episodes) every 2,048,
+3 validation and 5 test episodes."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ SEEDS = [
     "train.eval_every=2048",
     "train.target_return=null",
     "eval.episodes=3",
+    "eval.test_episodes=5",
+    "train.eval_episodes=3",
     "sweep.space={algo.lr: {type: float, low: 1.0e-4, high: 3.0e-3, log: true}}",
     "sweep.seeds=[0, 1]",
     "sweep.sampler=random",
