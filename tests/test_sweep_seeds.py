@@ -158,7 +158,7 @@ def test_a_killed_batched_trial_is_retried_from_scratch_in_a_fresh_folder(projec
 
     result = rlcore("sweep", "--no-flow", *sets(overrides), cwd=project)
 
-    assert "left running by a stopped process" in result.stderr
+    assert "left running by a stopped process" in result.stderr and BATCHED_LINE in result.stderr
     after = load_study(project).trials
     assert after[killed.number].state == TrialState.FAIL
     (retry,) = [t for t in after if t.system_attrs.get("failed_trial") == killed.number]
