@@ -132,7 +132,7 @@ def test_a_batched_trial_reports_the_seeds_aggregate_per_round_and_a_pruned_one_
 def test_a_killed_batched_trial_is_retried_from_scratch_in_a_fresh_folder(project: Path) -> None:
     """SIGKILL once the batched trial has checkpointed its seeds: the re-run fails the killed trial and trains its
     retry (same params) from step 0 in the retry's own folder; the killed trial's folder is left as it was."""
-    overrides = [*SEEDS, "train.max_steps=12288", "sweep.n_trials=1"]
+    overrides = [*SEEDS, "train.max_steps=8192", "train.eval_every=4096", "sweep.n_trials=1"]
     sweep = subprocess.Popen(
         [RLCORE, "sweep", "--no-flow", *sets(overrides)],
         cwd=project,
@@ -167,6 +167,6 @@ def test_a_killed_batched_trial_is_retried_from_scratch_in_a_fresh_folder(projec
     assert retry_folder != killed_folder
     for seed in (0, 1):
         summary = read_json(retry_folder / f"seed_{seed}" / "runs" / "ppo-cartpole" / "train_summary.json")
-        assert summary["env_steps"] == 12288 and summary["evaluations"][0]["env_steps"] == 2048
+        assert summary["env_steps"] == 8192 and summary["evaluations"][0]["env_steps"] == 4096
     assert {path: path.stat().st_mtime_ns for path in left} == left
     assert not list(killed_folder.glob("seed_*/runs/ppo-cartpole/train_summary.json"))
