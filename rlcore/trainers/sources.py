@@ -105,7 +105,7 @@ class ReplaySource(EnvSource):
             tuple(observation_space.shape or ()),
             () if discrete else (action_dim(action_space),),  # Box actions of any shape are flat vectors
             np.int64 if discrete else np.float32,
-            params.env.num_envs,
+            self.env.num_envs,  # rows: a multi-agent env has one per agent of each copy
             cfg.gamma,
             cfg.n_step,
             storage_dtype(observation_space),  # uint8 frames stay uint8
