@@ -156,7 +156,9 @@ class DatasetSource(DataSource):
         self.batches: InMemoryBatches | RowGroupStream
         self.held_out: OfflineData | None
         if cfg.in_memory:
-            data = load_dataset(self.path, observation_space, action_space, params.env.id)
+            data = load_dataset(self.path, observation_space, action_space, params.env.id).of_agents(
+                cfg.agents, self.path
+            )
             train, self.held_out = data.split_by_episode(cfg.validation_fraction, params.seed)
             self.batches = InMemoryBatches(train)
         else:
@@ -170,6 +172,7 @@ class DatasetSource(DataSource):
                 params.seed,
                 cfg.validation_fraction,
                 cfg.validation_limit,
+                cfg.agents,
             )
             self.batches, self.held_out = stream, stream.validation
         self._held_out_tensors: dict[str, torch.Tensor] | None = None
