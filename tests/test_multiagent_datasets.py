@@ -20,6 +20,7 @@ from rlcore.data.stream import RowGroupStream
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.vector import make_vector_env
 from rlcore.params import validate_params
+from rlcore.stages.collect import collect_stage
 from rlcore.trainers import train
 
 ENV = EnvConfig(id=TINY)
@@ -122,3 +123,18 @@ def test_the_rows_digest_covers_the_agent_column(tmp_path: Path) -> None:
     pq.write_table(relabelled.replace_schema_metadata({b"rlcore": raw}), tmp_path / "relabelled.parquet")
     with pytest.raises(DatasetError, match="rows_sha256 differs"):
         load_dataset(tmp_path / "relabelled.parquet", *spaces())
+
+
+def test_the_collect_stage_merges_multi_agent_shards_with_their_agents(tmp_path: Path) -> None:
+    """``rlcore collect``'s stage, two shards of 2 episodes each: the merged file keeps the agent column and the
+    agents in its metadata, and its episodes are the shards' back to back."""
+    tree = {
+        "env": {"id": TINY},
+        "algo": {"name": "ppo"},
+        "collect": {"policy": "random", "steps": None, "episodes": 4, "num_envs": 1, "shards": 2},
+    }
+    path = collect_stage(validate_params(tree), tmp_path)
+    metadata = read_metadata(path)
+    assert metadata["agents"] == ["a", "b"] and metadata["episodes"] == 4 and metadata["transitions"] == 12
+    data = load_dataset(path, *spaces())
+    assert data.agent is not None and data.agent.tolist() == ["b", "b", "a", "a", "a", "a"] * 2

@@ -115,7 +115,7 @@ def test_evaluation_scores_episodes_by_the_return_reduction(tmp_path: Path, redu
 def test_other_off_policy_algorithms_are_refused_naming_the_ones_that_work() -> None:
     tree = tiny_tree()
     tree["algo"] = {"name": "sac"}
-    with pytest.raises(ConfigError, match=r"algo.name: sac does not train on multi-agent envs .*a2c, dqn, ppo do"):
+    with pytest.raises(ConfigError, match=r"algo.name: sac does not train on multi-agent envs .*a2c, bc, dqn, ppo do"):
         validate_params(tree)
 
 

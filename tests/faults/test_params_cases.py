@@ -234,9 +234,9 @@ MULTIAGENT_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--set", "env.id=pettingzoo:mpe2.simple_adversary_v3", "--set", "env.kwargs={}"],
         ("env.id:", "different observation spaces"),
     ),
-    "algorithm that is not PPO, A2C or DQN": (
+    "algorithm that is not PPO, A2C, DQN or BC": (
         ["--params", "configs/sac-discrete-cartpole.yaml", *SIMPLE_SPREAD],
-        ("algo.name:", "sac", "a2c, dqn, ppo"),
+        ("algo.name:", "sac", "a2c, bc, dqn, ppo"),
     ),
     "env.agent_id on a single-agent env": (["--set", "env.agent_id=true"], ("env.agent_id:", "PettingZoo")),
     "env.wrappers on a PettingZoo env": (
