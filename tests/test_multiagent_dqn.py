@@ -3,8 +3,9 @@ transition a row of the one replay buffer (``rlcore.trainers.off_policy``); earl
 trains the same network; ``train.seeds`` batch their gradient steps as single-agent DQN's do.
 
 No learning test: on simple_spread (3 agents, Discrete(5)), DQN's defaults at 30,000 agent steps (about 9 minutes on
-the busy 2-core machine) scored -27.5 over 50 greedy episodes against uniformly random actions' -27.7 over 100: no
-cheap budget tells learning from chance (PPO's slow test needs 60,000 steps for a margin of 2)."""
+the busy 2-core machine) scored -27.5 over 50 greedy episodes against uniformly random actions' -27.7 over 100; with
+lr 5e-4, batch 128, learning_starts 1000 and epsilon annealed over 30 % of 60,000 steps: -26.2 at 30,000 steps and
+-38.7 at 60,000. No cheap budget tells learning from chance (PPO's slow test needs 60,000 steps for a margin of 2)."""
 
 from __future__ import annotations
 
