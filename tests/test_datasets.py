@@ -96,6 +96,27 @@ def test_collection_streams_several_row_groups_without_leaving_temp_files(cartpo
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
 
 
+def test_a_single_agent_dataset_has_the_columns_and_rows_digest_it_had_before_agent_columns(
+    cartpole_dataset: tuple[Path, dict],
+) -> None:
+    """Multi-agent datasets add an ``agent`` column and an ``agents`` metadata key; a single-agent one has neither,
+    and its rows_sha256 is the one this collection recorded before they existed (pinned from that code)."""
+    path, metadata = cartpole_dataset
+    assert pq.ParquetFile(path).schema_arrow.names == [
+        "episode_id",
+        "step",
+        "observation",
+        "action",
+        "reward",
+        "next_observation",
+        "terminated",
+        "truncated",
+        "log_prob",
+    ]
+    assert "agents" not in metadata and load(path).agent is None
+    assert metadata["rows_sha256"] == "c882e1c2a423c2a0cc65f6fb830d93b00102888d1d4c77247b7268ba23702bca"
+
+
 def test_collection_writes_the_requested_number_of_steps(cartpole_dataset: tuple[Path, dict]) -> None:
     path, metadata = cartpole_dataset
     data = load(path)

@@ -2,7 +2,8 @@
 seed k of the batched run is the run with ``seed: k`` (replay buffer, evaluations, step counts and RNG states equal;
 actor, critics, targets, log alpha and Adam moments within rtol 1e-5 / atol 1e-6), the seeds differ, discrete SAC
 batches too, a step some seed cannot take is taken by that seed as its unbatched run takes it, and a killed batched
-run resumes each seed from its own checkpoint.
+run resumes each seed from its own checkpoint. The fixture checks the trainer's log line: the seeds are batched, not
+the one-after-another fallback (which would pass the equivalence trivially).
 
 Measured (Pendulum, 600 env steps, 400 gradient steps per seed, gradients clipped; CartPole discrete, 300 steps):
 the largest difference of any weight or moment from the unbatched run's is 0 (bitwise: each seed's matrix products
@@ -13,8 +14,10 @@ norm instead, the clipped runs differ by 1e-7 after 100 steps and by 1e-2 after 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +75,28 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     into ``runs/single``."""
     root = new_project(tmp_path_factory.mktemp("batched-sac"))
     clipped = "algo.max_grad_norm=1.0"  # clipped every step: per-seed norms off by an ulp drift apart by 400 steps
-    train(root, "train.seeds=[0, 1, 2]", clipped)
+    with logged_lines() as lines:  # caplog is per test; this fixture is per module
+        train(root, "train.seeds=[0, 1, 2]", clipped)
+    assert "train.seeds: 3 seeds' gradient steps batched (seed 0, seed 1, seed 2)" in lines, lines
     train(root, "train.seeds=[0, 1, 2]", clipped, "name=single", "train.batch_seeds=false")
     return root
+
+
+@contextlib.contextmanager
+def logged_lines() -> Iterator[list[str]]:
+    """The lines the ``rlcore`` logger logs at INFO in the block."""
+    lines: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("rlcore")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def assert_equivalent(root: Path, seeds: tuple[int, ...], steps: list[int]) -> list[tuple[float, str]]:

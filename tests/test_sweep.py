@@ -7,6 +7,7 @@ stopping at a mean return of 500.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -175,9 +176,11 @@ def test_set_values_edits_only_the_value_and_keeps_the_comment() -> None:
     assert missing == ["algo.n_steps"]
 
 
-def test_a_weak_trial_is_pruned_after_its_first_seed(project: Path) -> None:
-    """Two seeds per trial, pruning only from the first seed's score on (n_warmup_steps = slot - 1)."""
+def test_a_weak_trial_is_pruned_after_its_first_seed(project: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Two seeds per trial one after another (``train.batch_seeds: false``; batched trials:
+    ``tests/test_sweep_seeds.py``), pruning only from the first seed's score on (n_warmup_steps = slot - 1)."""
     overrides = [
+        "train.batch_seeds=false",
         "train.max_steps=4096",  # slot: ceil(4096 / 2048) + 2 = 4 steps per run
         "train.eval_every=2048",
         "train.target_return=null",
@@ -199,7 +202,9 @@ def test_a_weak_trial_is_pruned_after_its_first_seed(project: Path) -> None:
             intermediate_values={step: 1000.0 for step in range(1, 9)},
         )
     )
-    run_sweep(plan)
+    with caplog.at_level(logging.INFO, logger="rlcore"):
+        run_sweep(plan)
+    assert "a trial trains its seeds one after another, not batched: train.batch_seeds is false" in caplog.text
     trial = load_study(project).trials[1]
     assert trial.state == TrialState.PRUNED
     assert max(trial.intermediate_values) == 4  # the first seed's score, at the seed boundary

@@ -27,7 +27,7 @@ from flows.sweep.plan import SweepPlan
 from flows.sweep.search import decode, make_sampler
 from flows.sweep.storage import asks_are_locked, study_lock
 from flows.sweep.study import Heartbeat, SweepStudy
-from flows.sweep.trial import TrialJob, TrialResult, plan_runs, reproduce_command, run_params
+from flows.sweep.trial import TrialJob, TrialResult, plan_runs, reproduce_command, run_params, seeds_line
 from rlcore.common.errors import RLCoreError
 from rlcore.params import validate_params
 
@@ -147,6 +147,9 @@ def run_sweep(plan: SweepPlan, executor: TrialExecutor | None = None) -> dict[st
         log.info(
             "study %s (%s): %s trials, %d worker(s)", plan.study_name, plan.storage, plan.n_trials, plan.sweep.workers
         )
+        seeds = seeds_line(resolved)
+        if seeds is not None:
+            log.info("%s", seeds)
         with Heartbeat(study.storage, plan.sweep.heartbeat_seconds) as heartbeat:
             drive(plan, study, executor, heartbeat)
     finally:

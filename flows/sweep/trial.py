@@ -7,10 +7,17 @@ score is ``sweep.metric`` of its selected checkpoint on the **validation** episo
 selection used; normalized per env); the trial's value aggregates them. The selected model's **test** score
 (the select stage's test episodes) is recorded beside it (``test_scores``, ``test_value``) and never optimized.
 
-Pruning. Every periodic evaluation of run ``k`` is reported at step ``k * slot + i`` (``i``: the run's
-i-th evaluation; ``slot`` leaves room for all of them), and after each run but the last the aggregate of
-the scores so far is reported at ``(k + 1) * slot``, so the pruner can stop a weak trial after its first
-seed. A pruned run stops training at once (the trainer's evaluation callback returns True).
+Groups. The runs train in groups (:func:`run_groups`): an env's seeds together, as one batched program
+(``rlcore.stages.train.train_seed_roots``, the trainer of ``train.seeds``), when the algorithm's family batches
+seeds and ``train.batch_seeds`` is true (the default); else one run at a time. Seed k of a batched group is the
+run with ``seed: k`` (``tests/test_seeds_batched*.py``), so the scores are the one-at-a-time trial's.
+
+Pruning. Group ``g``'s i-th evaluation round (every seed of the group evaluated at the same step) is reported at
+step ``g * slot + i`` as the aggregate of the seeds' scores (one run: its score; ``slot`` leaves room for every
+round), and after each group but the last the aggregate of the scores so far is reported at ``(g + 1) * slot``, so
+the pruner can stop a weak trial after its first seed (one at a time) or at any round (batched). A pruned trial
+stops training: the run whose evaluation completed the round at once, the other seeds of a batched group at their
+next evaluation (the trainer's evaluation callback returns True).
 
 No Prefect here: worker processes import this module, Optuna and rlcore only.
 """
@@ -45,6 +52,7 @@ from rlcore.evaluation.evaluator import EvalResult
 from rlcore.evaluation.selection import scores_on_test
 from rlcore.params import validate_params
 from rlcore.stages import evaluate_stage, select_stage, train_stage
+from rlcore.stages.train import not_batched_reason, train_seed_roots
 
 AGGREGATES = {"mean": statistics.fmean, "median": statistics.median, "min": min, "iqm": iqm}
 
@@ -111,6 +119,34 @@ def plan_runs(params: Params) -> list[Run]:
     return [Run(f"{_safe(env.id)}/seed_{seed}", seed, env) for env in sweep.envs for seed in seeds]
 
 
+def run_groups(params: Params) -> list[list[Run]]:
+    """The runs of ``plan_runs`` as they train, in its order: each env's seeds in one group when they batch
+    (:func:`seeds_batched`), else one group per run."""
+    runs = plan_runs(params)
+    if not seeds_batched(params):
+        return [[run] for run in runs]
+    groups: dict[str | None, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(None if run.env is None else run.env.id, []).append(run)
+    return list(groups.values())
+
+
+def seeds_batched(params: Params) -> bool:
+    """Whether a trial of ``params`` trains each env's seeds (two or more) as one batched program."""
+    seeds = params.sweep.seeds
+    return seeds is not None and len(seeds) > 1 and not_batched_reason(params) is None
+
+
+def seeds_line(params: Params) -> str | None:
+    """How a trial's seeds train, for the sweep's log; None with one seed."""
+    seeds = params.sweep.seeds
+    if seeds is None or len(seeds) < 2:
+        return None
+    if seeds_batched(params):
+        return f"sweep.seeds: a trial trains its {len(seeds)} seeds as one batched program (train.batch_seeds)"
+    return f"sweep.seeds: a trial trains its seeds one after another, not batched: {not_batched_reason(params)}"
+
+
 def _safe(env_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", env_id)
 
@@ -135,29 +171,52 @@ def reproduce_command(job: TrialJob, run: Run) -> str:
     return shlex.join(["rlcore", "pipeline", "--params", job.params_file, *sets])
 
 
-class PruningReporter:
-    """The trainer's evaluation callback: reports each periodic evaluation; True (stop) once the trial is pruned."""
+@dataclass(frozen=True)
+class GroupSlot:
+    """Where a group of runs reports: steps ``offset + 1`` to ``offset + slot - 1``, one per evaluation round of
+    ``runs`` runs, their scores normalized to ``env`` (if given)."""
 
-    def __init__(self, trial: optuna.Trial, offset: int, slot: int, sweep: SweepConfig, env: SweepEnv | None):
+    offset: int
+    slot: int
+    runs: int
+    env: SweepEnv | None
+
+
+class PruningReporter:
+    """The trainer's evaluation callback for a group of runs trained together (one run, or an env's seeds batched):
+    once every run of the group has been evaluated at a step (a round; a batched run evaluates its seeds at the same
+    steps), the round's aggregate (``sweep.aggregate``; one run: its score) is reported at the round's step; True
+    (stop) for every run's evaluation once the trial is pruned. A round some seed never reaches (it stopped at
+    ``train.target_return``) is not reported."""
+
+    def __init__(self, trial: optuna.Trial, sweep: SweepConfig, where: GroupSlot):
         self.trial = trial
-        self.offset = offset
-        self.slot = slot
         self.metric = sweep.metric
-        self.env = env
+        self.aggregate = AGGREGATES[sweep.aggregate]
+        self.where = where
+        self.rounds: dict[int, list[float]] = {}
+        """Step -> the scores of the runs evaluated at it so far."""
         self.evaluations = 0
+        """Rounds complete."""
         self.pruned_at: int | None = None
 
-    def __call__(self, env_steps: int, result: EvalResult) -> bool:
+    def __call__(self, step: int, result: EvalResult) -> bool:
         if self.pruned_at is not None:
             return True
-        self.evaluations += 1
-        if self.evaluations >= self.slot:
-            return False
+        where = self.where
         score = float(getattr(result, self.metric))
-        step = self.offset + self.evaluations
-        self.trial.report(self.env.normalize(score) if self.env else score, step)
+        scores = self.rounds.setdefault(step, [])
+        scores.append(where.env.normalize(score) if where.env else score)
+        if len(scores) < where.runs:
+            return False
+        del self.rounds[step]
+        self.evaluations += 1
+        if self.evaluations >= where.slot:
+            return False
+        at = where.offset + self.evaluations
+        self.trial.report(scores[0] if where.runs == 1 else self.aggregate(scores), at)
         if self.trial.should_prune():
-            self.pruned_at = step
+            self.pruned_at = at
             return True
         return False
 
@@ -190,6 +249,7 @@ def run_trial(job: TrialJob) -> TrialResult:
     sweep = base.sweep
     trial = optuna.trial.Trial(load_study(job.storage, job.study_name, sweep), job.trial_id)
     runs = plan_runs(base)
+    groups = run_groups(run_params(job, runs[0]))
     folder = Path(job.folder)
     record: dict[str, Any] = {
         "number": job.number,
@@ -209,39 +269,42 @@ def run_trial(job: TrialJob) -> TrialResult:
     pruned_at: int | None = None
     try:
         with quiet_training():
-            for k, run in enumerate(runs):
-                params = run_params(job, run)
-                root = folder / run.label
-                slot = evaluation_slot(params)
-                reporter = PruningReporter(trial, k * slot, slot, sweep, run.env)
-                train_stage(params, root, on_evaluation=reporter)
-                summary = read_json(Layout(root, params.name).train_summary)
-                env_steps += int(summary["env_steps"])
-                record["runs"][k].update(env_steps=summary["env_steps"], stop_reason=summary["stop_reason"])
+            done = 0  # runs of the groups before this one
+            for g, group in enumerate(groups):
+                params = [run_params(job, run) for run in group]
+                roots = [folder / run.label for run in group]
+                slot = evaluation_slot(params[0])
+                reporter = PruningReporter(trial, sweep, GroupSlot(g * slot, slot, len(group), group[0].env))
+                if len(group) == 1:
+                    train_stage(params[0], roots[0], on_evaluation=reporter)
+                else:
+                    train_seed_roots(list(zip(params, roots, strict=True)), on_evaluation=reporter)
+                summaries = [
+                    read_json(Layout(root, p.name).train_summary) for p, root in zip(params, roots, strict=True)
+                ]
+                for k, summary in enumerate(summaries, start=done):
+                    env_steps += int(summary["env_steps"])
+                    record["runs"][k].update(env_steps=summary["env_steps"], stop_reason=summary["stop_reason"])
+                done += len(group)
                 if reporter.pruned_at is not None:
-                    # Had it not been pruned, this run and the ones after it would have used their budgets.
-                    run_steps = int(summary["env_steps"])
-                    counterfactual += max(run_steps, params.train.max_steps) + _budgets(job, runs[k + 1 :])
+                    # Had it not been pruned, these runs and the ones after them would have used their budgets.
+                    counterfactual += sum(
+                        max(int(summary["env_steps"]), p.train.max_steps)
+                        for summary, p in zip(summaries, params, strict=True)
+                    )
+                    counterfactual += _budgets(job, runs[done:])
                     state, pruned_at = "pruned", reporter.pruned_at
                     break
-                counterfactual += int(summary["env_steps"])
-                evaluate_stage(params, root)
-                select_stage(params, root)
-                selection = read_json(Layout(root, params.name).selection)
-                # The value: the validation score that selection used (under select.setting: one of eval.settings, or
-                # their mean); the test score, read the same way, is only recorded.
-                score = float(selection["validation"][sweep.metric])
-                test_score = float(scores_on_test(selection)[sweep.metric])
-                scores.append(run.env.normalize(score) if run.env else score)
-                test_scores.append(run.env.normalize(test_score) if run.env else test_score)
-                record["runs"][k].update(
-                    score=scores[-1], raw_score=score, test_score=test_scores[-1], raw_test_score=test_score
-                )
-                if k + 1 < len(runs):
-                    trial.report(AGGREGATES[sweep.aggregate](scores), (k + 1) * slot)
+                counterfactual += sum(int(summary["env_steps"]) for summary in summaries)
+                for k, (run, each, root) in enumerate(zip(group, params, roots, strict=True), start=done - len(group)):
+                    record["runs"][k].update(score_run(run, each, root, sweep))
+                    scores.append(record["runs"][k]["score"])
+                    test_scores.append(record["runs"][k]["test_score"])
+                if done < len(runs):
+                    trial.report(AGGREGATES[sweep.aggregate](scores), (g + 1) * slot)
                     if trial.should_prune():
-                        counterfactual += _budgets(job, runs[k + 1 :])
-                        state, pruned_at = "pruned", (k + 1) * slot
+                        counterfactual += _budgets(job, runs[done:])
+                        state, pruned_at = "pruned", (g + 1) * slot
                         break
             else:
                 value = AGGREGATES[sweep.aggregate](scores)
@@ -281,6 +344,24 @@ def run_trial(job: TrialJob) -> TrialResult:
         worker_pid=attrs["worker_pid"],
         wall_seconds=attrs["wall_seconds"],
     )
+
+
+def score_run(run: Run, params: Params, root: Path, sweep: SweepConfig) -> dict[str, float]:
+    """Evaluate and select ``run``'s trained run in ``root``: its ``score`` (the validation score that selection used,
+    under ``select.setting``: one of ``eval.settings``, or their mean; what the value aggregates) and ``test_score``
+    (read the same way, only recorded), normalized to its env, and both raw."""
+    evaluate_stage(params, root)
+    select_stage(params, root)
+    selection = read_json(Layout(root, params.name).selection)
+    score = float(selection["validation"][sweep.metric])
+    test_score = float(scores_on_test(selection)[sweep.metric])
+    normalize = run.env.normalize if run.env else float
+    return {
+        "score": normalize(score),
+        "raw_score": score,
+        "test_score": normalize(test_score),
+        "raw_test_score": test_score,
+    }
 
 
 def _budgets(job: TrialJob, runs: list[Run]) -> int:

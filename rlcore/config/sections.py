@@ -283,6 +283,10 @@ class DatasetConfig(StrictModel):
     """With ``in_memory: false``: transitions the shuffle buffer holds (whole row groups; at least one)."""
     validation_limit: int = Field(100_000, ge=1)
     """With ``in_memory: false``: at most this many held-out transitions are kept for validation."""
+    agents: list[str] | None = Field(None, min_length=1)
+    """A multi-agent dataset (collected from a PettingZoo env, ``rlcore.data.schema``'s ``agent`` column): train on
+    the transitions of these agents only, e.g. ``[agent_0]``; null: every agent's. Refused for a dataset without an
+    agent column or without rows of one of them."""
 
 
 class ScheduleConfig(StrictModel):

@@ -174,7 +174,9 @@ class SweepConfig(_Section):
     pruner_options: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments of the Optuna pruner; steps are evaluation numbers (every ``train.eval_every``)."""
     seeds: list[int] | None = None
-    """Training seeds of each trial; null: the params' ``seed``."""
+    """Training seeds of each trial; null: the params' ``seed``. Two or more train as one batched program (per env of
+    ``envs``) when ``train.batch_seeds`` is true and the algorithm batches seeds (``train.seeds``' trainer), else one
+    after another; either way each seed's run is the run with ``seed: k``, scored and aggregated alike."""
     envs: list[SweepEnv] = Field(default_factory=list)
     """Envs of each trial, each normalized to its target; empty: the params' ``env.id``, not normalized."""
     aggregate: Literal["mean", "median", "min", "iqm"] = "mean"

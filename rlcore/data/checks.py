@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 from gymnasium import spaces
 
-from rlcore.data.schema import COLUMNS, DatasetError, ObservationFormat, RowsDigest
+from rlcore.data.schema import AGENT_COLUMN, COLUMNS, DatasetError, ObservationFormat, RowsDigest
 from rlcore.envs.actions import sub_action_sizes
 
 
@@ -31,6 +31,8 @@ def _check_columns(
         "terminated": pa.types.is_boolean,
         "truncated": pa.types.is_boolean,
     }
+    if AGENT_COLUMN in schema.names:  # multi-agent datasets only
+        expected[AGENT_COLUMN] = pa.types.is_string
     for name, check in expected.items():
         kind = schema.field(name).type
         if not check(kind):
@@ -83,14 +85,16 @@ class _Checks:
     an episode id used twice).
     """
 
-    def __init__(self, path: Path, action_space: spaces.Space, env_id: str, metadata: dict[str, Any]) -> None:
+    def __init__(
+        self, path: Path, action_space: spaces.Space, env_id: str, metadata: dict[str, Any], agents: bool = False
+    ) -> None:
         self.path, self.action_space, self.env_id = path, action_space, env_id
         self.rows = 0  # rows checked so far: the file row number of the next one
         self.last: tuple[int, int, bool] | None = None  # (episode_id, step, ended) of the last row checked
         self.episode_ids: list[np.ndarray] = []  # the id of each episode (run of rows), in file order
         self.ascending = True  # the ids so far increase: none can repeat
         self.recorded: str | None = metadata.get("rows_sha256")
-        self.digest = RowsDigest() if self.recorded is not None else None
+        self.digest = RowsDigest(agents) if self.recorded is not None else None
 
     def add(self, arrays: dict[str, np.ndarray], group: int) -> None:
         """The rows of row group ``group``, decoded (:func:`rlcore.data.schema._allocate`'s keys)."""

@@ -26,13 +26,17 @@ from rlcore.nets.policy import Policy, reset_state
 log = logging.getLogger("rlcore")
 
 
+EpisodeArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""obs, actions, rewards, next_obs, terminated, truncated, log_probs of one episode (T rows each)."""
+
+
 class _Episode:
     """The transitions of one env's episode in progress."""
 
     def __init__(self) -> None:
         self.rows: list[tuple[np.ndarray, Any, float, np.ndarray, bool, bool, float]] = []
 
-    def arrays(self, force_truncated: bool) -> tuple[np.ndarray, ...]:
+    def arrays(self, force_truncated: bool) -> EpisodeArrays:
         obs, actions, rewards, next_obs, terminated, truncated, log_probs = (
             np.asarray(c) for c in zip(*self.rows, strict=True)
         )
@@ -80,7 +84,10 @@ def collect_dataset(
     metadata.
 
     ``policy`` None means uniformly random actions. With ``plan.epsilon`` > 0, each action is replaced by a random
-    one with that probability (log-probabilities are then unknown and left null).
+    one with that probability (log-probabilities are then unknown and left null). A PettingZoo Parallel env's
+    ``plan.num_envs`` copies step every agent (``rlcore.envs.multiagent``): each agent's part of an episode is an
+    episode of the dataset, its rows named by the ``agent`` column (``rlcore.data.schema``); ``plan.steps`` counts
+    agent steps.
     """
     num_envs, epsilon, deterministic, seed = plan.num_envs, plan.epsilon, plan.deterministic, plan.seed
     env = make_vector_env(env_config, num_envs)
@@ -97,7 +104,9 @@ def collect_dataset(
         **(extra_metadata or {}),
     }
     # Observations are written in their storage dtype: uint8 frames as bytes (rlcore.data.schema).
-    writer = DatasetWriter(path, env.single_observation_space, action_space, metadata, plan.row_group_size)
+    multiagent = env_config.agents()  # a PettingZoo Parallel env's agents: the rows of each copy, in order
+    agents = None if multiagent is None else multiagent.names
+    writer = DatasetWriter(path, env.single_observation_space, action_space, metadata, plan.row_group_size, agents)
     try:
         # Distribution.sample() draws from torch's global generator: seed it for this collection alone, so a
         # shard's data depend on its seed only, not on what ran before it in the process.
@@ -129,8 +138,9 @@ def _roll_out(
     rng: np.random.Generator,
     generator: torch.Generator,
 ) -> None:
-    num_envs, steps, episodes = plan.num_envs, plan.steps, plan.episodes
+    num_envs, steps, episodes = stepper.env.num_envs, plan.steps, plan.episodes  # rows: one per agent of each copy
     epsilon, deterministic = plan.epsilon, plan.deterministic
+    agents = writer.agents  # a multi-agent env's, in row order within each copy
     uniform_log_prob = random_log_prob(action_space)
     observation_space = stepper.env.single_observation_space  # with an action mask, random actions are legal ones
     in_progress = [_Episode() for _ in range(num_envs)]
@@ -197,7 +207,7 @@ def _roll_out(
                     )
                 )
                 if step.ended[i]:
-                    writer.add_episode(*in_progress[i].arrays(force_truncated=False))
+                    writer.add_episode(*in_progress[i].arrays(force_truncated=False), agent=_agent(agents, int(i)))
                     in_progress[i] = _Episode()
                     if episodes is not None and writer.episodes >= episodes:
                         break
@@ -208,9 +218,14 @@ def _roll_out(
     finally:
         bar.close()
     if episodes is None:
-        for episode in in_progress:  # collection ended mid-episode: keep it, marked truncated
+        for row, episode in enumerate(in_progress):  # collection ended mid-episode: keep it, marked truncated
             if episode.rows:
-                writer.add_episode(*episode.arrays(force_truncated=True))
+                writer.add_episode(*episode.arrays(force_truncated=True), agent=_agent(agents, row))
+
+
+def _agent(agents: tuple[str, ...] | None, row: int) -> str | None:
+    """The agent of vector-env row ``row`` (``copy * len(agents) + index``), or None for a single-agent env."""
+    return None if agents is None else agents[row % len(agents)]
 
 
 def env_record(env: EnvConfig) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from gymnasium import spaces
 from rlcore.common.errors import file_problem
 from rlcore.data.checks import _check_columns, _Checks
 from rlcore.data.schema import (
+    AGENT_COLUMN,
     METADATA_KEY,
     SCHEMA_VERSION,
     DatasetError,
@@ -37,7 +38,8 @@ class OfflineData:
     """Transitions as NumPy arrays, rows in file order: obs/next_obs (N, *obs_shape) in their storage dtype
     (float32; uint8/bool frames and int64 Discrete values as they are),
     actions (N,) int64 (Discrete), (N, k) int64 (MultiDiscrete, MultiBinary) or (N, action_dim) float32 (Box),
-    rewards (N,) float32, terminated/truncated (N,) bool, episode_id (N,) int64."""
+    rewards (N,) float32, terminated/truncated (N,) bool, episode_id (N,) int64; agent (N,) object (``str``
+    names) for a multi-agent dataset, else None."""
 
     obs: np.ndarray
     actions: np.ndarray
@@ -47,6 +49,7 @@ class OfflineData:
     truncated: np.ndarray
     episode_id: np.ndarray
     metadata: dict[str, Any]
+    agent: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -54,11 +57,13 @@ class OfflineData:
     @classmethod
     def concat(cls, parts: list[OfflineData]) -> OfflineData:
         """``parts`` one after another (the first one's metadata)."""
+        agents = [part.agent for part in parts]
         # mypy cannot match *args of unknown length against the dataclass fields (misc, arg-type)
         return cls(  # type: ignore[misc]
             *(np.concatenate([getattr(part, name) for part in parts]) for name in  # type: ignore[arg-type]
               ("obs", "actions", "rewards", "next_obs", "terminated", "truncated", "episode_id")),
             metadata=parts[0].metadata,
+            agent=None if any(agent is None for agent in agents) else np.concatenate(agents),  # type: ignore[arg-type]
         )  # fmt: skip
 
     def subset(self, rows: np.ndarray) -> OfflineData:
@@ -71,7 +76,13 @@ class OfflineData:
             self.truncated[rows],
             self.episode_id[rows],
             self.metadata,
+            None if self.agent is None else self.agent[rows],
         )
+
+    def of_agents(self, agents: list[str] | None, path: Path) -> OfflineData:
+        """The rows of ``agents`` (``dataset.agents``; None: every row); one-line :class:`DatasetError` when the
+        dataset at ``path`` has no agent column or no row of one of them."""
+        return self if agents is None else self.subset(np.flatnonzero(agent_rows(self.agent, agents, path)))
 
     def split_by_episode(self, validation_fraction: float, seed: int) -> tuple[OfflineData, OfflineData | None]:
         """(train, validation): whole episodes go to one side, never split inside an episode."""
@@ -93,6 +104,22 @@ class OfflineData:
             "next_obs": torch.from_numpy(self.next_obs),
             "terminated": torch.from_numpy(self.terminated),
         }
+
+
+def agent_rows(agent: np.ndarray | None, agents: list[str], path: Path) -> np.ndarray:
+    """(N,) bool: the rows of ``agent`` (a dataset's agent column, or None: it has none) that belong to ``agents``
+    (``dataset.agents``); :class:`DatasetError` (one line) for a dataset without agents or an agent with no row."""
+    if agent is None:
+        raise DatasetError(
+            f"dataset.agents: {path} has no agent column (it was collected from a single-agent env); "
+            "remove dataset.agents"
+        )
+    rows = np.isin(agent, np.asarray(agents, dtype=object))
+    missing = [name for name in agents if not (agent == name).any()]
+    if missing:
+        present = ", ".join(sorted({str(name) for name in agent}))
+        raise DatasetError(f"dataset.agents: {path} has no rows of agent {missing[0]!r} (its agents: {present})")
+    return rows
 
 
 def read_metadata(path: Path) -> dict[str, Any]:
@@ -181,8 +208,9 @@ def load_dataset(path: Path, observation_space: gym.Space, action_space: spaces.
     path = Path(path)
     parquet, metadata = _open_checked(path, observation_space, action_space, env_id)
     sizes = [parquet.metadata.row_group(group).num_rows for group in range(parquet.num_row_groups)]
-    arrays = _allocate(sum(sizes), ObservationFormat.of(observation_space), action_space)
-    checks = _Checks(path, action_space, env_id, metadata)
+    agents = AGENT_COLUMN in parquet.schema_arrow.names
+    arrays = _allocate(sum(sizes), ObservationFormat.of(observation_space), action_space, agents)
+    checks = _Checks(path, action_space, env_id, metadata, agents)
     start = 0
     for group, size in enumerate(sizes):
         rows = {name: values[start : start + size] for name, values in arrays.items()}
@@ -206,9 +234,10 @@ def iter_dataset(
     path = Path(path)
     parquet, metadata = _open_checked(path, observation_space, action_space, env_id)
     observation = ObservationFormat.of(observation_space)
-    checks = _Checks(path, action_space, env_id, metadata)
+    agents = AGENT_COLUMN in parquet.schema_arrow.names
+    checks = _Checks(path, action_space, env_id, metadata, agents)
     for group in range(parquet.num_row_groups):
-        arrays = _allocate(parquet.metadata.row_group(group).num_rows, observation, action_space)
+        arrays = _allocate(parquet.metadata.row_group(group).num_rows, observation, action_space, agents)
         _decode_group(path, parquet, group, arrays)
         checks.add(arrays, group)
         yield _as_data(arrays, observation_space, action_space, metadata)
@@ -226,7 +255,8 @@ def read_row_group(
     """Row group ``group`` of a dataset that :func:`iter_dataset` has already validated (page checksums only)."""
     parquet = _open(path)
     rows = parquet.metadata.row_group(group).num_rows
-    arrays = _allocate(rows, ObservationFormat.of(observation_space), action_space)
+    agents = AGENT_COLUMN in parquet.schema_arrow.names
+    arrays = _allocate(rows, ObservationFormat.of(observation_space), action_space, agents)
     _decode_group(Path(path), parquet, group, arrays)
     return _as_data(arrays, observation_space, action_space, metadata)
 
@@ -268,6 +298,8 @@ def _decode_group(path: Path, parquet: pq.ParquetFile, group: int, arrays: dict[
         elif pa.types.is_fixed_size_list(column.type):
             flat = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
             target[:] = flat.reshape(target.shape)
+        elif name == AGENT_COLUMN:
+            target[:] = column.to_pylist()
         else:
             target[:] = column.to_numpy()
 
@@ -287,4 +319,5 @@ def _as_data(
         truncated=arrays["truncated"],
         episode_id=arrays["episode_id"],
         metadata=metadata,
+        agent=arrays.get(AGENT_COLUMN),
     )

@@ -15,6 +15,13 @@ episodes):
 | ``terminated`` | bool | the episode reached a terminal state (no value after it) |
 | ``truncated`` | bool | the episode was cut (time limit, or the end of collection): bootstrap |
 | ``log_prob`` | float32, nullable | log-probability of the action under the behaviour policy, where known |
+| ``agent`` | string | multi-agent datasets only: the agent whose transition the row is (a PettingZoo name) |
+
+A dataset collected from a PettingZoo Parallel env (``rlcore.envs.multiagent``) has one row per agent step: each
+agent's part of an episode is an episode of its own (its own ``episode_id``, steps from 0, ending at the agent's own
+termination or truncation), its rows carry the agent's name in ``agent`` and its observations the agent's one-hot
+where the env appends one (``env.agent_id``). Its metadata lists the agents (``agents``). Datasets from single-agent
+envs have no ``agent`` column (the columns, the metadata and ``rows_sha256`` are what they were before it existed).
 
 The ``observation`` and ``next_observation`` columns by observation space (``rlcore.envs.observations``: the dtype
 observations are kept in everywhere):
@@ -43,7 +50,8 @@ The ``action`` column by action space:
 
 File metadata key ``rlcore`` holds JSON: ``schema_version``, ``env`` (id, kwargs), ``observation_space``,
 ``action_space``, ``policy`` (provenance: kind, path, sha256, epsilon), ``seed``, ``episodes``,
-``transitions``, ``episode_return`` statistics and ``rows_sha256`` (:class:`RowsDigest`: the rows as read for
+``transitions``, ``episode_return`` statistics, ``agents`` (multi-agent datasets: the env's agents, in order) and
+``rows_sha256`` (:class:`RowsDigest`: the rows as read for
 training, so a reader can tell that the rows are still the ones the metadata describes). A file without it (your
 own data) is read against the env named in params.
 
@@ -86,7 +94,10 @@ COLUMNS = (
     "log_prob",
 )
 DIGEST_COLUMNS = COLUMNS[:-1]
-"""The columns :class:`RowsDigest` covers: every one training reads (``log_prob`` is provenance only)."""
+"""The columns :class:`RowsDigest` covers: every one training reads (``log_prob`` is provenance only), and
+:data:`AGENT_COLUMN` where a dataset has it."""
+AGENT_COLUMN = "agent"
+"""The optional column of multi-agent datasets, after :data:`COLUMNS`: the agent's name (string)."""
 
 
 class DatasetError(RLCoreError):
@@ -99,17 +110,22 @@ class RowsDigest:
     the digest depends on the values and their order only, not on the row groups, encodings or integer widths
     of the file. Hashes one column per sha256, combined at the end."""
 
-    def __init__(self) -> None:
-        self._columns = {name: hashlib.sha256() for name in DIGEST_COLUMNS}
+    def __init__(self, agents: bool = False) -> None:
+        names = (*DIGEST_COLUMNS, AGENT_COLUMN) if agents else DIGEST_COLUMNS
+        self._columns = {name: hashlib.sha256() for name in names}
 
     def update(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """The next rows, decoded as :func:`_allocate` lays them out (a column's canonical dtype)."""
+        """The next rows, decoded as :func:`_allocate` lays them out (a column's canonical dtype; agent names as
+        their UTF-8 bytes, each followed by a NUL)."""
         for name, digest in self._columns.items():
+            if name == AGENT_COLUMN:
+                digest.update(b"".join(f"{agent}\0".encode() for agent in arrays[name]))
+                continue
             digest.update(np.ascontiguousarray(arrays[name]).reshape(-1).view(np.uint8).data)
 
     def update_table(self, table: pa.Table) -> None:
         """The next rows, as an Arrow table in the dataset schema (what the writer writes)."""
-        self.update({name: _canonical(table.column(name)) for name in DIGEST_COLUMNS})
+        self.update({name: _canonical(table.column(name)) for name in self._columns})
 
     def hexdigest(self) -> str:
         total = hashlib.sha256()
@@ -122,6 +138,8 @@ def _canonical(column: pa.ChunkedArray) -> np.ndarray:
     """A column's values in the dtype a read decodes them to (:func:`_allocate`; vectors flattened; binary
     observations as their raw bytes, which is what a decoded array of their dtype hashes as)."""
     kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return np.asarray(column.to_pylist(), dtype=object)
     if pa.types.is_fixed_size_binary(kind):
         return _binary_bytes(column.combine_chunks())
     if pa.types.is_fixed_size_list(kind):
@@ -172,11 +190,13 @@ def _binary_bytes(array: pa.FixedSizeBinaryArray) -> np.ndarray:
     return data[array.offset * width : (array.offset + len(array)) * width]
 
 
-def arrow_schema(observation: ObservationFormat, action_space: spaces.Space) -> pa.Schema:
+def arrow_schema(observation: ObservationFormat, action_space: spaces.Space, agents: bool = False) -> pa.Schema:
+    """The columns of a dataset (the module docstring's tables); ``agents``: with :data:`AGENT_COLUMN` last."""
     vector = observation.arrow_type
     shape, dtype = action_layout(action_space)
     value = pa.int64() if dtype == torch.int64 else pa.float32()
     action = pa.list_(value, shape[0]) if shape else value
+    agent = [pa.field(AGENT_COLUMN, pa.string(), nullable=False)] if agents else []
     return pa.schema(
         [
             pa.field("episode_id", pa.int64(), nullable=False),
@@ -188,13 +208,18 @@ def arrow_schema(observation: ObservationFormat, action_space: spaces.Space) -> 
             pa.field("terminated", pa.bool_(), nullable=False),
             pa.field("truncated", pa.bool_(), nullable=False),
             pa.field("log_prob", pa.float32(), nullable=True),
+            *agent,
         ]
     )
 
 
-def _allocate(rows: int, observation: ObservationFormat, action_space: spaces.Space) -> dict[str, np.ndarray]:
-    """Empty arrays for ``rows`` decoded rows, in the dtypes training reads (and :class:`RowsDigest` hashes)."""
+def _allocate(
+    rows: int, observation: ObservationFormat, action_space: spaces.Space, agents: bool = False
+) -> dict[str, np.ndarray]:
+    """Empty arrays for ``rows`` decoded rows, in the dtypes training reads (and :class:`RowsDigest` hashes);
+    ``agents``: with :data:`AGENT_COLUMN` (object, the names as ``str``)."""
     action_shape, _ = action_layout(action_space)
+    agent = {AGENT_COLUMN: np.empty(rows, object)} if agents else {}
     return {
         "episode_id": np.empty(rows, np.int64),
         "step": np.empty(rows, np.int64),
@@ -204,6 +229,7 @@ def _allocate(rows: int, observation: ObservationFormat, action_space: spaces.Sp
         "next_observation": np.empty((rows, observation.size), observation.dtype),
         "terminated": np.empty(rows, bool),
         "truncated": np.empty(rows, bool),
+        **agent,
     }
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlcore.data.reader import OfflineData, iter_dataset, read_row_group
+from rlcore.data.reader import OfflineData, agent_rows, iter_dataset, read_row_group
 from rlcore.data.schema import DatasetError
 from rlcore.nets.blocks import ObsNormalizer
 
@@ -66,24 +66,31 @@ class RowGroupStream:
         seed: int,
         validation_fraction: float,
         validation_limit: int,
+        agents: list[str] | None = None,
     ) -> None:
         self.path = Path(path)
         self.observation_space, self.action_space = observation_space, action_space
-        self.seed, self.validation_fraction = seed, validation_fraction
+        self.seed, self.validation_fraction, self.agents = seed, validation_fraction, agents
         # One validating pass (every check of load_dataset, a row group at a time) that keeps the validation rows.
         held_out: list[OfflineData] = []
         kept = 0
         self.sizes: list[int] = []  # iter_dataset yields one row group at a time
         self.rows = 0
+        found: list[np.ndarray] = []  # the agent column's names, a row group at a time (dataset.agents)
         for chunk in iter_dataset(self.path, observation_space, action_space, env_id):
             self.metadata = chunk.metadata
             self.sizes.append(len(chunk))
             validation = validation_mask(chunk.episode_id, validation_fraction, seed)
-            self.rows += int(len(chunk) - validation.sum())
-            rows = np.flatnonzero(validation)[: validation_limit - kept]
+            wanted = self._wanted(chunk)
+            if agents is not None and chunk.agent is not None:
+                found.append(np.unique(chunk.agent))
+            self.rows += int((wanted & ~validation).sum())
+            rows = np.flatnonzero(validation & wanted)[: validation_limit - kept]
             if len(rows):
                 held_out.append(chunk.subset(rows))
                 kept += len(rows)
+        if agents is not None:  # refused as a dataset read whole refuses it
+            agent_rows(np.concatenate(found) if found else None, agents, self.path)
         if self.rows == 0:
             raise DatasetError(
                 f"{self.path}: every episode is held out for validation, none is left to train on "
@@ -132,5 +139,12 @@ class RowGroupStream:
     def _load(self, group: int) -> dict[str, torch.Tensor]:
         """Row group ``group``'s training rows (validation episodes left out) as tensors."""
         chunk = read_row_group(self.path, group, self.observation_space, self.action_space, self.metadata)
-        train = np.flatnonzero(~validation_mask(chunk.episode_id, self.validation_fraction, self.seed))
-        return chunk.subset(train).tensors()
+        validation = validation_mask(chunk.episode_id, self.validation_fraction, self.seed)
+        return chunk.subset(np.flatnonzero(~validation & self._wanted(chunk))).tensors()
+
+    def _wanted(self, chunk: OfflineData) -> np.ndarray:
+        """(rows,) bool: the rows of ``dataset.agents`` (every row without it, or in a dataset without agents:
+        those are refused once the validating pass is through)."""
+        if self.agents is None or chunk.agent is None:
+            return np.full(len(chunk), self.agents is None or chunk.agent is not None)
+        return np.isin(chunk.agent, np.asarray(self.agents, dtype=object))

@@ -20,7 +20,7 @@ from gymnasium import spaces
 from rlcore.common.files import AtomicTarget, atomic_path
 from rlcore.data.reader import _open, _read_row_group, read_metadata
 from rlcore.data.schema import (
-    COLUMNS,
+    AGENT_COLUMN,
     METADATA_KEY,
     SCHEMA_VERSION,
     DatasetError,
@@ -36,6 +36,8 @@ class DatasetWriter:
 
     Memory holds at most one row group plus the episodes in progress. The file is written under a
     temporary name and renamed into place by :meth:`close`, with the metadata (statistics included).
+    ``agents`` (a multi-agent env's names): every episode is one agent's, named in the ``agent`` column, and the
+    metadata lists them as ``agents``; None (a single-agent env): no such column, no such key.
     """
 
     def __init__(
@@ -45,12 +47,14 @@ class DatasetWriter:
         action_space: spaces.Space,
         metadata: dict[str, Any],
         row_group_size: int = 65_536,
+        agents: tuple[str, ...] | None = None,
     ) -> None:
         self.path = Path(path)
         self.observation = ObservationFormat.of(observation_space)
         self.action_dtype = _numpy_action_dtype(action_space)
-        self.schema = arrow_schema(self.observation, action_space)
-        self.metadata = dict(metadata)
+        self.schema = arrow_schema(self.observation, action_space, agents is not None)
+        self.metadata = dict(metadata) | ({"agents": list(agents)} if agents is not None else {})
+        self.agents = agents
         self.row_group_size = row_group_size
         self._atomic = AtomicTarget(self.path)
         self._writer = _RowGroupWriter(self._atomic.tmp, self.schema, row_group_size)
@@ -69,9 +73,13 @@ class DatasetWriter:
         terminated: np.ndarray,
         truncated: np.ndarray,
         log_probs: np.ndarray | None,
+        agent: str | None = None,
     ) -> None:
-        """One complete episode, T transitions: obs/next_obs (T, *obs_shape), actions (T,) or (T, k)."""
+        """One complete episode, T transitions: obs/next_obs (T, *obs_shape), actions (T,) or (T, k); ``agent``:
+        whose it is (required by, and only for, a writer of a multi-agent dataset)."""
         length = len(rewards)
+        if (agent is None) != (AGENT_COLUMN not in self.schema.names):
+            raise ValueError(f"{self.path}: an episode's agent is given exactly when the dataset has agents")
         self._pending.append(
             {
                 "episode_id": np.full(length, self.episodes, dtype=np.int64),
@@ -85,6 +93,7 @@ class DatasetWriter:
                 "terminated": np.asarray(terminated, dtype=bool),
                 "truncated": np.asarray(truncated, dtype=bool),
                 "log_prob": None if log_probs is None else np.asarray(log_probs, dtype=np.float32),
+                AGENT_COLUMN: agent,
             }
         )
         self.episodes += 1
@@ -98,10 +107,13 @@ class DatasetWriter:
         if not self._pending:
             return
         columns: dict[str, pa.Array] = {}
-        for name in COLUMNS:
+        for name in self.schema.names:
             parts = [episode[name] for episode in self._pending]
             field = self.schema.field(name)
-            if name == "log_prob":  # unknown log-probabilities (None or NaN) are stored as nulls
+            if name == AGENT_COLUMN:
+                names = [part for part, e in zip(parts, self._pending, strict=True) for _ in range(len(e["reward"]))]
+                columns[name] = pa.array(names, type=pa.string())
+            elif name == "log_prob":  # unknown log-probabilities (None or NaN) are stored as nulls
                 values = np.concatenate(
                     [
                         np.full(len(e["reward"]), np.nan, np.float32) if p is None else p
@@ -166,7 +178,7 @@ class _RowGroupWriter:
             write_page_checksum=True,
         )
         self.row_group_size = row_group_size
-        self.digest = RowsDigest()
+        self.digest = RowsDigest(agents=AGENT_COLUMN in schema.names)
         self._carry: list[pa.Table] = []
         self._carry_rows = 0
 

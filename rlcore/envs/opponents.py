@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,3 +54,65 @@ def perfect_tictactoe(observation: dict[str, Any], rng: np.random.Generator) -> 
     mine, theirs = tictactoe_board(observation)
     bits = [int(sum(1 << int(cell) for cell in np.flatnonzero(marks))) for marks in (mine, theirs)]
     return int(rng.choice(tictactoe_value(*bits)[1]))
+
+
+@dataclass(frozen=True)
+class InARowGame:
+    """A k-in-a-row game on the two planes of a PettingZoo classic observation (rows, columns, 2): how many marks in
+    a row win, and whether an action names a column a piece drops down (connect four) or a cell (tic-tac-toe)."""
+
+    in_a_row: int
+    drops: bool
+
+
+IN_A_ROW_GAMES = {(3, 3, 2): InARowGame(3, drops=False), (6, 7, 2): InARowGame(4, drops=True)}
+"""The games :func:`one_step_lookahead` knows, by observation shape: ``tictactoe_v3`` and ``connect_four_v3``."""
+
+
+def _landing(occupied: np.ndarray, action: int, game: InARowGame) -> tuple[int, int]:
+    """The (row, column) a mark played as ``action`` lands on, given ``occupied`` (rows, columns) bool."""
+    if not game.drops:
+        return divmod(action, occupied.shape[1])
+    return int(np.flatnonzero(~occupied[:, action])[-1]), action  # row 0 is the top: the lowest free cell
+
+
+def _completes_line(marks: np.ndarray, row: int, column: int, in_a_row: int) -> bool:
+    """Whether a mark at (``row``, ``column``) added to ``marks`` (rows, columns) bool makes ``in_a_row`` in a line
+    (horizontal, vertical or diagonal) through it."""
+    rows, columns = marks.shape
+    for step_row, step_column in ((0, 1), (1, 0), (1, 1), (1, -1)):
+        count = 1
+        for sign in (1, -1):
+            r, c = row + sign * step_row, column + sign * step_column
+            while 0 <= r < rows and 0 <= c < columns and marks[r, c]:
+                count += 1
+                r, c = r + sign * step_row, c + sign * step_column
+        if count >= in_a_row:
+            return True
+    return False
+
+
+def one_step_lookahead(observation: dict[str, Any], rng: np.random.Generator) -> int:
+    """Connect four's (``connect_four_v3``) and tic-tac-toe's (``tictactoe_v3``) one-step-lookahead player: a legal
+    move that wins now if there is one, else one that takes the cell where the other seat would win with its next
+    move (a block), else a uniformly random legal move; ties drawn from ``rng``. It sees one move ahead only: it
+    cannot stop two threats at once, nor avoid a move that lets the other seat win on top of it (connect four).
+
+    ``observation``: the seat's ``{"observation": (rows, columns, 2) own marks then the other seat's,
+    "action_mask": (n,)}``; ``ValueError`` for a game of another shape (:data:`IN_A_ROW_GAMES`)."""
+    planes = np.asarray(observation["observation"]) > 0
+    game = IN_A_ROW_GAMES.get(planes.shape)
+    if game is None:
+        known = ", ".join(str(shape) for shape in IN_A_ROW_GAMES)
+        raise ValueError(f"one_step_lookahead: observations of shape {planes.shape}, expected one of {known}")
+    legal = np.flatnonzero(np.asarray(observation["action_mask"]))
+    occupied = planes[:, :, 0] | planes[:, :, 1]
+    for seat in (0, 1):  # its own win first, then the other seat's (to block it)
+        lines = [
+            int(action)
+            for action in legal
+            if _completes_line(planes[:, :, seat], *_landing(occupied, int(action), game), game.in_a_row)
+        ]
+        if lines:
+            return int(rng.choice(lines))
+    return int(legal[rng.integers(len(legal))])

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from rlcore.common.checkpoints import load_checkpoint
-from rlcore.common.errors import ConfigError, RLCoreError
+from rlcore.common.errors import RLCoreError
 from rlcore.common.files import sha256_file
 from rlcore.common.stage_paths import project_path
 from rlcore.config.sections import Params
@@ -28,11 +28,9 @@ def collect_stage(params: Params, root: Path) -> Path:
     """Roll out ``collect.policy`` (a ``.pt`` model or ``random``) and write the dataset ``collect.output``.
 
     With ``collect.shards`` > 1 the shards are collected one after another, then merged: the same file the
-    Prefect flow writes when it runs the shards in parallel on Dask. A multi-agent env (PettingZoo) is refused: the
-    dataset schema has no agent column yet.
+    Prefect flow writes when it runs the shards in parallel on Dask. A multi-agent env (PettingZoo Parallel) writes
+    one row per agent step, named by the ``agent`` column (``rlcore.data.schema``).
     """
-    if params.env.agents() is not None:
-        raise ConfigError(f"env.id: collecting datasets from multi-agent envs ({params.env.id}) is not supported yet")
     shards = [collect_shard(params, root, index) for index in range(params.collect.shards)]
     return shards[0] if len(shards) == 1 else merge_collected_shards(params, root)
 

@@ -1,9 +1,11 @@
 """The train stage: train into ``runs/<name>/`` (with ``train.seeds``: each seed into ``runs/<name>/seed_<k>/``, as one
-batched program or one after another), with the params' file paths made relative to the project."""
+batched program or one after another), with the params' file paths made relative to the project; and one-seed runs
+in projects of their own trained together (:func:`train_seed_roots`, a sweep trial's seeds)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from rlcore.common.errors import ConfigError
@@ -11,7 +13,7 @@ from rlcore.common.stage_paths import Layout, project_path
 from rlcore.config.sections import Params
 from rlcore.stages.seeds import run_seeds, seed_layouts, seed_params
 from rlcore.trainers import SeedRun, batched_trainer, is_offline, train
-from rlcore.trainers.finished_runs import RunFinishedError, keeping_finished_runs
+from rlcore.trainers.finished_runs import RunFinishedError
 from rlcore.trainers.stopping import EvaluationCallback
 
 log = logging.getLogger("rlcore")
@@ -34,26 +36,52 @@ def train_stage(
                 "--resume-from: names one run's checkpoint; with train.seeds each seed resumes from its own folder "
                 "(run `rlcore train` again)"
             )
-        batched = batched_trainer(params)
         runs = [
             SeedRun(seed, _project_paths(seed_params(params, seed), root), layout.run_dir)
             for seed, layout in seed_layouts(params, root).items()
         ]
-        if batched is not None:
-            batched(runs, on_evaluation)
-        else:
-            why = "train.batch_seeds is false" if not params.train.batch_seeds else f"{params.algo.name} does not batch"
-            log.info("train.seeds: the seeds train one after another, not batched: %s", why)
-            for run in runs:
-                try:
-                    with keeping_finished_runs():
-                        train(run.params, run.run_dir, on_evaluation=on_evaluation)
-                except RunFinishedError:
-                    log.info("seed %d: finished in %s with these train params; kept", run.seed, run.run_dir)
+        _train_seed_runs(runs, on_evaluation)
         return Layout(root, params.name, params.branch).run_dir
     layout = Layout(root, params.name, params.branch)
     train(_project_paths(params, root), layout.run_dir, on_evaluation=on_evaluation, resume_from=resume_from)
     return layout.run_dir
+
+
+def train_seed_roots(seeds: Sequence[tuple[Params, Path]], on_evaluation: EvaluationCallback | None = None) -> None:
+    """Train one-seed runs (``seed: k``, no ``train.seeds``; equal but for ``seed``), each into its own project
+    root's ``runs/<name>/`` (paths in its params relative to that root), as :func:`train_stage` trains the seeds of
+    ``train.seeds``: one batched program when the family batches them, else one after another (with a log line); a
+    finished run with the same train params is kept, an interrupted one resumes. ``on_evaluation`` is called after
+    every seed's evaluations (a batched run evaluates its seeds at the same steps)."""
+    runs = [
+        SeedRun(params.seed, _project_paths(params, root), Layout(root, params.name, params.branch).run_dir)
+        for params, root in seeds
+    ]
+    _train_seed_runs(runs, on_evaluation)
+
+
+def not_batched_reason(params: Params) -> str | None:
+    """Why the seeds of ``params`` train one after another (``train.batch_seeds`` false, or an algorithm whose family
+    has no batched trainer), or None: its batched trainer trains them (which may still, with a log line, train them
+    one after another for a configuration it does not batch)."""
+    if batched_trainer(params) is not None:
+        return None
+    return "train.batch_seeds is false" if not params.train.batch_seeds else f"{params.algo.name} does not batch"
+
+
+def _train_seed_runs(runs: list[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
+    """The seeds' runs by the family's batched trainer, or one after another when there is none (or
+    ``train.batch_seeds`` is false)."""
+    batched = batched_trainer(runs[0].params)
+    if batched is not None:
+        batched(runs, on_evaluation)
+        return
+    log.info("train.seeds: the seeds train one after another, not batched: %s", not_batched_reason(runs[0].params))
+    for run in runs:
+        try:
+            train(run.params, run.run_dir, on_evaluation=on_evaluation, keep_finished=True)
+        except RunFinishedError:
+            log.info("seed %d: finished in %s with these train params; kept", run.seed, run.run_dir)
 
 
 def _project_paths(params: Params, root: Path) -> Params:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rlcore.algos.base import (
     ActorLearnerAlgorithm,
@@ -30,7 +30,22 @@ from rlcore.trainers.population import train_population
 from rlcore.trainers.seed_sessions import SeedRun
 from rlcore.trainers.stopping import EvaluationCallback
 
-Trainer = Callable[[Params, Path, EvaluationCallback | None, Path | None], dict[str, Any]]
+
+class Trainer(Protocol):
+    """A family's trainer: train ``params`` into ``run_dir`` (resuming an interrupted run there, or from
+    ``resume_from``); ``keep_finished``: a finished run with these train params is kept (``RunFinishedError``).
+    Returns the train summary."""
+
+    def __call__(
+        self,
+        params: Params,
+        run_dir: Path,
+        on_evaluation: EvaluationCallback | None = None,
+        resume_from: Path | None = None,
+        *,
+        keep_finished: bool = False,
+    ) -> dict[str, Any]: ...
+
 
 # The keys are the abstract family classes: mypy refuses abstract classes as type[...] values (type-abstract).
 TRAINERS: dict[type[Algorithm[Any, Any]], Trainer] = {
@@ -44,13 +59,19 @@ TRAINERS: dict[type[Algorithm[Any, Any]], Trainer] = {
 
 
 def train(
-    params: Params, run_dir: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
+    params: Params,
+    run_dir: Path,
+    on_evaluation: EvaluationCallback | None = None,
+    resume_from: Path | None = None,
+    *,
+    keep_finished: bool = False,
 ) -> dict[str, Any]:
-    """Train ``params`` into ``run_dir`` (resuming an interrupted run there); returns the train summary."""
+    """Train ``params`` into ``run_dir`` (resuming an interrupted run there); returns the train summary.
+    ``keep_finished``: a finished run in ``run_dir`` with these train params is kept (``RunFinishedError``)."""
     algo_cls = algorithm_class(params.algo.name)
     for family, trainer in TRAINERS.items():
         if issubclass(algo_cls, family):
-            return trainer(params, run_dir, on_evaluation, resume_from)
+            return trainer(params, run_dir, on_evaluation, resume_from, keep_finished=keep_finished)
     raise TypeError(f"{algo_cls.__name__} belongs to no algorithm family with a trainer")
 
 
@@ -61,7 +82,7 @@ def is_offline(params: Params) -> bool:
 
 SeedsTrainer = Callable[[list[SeedRun], EvaluationCallback | None], None]
 """Trains several seeds' runs together, each into its own run directory. A seed whose run folder holds a finished run
-with the same train params is kept (construct its session inside ``keeping_finished_runs()`` and skip it on
+with the same train params is kept (open its session with ``keep_finished=True`` and skip it on
 ``RunFinishedError``); an interrupted one resumes."""
 
 BATCHED_TRAINERS: dict[type[Algorithm[Any, Any]], SeedsTrainer] = {

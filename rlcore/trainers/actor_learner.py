@@ -59,10 +59,19 @@ def make_runner(params: Params, policy: Policy, env_steps: int) -> Runner:
 
 
 def train_actor_learner(
-    params: Params, run_dir: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
+    params: Params,
+    run_dir: Path,
+    on_evaluation: EvaluationCallback | None = None,
+    resume_from: Path | None = None,
+    *,
+    keep_finished: bool = False,
 ) -> dict[str, Any]:
-    """Train ``params.algo`` (an actor-learner algorithm) into ``run_dir``; returns the train summary."""
-    with TrainingSession(params, run_dir, on_evaluation, resume_from, lambda *_: DataSource()) as session:
+    """Train ``params.algo`` (an actor-learner algorithm) into ``run_dir``; returns the train summary.
+    ``keep_finished``: a finished run in ``run_dir`` with these train params is kept (:class:`RunFinishedError`).
+    """
+    with TrainingSession(
+        params, run_dir, on_evaluation, resume_from, lambda *_: DataSource(), keep_finished=keep_finished
+    ) as session:
         cfg = params.algo
         assert isinstance(cfg, ActorLearnerConfig) and isinstance(session.algorithm, ActorLearnerAlgorithm)
         policy, algorithm = session.policy, session.algorithm

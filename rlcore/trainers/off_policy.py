@@ -7,6 +7,17 @@ accrues only from ``learning_starts`` on, and only once the replay holds a batch
 worth, as in SB3 and CleanRL, not a burst of ``learning_starts x gradient_steps_per_sample`` steps on the
 warm-up's random data (and ``learning_starts: 0`` with n-step returns never samples an empty replay).
 Evaluation, checkpoints, logging and stop conditions are the session's; the replay buffer is the source's.
+
+A PettingZoo Parallel env (``rlcore.envs.multiagent``) trains independent learners with parameter sharing: each agent
+of each env copy is a row of the vector env, so every agent's transition (its observation with its one-hot, its
+action, its reward, its next observation, its own termination or truncation) is a transition of the one replay
+buffer, one Q-network acts for every agent (epsilon-greedy per row), and an agent that left before the others adds
+no transitions until its copy resets (the step's ``valid`` mask). This is independent Q-learning (Tan, 1993) with the
+parameter sharing of Gupta, Egorov & Kochenderfer (2017, PS-DQN) and the agent indication of Terry et al. (2020,
+"Revisiting Parameter Sharing in Multi-Agent Deep RL"): the recipe of PettingZoo's docs (SuperSuit's
+``pettingzoo_env_to_vec_env_v1`` under SB3's DQN) rather than Tianshou's ``MultiAgentPolicyManager`` (a policy per
+agent, each batch dispatched by agent id, over AEC envs where one agent acts per step). Env steps count agent steps
+(rows), as PPO's multi-agent runs do.
 """
 
 from __future__ import annotations
@@ -28,10 +39,19 @@ from rlcore.trainers.stopping import EvaluationCallback
 
 
 def train_off_policy(
-    params: Params, run_dir: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
+    params: Params,
+    run_dir: Path,
+    on_evaluation: EvaluationCallback | None = None,
+    resume_from: Path | None = None,
+    *,
+    keep_finished: bool = False,
 ) -> dict[str, Any]:
-    """Train ``params.algo`` (a replay-based algorithm) into ``run_dir``; returns the train summary."""
-    with TrainingSession(params, run_dir, on_evaluation, resume_from, ReplaySource) as session:
+    """Train ``params.algo`` (a replay-based algorithm) into ``run_dir``; returns the train summary.
+    ``keep_finished``: a finished run in ``run_dir`` with these train params is kept (:class:`RunFinishedError`).
+    """
+    with TrainingSession(
+        params, run_dir, on_evaluation, resume_from, ReplaySource, keep_finished=keep_finished
+    ) as session:
         return run_off_policy(session)
 
 
@@ -63,7 +83,7 @@ class Collector:
         observation normalizer takes a replay sample at the start of each phase."""
         session, cfg, state = self.session, self.config, self.session.state
         stepper, replay = session.source.stepper, session.source.replay
-        num_envs = session.params.env.num_envs
+        num_envs = stepper.env.num_envs  # rows: a multi-agent env has one per agent of each copy
         legal = legal_actions(session.observation_space, stepper.obs)  # None: no action mask
         if state.env_steps < cfg.learning_starts and legal is not None:
             actions = random_legal_actions(legal, session.rng)[0]

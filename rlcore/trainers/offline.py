@@ -19,10 +19,19 @@ from rlcore.trainers.stopping import EvaluationCallback
 
 
 def train_offline(
-    params: Params, run_dir: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
+    params: Params,
+    run_dir: Path,
+    on_evaluation: EvaluationCallback | None = None,
+    resume_from: Path | None = None,
+    *,
+    keep_finished: bool = False,
 ) -> dict[str, Any]:
-    """Train ``params.algo`` (an offline algorithm) on ``params.dataset`` into ``run_dir``."""
-    with TrainingSession(params, run_dir, on_evaluation, resume_from, DatasetSource) as session:
+    """Train ``params.algo`` (an offline algorithm) on ``params.dataset`` into ``run_dir``.
+    ``keep_finished``: a finished run in ``run_dir`` with these train params is kept (:class:`RunFinishedError`).
+    """
+    with TrainingSession(
+        params, run_dir, on_evaluation, resume_from, DatasetSource, keep_finished=keep_finished
+    ) as session:
         return run_offline(session)
 
 

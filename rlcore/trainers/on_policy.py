@@ -30,13 +30,22 @@ from rlcore.trainers.stopping import EvaluationCallback
 
 
 def train_on_policy(
-    params: Params, run_dir: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
+    params: Params,
+    run_dir: Path,
+    on_evaluation: EvaluationCallback | None = None,
+    resume_from: Path | None = None,
+    *,
+    keep_finished: bool = False,
 ) -> dict[str, Any]:
     """Train ``params.algo`` (an on-policy algorithm) into ``run_dir``; returns the train summary. With
-    ``policy.groups``: one policy per group (``rlcore.trainers.on_policy_groups``)."""
+    ``policy.groups``: one policy per group (``rlcore.trainers.on_policy_groups``).
+    ``keep_finished``: a finished run in ``run_dir`` with these train params is kept (:class:`RunFinishedError`).
+    """
     if params.policy.groups is not None:
-        return train_on_policy_groups(params, run_dir, on_evaluation, resume_from)
-    with TrainingSession(params, run_dir, on_evaluation, resume_from, lambda p, *_: EnvSource(p)) as session:
+        return train_on_policy_groups(params, run_dir, on_evaluation, resume_from, keep_finished=keep_finished)
+    with TrainingSession(
+        params, run_dir, on_evaluation, resume_from, lambda p, *_: EnvSource(p), keep_finished=keep_finished
+    ) as session:
         cfg = params.algo
         assert isinstance(cfg, OnPolicyConfig) and isinstance(session.algorithm, OnPolicyAlgorithm)
         # On-policy policies are actor-critics (value() below); session.policy is typed as the base Policy.

@@ -72,11 +72,18 @@ def _group_rollouts(
 
 
 def train_on_policy_groups(
-    params: Params, run_dir: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
+    params: Params,
+    run_dir: Path,
+    on_evaluation: EvaluationCallback | None = None,
+    resume_from: Path | None = None,
+    *,
+    keep_finished: bool = False,
 ) -> dict[str, Any]:
     """Train ``params.algo`` (PPO, A2C) with one policy per ``policy.groups`` group into ``run_dir``; returns the
-    train summary."""
-    with TrainingSession(params, run_dir, on_evaluation, resume_from, lambda p, *_: EnvSource(p)) as session:
+    train summary. ``keep_finished``: as ``rlcore.trainers.on_policy.train_on_policy``'s."""
+    with TrainingSession(
+        params, run_dir, on_evaluation, resume_from, lambda p, *_: EnvSource(p), keep_finished=keep_finished
+    ) as session:
         policy, algorithm, source = session.policy, session.algorithm, session.source
         assert isinstance(policy, GroupedActorCritic) and isinstance(algorithm, GroupedAlgorithm)
         n_steps, num_envs = params.algo.n_steps, params.env.rows(params.env.num_envs)  # type: ignore[attr-defined]

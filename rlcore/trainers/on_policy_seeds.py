@@ -51,7 +51,7 @@ from rlcore.nets.policies import ActorCritic
 from rlcore.nets.stacked import StackedOptimizer
 from rlcore.nets.stacked_actor_critic import StackedActorCritic, batching_problem
 from rlcore.registry import algorithm_class
-from rlcore.trainers.finished_runs import RunFinishedError, keeping_finished_runs
+from rlcore.trainers.finished_runs import RunFinishedError
 from rlcore.trainers.on_policy import train_on_policy
 from rlcore.trainers.seed_sessions import SeedRun, abandoned_on_error, open_seed_sessions
 from rlcore.trainers.session import TrainingSession
@@ -118,8 +118,7 @@ def train_on_policy_seeds(runs: list[SeedRun], on_evaluation: EvaluationCallback
         log.info("train.seeds: the seeds train one after another, not batched: %s does not batch", reason)
         for run in runs:
             try:
-                with keeping_finished_runs():
-                    train_on_policy(run.params, run.run_dir, on_evaluation)
+                train_on_policy(run.params, run.run_dir, on_evaluation, keep_finished=True)
             except RunFinishedError:
                 log.info("seed %d: finished in %s with these train params; kept", run.seed, run.run_dir)
         return

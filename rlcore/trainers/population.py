@@ -53,13 +53,22 @@ def iteration_seed(seed: int, iteration: int) -> int:
 
 
 def train_population(
-    params: Params, run_dir: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
+    params: Params,
+    run_dir: Path,
+    on_evaluation: EvaluationCallback | None = None,
+    resume_from: Path | None = None,
+    *,
+    keep_finished: bool = False,
 ) -> dict[str, Any]:
-    """Train ``params.algo`` (a population algorithm) into ``run_dir``; returns the train summary."""
+    """Train ``params.algo`` (a population algorithm) into ``run_dir``; returns the train summary.
+    ``keep_finished``: a finished run in ``run_dir`` with these train params is kept (:class:`RunFinishedError`).
+    """
     algo_cls = algorithm_class(params.algo.name)
     assert issubclass(algo_cls, PopulationAlgorithm)
     algo_cls.check_params(params)
-    with TrainingSession(params, run_dir, on_evaluation, resume_from, lambda *_: DataSource()) as session:
+    with TrainingSession(
+        params, run_dir, on_evaluation, resume_from, lambda *_: DataSource(), keep_finished=keep_finished
+    ) as session:
         algorithm = session.algorithm
         assert isinstance(algorithm, PopulationAlgorithm)
         codec = WeightsCodec(algorithm.members()[0])

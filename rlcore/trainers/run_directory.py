@@ -39,7 +39,7 @@ from rlcore.common.errors import CheckpointError, RLCoreError
 from rlcore.common.files import write_json, write_text
 from rlcore.config.sections import Params
 from rlcore.evaluation.evaluator import EvalResult
-from rlcore.trainers.finished_runs import RunFinishedError, finished_runs_kept
+from rlcore.trainers.finished_runs import RunFinishedError
 
 log = logging.getLogger("rlcore")
 
@@ -234,21 +234,22 @@ class RunDirectory:
         checkpoints = self.home / "checkpoints"
         return (self.home / "train_summary.json").exists() or (checkpoints.is_dir() and any(checkpoints.glob("step_*")))
 
-    def prepare(self, params: Params, resume_from: Path | None) -> Checkpoint | None:
+    def prepare(self, params: Params, resume_from: Path | None, *, keep_finished: bool = False) -> Checkpoint | None:
         """Lock the folder, finish what a killed run left, then decide between resume and a fresh start (in the
         folder, or in ``.next/`` when it holds a run): the checkpoint to resume from, if any. Nothing of a run is
-        removed here: :meth:`begin` does that once the session starts, so a refused start changes nothing."""
+        removed here: :meth:`begin` does that once the session starts, so a refused start changes nothing.
+        ``keep_finished``: a finished run with this fingerprint raises :class:`RunFinishedError` instead."""
         self.lock.acquire()
         try:
             self._recover()
-            checkpoint = self._choose(params, resume_from)
+            checkpoint = self._choose(params, resume_from, keep_finished)
             self.lock.claim()
             return checkpoint
         except BaseException:
             self.lock.release()
             raise
 
-    def _choose(self, params: Params, resume_from: Path | None) -> Checkpoint | None:
+    def _choose(self, params: Params, resume_from: Path | None, keep_finished: bool) -> Checkpoint | None:
         if resume_from is not None:
             checkpoint = load_checkpoint(resume_from, expected_algo=params.algo.name)
             if not {"policy", "algorithm", "rng"} <= checkpoint.tensors.keys():
@@ -271,7 +272,7 @@ class RunDirectory:
                 self._resume_step = latest.step
                 return latest
         if (self.home / "train_summary.json").exists():
-            if finished_runs_kept():
+            if keep_finished:
                 latest = self._latest_readable(self.home / "checkpoints")
                 if latest is not None and latest.meta.get("fingerprint") == self.fingerprint:
                     raise RunFinishedError(self.home)

@@ -17,7 +17,7 @@ from gymnasium import spaces
 
 from rlcore.config.sections import Params
 from rlcore.nets.policy import Policy
-from rlcore.trainers.finished_runs import RunFinishedError, keeping_finished_runs
+from rlcore.trainers.finished_runs import RunFinishedError
 from rlcore.trainers.session import SourceT, TrainingSession
 from rlcore.trainers.stopping import EvaluationCallback
 
@@ -73,16 +73,16 @@ def open_seed_sessions(
     with abandoned_on_error(seeds):
         for run in runs:
             try:
-                with keeping_finished_runs():
-                    session = TrainingSession(
-                        run.params,
-                        run.run_dir,
-                        on_evaluation,
-                        None,
-                        make_source,
-                        seeds_in_memory=len(runs),  # the memory check: every seed's run is held at once
-                        label=f"seed {run.seed}",
-                    )
+                session = TrainingSession(
+                    run.params,
+                    run.run_dir,
+                    on_evaluation,
+                    None,
+                    make_source,
+                    seeds_in_memory=len(runs),  # the memory check: every seed's run is held at once
+                    label=f"seed {run.seed}",
+                    keep_finished=True,
+                )
             except RunFinishedError:
                 log.info("seed %d: finished in %s with these train params; kept", run.seed, run.run_dir)
                 continue

@@ -94,9 +94,13 @@ class TrainingSession(Generic[SourceT]):
         *,
         seeds_in_memory: int = 1,
         label: str | None = None,
+        keep_finished: bool = False,
     ) -> None:
         """``seeds_in_memory``: runs this process holds at once (``train.seeds`` batched), for the memory check;
-        ``label``: what progress lines and bars name the run by (``seed 3`` in a batched run), None: nothing."""
+        ``label``: what progress lines and bars name the run by (``seed 3`` in a batched run), None: nothing;
+        ``keep_finished``: a finished run in ``run_dir`` with the same train params is kept, raising
+        :class:`~rlcore.trainers.finished_runs.RunFinishedError` before anything is written (``train.seeds``: a
+        re-run trains the seeds not yet finished); false: it is replaced by a fresh run."""
         self.params = params
         self._label = label
         seed_everything(params.seed, params.torch_threads)
@@ -133,7 +137,7 @@ class TrainingSession(Generic[SourceT]):
             learns_from.update(check_demonstrations(params.algo, self.policy))  # algo.behavioral_cloning's data
             learns_from.update(check_reward_signals(params.algo, self.policy))  # algo.reward_signals.gail's
             self.run = RunDirectory(run_dir, train_fingerprint(params, learns_from))
-            self.checkpoint = self.run.prepare(params, resume_from)
+            self.checkpoint = self.run.prepare(params, resume_from, keep_finished=keep_finished)
         except BaseException:
             self._close_resources()
             raise

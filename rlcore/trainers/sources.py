@@ -105,7 +105,7 @@ class ReplaySource(EnvSource):
             tuple(observation_space.shape or ()),
             () if discrete else (action_dim(action_space),),  # Box actions of any shape are flat vectors
             np.int64 if discrete else np.float32,
-            params.env.num_envs,
+            self.env.num_envs,  # rows: a multi-agent env has one per agent of each copy
             cfg.gamma,
             cfg.n_step,
             storage_dtype(observation_space),  # uint8 frames stay uint8
@@ -156,7 +156,9 @@ class DatasetSource(DataSource):
         self.batches: InMemoryBatches | RowGroupStream
         self.held_out: OfflineData | None
         if cfg.in_memory:
-            data = load_dataset(self.path, observation_space, action_space, params.env.id)
+            data = load_dataset(self.path, observation_space, action_space, params.env.id).of_agents(
+                cfg.agents, self.path
+            )
             train, self.held_out = data.split_by_episode(cfg.validation_fraction, params.seed)
             self.batches = InMemoryBatches(train)
         else:
@@ -170,6 +172,7 @@ class DatasetSource(DataSource):
                 params.seed,
                 cfg.validation_fraction,
                 cfg.validation_limit,
+                cfg.agents,
             )
             self.batches, self.held_out = stream, stream.validation
         self._held_out_tensors: dict[str, torch.Tensor] | None = None

@@ -456,3 +456,18 @@ def test_a_damaged_file_through_the_real_command(project: Path, collected: Path)
     result = rlcore("train", "--params", "offline.yaml", *args, cwd=project, check=False)
     refused(result.returncode, result.stderr, dataset, "corrupt (page checksum mismatch")
     assert snapshot(project) == before
+
+
+# --- dataset.agents (issue 29) ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_dataset_agents_on_a_dataset_without_agents_is_refused_and_keeps_the_finished_run(
+    project: Path, in_memory: bool
+) -> None:
+    """A single-agent dataset has no ``agent`` column: ``dataset.agents`` is refused in one line naming the key and
+    the file, read whole or streamed, and the finished run stays byte for byte as it was."""
+    before = snapshot(project)
+    status, stderr = train(project, "data/dataset.parquet", in_memory, "dataset.agents=[agent_0]", *FINISHED)
+    refused(status, stderr, "dataset.agents:", "data/dataset.parquet has no agent column", "remove dataset.agents")
+    assert snapshot(project) == before

@@ -234,9 +234,9 @@ MULTIAGENT_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ["--set", "env.id=pettingzoo:mpe2.simple_adversary_v3", "--set", "env.kwargs={}"],
         ("env.id:", "different observation spaces"),
     ),
-    "algorithm that is not PPO or A2C": (
-        ["--params", "configs/dqn-cartpole.yaml", *SIMPLE_SPREAD],
-        ("algo.name:", "dqn", "a2c, ppo"),
+    "algorithm that is not PPO, A2C, DQN or BC": (
+        ["--params", "configs/sac-discrete-cartpole.yaml", *SIMPLE_SPREAD],
+        ("algo.name:", "sac", "a2c, bc, dqn, ppo"),
     ),
     "env.agent_id on a single-agent env": (["--set", "env.agent_id=true"], ("env.agent_id:", "PettingZoo")),
     "env.wrappers on a PettingZoo env": (
@@ -771,6 +771,7 @@ NAME_LIKE = {
     ("env", "curriculum"): [[{"name": "a/b"}], [{"name": "x\ny"}]],
     ("algo", "name"): ["bogus", 5, ["ppo"], None],
     ("train", "seeds"): [[], [-1], [0, 0], [2**32], [0, 1.5], [True], list(range(65))],
+    ("dataset", "agents"): [[]],
 }
 """Invalid values of keys whose type alone does not say what is invalid."""
 HUGE = {"n_steps": 10**12, "buffer_size": 10**12}
@@ -972,3 +973,20 @@ def malformed_files(draw: st.DrawFn) -> bytes:
 def test_fuzz_malformed_files_are_refused(fuzz_project: Path, content: bytes, stage: str) -> None:
     line = refused_and_untouched(fuzz_project, [stage, "--params", FUZZ_FILE], content)
     assert FUZZ_FILE in line, line
+
+
+DATASET_AGENTS_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    "dataset.agents empty": (["--set", "dataset.agents=[]"], ("dataset.agents",)),
+    "dataset.agents not a list of names": (["--set", "dataset.agents=agent_0"], ("dataset.agents",)),
+}
+"""``dataset.agents`` (issue 29, multi-agent datasets): ``rlcore train ARGS``, refused before anything is written.
+An agent absent from the dataset, or a dataset without agents, is refused when the dataset is read
+(tests/faults/test_dataset_cases.py, tests/test_multiagent_datasets.py)."""
+
+
+@pytest.mark.parametrize("label", list(DATASET_AGENTS_CASES))
+def test_dataset_agents_case_is_refused_in_one_line_and_writes_nothing(label: str, project: Path) -> None:
+    args, fragments = DATASET_AGENTS_CASES[label]
+    before = snapshot(project)
+    assert_refused(run_in_process(["train", *args], project), *fragments)
+    assert snapshot(project) == before, "a refused command changed the project"
