@@ -14,7 +14,13 @@ preset batched in one process against SB3's PPO with RL Zoo hyperparameters as t
 each (the best a user can do with SB3 on 2 cores); ``speedup_vs_sb3`` = SB3's wall seconds / rlcore's. Networks:
 both [64, 64] tanh.
 
+``--figure PNG`` draws the cost per seed against N (log x), one line per family: CPU seconds (``--metric wall``:
+wall seconds) of N seeds divided by N and by one seed's, so 1 is no gain and 1/N is "N seeds for the price of one";
+repeated lines of a family (``--results`` files, or this run) are drawn as points around their median. With
+``--results`` the figure is drawn from earlier runs' JSON lines and nothing is measured.
+
     python benchmarks/seeds.py [--families ppo dqn sac bc] [--counts 1 2 4 8] [--sequential] [--peer]
+    python benchmarks/seeds.py --results runs.jsonl [more.jsonl ...] --figure benchmarks/figures/seeds-cost.png
 
 Quiet machine only: the figures are wall times.
 """
@@ -22,6 +28,7 @@ Quiet machine only: the figures are wall times.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -160,21 +167,87 @@ def peer_row() -> dict[str, Any]:
     return result
 
 
+def cost_per_seed(row: dict[str, Any], metric: str) -> dict[int, float]:
+    """One family's line of output -> {N: seconds of N seeds / N / one seed's seconds} (``metric``: cpu or wall)."""
+    ratio = "cpu_ratio_to_one" if metric == "cpu" else "ratio_to_one"
+    return {run["seeds"]: run[ratio] / run["seeds"] for run in row["runs"] if run["batched"]}
+
+
+def draw_figure(rows: list[dict[str, Any]], metric: str, path: Path) -> None:
+    """Cost per seed (in units of one seed's) against N seeds for each family in ``rows`` (``family_row``'s)."""
+    import statistics
+
+    from rlcore.evaluation.plots import new_figure
+
+    families: dict[str, list[dict[int, float]]] = {}
+    for row in rows:
+        if row.get("benchmark") == "seeds":
+            families.setdefault(row["family"], []).append(cost_per_seed(row, metric))
+    if not families:
+        raise SystemExit("--figure: no `seeds` rows to draw (give --results files of this script's output)")
+    with new_figure(path, figsize=(6, 3.8), dpi=100) as (_, axes):
+        counts_seen: set[int] = set()
+        for family, repeats in sorted(families.items()):
+            counts = sorted({count for repeat in repeats for count in repeat})
+            counts_seen.update(counts)
+            medians = [statistics.median(r[count] for r in repeats if count in r) for count in counts]
+            (line,) = axes.plot(counts, medians, marker="o", label=f"{family} ({len(repeats)} run(s), median)")
+            for repeat in repeats:
+                axes.scatter(list(repeat), list(repeat.values()), s=10, alpha=0.4, color=line.get_color())
+        ticks = sorted(counts_seen)
+        axes.plot(ticks, [1 / count for count in ticks], ls=":", color="grey", label="1/N (N seeds cost one)")
+        axes.axhline(1.0, ls="--", color="grey", lw=0.8, label="1 (no gain: N runs)")
+        axes.scatter([8], [2 / 8], marker="*", s=90, color="black", label="target PPO, BC: 8 seeds <= 2x", zorder=3)
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(ticks, [str(tick) for tick in ticks])
+        unit = "CPU seconds" if metric == "cpu" else "wall seconds"
+        axes.set(
+            xlabel="seeds N (batched in one process)",
+            ylabel=f"{unit} per seed / one seed's",
+            title="Cost per seed of N batched seeds (benchmarks/seeds.py)",
+        )
+        axes.set_ylim(bottom=0)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=7)
+
+
+def read_rows(paths: list[Path]) -> list[dict[str, Any]]:
+    """The JSON lines of earlier runs of this script (other lines are skipped)."""
+    rows = []
+    for path in paths:
+        for line in path.read_text().splitlines():
+            if line.startswith("{"):
+                rows.append(json.loads(line))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", nargs="+", choices=sorted(FAMILIES), default=["ppo", "dqn", "sac", "bc"])
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--sequential", action="store_true", help="also run the largest N one after another")
     parser.add_argument("--peer", action="store_true", help="8 PPO CartPole seeds against SB3 in 2 processes")
+    parser.add_argument("--figure", type=Path, help="draw the cost per seed against N to this PNG")
+    parser.add_argument("--metric", choices=["cpu", "wall"], default="cpu", help="the figure's seconds")
+    parser.add_argument("--results", type=Path, nargs="+", help="draw --figure from these JSON-lines files")
     parser.add_argument("--sb3-seeds", type=int, nargs="+", help=argparse.SUPPRESS)  # a peer process
     args = parser.parse_args()
     if args.sb3_seeds is not None:
         sb3_seeds(args.sb3_seeds)
         return
+    if args.results is not None:
+        if args.figure is None:
+            parser.error("--results: give --figure too (the results are only drawn)")
+        draw_figure(read_rows(args.results), args.metric, args.figure)
+        return
     if 1 not in args.counts:
         parser.error("--counts: must include 1 (the ratios are to one seed's wall time)")
+    rows = []
     for family in args.families:
-        emit(family_row(family, sorted(args.counts), args.sequential))
+        rows.append(family_row(family, sorted(args.counts), args.sequential))
+        emit(rows[-1])
+    if args.figure is not None:
+        draw_figure(rows, args.metric, args.figure)
     if args.peer:
         emit(peer_row())
 

@@ -312,3 +312,29 @@ def test_evaluations_run_together_are_each_policys_own_evaluation(env_id: str) -
         assert mine.lengths == theirs.lengths and mine.truncated == theirs.truncated
         # Discrete: the same greedy actions, the same returns; Box: actions equal up to the batched matmul's rounding.
         np.testing.assert_allclose(mine.returns, theirs.returns, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize(("seeds", "envs", "actions"), [(1, 16, 2), (3, 5, 2), (4, 7, 6)])
+def test_all_seeds_sampled_at_once_draw_what_each_seeds_categorical_draws(seeds: int, envs: int, actions: int) -> None:
+    """``StackedActorCritic.sample_seeds`` (one Exp(1) draw per seed from its generator, one argmax for all) gives
+    bitwise the actions ``Categorical.sample()`` of each seed's own distribution draws from torch's global generator,
+    and leaves each seed's generator where that draw leaves the global one; probabilities ``multinomial`` refuses
+    raise as they do unbatched."""
+    from torch.distributions import Categorical
+
+    from rlcore.nets.stacked_actor_critic import StackedActorCritic
+
+    for draw in range(20):
+        logits = torch.randn(seeds, envs, actions, generator=torch.Generator().manual_seed(draw)) * (draw % 4 + 1)
+        generators = [torch.Generator().manual_seed(1000 * draw + k) for k in range(seeds)]
+        batched = StackedActorCritic.sample_seeds(Categorical(logits=logits), generators)
+        expected = []
+        for k in range(seeds):
+            torch.manual_seed(1000 * draw + k)
+            expected.append(Categorical(logits=logits[k]).sample())
+            assert torch.equal(generators[k].get_state(), torch.get_rng_state())
+        assert batched.dtype == torch.int64 and torch.equal(batched, torch.stack(expected))
+    broken = torch.zeros(seeds, envs, actions)
+    broken[-1, 0, 0] = torch.nan
+    with pytest.raises(RuntimeError, match="probability tensor"):
+        StackedActorCritic.sample_seeds(Categorical(logits=broken, validate_args=False), generators)

@@ -5,8 +5,9 @@ Each ``nn.Linear`` is one ``torch.baddbmm`` over the stacked weights (:meth:`Sta
 the unbatched arithmetic broadcast over the seed dimension, so a seed's forward pass is its unbatched one (bitwise in
 practice: measured equal on CartPole's shapes). Only what the batched on-policy trainer supports is built
 (:func:`batching_problem` says why not): vector observations through the flatten encoder, no recurrent core, a
-scalar value head in reward units, Discrete or Box actions. Sampling is per seed with that seed's own generator
-(:meth:`StackedActorCritic.sample`), so seed k's actions are the ones its unbatched run draws.
+scalar value head in reward units, Discrete or Box actions. Sampling draws each seed's random numbers from that seed's
+own generator (:meth:`StackedActorCritic.sample` per seed; :meth:`StackedActorCritic.sample_seeds` for all seeds,
+one argmax over every seed's Categorical), so seed k's actions are the ones its unbatched run draws.
 """
 
 from __future__ import annotations
@@ -90,8 +91,9 @@ class StackedActorCritic:
         scores = self.scores(self.features(obs))
         return scores.argmax(dim=-1) if self.discrete else scores
 
+    @staticmethod
     @torch.no_grad()
-    def sample(self, distribution: Distribution, k: int, generator: torch.Generator) -> torch.Tensor:
+    def sample(distribution: Distribution, k: int, generator: torch.Generator) -> torch.Tensor:
         """Seed ``k``'s actions from ``distribution`` (:meth:`distribution`'s), drawn from ``generator`` exactly as
         ``distribution.sample()`` of seed k's unbatched distribution draws from torch's global generator:
         (B,) int64 (Discrete) or (B, action_dim) float32 (Box)."""
@@ -101,6 +103,29 @@ class StackedActorCritic:
         assert isinstance(distribution, Independent) and isinstance(distribution.base_dist, Normal)
         normal = distribution.base_dist
         return torch.normal(normal.loc[k], normal.scale[k], generator=generator)
+
+    @staticmethod
+    @torch.no_grad()
+    def sample_seeds(distribution: Distribution, generators: Sequence[torch.Generator]) -> torch.Tensor:
+        """Every seed's actions from ``distribution`` (:meth:`distribution`'s), seed k's drawn from
+        ``generators[k]``, bitwise what :meth:`sample` gives seed by seed: (N, B) int64 (Discrete) or
+        (N, B, action_dim) float32 (Box).
+
+        Discrete: ``torch.multinomial`` of one sample draws it as ``argmax(probs / q)`` with ``q`` an ``Exp(1)``
+        draw of the probabilities' shape (the Gumbel-max trick, torch's CPU fast path), so each seed draws its
+        ``q`` (B, A) from its own generator as ``multinomial`` would and one division and argmax serve every seed
+        (``tests/test_seeds_batched.py`` checks the results and the generators' states against ``sample``).
+        Probabilities ``multinomial`` refuses (not finite, negative) go through :meth:`sample`, which raises as the
+        unbatched run does."""
+        if not isinstance(distribution, Categorical):
+            return torch.stack([StackedActorCritic.sample(distribution, k, g) for k, g in enumerate(generators)])
+        probs = distribution.probs
+        if not bool(((probs >= 0) & (probs < torch.inf)).all()):
+            return torch.stack([StackedActorCritic.sample(distribution, k, g) for k, g in enumerate(generators)])
+        exponential = torch.empty_like(probs)  # (N, B, A): row k, one contiguous (B, A) block, is seed k's
+        for k, generator in enumerate(generators):
+            exponential[k].exponential_(1, generator=generator)
+        return (probs / exponential).argmax(dim=-1)
 
     def copy_weights_to(self, k: int, policy: ActorCritic) -> None:
         """Seed ``k``'s stacked parameters into ``policy`` (its buffers, the normalizer's statistics, are left)."""

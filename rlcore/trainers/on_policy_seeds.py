@@ -238,11 +238,12 @@ class BatchedLoop:
         """One rollout of ``n_steps`` vector steps for every seed (the unbatched loop's, seed by seed the same)."""
         rollout, stacked, seeds, envs = self.rollout, self.stacked, self.seeds, self.num_envs
         steppers = [seed.session.source.stepper for seed in seeds]
+        generators = [seed.random for seed in seeds]
         for t in range(self.n_steps):
             obs = obs_tensor(np.stack([stepper.obs for stepper in steppers]))  # (N, E, *obs)
             features = stacked.features(obs)
             dist = stacked.distribution(stacked.scores(features))
-            actions = torch.stack([stacked.sample(dist, k, seed.random) for k, seed in enumerate(seeds)])
+            actions = stacked.sample_seeds(dist, generators)
             rollout.obs[t] = obs.reshape(len(seeds) * envs, *obs.shape[2:])
             rollout.actions[t] = actions.reshape(len(seeds) * envs, *actions.shape[2:])
             rollout.log_probs[t] = dist.log_prob(actions).reshape(-1)
