@@ -108,7 +108,8 @@ class TrainConfig(StrictModel):
     transformed value heads, reward signals, behavioral cloning, normalize_rewards, grad_accumulation > 1, precision
     other than fp32, cuda, a curriculum; ``rlcore.trainers.on_policy_seeds``; DQN's dueling head, and for DQN, SAC and
     BC encoders with weights, e.g. images) and ``false`` run the seeds one after another, each bitwise the run with
-    ``seed: k`` (a log line says why). Not part of a run's fingerprint."""
+    ``seed: k`` (a log line says why). The same choice batches a sweep trial's ``sweep.seeds``. Not part of a run's
+    fingerprint."""
 
     @field_validator("seeds")
     @classmethod
