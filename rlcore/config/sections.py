@@ -22,6 +22,7 @@ from rlcore.common.validation_errors import short_repr
 from rlcore.config.sweep import SweepConfig
 from rlcore.envs.config import MAX_NUM_ENVS, EnvConfig
 from rlcore.envs.return_reduction import check_reduction
+from rlcore.envs.self_play import check_self_play
 from rlcore.envs.settings import MEAN_OVER_SETTINGS, EvalSetting, check_eval_settings
 
 _FOLDER_NAME = re.compile(r"(?!-)[A-Za-z0-9._-]{1,100}")
@@ -468,6 +469,12 @@ class Params(StrictModel):
                     f"select.setting: {self.select.metric} is measured on the dataset's held-out episodes, under no "
                     "env setting; set select.setting: null"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _self_play_algorithm(self) -> Params:
+        if self.env.self_play is not None:
+            check_self_play(self.algo.name, self.policy.memory is not None)
         return self
 
     @model_validator(mode="after")
