@@ -55,7 +55,7 @@ def _policy_and_space() -> tuple[ActorCritic, Any]:
         torch.manual_seed(0)
         space = env.single_observation_space
         policy = ActorCritic(space, env.single_action_space, PolicyConfig(hidden_sizes=[16], normalize_obs=False))
-        return policy, getattr(env, "dict_space")
+        return policy, env.dict_space  # type: ignore[attr-defined]  # PackDictObservations
     finally:
         env.close()
 
@@ -68,7 +68,7 @@ def test_a_policy_opponent_plays_only_legal_moves_and_the_same_generator_the_sam
     env = TurnBasedGame(TICTACTOE, RANDOM)
     env.opponent = opponent
     games = []
-    for repeat in range(2):
+    for _ in range(2):
         moves: list[list[int]] = []
         for seed in range(150):
             obs, _ = env.reset(seed=seed)

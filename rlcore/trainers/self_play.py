@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -58,8 +58,9 @@ class PolicyOpponent:
         obs = obs_tensor(packed[None])
         with torch.no_grad():
             features, _ = self.policy.step_features(obs, None)
-            probs = self.policy.distribution_of(features, self.policy.action_mask(obs)).probs[0]
-        weights = probs.double().numpy() * (np.asarray(observation["action_mask"]) > 0)
+            dist = self.policy.distribution_of(features, self.policy.action_mask(obs))
+            probs = torch.softmax(cast(torch.distributions.Categorical, dist).logits[0].double(), dim=-1)
+        weights = probs.numpy() * (np.asarray(observation["action_mask"]) > 0)
         return int(rng.choice(len(weights), p=weights / weights.sum()))
 
 
@@ -186,7 +187,11 @@ class SelfPlay:
         self.pool = [
             Snapshot(int(i), int(step), dict(weights), float(rating))
             for i, step, weights, rating in zip(
-                state["ids"].tolist(), state["env_steps_taken"].tolist(), state["snapshots"], state["ratings"].tolist()
+                state["ids"].tolist(),
+                state["env_steps_taken"].tolist(),
+                state["snapshots"],
+                state["ratings"].tolist(),
+                strict=True,
             )
         ]
         self.learner_rating = float(state["learner_rating"])
