@@ -20,7 +20,8 @@ from rlcore.envs.config import EnvConfig
 from rlcore.envs.self_play import SelfPlayConfig
 from rlcore.envs.turn_based import MASK_KEY, TurnBasedGame
 from rlcore.envs.vector import make_vector_env
-from rlcore.evaluation.elo import expected_score, game_result, rating_change
+from rlcore.evaluation.elo import expected_score, game_result, plot_elo_curve, rating_change
+from rlcore.evaluation.report import read_curve
 from rlcore.nets.policies import ActorCritic
 from rlcore.params import load_params, validate_params
 from rlcore.trainers.self_play import LATEST, PolicyOpponent, SelfPlay
@@ -167,6 +168,11 @@ def test_a_killed_self_play_run_resumes_with_the_checkpoints_pool_and_ratings(tm
     for key in ("ids", "ratings", "learner_rating", "counters", "rng"):
         assert torch.equal(pools[0][key], pools[1][key]), key
     assert float(pools[0]["learner_rating"]) != 1200.0  # games were rated
+    # the ELO curve the report draws (reports/elo.png): one dvclive row per log row, ending at the last rating
+    steps, ratings = read_curve(run / "dvclive" / "plots" / "metrics" / "train" / "self_play_elo.tsv", "self_play_elo")
+    assert steps[-1] == 512 and len(steps) == len(ratings) >= 2
+    plot_elo_curve(steps, ratings, "self-play ELO", tmp_path / "elo.png")
+    assert (tmp_path / "elo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow
