@@ -66,7 +66,7 @@ def test_a_policy_opponent_plays_only_legal_moves_and_the_same_generator_the_sam
     """300 games of the policy opponent against random legal moves (seats alternating): every move legal (the game
     refuses an illegal one in one line), and the same episode seeds replay the same games."""
     policy, dict_space = _policy_and_space()
-    opponent = PolicyOpponent(dict_space, policy)
+    opponent = PolicyOpponent(dict_space, policy, greedy=False)
     env = TurnBasedGame(TICTACTOE, RANDOM)
     env.opponent = opponent
     games = []
@@ -90,6 +90,9 @@ def test_a_policy_opponent_plays_only_legal_moves_and_the_same_generator_the_sam
     board = {"observation": np.zeros((3, 3, 2), np.int8), MASK_KEY: np.array([0, 1, 1, 1, 1, 1, 1, 1, 1], np.int8)}
     rng = np.random.default_rng(0)
     assert all(opponent(board, rng) != 0 for _ in range(200))
+    opponent.greedy = True  # env.self_play.snapshot_actions: greedy, the most probable legal move
+    assert opponent(board, rng) != 0
+    assert opponent({**board, MASK_KEY: np.ones(9, np.int8)}, rng) == 0
 
 
 def test_the_pool_saves_every_save_steps_keeps_the_window_and_swaps_every_swap_steps() -> None:

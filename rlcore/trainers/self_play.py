@@ -3,11 +3,12 @@ training env copy plays, the ELO ratings, and what of them a checkpoint keeps.
 
 - The opponent (:class:`PolicyOpponent`) is one object pushed into every sub-env of the training vector env (sync:
   the same process) in place of ``env.opponent``. It acts with the policy it currently holds (the latest learning
-  policy, or a snapshot loaded into a copy) by **sampling** its masked action distribution with the sub-env's own
-  opponent generator (seeded from the episode's seed, ``rlcore.envs.turn_based``): sampling, as ML-Agents' opponents
-  do, so the learner meets varied games rather than one line of play per snapshot, and with the env's generator so
-  the same seeds play the same games and a resumed run needs no extra generator for it. Masked actions get
-  probability exactly 0 (the mask from the observation zeroes them before the draw).
+  policy, or a snapshot loaded into a copy): by default **greedily**, its most probable legal move
+  (``snapshot_actions: greedy``: the strongest line the snapshot knows, which the learner must answer; on tic-tac-toe
+  this taught play that draws against a perfect player, sampling did not), or by sampling its masked distribution
+  (``sample``, ML-Agents' way) with the sub-env's own opponent generator (seeded from the episode's seed,
+  ``rlcore.envs.turn_based``), so the same seeds play the same games and a resumed run needs no extra generator for
+  it. A masked move is never chosen (the observation's mask restricts both).
 - Snapshots: the acting policy's weights at env step 0 and every ``save_steps`` env steps after, the last
   ``window`` kept. Every ``swap_steps`` env steps the opponent is drawn anew from :attr:`SelfPlay.rng` (a NumPy
   generator seeded from ``seed``): the latest policy with probability ``play_against_latest_model_ratio``, else a
@@ -47,11 +48,13 @@ LATEST = -1
 
 class PolicyOpponent:
     """``(observation, rng) -> action`` of a policy: ``observation`` a seat's Dict (its ``"action_mask"`` (n,)),
-    packed as the policy sees observations (``dict_space``: the training env's Dict, before packing)."""
+    packed as the policy sees observations (``dict_space``: the training env's Dict, before packing); ``greedy``: its
+    most probable legal move, else a move drawn from its masked distribution with ``rng``."""
 
-    def __init__(self, dict_space: spaces.Dict, policy: ActorCritic) -> None:
+    def __init__(self, dict_space: spaces.Dict, policy: ActorCritic, greedy: bool) -> None:
         self.dict_space = dict_space
         self.policy = policy
+        self.greedy = greedy
 
     def __call__(self, observation: dict[str, Any], rng: np.random.Generator) -> int:
         packed = pack(self.dict_space, {key: np.asarray(observation[key]) for key in self.dict_space}, batched=False)
@@ -59,8 +62,11 @@ class PolicyOpponent:
         with torch.no_grad():
             features, _ = self.policy.step_features(obs, None)
             dist = self.policy.distribution_of(features, self.policy.action_mask(obs))
-            probs = torch.softmax(cast(torch.distributions.Categorical, dist).logits[0].double(), dim=-1)
-        weights = probs.numpy() * (np.asarray(observation["action_mask"]) > 0)
+            logits = cast(torch.distributions.Categorical, dist).logits[0].double()
+        legal = np.asarray(observation["action_mask"]) > 0
+        if self.greedy:
+            return int(np.flatnonzero(legal)[int(torch.argmax(logits[torch.as_tensor(legal)]))])
+        weights = torch.softmax(logits, dim=-1).numpy() * legal
         return int(rng.choice(len(weights), p=weights / weights.sum()))
 
 
@@ -86,7 +92,7 @@ class SelfPlay:
         self.config = config
         self.policy = policy
         self.snapshot_policy = copy.deepcopy(policy).eval()
-        self.opponent = PolicyOpponent(dict_space, policy)
+        self.opponent = PolicyOpponent(dict_space, policy, config.snapshot_actions == "greedy")
         self.rng = np.random.default_rng([seed, SELF_PLAY_STREAM])
         self.pool: list[Snapshot] = []
         self.learner_rating = float(config.initial_elo)

@@ -338,6 +338,14 @@ TURN_BASED_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={swap_steps: 0}"],
         ("swap_steps",),
     ),
+    "self-play snapshot_actions neither greedy nor sample": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={snapshot_actions: argmax}"],
+        ("snapshot_actions",),
+    ),
+    "self-play initial_elo negative": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={initial_elo: -5}"],
+        ("initial_elo",),
+    ),
     "self-play with async vectorization": (
         [*TICTACTOE, *RANDOM_OPPONENT, *SELF_PLAY, "--set", "env.vectorization=async"],
         ("env.self_play:", "async"),
