@@ -3,12 +3,11 @@ training env copy plays, the ELO ratings, and what of them a checkpoint keeps.
 
 - The opponent (:class:`PolicyOpponent`) is one object pushed into every sub-env of the training vector env (sync:
   the same process) in place of ``env.opponent``. It acts with the policy it currently holds (the latest learning
-  policy, or a snapshot loaded into a copy): by default **greedily**, its most probable legal move
-  (``snapshot_actions: greedy``: the strongest line the snapshot knows, which the learner must answer; on tic-tac-toe
-  this taught play that draws against a perfect player, sampling did not), or by sampling its masked distribution
-  (``sample``, ML-Agents' way) with the sub-env's own opponent generator (seeded from the episode's seed,
-  ``rlcore.envs.turn_based``), so the same seeds play the same games and a resumed run needs no extra generator for
-  it. A masked move is never chosen (the observation's mask restricts both).
+  policy, or a snapshot loaded into a copy): by default by **sampling** its masked action distribution
+  (``snapshot_actions: sample``, as ML-Agents' opponents do: varied games rather than one line of play per snapshot)
+  with the sub-env's own opponent generator (seeded from the episode's seed, ``rlcore.envs.turn_based``), so the same
+  seeds play the same games and a resumed run needs no extra generator for it; or greedily, its most probable legal
+  move (``greedy``). A masked move is never chosen (the observation's mask restricts both).
 - Snapshots: the acting policy's weights at env step 0 and every ``save_steps`` env steps after, the last
   ``window`` kept. Every ``swap_steps`` env steps the opponent is drawn anew from :attr:`SelfPlay.rng` (a NumPy
   generator seeded from ``seed``): the latest policy with probability ``play_against_latest_model_ratio``, else a
