@@ -190,10 +190,7 @@ def test_ppo_self_play_learns_to_beat_the_random_opponent(tmp_path: Path) -> Non
     preset = PROJECT / "configs" / "ppo-tictactoe-selfplay.yaml"
     overrides = [
         f"env.opponent={RANDOM}",
-        "algo.n_epochs=4",
-        "algo.ent_coef=0.02",
-        "env.self_play.play_against_latest_model_ratio=0.3",
-        "env.self_play.snapshot_actions=sample",
+        "algo.lr_schedule=constant",
         "train.max_steps=61440",
         "train.eval_every=61440",
         "train.eval_episodes=100",
