@@ -1,14 +1,16 @@
-"""Benchmark: configs/ppo-tictactoe.yaml against its targets — win or draw against the random legal-move opponent in
-both seats, and the draw rate against a perfect (minimax) player.
+"""Benchmark: configs/ppo-tictactoe.yaml (or the self-play preset, --preset) against its targets — win or draw against
+the random legal-move opponent in both seats, and the draw rate against a perfect (minimax) player.
 
 Prints one JSON line per seed. Each seed runs the preset through train -> evaluate -> select -> export in a fresh
 temporary project (about 7 to 12 min per seed on a busy 2-core machine), then reads the selected model's test
 outcomes (``reports/metrics.json``: win/draw/loss rates with 95 % Wilson intervals, per seat), checks that the
 exported ONNX model plays only legal moves over 50 games, and plays the selected model against
-``rlcore.envs.opponents:perfect_tictactoe`` for ``--perfect-games`` games (half in each seat). The issue's targets:
-win or draw >= 0.95 against random in both seats; draws >= 0.8 against the perfect player (self-play's target).
+``rlcore.envs.opponents:perfect_tictactoe`` for ``--perfect-games`` games (half in each seat). A preset whose
+``env.opponent`` is not ``random_legal`` (``configs/ppo-tictactoe-selfplay.yaml`` tests against the perfect player)
+plays the selected model against ``random_legal`` the same way (``--perfect-games`` games, seed 0). The issue's
+targets: win or draw >= 0.95 against random in both seats; draws >= 0.8 against the perfect player.
 
-    python benchmarks/tictactoe.py [--seeds 0 1 2] [--perfect-games 200]
+    python benchmarks/tictactoe.py [--seeds 0 1 2] [--perfect-games 200] [--preset configs/ppo-tictactoe-selfplay.yaml]
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stag
 
 PRESET = ROOT / "configs" / "ppo-tictactoe.yaml"
 PERFECT = "rlcore.envs.opponents:perfect_tictactoe"
+RANDOM = "rlcore.envs.opponents:random_legal"
 
 
 def onnx_plays_legal_moves(model: Path, env_id: str, opponent: str, games: int) -> bool:
@@ -55,8 +58,20 @@ def onnx_plays_legal_moves(model: Path, env_id: str, opponent: str, games: int) 
     return True
 
 
-def seed_row(seed: int, perfect_games: int) -> dict[str, Any]:
-    params = load_params(PRESET, [f"seed={seed}", "train.progress_bar=off"])
+def against(policy: Any, env_id: str, opponent: str, games: int) -> dict[str, Any]:
+    """Outcomes of ``games`` greedy games (seeds 0, 1, ...: seats alternating) of ``policy`` against ``opponent``."""
+    config = EnvConfig(id=env_id, opponent=opponent, action_mask="observation")
+    evaluator = Evaluator(config, episodes=games, seed=0, max_episode_steps=9, max_parallel_envs=50)
+    try:
+        outcomes = evaluator.evaluate(policy).outcomes
+    finally:
+        evaluator.close()
+    assert outcomes is not None
+    return outcomes
+
+
+def seed_row(seed: int, perfect_games: int, preset: Path = PRESET) -> dict[str, Any]:
+    params = load_params(preset, [f"seed={seed}", "train.progress_bar=off"])
     with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr():
         root = Path(tmp)
         started = time.perf_counter()
@@ -68,18 +83,20 @@ def seed_row(seed: int, perfect_games: int) -> dict[str, Any]:
         metrics = read_json(root / "reports" / "metrics.json")
         legal = onnx_plays_legal_moves(root / "export" / "policy.onnx", params.env.id, str(params.env.opponent), 50)
         policy = policy_from_checkpoint(load_checkpoint(root / "models" / "best" / "policy.pt"))
-    perfect = EnvConfig(id=params.env.id, opponent=PERFECT, action_mask="observation")
-    evaluator = Evaluator(perfect, episodes=perfect_games, seed=0, max_episode_steps=9, max_parallel_envs=50)
-    against_perfect = evaluator.evaluate(policy).outcomes
-    evaluator.close()
+    tested_against_random = params.env.opponent == RANDOM
+    against_random = (
+        metrics["outcomes"] if tested_against_random else against(policy, params.env.id, RANDOM, perfect_games)
+    )
+    against_perfect = against(policy, params.env.id, PERFECT, perfect_games)
     return {
         "benchmark": "tictactoe",
-        "preset": "configs/ppo-tictactoe.yaml",
+        "preset": str(preset.relative_to(ROOT)) if preset.is_relative_to(ROOT) else str(preset),
         "seed": seed,
         "train_wall_seconds": round(train_seconds, 1),
         "selected_at": metrics.get("env_steps"),
         "test_episodes": metrics["episodes"],
-        "against_random": metrics["outcomes"],
+        "test_outcomes": {"opponent": params.env.opponent, **metrics["outcomes"]},
+        "against_random": against_random,
         "onnx_plays_only_legal_moves": legal,
         "against_perfect": against_perfect,
         "targets": {"against_random_win_or_draw_each_seat": 0.95, "against_perfect_draw_rate": 0.8},
@@ -90,9 +107,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--perfect-games", type=int, default=200)
+    parser.add_argument("--preset", type=Path, default=PRESET)
     args = parser.parse_args()
     for seed in args.seeds:
-        emit(seed_row(seed, args.perfect_games))
+        emit(seed_row(seed, args.perfect_games, args.preset.resolve()))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from rlcore.envs.agent_groups import group_layout
 from rlcore.envs.config import MAX_NUM_ENVS, EnvConfig
 from rlcore.envs.multiagent import check_shared_spaces, state_width
 from rlcore.envs.return_reduction import check_reduction
+from rlcore.envs.self_play import check_self_play
 from rlcore.envs.settings import MEAN_OVER_SETTINGS, EvalSetting, check_eval_settings
 
 _FOLDER_NAME = re.compile(r"(?!-)[A-Za-z0-9._-]{1,100}")
@@ -444,6 +445,12 @@ class Params(StrictModel):
         group_layout(agents, policy.groups, self.env.id, self.env.agent_id is not False)
         if policy.memory is not None:
             raise ValueError("policy.memory: not with policy.groups yet (each group's policy is feed-forward)")
+        return self
+
+    @model_validator(mode="after")
+    def _self_play_algorithm(self) -> Params:
+        if self.env.self_play is not None:
+            check_self_play(self.algo.name, self.policy.memory is not None)
         return self
 
     @model_validator(mode="after")

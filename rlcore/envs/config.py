@@ -16,6 +16,7 @@ from rlcore.common.strict_model import StrictModel
 from rlcore.envs.ids import check_env_id, check_env_kwargs, env_spec, import_object
 from rlcore.envs.multiagent import Agents, agents_of, is_multiagent, with_agent_id
 from rlcore.envs.parameters import check_parameters as check_env_parameters
+from rlcore.envs.self_play import SelfPlayConfig
 from rlcore.envs.settings import Lesson, Parameters, check_curriculum, check_parameter_names
 from rlcore.envs.turn_based import check_game, load_opponent
 
@@ -110,6 +111,11 @@ class EnvConfig(StrictModel):
     ``(observation, rng) -> action`` playing the other seat inside the env (``rlcore.envs.opponents:random_legal``: a
     uniformly random legal move). The learner's seat alternates per episode (``rlcore.envs.turn_based``); null: the
     env is a Parallel one, every agent a row."""
+    self_play: SelfPlayConfig | None = None
+    """Two-player zero-sum turn-based games only: train against snapshots of the learning policy (``{save_steps,
+    swap_steps, window, play_against_latest_model_ratio, initial_elo}``, ML-Agents' settings; ``rlcore.envs.self_play``)
+    instead of ``opponent``, which evaluation, validation and test still play against. PPO and A2C; null: train
+    against ``opponent``."""
 
     @field_validator("id")
     @classmethod
@@ -159,7 +165,17 @@ class EnvConfig(StrictModel):
     def _kwargs_fit_the_env(self) -> EnvConfig:
         if self.opponent is not None and not is_multiagent(self.id):
             raise ValueError(f"env.opponent: only for two-player PettingZoo AEC games (pettingzoo:...), not {self.id}")
+        if self.self_play is not None and not self.turn_based():
+            raise ValueError(
+                f"env.self_play: only for two-player zero-sum turn-based games (a PettingZoo AEC env.id with "
+                f"env.opponent), not {self.id}"
+            )
         if self.turn_based():
+            if self.self_play is not None and self.vectorization == "async":
+                raise ValueError(
+                    "env.self_play: the opponents are the trainer's own policy snapshots, which need the training envs "
+                    "in its process; set env.vectorization: sync (or auto), not async"
+                )
             if self.agent_id is not None:
                 raise ValueError(
                     "env.agent_id: a turn-based game's learner is one agent (its own seat's view); remove it"

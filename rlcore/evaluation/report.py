@@ -143,6 +143,8 @@ class ReportContent:
     """The report's lines on ``select.baseline_run`` (:func:`baseline_words`), or None when no baseline is named."""
     seeds: list[str] | None = None
     """With ``train.seeds``: the report's lines on the seeds and their aggregate (:func:`seeds_words`)."""
+    elo_plot: str | None = None
+    """With ``env.self_play``: the learner's ELO curve beside the report (``rlcore.evaluation.elo``)."""
 
 
 def write_report(target: Path, content: ReportContent) -> None:
@@ -156,6 +158,13 @@ def write_report(target: Path, content: ReportContent) -> None:
     if summary:
         lines += _training_lines(summary)
     lines += [f"![learning curve]({content.plot_name})", ""]
+    if content.elo_plot:
+        lines += [
+            "Self-play: the learner's ELO rating (K = 16) against its snapshots over training (`env.self_play`):",
+            "",
+            f"![self-play ELO]({content.elo_plot})",
+            "",
+        ]
     if summary and summary.get("initialized_from"):
         source = summary["initialized_from"]
         lines += [f"Initialized from `{source['path']}` (sha256 `{source['sha256'][:16]}…`, `train.init_from`).", ""]

@@ -23,6 +23,7 @@ from rlcore.common.stage_paths import Layout
 from rlcore.config.sections import Params
 from rlcore.envs.settings import describe_parameters
 from rlcore.evaluation.aggregate import aggregate
+from rlcore.evaluation.elo import plot_elo_curve
 from rlcore.evaluation.evaluator import SCORE_KEYS, EvalResult, episode_cap
 from rlcore.evaluation.plots import plot_performance_profile, plot_seed_curves
 from rlcore.evaluation.report import (
@@ -123,6 +124,7 @@ def _write_report(
     )
     _plot_learning_curve(layout, content, selected.entry)
     settings_plot = _plot_settings(layout, content)
+    elo_plot = _plot_elo(params, layout, content)
     video = _record_video(params, selected, layout.reports / "episode.gif") if params.eval.video else None
     what = f"{content.algo} on {content.env_id}"
     baseline = _baseline_lines(params, root, what, content.summary, comparison)
@@ -130,7 +132,12 @@ def _write_report(
     write_report(
         layout.report,
         dataclasses.replace(
-            content, video_name=video_name, settings_plot=settings_plot, baseline=baseline, seeds=seed_lines
+            content,
+            video_name=video_name,
+            settings_plot=settings_plot,
+            baseline=baseline,
+            seeds=seed_lines,
+            elo_plot=elo_plot,
         ),
     )
     log.info("selected %s", selected.reason)
@@ -358,6 +365,19 @@ def _plot_learning_curve(layout: Layout, content: ReportContent, best: dict[str,
         target=layout.learning_curve_png,
         lessons=lessons,
     )
+
+
+def _plot_elo(params: Params, layout: Layout, content: ReportContent) -> str | None:
+    """``reports/elo.png``, the learner's self-play ELO rating over training (``env.self_play``; removed otherwise):
+    its name, or None."""
+    target = layout.reports / "elo.png"
+    target.unlink(missing_ok=True)
+    tsv = layout.run_dir / "dvclive" / "plots" / "metrics" / "train" / "self_play_elo.tsv"
+    if params.env.self_play is None or not tsv.is_file():
+        return None
+    steps, ratings = read_curve(tsv, "self_play_elo")
+    plot_elo_curve(steps, ratings, f"{content.name}: self-play ELO of the learner", target)
+    return target.name
 
 
 def _plot_settings(layout: Layout, content: ReportContent) -> str | None:

@@ -24,6 +24,7 @@ from rlcore.nets.policy import reset_state
 from rlcore.nets.precision import copy_weights
 from rlcore.trainers.critic_rows import CriticRows
 from rlcore.trainers.on_policy_groups import train_on_policy_groups
+from rlcore.trainers.self_play import attach_self_play
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import EnvSource
 from rlcore.trainers.stopping import EvaluationCallback
@@ -51,6 +52,7 @@ def train_on_policy(
         # On-policy policies are actor-critics (value() below); session.policy is typed as the base Policy.
         policy, algorithm, source = cast(ActorCritic, session.policy), session.algorithm, session.source
         n_steps, num_envs = cfg.n_steps, params.env.rows(params.env.num_envs)  # a multi-agent env: agents x copies
+        self_play = attach_self_play(session)  # env.self_play: the opponents are this policy's snapshots
         obs = obs_tensor(source.reset(session.state.env_steps))
         policy.obs_normalizer.update(obs)
         action_shape, action_dtype = action_layout(session.action_space)  # Box actions of any shape are flat
@@ -84,6 +86,8 @@ def train_on_policy(
                     rollout.episode_end[t] = torch.as_tensor(step.ended)
                     rollout.valid[t] = torch.as_tensor(step.valid)
                     session.episodes.step(step.rewards, step.valid, step.ended)
+                    if self_play is not None:
+                        self_play.step(step.rewards, step.valid, step.ended)
                     state = reset_state(policy, next_state, ~step.valid)  # the step after a reset step starts anew
                 # V(s_{t+1}) is the next step's V(s_t); at an episode end that is the value of its last
                 # observation (next-step autoreset), which is what a truncated episode bootstraps from.
@@ -102,7 +106,7 @@ def train_on_policy(
             copy_weights(policy.obs_normalizer, learner.obs_normalizer)  # updated on the acting policy below
             metrics = algorithm.update(rollout.to(session.device), session.progress_fraction, session.generator)
             copy_weights(learner, policy)  # act with the new weights
-            session.after_update({**metrics, **signal_metrics})
+            session.after_update({**metrics, **signal_metrics, **(self_play.metrics() if self_play else {})})
             # Statistics change only between updates, so each rollout's log-probabilities stay consistent.
             if policy.obs_normalizer.enabled:
                 seen = rollout.flat("obs")[rollout.flat_valid_indices()]

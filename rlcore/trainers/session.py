@@ -187,6 +187,9 @@ class TrainingSession(Generic[SourceT]):
         self._started = time.perf_counter() - self.state.wall_seconds
         self._last_checkpoint = self.state.steps if self.checkpoint is not None else -1
         self._warned_entropy = False
+        self.checkpoint_extras: dict[str, Callable[[], dict[str, Any]]] = {}
+        """More state dicts every checkpoint keeps, by name (a loop's own, e.g. self-play's pool); a resumed loop
+        reads its own back from ``checkpoint.tensors[name]``."""
 
     def _restore(self) -> None:
         checkpoint = self.checkpoint
@@ -320,6 +323,7 @@ class TrainingSession(Generic[SourceT]):
             "policy": self.policy.state_dict(),
             "algorithm": self.algorithm.state_dict(),
             "rng": {"torch": torch.get_rng_state(), "generator": self.generator.get_state()},
+            **{name: state_dict() for name, state_dict in self.checkpoint_extras.items()},
         }
         extra = {
             "numpy_rng": json.dumps(self.rng.bit_generator.state),

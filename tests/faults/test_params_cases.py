@@ -324,6 +324,7 @@ def generous():
 """
 TICTACTOE = ["--set", "env.id=pettingzoo:pettingzoo.classic.tictactoe_v3", "--set", "env.action_mask=observation"]
 RANDOM_OPPONENT = ["--set", "env.opponent=rlcore.envs.opponents:random_legal"]
+SELF_PLAY = ["--set", "env.self_play={save_steps: 64}"]
 TURN_BASED_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "an AEC game without env.opponent": (TICTACTOE, ("env.opponent: missing", "only an AEC env")),
     "an opponent that does not import": (
@@ -354,6 +355,51 @@ TURN_BASED_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "env.wrappers on a turn-based game": (
         [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.wrappers=[{wrapper: gymnasium.wrappers.ClipReward}]"],
         ("env.wrappers:", "PettingZoo"),
+    ),
+    "self-play on a single-agent env": (["--set", "env.self_play={}"], ("env.self_play:", "CartPole-v1")),
+    "self-play on a game that is not zero-sum": (
+        [
+            "--set",
+            "env.id=pettingzoo:gamemod:generous",
+            "--set",
+            "env.action_mask=observation",
+            *RANDOM_OPPONENT,
+            *SELF_PLAY,
+        ],
+        ("env.opponent:", "not zero-sum"),
+    ),
+    "self-play window < 1": ([*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={window: 0}"], ("window",)),
+    "self-play ratio above 1": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={play_against_latest_model_ratio: 1.5}"],
+        ("play_against_latest_model_ratio",),
+    ),
+    "self-play ratio below 0": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={play_against_latest_model_ratio: -0.1}"],
+        ("play_against_latest_model_ratio",),
+    ),
+    "self-play save_steps < 1": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={save_steps: 0}"],
+        ("save_steps",),
+    ),
+    "self-play swap_steps < 1": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={swap_steps: 0}"],
+        ("swap_steps",),
+    ),
+    "self-play snapshot_actions neither greedy nor sample": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={snapshot_actions: argmax}"],
+        ("snapshot_actions",),
+    ),
+    "self-play initial_elo negative": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={initial_elo: -5}"],
+        ("initial_elo",),
+    ),
+    "self-play with async vectorization": (
+        [*TICTACTOE, *RANDOM_OPPONENT, *SELF_PLAY, "--set", "env.vectorization=async"],
+        ("env.self_play:", "async"),
+    ),
+    "self-play with an algorithm that cannot": (
+        [*TICTACTOE, *RANDOM_OPPONENT, *SELF_PLAY, "--set", "algo={name: dqn}"],
+        ("env.self_play:", "dqn", "ppo and a2c"),
     ),
 }
 """Two-player turn-based games (``env.opponent``, issue 29): ``rlcore train ARGS``, refused before anything is

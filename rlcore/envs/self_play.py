@@ -1,0 +1,59 @@
+"""The ``env.self_play`` params section: training a two-player zero-sum game against the learning policy's own past
+snapshots (ML-Agents' self-play settings), and what it is refused with.
+
+A turn-based game (``env.opponent``, :mod:`rlcore.envs.turn_based`) with ``env.self_play`` trains against policies
+instead of ``env.opponent``: every ``save_steps`` env steps a snapshot of the learning policy joins a pool of the
+last ``window``; every ``swap_steps`` env steps the opponent of every training env copy is drawn anew, the latest
+policy with probability ``play_against_latest_model_ratio``, else a snapshot drawn uniformly from the pool. The
+learner keeps alternating seats by episode seed. ``env.opponent`` stays the fixed opponent that evaluation,
+validation and test play against. ELO ratings (K = 16) of the learner and of each snapshot follow every finished
+training game (:mod:`rlcore.evaluation.elo`); the pool, ratings and generators are in every checkpoint
+(:mod:`rlcore.trainers.self_play`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from rlcore.common.strict_model import StrictModel
+
+SELF_PLAY_ALGORITHMS = ("ppo", "a2c")
+"""The algorithms that train with self-play: the on-policy loop pushes the snapshots into its own (in-process) envs."""
+
+
+class SelfPlayConfig(StrictModel):
+    """ML-Agents' ``self_play`` settings (``team_change`` has no counterpart: one policy learns both seats, which
+    alternate by episode, so there is no team to hand learning over to)."""
+
+    save_steps: int = Field(20_000, ge=1)
+    """Env steps (learner moves over all training env copies) between snapshots of the learning policy."""
+    swap_steps: int = Field(10_000, ge=1)
+    """Env steps between draws of the training opponent (the latest policy or a snapshot of the pool)."""
+    window: int = Field(10, ge=1)
+    """Snapshots kept in the pool: the last ``window`` (older ones leave it, with their ratings)."""
+    play_against_latest_model_ratio: float = Field(0.5, ge=0.0, le=1.0)
+    """Probability that a draw picks the latest (learning) policy rather than a snapshot of the pool; 1: always
+    the latest, 0: always a snapshot (the latest policy until the first snapshot exists)."""
+    snapshot_actions: Literal["sample", "greedy"] = "sample"
+    """How the opponent (a snapshot or the latest policy) chooses its move: ``sample`` from its masked action
+    distribution with the env's opponent generator (ML-Agents' way: varied games), or ``greedy``, its most probable
+    legal move (the strongest line it knows; on tic-tac-toe, seed 0, greedy snapshots drew a quarter of the games
+    against the perfect player at best but then degraded, and beat the random player less often)."""
+    initial_elo: float = Field(1200.0, ge=0.0, le=10_000.0)
+    """The learner's ELO rating at the start; a snapshot starts at the learner's rating when it is taken."""
+
+
+def check_self_play(algorithm: str, recurrent: bool) -> None:
+    """``ValueError`` (one line, naming ``env.self_play``) for an algorithm other than PPO and A2C, or a recurrent
+    policy (snapshots act move by move without a memory). The env section refuses the rest itself: self-play on a
+    game that is not turn-based or not zero-sum (``rlcore.envs.turn_based.check_game``), or with async
+    vectorization (the snapshots live in the trainer's process)."""
+    if algorithm not in SELF_PLAY_ALGORITHMS:
+        raise ValueError(
+            f"env.self_play: {algorithm} cannot train with self-play; {' and '.join(SELF_PLAY_ALGORITHMS)} can "
+            "(their on-policy loop steps the envs the snapshots play in)"
+        )
+    if recurrent:
+        raise ValueError("env.self_play: the opponents' snapshots act without a memory; remove policy.memory")

@@ -1,0 +1,228 @@
+"""Self-play (``env.self_play``, :mod:`rlcore.envs.self_play`): the snapshot pool, the policy-backed opponent every
+training env copy plays, the ELO ratings, and what of them a checkpoint keeps.
+
+- The opponent (:class:`PolicyOpponent`) is one object pushed into every sub-env of the training vector env (sync:
+  the same process) in place of ``env.opponent``. It acts with the policy it currently holds (the latest learning
+  policy, or a snapshot loaded into a copy): by default by **sampling** its masked action distribution
+  (``snapshot_actions: sample``, as ML-Agents' opponents do: varied games rather than one line of play per snapshot)
+  with the sub-env's own opponent generator (seeded from the episode's seed, ``rlcore.envs.turn_based``), so the same
+  seeds play the same games and a resumed run needs no extra generator for it; or greedily, its most probable legal
+  move (``greedy``). A masked move is never chosen (the observation's mask restricts both).
+- Snapshots: the acting policy's weights at env step 0 and every ``save_steps`` env steps after, the last
+  ``window`` kept. Every ``swap_steps`` env steps the opponent is drawn anew from :attr:`SelfPlay.rng` (a NumPy
+  generator seeded from ``seed``): the latest policy with probability ``play_against_latest_model_ratio``, else a
+  snapshot drawn uniformly.
+- ELO (:mod:`rlcore.evaluation.elo`): after every finished training game, the learner's rating and the rating of
+  the snapshot it played (at the game's end) change by K (result - expected); a game against the latest policy
+  moves the learner's rating only, against itself (expected 0.5), as ML-Agents does.
+- Checkpoints: :meth:`SelfPlay.state_dict` (snapshots' weights as tensors, ratings, counters, the generator's state
+  as a tensor of its JSON) loads with ``torch.load(weights_only=True)``. A resumed run restarts its episodes (as every
+  rlcore run does) with the same pool, ratings, opponent and generator as the checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from rlcore.common.errors import ConfigError
+from rlcore.envs.observations import obs_tensor, pack
+from rlcore.envs.self_play import SelfPlayConfig
+from rlcore.evaluation.elo import game_result, rating_change
+from rlcore.nets.policies import ActorCritic
+from rlcore.trainers.session import TrainingSession
+from rlcore.trainers.sources import EnvSource
+
+SELF_PLAY_STREAM = 0x5E1F
+"""Mixed into the run's seed for the pool's generator (which opponent plays)."""
+LATEST = -1
+"""The id :attr:`SelfPlay.opponent_id` has while the latest (learning) policy plays."""
+
+
+class PolicyOpponent:
+    """``(observation, rng) -> action`` of a policy: ``observation`` a seat's Dict (its ``"action_mask"`` (n,)),
+    packed as the policy sees observations (``dict_space``: the training env's Dict, before packing); ``greedy``: its
+    most probable legal move, else a move drawn from its masked distribution with ``rng``."""
+
+    def __init__(self, dict_space: spaces.Dict, policy: ActorCritic, greedy: bool) -> None:
+        self.dict_space = dict_space
+        self.policy = policy
+        self.greedy = greedy
+
+    def __call__(self, observation: dict[str, Any], rng: np.random.Generator) -> int:
+        packed = pack(self.dict_space, {key: np.asarray(observation[key]) for key in self.dict_space}, batched=False)
+        obs = obs_tensor(packed[None])
+        with torch.no_grad():
+            features, _ = self.policy.step_features(obs, None)
+            dist = self.policy.distribution_of(features, self.policy.action_mask(obs))
+            logits = cast(torch.distributions.Categorical, dist).logits[0].double()
+        legal = np.asarray(observation["action_mask"]) > 0
+        if self.greedy:
+            return int(np.flatnonzero(legal)[int(torch.argmax(logits[torch.as_tensor(legal)]))])
+        weights = torch.softmax(logits, dim=-1).numpy() * legal
+        return int(rng.choice(len(weights), p=weights / weights.sum()))
+
+
+@dataclass
+class Snapshot:
+    """One snapshot of the pool: its id (0, 1, ... in the order taken), the env step it was taken at, its weights
+    (the policy's state dict) and its ELO rating."""
+
+    id: int
+    env_step: int
+    weights: dict[str, torch.Tensor]
+    rating: float
+
+
+class SelfPlay:
+    """The pool, the opponent and the ratings of one self-play run; :meth:`step` after every vector step."""
+
+    def __init__(
+        self, config: SelfPlayConfig, policy: ActorCritic, dict_space: spaces.Dict, num_envs: int, seed: int
+    ) -> None:
+        """``policy``: the acting (learning) policy, whose weights change between updates; ``num_envs``: training
+        env copies (one game each at a time)."""
+        self.config = config
+        self.policy = policy
+        self.snapshot_policy = copy.deepcopy(policy).eval()
+        self.opponent = PolicyOpponent(dict_space, policy, config.snapshot_actions == "greedy")
+        self.rng = np.random.default_rng([seed, SELF_PLAY_STREAM])
+        self.pool: list[Snapshot] = []
+        self.learner_rating = float(config.initial_elo)
+        self.opponent_id = LATEST
+        self.env_steps = 0
+        self.next_id = 0
+        self.returns = np.zeros(num_envs)
+        """(N,) each training env's learner return in its current game."""
+        self.results: list[float] = []
+        """Results (1, 0.5, 0) of the games finished since the last :meth:`metrics`."""
+
+    def start(self, env_steps: int) -> None:
+        """Called once before the first vector step at ``env_steps`` (0: a fresh run, which snapshots its initial
+        policy and draws its first opponent)."""
+        self.returns[:] = 0.0  # episodes (re)start
+        if env_steps == 0 and not self.pool:
+            self.env_steps = 0
+            self._snapshot()
+            self._swap()
+        self._use_opponent()
+
+    def step(self, rewards: np.ndarray, valid: np.ndarray, ended: np.ndarray) -> None:
+        """After a vector step of the training envs: ``rewards``, ``valid``, ``ended`` (N,) as
+        ``rlcore.envs.stepping.VectorStep`` has them. Rates the games that ended; snapshots and swaps when due."""
+        self.returns += np.where(valid, rewards, 0.0)
+        for index in np.flatnonzero(ended & valid):
+            self._rate(game_result(float(self.returns[index])))
+            self.returns[index] = 0.0
+        before, self.env_steps = self.env_steps, self.env_steps + len(rewards)
+        if self.env_steps // self.config.save_steps > before // self.config.save_steps:
+            self._snapshot()
+        if self.env_steps // self.config.swap_steps > before // self.config.swap_steps:
+            self._swap()
+
+    def _rate(self, result: float) -> None:
+        self.results.append(result)
+        snapshot = self._current()
+        other = self.learner_rating if snapshot is None else snapshot.rating
+        change = rating_change(self.learner_rating, other, result)
+        self.learner_rating += change
+        if snapshot is not None:
+            snapshot.rating -= change
+
+    def _current(self) -> Snapshot | None:
+        return next((s for s in self.pool if s.id == self.opponent_id), None)
+
+    def _snapshot(self) -> None:
+        weights = {key: value.detach().clone() for key, value in self.policy.state_dict().items()}
+        self.pool.append(Snapshot(self.next_id, self.env_steps, weights, self.learner_rating))
+        self.next_id += 1
+        del self.pool[: -self.config.window]  # the playing snapshot may leave: it plays on until the next swap
+
+    def _swap(self) -> None:
+        latest = self.rng.random() < self.config.play_against_latest_model_ratio
+        self.opponent_id = LATEST if latest else self.pool[int(self.rng.integers(len(self.pool)))].id
+        self._use_opponent()
+
+    def _use_opponent(self) -> None:
+        snapshot = self._current()
+        if snapshot is None:
+            self.opponent.policy = self.policy
+        else:
+            self.snapshot_policy.load_state_dict(snapshot.weights)
+            self.opponent.policy = self.snapshot_policy
+
+    def metrics(self) -> dict[str, float]:
+        """The logged curves: the learner's rating, the pool's size and mean rating, the opponent's id (-1: the
+        latest policy) and the learner's mean result in the games since the last call (absent when none ended)."""
+        metrics = {
+            "self_play_elo": self.learner_rating,
+            "self_play_pool_size": float(len(self.pool)),
+            "self_play_pool_mean_elo": float(np.mean([s.rating for s in self.pool])) if self.pool else np.nan,
+            "self_play_opponent": float(self.opponent_id),
+        }
+        if self.results:
+            metrics["self_play_score"] = float(np.mean(self.results))
+            self.results = []
+        return {key: value for key, value in metrics.items() if np.isfinite(value)}
+
+    def ratings(self) -> dict[str, float]:
+        """The learner's rating and each snapshot's, by name (``learner``, ``snapshot_<id>``)."""
+        return {"learner": self.learner_rating, **{f"snapshot_{s.id}": s.rating for s in self.pool}}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run continues from; tensors and plain containers only."""
+        rng_state = json.dumps(self.rng.bit_generator.state).encode()
+        return {
+            "snapshots": [s.weights for s in self.pool],
+            "ids": torch.tensor([s.id for s in self.pool], dtype=torch.int64),
+            "env_steps_taken": torch.tensor([s.env_step for s in self.pool], dtype=torch.int64),
+            "ratings": torch.tensor([s.rating for s in self.pool], dtype=torch.float64),
+            "learner_rating": torch.tensor(self.learner_rating, dtype=torch.float64),
+            "counters": torch.tensor([self.opponent_id, self.env_steps, self.next_id], dtype=torch.int64),
+            "rng": torch.tensor(list(rng_state), dtype=torch.uint8),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.pool = [
+            Snapshot(int(i), int(step), dict(weights), float(rating))
+            for i, step, weights, rating in zip(
+                state["ids"].tolist(),
+                state["env_steps_taken"].tolist(),
+                state["snapshots"],
+                state["ratings"].tolist(),
+                strict=True,
+            )
+        ]
+        self.learner_rating = float(state["learner_rating"])
+        self.opponent_id, self.env_steps, self.next_id = (int(v) for v in state["counters"].tolist())
+        self.rng.bit_generator.state = json.loads(bytes(state["rng"].tolist()).decode())
+
+
+def attach_self_play(session: TrainingSession[EnvSource]) -> SelfPlay | None:
+    """The self-play of ``session``'s run (None without ``env.self_play``): its opponent pushed into every training
+    env, its state restored from the checkpoint resumed from and saved in every later one (``self_play``)."""
+    params = session.params
+    config = params.env.self_play
+    if config is None:
+        return None
+    vector_env = session.source.env
+    dict_space = getattr(vector_env, "dict_space", None)
+    sub_envs = getattr(vector_env.unwrapped, "envs", None)
+    if not isinstance(dict_space, spaces.Dict) or sub_envs is None:  # refused at load (async); a guard for code
+        raise ConfigError("env.self_play: needs a turn-based game's Dict observations in sync vector envs")
+    policy = session.policy
+    assert isinstance(policy, ActorCritic)
+    self_play = SelfPlay(config, policy, dict_space, len(sub_envs), params.seed)
+    for sub_env in sub_envs:
+        sub_env.unwrapped.opponent = self_play.opponent
+    if session.checkpoint is not None and "self_play" in session.checkpoint.tensors:
+        self_play.load_state_dict(session.checkpoint.tensors["self_play"])
+    session.checkpoint_extras["self_play"] = self_play.state_dict
+    self_play.start(session.state.env_steps)
+    return self_play

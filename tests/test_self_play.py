@@ -1,0 +1,204 @@
+"""Self-play for two-player zero-sum games (issue 29, ``env.self_play``): ML-Agents' ELO computation, the
+policy-backed opponent (legal moves only, reproducible draws), the snapshot pool's saves, window and swaps, the
+checkpointed pool and ratings a killed run resumes with, and the refusals (``tests/faults/test_params_cases.py``
+runs them through the CLI)."""
+
+from __future__ import annotations
+
+import io
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
+from rlcore.config.sections import PolicyConfig
+from rlcore.envs.config import EnvConfig
+from rlcore.envs.self_play import SelfPlayConfig
+from rlcore.envs.turn_based import MASK_KEY, TurnBasedGame
+from rlcore.envs.vector import make_vector_env
+from rlcore.evaluation.elo import expected_score, game_result, plot_elo_curve, rating_change
+from rlcore.evaluation.report import read_curve
+from rlcore.nets.policies import ActorCritic
+from rlcore.params import load_params, validate_params
+from rlcore.trainers.self_play import LATEST, PolicyOpponent, SelfPlay
+
+PROJECT = Path(__file__).resolve().parents[1]
+TICTACTOE = "pettingzoo:pettingzoo.classic.tictactoe_v3"
+RANDOM = "rlcore.envs.opponents:random_legal"
+SELF_PLAY = {"save_steps": 64, "swap_steps": 32, "window": 2, "play_against_latest_model_ratio": 0.5}
+TINY: dict[str, Any] = {
+    "name": "sp",
+    "env": {"id": TICTACTOE, "opponent": RANDOM, "action_mask": "observation", "num_envs": 4, "self_play": SELF_PLAY},
+    "policy": {"hidden_sizes": [16], "normalize_obs": False},
+    "algo": {"name": "ppo", "n_steps": 16, "batch_size": 32, "n_epochs": 2},
+    "train": {"max_steps": 512, "eval_every": 256, "log_every": 128, "eval_episodes": 4, "progress_bar": False},
+    "eval": {"max_episode_steps": 9},
+}
+
+
+def test_elo_follows_ml_agents_formula_by_hand() -> None:
+    """1200 vs 1400: expected 1 / (1 + 10**(200/400)) = 0.24025; a win gains 16 (1 - 0.24025) = 12.156 points, a
+    draw 4.156, a loss loses 3.844; equal ratings: expected 0.5, a win +8."""
+    assert expected_score(1200, 1400) == pytest.approx(0.2402530733520421, rel=1e-12, abs=0)
+    assert rating_change(1200, 1400, 1.0) == pytest.approx(12.155950826367326, rel=1e-12, abs=0)
+    assert rating_change(1200, 1400, 0.5) == pytest.approx(4.155950826367326, rel=1e-12, abs=0)
+    assert rating_change(1200, 1400, 0.0) == pytest.approx(-3.844049173632674, rel=1e-12, abs=0)
+    assert rating_change(1500, 1500, 1.0) == pytest.approx(8.0, rel=0, abs=1e-12)
+    assert [game_result(r) for r in (1.0, 0.0, -1.0)] == [1.0, 0.5, 0.0]
+
+
+def _policy_and_space() -> tuple[ActorCritic, Any]:
+    env = make_vector_env(EnvConfig(id=TICTACTOE, opponent=RANDOM, action_mask="observation"), 1)
+    try:
+        torch.manual_seed(0)
+        space = env.single_observation_space
+        policy = ActorCritic(space, env.single_action_space, PolicyConfig(hidden_sizes=[16], normalize_obs=False))
+        return policy, env.dict_space  # type: ignore[attr-defined]  # PackDictObservations
+    finally:
+        env.close()
+
+
+def test_a_policy_opponent_plays_only_legal_moves_and_the_same_generator_the_same_moves() -> None:
+    """300 games of the policy opponent against random legal moves (seats alternating): every move legal (the game
+    refuses an illegal one in one line), and the same episode seeds replay the same games."""
+    policy, dict_space = _policy_and_space()
+    opponent = PolicyOpponent(dict_space, policy, greedy=False)
+    env = TurnBasedGame(TICTACTOE, RANDOM)
+    env.opponent = opponent
+    games = []
+    for _ in range(2):
+        moves: list[list[int]] = []
+        for seed in range(150):
+            obs, _ = env.reset(seed=seed)
+            rng, done, game = np.random.default_rng(seed), False, []
+            while not done:
+                action = int(rng.choice(np.flatnonzero(obs[MASK_KEY])))
+                obs, _, terminated, truncated, _ = env.step(action)
+                game.append(int(np.asarray(obs["observation"]).sum()))
+                done = terminated or truncated
+            moves.append(game)
+        games.append(moves)
+    assert games[0] == games[1]
+    # masked actions have probability exactly 0, even when the policy's scores favour them
+    with torch.no_grad():
+        policy.actor[-1].bias.fill_(0.0)
+        policy.actor[-1].bias[0] = 50.0
+    board = {"observation": np.zeros((3, 3, 2), np.int8), MASK_KEY: np.array([0, 1, 1, 1, 1, 1, 1, 1, 1], np.int8)}
+    rng = np.random.default_rng(0)
+    assert all(opponent(board, rng) != 0 for _ in range(200))
+    opponent.greedy = True  # env.self_play.snapshot_actions: greedy, the most probable legal move
+    assert opponent(board, rng) != 0
+    assert opponent({**board, MASK_KEY: np.ones(9, np.int8)}, rng) == 0
+
+
+def test_the_pool_saves_every_save_steps_keeps_the_window_and_swaps_every_swap_steps() -> None:
+    """4 envs, save every 8 env steps (2 vector steps), swap every 4, window 3: snapshots at 0, 8, 16, ...; the pool
+    holds the last 3; ratio 0 always plays a snapshot of the pool, ratio 1 always the latest policy. A won game
+    against a snapshot moves both ratings by the same points, one against the latest the learner's only."""
+    policy, dict_space = _policy_and_space()
+    ended = np.array([False, False, False, False])
+    for ratio, expect_latest in ((0.0, False), (1.0, True)):
+        config = SelfPlayConfig(save_steps=8, swap_steps=4, window=3, play_against_latest_model_ratio=ratio)
+        pool = SelfPlay(config, policy, dict_space, 4, seed=0)
+        pool.start(0)
+        opponents = []
+        for _ in range(10):
+            pool.step(np.zeros(4), np.ones(4, bool), ended)
+            opponents.append(pool.opponent_id)
+        assert [s.env_step for s in pool.pool] == [24, 32, 40]
+        assert [s.id for s in pool.pool] == [3, 4, 5] and pool.env_steps == 40
+        assert all((o == LATEST) == expect_latest for o in opponents), opponents
+        assert pool.opponent.policy is (policy if expect_latest else pool.snapshot_policy)
+    pool.opponent_id = pool.pool[0].id
+    before = pool.ratings()
+    pool.step(np.array([1.0, 0, 0, 0]), np.ones(4, bool), np.array([True, False, False, False]))
+    after = pool.ratings()
+    gain = after["learner"] - before["learner"]
+    assert gain == pytest.approx(8.0, rel=0, abs=1e-9)  # all ratings still 1200: expected 0.5
+    assert after["snapshot_3"] - before["snapshot_3"] == pytest.approx(-gain, rel=0, abs=1e-12)
+
+
+def test_the_state_dict_loads_with_weights_only_and_restores_the_pool() -> None:
+    policy, dict_space = _policy_and_space()
+    pool = SelfPlay(SelfPlayConfig(save_steps=4, swap_steps=4, window=2), policy, dict_space, 4, seed=3)
+    pool.start(0)
+    for _ in range(5):
+        pool.step(np.array([1.0, -1.0, 0, 0]), np.ones(4, bool), np.ones(4, bool))
+    buffer = io.BytesIO()
+    torch.save(pool.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    other = SelfPlay(SelfPlayConfig(save_steps=4, swap_steps=4, window=2), policy, dict_space, 4, seed=99)
+    other.load_state_dict(state)
+    assert other.ratings() == pool.ratings() and other.opponent_id == pool.opponent_id
+    assert other.env_steps == pool.env_steps == 20 and other.next_id == pool.next_id
+    for mine, theirs in zip(pool.pool, other.pool, strict=True):
+        assert all(torch.equal(mine.weights[k], theirs.weights[k]) for k in mine.weights)
+    assert other.rng.random() == pool.rng.random()
+
+
+def test_a_killed_self_play_run_resumes_with_the_checkpoints_pool_and_ratings(tmp_path: Path) -> None:
+    """Killed after its first checkpoint (env step 256), a self-play run resumes there: the pool, ratings, counters
+    and generator as the checkpoint saved them (episodes restart, as in every rlcore run); two such resumes end
+    bitwise equal (weights, pool, ratings, metrics), and the uninterrupted run's checkpoint at 256 is the one resumed
+    from."""
+    from rlcore.trainers import train
+
+    params = validate_params(TINY)
+    whole = train(params, tmp_path / "whole")
+    assert [e["env_steps"] for e in whole["evaluations"]] == [256, 512]
+    first = load_checkpoint(list_checkpoints(tmp_path / "whole" / "checkpoints")[0][1]).tensors["self_play"]
+    assert first["ids"].tolist() == [3, 4] and int(first["counters"][1]) == 256  # snapshots at 0, 64, ..., 256
+    finals, summaries = [], []
+    for copy in ("a", "b"):
+        run = tmp_path / copy
+        shutil.copytree(tmp_path / "whole", run)
+        (run / "train_summary.json").unlink()
+        list_checkpoints(run / "checkpoints")[-1][1].unlink()
+        summaries.append(train(params, run)["evaluations"])
+        finals.append(load_checkpoint(list_checkpoints(run / "checkpoints")[-1][1]).tensors)
+    assert [e["env_steps"] for e in summaries[0]] == [256, 512]
+    strip = [[{k: v for k, v in e.items() if k != "wall_seconds"} for e in s] for s in summaries]
+    assert strip[0] == strip[1]
+    for key, value in finals[0]["policy"].items():
+        assert torch.equal(value, finals[1]["policy"][key]), key
+    pools = [final["self_play"] for final in finals]
+    assert pools[0]["ids"].tolist() == [7, 8] and int(pools[0]["counters"][1]) == 512
+    for key in ("ids", "ratings", "learner_rating", "counters", "rng"):
+        assert torch.equal(pools[0][key], pools[1][key]), key
+    assert float(pools[0]["learner_rating"]) != 1200.0  # games were rated
+    # the ELO curve the report draws (reports/elo.png): one dvclive row per log row, ending at the last rating
+    steps, ratings = read_curve(run / "dvclive" / "plots" / "metrics" / "train" / "self_play_elo.tsv", "self_play_elo")
+    assert steps[-1] == 512 and len(steps) == len(ratings) >= 2
+    plot_elo_curve(steps, ratings, "self-play ELO", tmp_path / "elo.png")
+    assert (tmp_path / "elo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_ppo_self_play_learns_to_beat_the_random_opponent(tmp_path: Path) -> None:
+    """Seed 0, 61,440 learner moves of self-play only (the preset with a constant learning rate, 4 epochs, entropy
+    0.02, ratio 0.3: 192 s on the busy 2-core machine): the periodic evaluation against the random legal-move
+    opponent, never trained against (100 greedy games, seats alternating), scores a mean return of at least 0.5
+    (random moves score about 0); the learner's ELO rose above its initial 1200."""
+    from rlcore.trainers import train
+
+    preset = PROJECT / "configs" / "ppo-tictactoe-selfplay.yaml"
+    overrides = [
+        f"env.opponent={RANDOM}",
+        "algo.lr_schedule=constant",
+        "algo.n_epochs=4",
+        "algo.ent_coef=0.02",
+        "env.self_play.play_against_latest_model_ratio=0.3",
+        "train.max_steps=61440",
+        "train.eval_every=61440",
+        "train.eval_episodes=100",
+        "train.progress_bar=off",
+    ]
+    summary = train(load_params(preset, overrides), tmp_path / "sp")
+    assert summary["evaluations"][-1]["mean_return"] >= 0.5, summary["evaluations"]
+    state = load_checkpoint(list_checkpoints(tmp_path / "sp" / "checkpoints")[-1][1]).tensors["self_play"]
+    assert float(state["learner_rating"]) > 1200.0
