@@ -199,6 +199,8 @@ class Workspace:
         return self.root / f"{algo}.yaml"
 
     def reference(self, algo: str) -> Reference:
+        if ALGOS[algo].offline:
+            assert self.dataset.is_file()  # its data, for the reference and the kills (train.dataset.path)
         if algo not in self.references:
             name = f"reference-{algo}"
             run_dir = self.root / "runs" / name
