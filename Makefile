@@ -42,9 +42,13 @@ test: setup-dev
 	$(BIN)/python -m pytest -m serial; serial=$$?; \
 	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 
-# The unit tests only: no learning runs, no whole-pipeline DVC runs, no Prefect/PostgreSQL/Dask servers.
+# The unit tests only: no learning runs, no whole-pipeline DVC runs, no Prefect/PostgreSQL/Dask servers. Split as
+# `test` is: the ones that may share the machine on two workers, then the few `serial` ones (worker and actor
+# processes) alone; the target fails if either part did.
 test-fast: setup-dev
-	$(BIN)/python -m pytest -m "not slow and not server"
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow and not server and not serial"; parallel=$$?; \
+	$(BIN)/python -m pytest -m "serial and not slow and not server"; serial=$$?; \
+	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 
 bench: setup
 	$(BIN)/python benchmarks/ppo_cartpole.py

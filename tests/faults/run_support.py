@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from cli_support import run_in_process
 from conftest import GITIGNORE, PROJECT, RLCORE, tool_env
 
 BIN = Path(sys.executable).parent
@@ -28,6 +29,15 @@ def run(*args: str, cwd: Path, timeout: float = 600, check: bool = True) -> subp
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def rlcore_here(*args: str, cwd: Path, check: bool = True, limit: int = 300) -> subprocess.CompletedProcess[str]:
+    """``rlcore *args`` in ``cwd`` inside the test process (``cli_support``): a run the test neither kills nor times
+    skips the ~5 s of imports a real process pays (the kills themselves are real processes)."""
+    outcome = run_in_process(list(args), cwd, limit=limit)
+    if check and outcome.returncode != 0:
+        raise AssertionError(repr(outcome))
+    return outcome
 
 
 def start(args: list[str], cwd: Path, log: Path, group: bool = False) -> subprocess.Popen[bytes]:

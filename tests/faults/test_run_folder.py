@@ -42,6 +42,7 @@ from .run_support import (
     kill,
     make_dvc_repo,
     read_json,
+    rlcore_here,
     run,
     snapshot,
     start_rlcore,
@@ -49,7 +50,8 @@ from .run_support import (
     write_params,
 )
 
-# Each test starts two or three real `rlcore` processes (~10 s): outside the fast subset.
+# Each test trains two or three small runs (seconds each; the kills are real `rlcore` processes, the runs around them
+# run in the test process): outside the fast subset.
 pytestmark = pytest.mark.slow
 
 RUN = [*QUICK, "train.progress_bar=off", "eval.test_episodes=10"]
@@ -57,7 +59,8 @@ STEPS = [1024, 2048, 3072, 4096]
 
 
 def train(project: Path, *extra: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return rlcore("train", *sets(RUN), *extra, cwd=project, check=check)
+    """``rlcore train`` on the small budget, in the test process (a run nothing kills: no process start to pay)."""
+    return rlcore_here("train", *sets(RUN), *extra, cwd=project, check=check)
 
 
 def start_train(project: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
@@ -215,7 +218,7 @@ def selected(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("params.yaml", "dvc.yaml", ".dvcignore", "prefect.toml"):
         shutil.copy(PROJECT / name, root / name)
     for stage in ("train", "evaluate", "select"):
-        rlcore(stage, *sets(RUN), cwd=root)
+        rlcore_here(stage, *sets(RUN), cwd=root)
     assert (root / "models" / "best" / "policy.pt").is_file()
     return root
 
@@ -244,7 +247,7 @@ def in_place(project: Path) -> dict[str, bytes]:
 
 
 def evaluated_checkpoints(project: Path) -> list[str]:
-    rlcore("evaluate", *sets(RUN), cwd=project)
+    rlcore_here("evaluate", *sets(RUN), cwd=project)
     return [Path(c["checkpoint"]).name for c in read_json(project / "reports" / "evaluations.json")["candidates"]]
 
 
@@ -418,7 +421,8 @@ def test_a_replacement_killed_at_any_change_of_its_finish_loses_nothing(selected
     deletions in the run folder: its first checkpoint, the commit of its summary and every step of moving it into
     place (the old run into ``.previous/``, each entry of ``.next/`` into the folder, dropping both). After every
     one the next start leaves exactly one complete run in the folder: the old one while the replacement had not
-    finished, the new one once its summary was written."""
+    finished, the new one once its summary was written. Of a series of alike moves (entry after entry between the
+    same two folders) the first and the last are tried, of a removal its end (:func:`kill_points`)."""
     template = copy_of(selected, tmp_path / "template")
     old = snapshot(run_dir(template))
     traced = tmp_path / "traced"
@@ -430,7 +434,7 @@ def test_a_replacement_killed_at_any_change_of_its_finish_loses_nothing(selected
     first_checkpoint = next(i for i, line in enumerate(changes, 1) if "/.next/checkpoints/step_" in line)
     assert finished < len(changes) - 3, changes  # the moves into place come after the summary
     new = snapshot(run_dir(traced))
-    for number in [first_checkpoint, finished - 1, *range(finished, len(changes) + 1)]:
+    for number in [first_checkpoint, finished - 1, *kill_points(changes, finished)]:
         project = tmp_path / f"try-{number}"
         shutil.copytree(template, project)
         result = killed_at_change(project, number, "--set", "seed=1")
@@ -447,6 +451,54 @@ def test_a_replacement_killed_at_any_change_of_its_finish_loses_nothing(selected
             assert_finished(project)
             assert seeds(run_dir(project)) == [1] * len(STEPS), where
         shutil.rmtree(project)
+
+
+def kill_points(changes: list[str], first: int) -> list[int]:
+    """The numbers of the changes from ``first`` on that a kill tries, from a ``KILL_TRACE`` (``"<n> <call> <path>
+    [<path>]"`` lines): every change, except that of a series of moves between the same two folders (the old run's
+    entries into ``.previous.partial/``, ``.next/``'s into the run folder: one code path, entry after entry) only
+    the first and the last, and of the removals of one path (``shutil.rmtree``'s last step is the ``rmdir`` of its
+    top folder: the same folder state twice) only the last."""
+    kinds = []
+    for line in changes[first - 1 :]:
+        _, call, *paths = line.split(" ")
+        if call in ("replace", "rename"):
+            kinds.append(("move", *(str(Path(path).parent) for path in paths)))
+        else:
+            kinds.append(("remove", *paths))
+    numbers = []
+    for offset, kind in enumerate(kinds):
+        before = kinds[offset - 1] if offset else None
+        after = kinds[offset + 1] if offset + 1 < len(kinds) else None
+        series_end = kind != after
+        if series_end or (kind[0] == "move" and kind != before):
+            numbers.append(first + offset)
+    return numbers
+
+
+def test_the_kill_points_keep_the_ends_of_each_series_of_alike_changes() -> None:
+    trace = [
+        f"{n} {line}"
+        for n, line in enumerate(
+            [
+                "replace r/.next/checkpoints/.a.tmp r/.next/checkpoints/a",
+                "replace r/.next/.train_summary.json.1.tmp r/.next/train_summary.json",
+                "replace r/checkpoints r/.previous.partial/checkpoints",
+                "replace r/dvclive r/.previous.partial/dvclive",
+                "replace r/train_summary.json r/.previous.partial/train_summary.json",
+                "replace r/.previous.partial r/.previous",
+                "replace r/.next/checkpoints r/checkpoints",
+                "replace r/.next/dvclive r/dvclive",
+                "replace r/.next/train_summary.json r/train_summary.json",
+                "rmdir r/.next",
+                "rmtree r/.next",
+                "rmdir r/.previous",
+                "rmtree r/.previous",
+            ],
+            1,
+        )
+    ]
+    assert kill_points(trace, 2) == [2, 3, 5, 6, 7, 9, 11, 13]
 
 
 def seeds(folder: Path) -> list[int]:
