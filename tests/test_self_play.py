@@ -108,18 +108,57 @@ def test_the_pool_saves_every_save_steps_keeps_the_window_and_swaps_every_swap_s
         opponents = []
         for _ in range(10):
             pool.step(np.zeros(4), np.ones(4, bool), ended)
-            opponents.append(pool.opponent_id)
+            opponents.extend(pool.opponent_ids.tolist())
         assert [s.env_step for s in pool.pool] == [24, 32, 40]
         assert [s.id for s in pool.pool] == [3, 4, 5] and pool.env_steps == 40
         assert all((o == LATEST) == expect_latest for o in opponents), opponents
-        assert pool.opponent.policy is (policy if expect_latest else pool.snapshot_policy)
-    pool.opponent_id = pool.pool[0].id
+        for index, opponent_id in enumerate(pool.opponent_ids.tolist()):
+            player = pool.players[opponent_id]
+            assert isinstance(player, PolicyOpponent) and (player.policy is policy) == expect_latest
+            if not expect_latest:  # the snapshot's weights, loaded into a copy
+                weights = next(s.weights for s in pool.pool if s.id == opponent_id)
+                assert all(torch.equal(weights[k], v) for k, v in player.policy.state_dict().items())
+            assert pool.seat_opponents[index].index == index
+    pool.opponent_ids[:] = pool.pool[0].id
     before = pool.ratings()
     pool.step(np.array([1.0, 0, 0, 0]), np.ones(4, bool), np.array([True, False, False, False]))
     after = pool.ratings()
     gain = after["learner"] - before["learner"]
     assert gain == pytest.approx(8.0, rel=0, abs=1e-9)  # all ratings still 1200: expected 0.5
     assert after["snapshot_3"] - before["snapshot_3"] == pytest.approx(-gain, rel=0, abs=1e-12)
+
+
+def test_each_copy_draws_its_opponent_and_fixed_opponents_join_the_mix_unrated() -> None:
+    """64 copies, fixed_opponents {random_legal: 0.25, one_step_lookahead: 0.25}, ratio 0.5: over 20 swaps the
+    shares are about 1/4, 1/4, 1/4 (latest), 1/4 (snapshots) — binomial, 1,280 draws: within 0.05 of each; copies
+    differ within one swap; a copy's game goes to the opponent drawn for it; a game against a fixed opponent moves no
+    rating and counts in self_play_fixed_score only."""
+    policy, dict_space = _policy_and_space()
+    fixed = {RANDOM: 0.25, "rlcore.envs.opponents:one_step_lookahead": 0.25}
+    config = SelfPlayConfig(save_steps=64, swap_steps=64, window=50, fixed_opponents=fixed)
+    pool = SelfPlay(config, policy, dict_space, 64, seed=0)
+    pool.start(0)
+    draws = []
+    for _ in range(20):
+        draws.append(pool.opponent_ids.copy())
+        pool.step(np.zeros(64), np.ones(64, bool), np.zeros(64, bool))
+    ids = np.concatenate(draws)
+    shares = [np.mean(ids == -2), np.mean(ids == -3), np.mean(ids == LATEST), np.mean(ids >= 0)]
+    assert np.allclose(shares, 0.25, rtol=0, atol=0.05), shares
+    assert all(len(set(d.tolist())) > 1 for d in draws)
+    board = {"observation": np.zeros((3, 3, 2), np.int8), MASK_KEY: np.ones(9, np.int8)}
+    board["observation"][0, 0, 1] = board["observation"][0, 1, 1] = 1  # the other seat threatens cell 2
+    board[MASK_KEY][[0, 1]] = 0
+    lookahead = int(np.flatnonzero(pool.opponent_ids == -3)[0])
+    assert all(pool.seat_opponents[lookahead](board, np.random.default_rng(s)) == 2 for s in range(20))
+    random_copy = int(np.flatnonzero(pool.opponent_ids == -2)[0])
+    assert len({pool.seat_opponents[random_copy](board, np.random.default_rng(s)) for s in range(40)}) > 3
+    before = pool.ratings()
+    won = np.zeros(64)
+    won[random_copy] = 1.0
+    pool.step(won, np.ones(64, bool), won > 0)
+    assert {key: pool.ratings()[key] for key in before} == before
+    assert pool.metrics()["self_play_fixed_score"] == 1.0
 
 
 def test_the_state_dict_loads_with_weights_only_and_restores_the_pool() -> None:
@@ -134,7 +173,7 @@ def test_the_state_dict_loads_with_weights_only_and_restores_the_pool() -> None:
     state = torch.load(buffer, weights_only=True)
     other = SelfPlay(SelfPlayConfig(save_steps=4, swap_steps=4, window=2), policy, dict_space, 4, seed=99)
     other.load_state_dict(state)
-    assert other.ratings() == pool.ratings() and other.opponent_id == pool.opponent_id
+    assert other.ratings() == pool.ratings() and other.opponent_ids.tolist() == pool.opponent_ids.tolist()
     assert other.env_steps == pool.env_steps == 20 and other.next_id == pool.next_id
     for mine, theirs in zip(pool.pool, other.pool, strict=True):
         assert all(torch.equal(mine.weights[k], theirs.weights[k]) for k in mine.weights)
@@ -152,7 +191,7 @@ def test_a_killed_self_play_run_resumes_with_the_checkpoints_pool_and_ratings(tm
     whole = train(params, tmp_path / "whole")
     assert [e["env_steps"] for e in whole["evaluations"]] == [256, 512]
     first = load_checkpoint(list_checkpoints(tmp_path / "whole" / "checkpoints")[0][1]).tensors["self_play"]
-    assert first["ids"].tolist() == [3, 4] and int(first["counters"][1]) == 256  # snapshots at 0, 64, ..., 256
+    assert first["ids"].tolist() == [3, 4] and int(first["counters"][0]) == 256  # snapshots at 0, 64, ..., 256
     finals, summaries = [], []
     for copy in ("a", "b"):
         run = tmp_path / copy
@@ -167,8 +206,8 @@ def test_a_killed_self_play_run_resumes_with_the_checkpoints_pool_and_ratings(tm
     for key, value in finals[0]["policy"].items():
         assert torch.equal(value, finals[1]["policy"][key]), key
     pools = [final["self_play"] for final in finals]
-    assert pools[0]["ids"].tolist() == [7, 8] and int(pools[0]["counters"][1]) == 512
-    for key in ("ids", "ratings", "learner_rating", "counters", "rng"):
+    assert pools[0]["ids"].tolist() == [7, 8] and int(pools[0]["counters"][0]) == 512
+    for key in ("ids", "ratings", "learner_rating", "counters", "opponent_ids", "rng"):
         assert torch.equal(pools[0][key], pools[1][key]), key
     assert float(pools[0]["learner_rating"]) != 1200.0  # games were rated
     # the ELO curve the report draws (reports/elo.png): one dvclive row per log row, ending at the last rating

@@ -3,7 +3,8 @@ snapshots (ML-Agents' self-play settings), and what it is refused with.
 
 A turn-based game (``env.opponent``, :mod:`rlcore.envs.turn_based`) with ``env.self_play`` trains against policies
 instead of ``env.opponent``: every ``save_steps`` env steps a snapshot of the learning policy joins a pool of the
-last ``window``; every ``swap_steps`` env steps the opponent of every training env copy is drawn anew, the latest
+last ``window``; every ``swap_steps`` env steps the opponent of each training env copy is drawn anew, independently
+of the other copies: one of the ``fixed_opponents`` (scripted players, each with its probability), else the latest
 policy with probability ``play_against_latest_model_ratio``, else a snapshot drawn uniformly from the pool. The
 learner keeps alternating seats by episode seed. ``env.opponent`` stays the fixed opponent that evaluation,
 validation and test play against. ELO ratings (K = 16) of the learner and of each snapshot follow every finished
@@ -15,9 +16,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rlcore.common.strict_model import StrictModel
+from rlcore.envs.turn_based import load_opponent
 
 SELF_PLAY_ALGORITHMS = ("ppo", "a2c")
 """The algorithms that train with self-play: the on-policy loop pushes the snapshots into its own (in-process) envs."""
@@ -43,6 +45,24 @@ class SelfPlayConfig(StrictModel):
     against the perfect player at best but then degraded, and beat the random player less often)."""
     initial_elo: float = Field(1200.0, ge=0.0, le=10_000.0)
     """The learner's ELO rating at the start; a snapshot starts at the learner's rating when it is taken."""
+    fixed_opponents: dict[str, float] = Field(default_factory=dict)
+    """Scripted players in the training mix besides the snapshots (not an ML-Agents setting): import path of a
+    function ``(observation, rng) -> action`` (as ``env.opponent``) -> the probability that a training env copy's
+    draw picks it, e.g. ``{rlcore.envs.opponents:one_step_lookahead: 0.25}``. The probabilities sum to at most 1;
+    the rest of a draw is shared by the latest policy and the pool as ``play_against_latest_model_ratio`` says.
+    Games against them are not ELO-rated (``train/self_play_fixed_score`` follows them). Empty: snapshots only."""
+
+    @field_validator("fixed_opponents")
+    @classmethod
+    def _fixed_opponents_import(cls, opponents: dict[str, float]) -> dict[str, float]:
+        for path, probability in opponents.items():
+            if not 0.0 < probability <= 1.0:
+                raise ValueError(f"{path}: probability {probability}, expected a number in (0, 1]")
+            load_opponent(path)
+        total = sum(opponents.values())
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"the probabilities sum to {total:g}, expected at most 1")
+        return opponents
 
 
 def check_self_play(algorithm: str, recurrent: bool) -> None:

@@ -1,23 +1,26 @@
-"""Self-play (``env.self_play``, :mod:`rlcore.envs.self_play`): the snapshot pool, the policy-backed opponent every
-training env copy plays, the ELO ratings, and what of them a checkpoint keeps.
+"""Self-play (``env.self_play``, :mod:`rlcore.envs.self_play`): the snapshot pool, the opponents the training env
+copies play, the ELO ratings, and what of them a checkpoint keeps.
 
-- The opponent (:class:`PolicyOpponent`) is one object pushed into every sub-env of the training vector env (sync:
-  the same process) in place of ``env.opponent``. It acts with the policy it currently holds (the latest learning
-  policy, or a snapshot loaded into a copy): by default by **sampling** its masked action distribution
+- Opponents: each sub-env of the training vector env (sync: the same process) plays its own
+  :class:`SeatOpponent` in place of ``env.opponent``, whoever was last drawn for that copy: the latest learning
+  policy, a snapshot of the pool (both acting through a :class:`PolicyOpponent`), or one of the
+  ``fixed_opponents``. A policy opponent by default **samples** its masked action distribution
   (``snapshot_actions: sample``, as ML-Agents' opponents do: varied games rather than one line of play per snapshot)
   with the sub-env's own opponent generator (seeded from the episode's seed, ``rlcore.envs.turn_based``), so the same
   seeds play the same games and a resumed run needs no extra generator for it; or greedily, its most probable legal
   move (``greedy``). A masked move is never chosen (the observation's mask restricts both).
 - Snapshots: the acting policy's weights at env step 0 and every ``save_steps`` env steps after, the last
-  ``window`` kept. Every ``swap_steps`` env steps the opponent is drawn anew from :attr:`SelfPlay.rng` (a NumPy
-  generator seeded from ``seed``): the latest policy with probability ``play_against_latest_model_ratio``, else a
-  snapshot drawn uniformly.
+  ``window`` kept. Every ``swap_steps`` env steps each copy's opponent is drawn anew, independently, from
+  :attr:`SelfPlay.rng` (a NumPy generator seeded from ``seed``): a fixed opponent with its probability, else the
+  latest policy with probability ``play_against_latest_model_ratio``, else a snapshot drawn uniformly. Copies
+  drawing different opponents make every rollout a mix of them rather than one opponent per swap.
 - ELO (:mod:`rlcore.evaluation.elo`): after every finished training game, the learner's rating and the rating of
   the snapshot it played (at the game's end) change by K (result - expected); a game against the latest policy
-  moves the learner's rating only, against itself (expected 0.5), as ML-Agents does.
-- Checkpoints: :meth:`SelfPlay.state_dict` (snapshots' weights as tensors, ratings, counters, the generator's state
-  as a tensor of its JSON) loads with ``torch.load(weights_only=True)``. A resumed run restarts its episodes (as every
-  rlcore run does) with the same pool, ratings, opponent and generator as the checkpoint.
+  moves the learner's rating only, against itself (expected 0.5), as ML-Agents does; a game against a fixed opponent
+  moves no rating.
+- Checkpoints: :meth:`SelfPlay.state_dict` (snapshots' weights as tensors, ratings, counters, each copy's opponent,
+  the generator's state as a tensor of its JSON) loads with ``torch.load(weights_only=True)``. A resumed run restarts
+  its episodes (as every rlcore run does) with the same pool, ratings, opponents and generator as the checkpoint.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from gymnasium import spaces
 from rlcore.common.errors import ConfigError
 from rlcore.envs.observations import obs_tensor, pack
 from rlcore.envs.self_play import SelfPlayConfig
+from rlcore.envs.turn_based import Opponent, load_opponent
 from rlcore.evaluation.elo import game_result, rating_change
 from rlcore.nets.policies import ActorCritic
 from rlcore.trainers.session import TrainingSession
@@ -80,8 +84,20 @@ class Snapshot:
     rating: float
 
 
+class SeatOpponent:
+    """The opponent of training env copy ``index``: whoever :class:`SelfPlay` drew for it last (a policy or a fixed
+    opponent), as an ``(observation, rng) -> action`` function the copy's game calls."""
+
+    def __init__(self, self_play: SelfPlay, index: int) -> None:
+        self.self_play = self_play
+        self.index = index
+
+    def __call__(self, observation: dict[str, Any], rng: np.random.Generator) -> int:
+        return int(self.self_play.players[int(self.self_play.opponent_ids[self.index])](observation, rng))
+
+
 class SelfPlay:
-    """The pool, the opponent and the ratings of one self-play run; :meth:`step` after every vector step."""
+    """The pool, the opponents and the ratings of one self-play run; :meth:`step` after every vector step."""
 
     def __init__(
         self, config: SelfPlayConfig, policy: ActorCritic, dict_space: spaces.Dict, num_envs: int, seed: int
@@ -90,35 +106,45 @@ class SelfPlay:
         env copies (one game each at a time)."""
         self.config = config
         self.policy = policy
-        self.snapshot_policy = copy.deepcopy(policy).eval()
-        self.opponent = PolicyOpponent(dict_space, policy, config.snapshot_actions == "greedy")
+        self.dict_space = dict_space
+        self.greedy = config.snapshot_actions == "greedy"
+        self.fixed = [load_opponent(path) for path in config.fixed_opponents]
+        self.fixed_probabilities = np.array(list(config.fixed_opponents.values()), dtype=np.float64)
         self.rng = np.random.default_rng([seed, SELF_PLAY_STREAM])
         self.pool: list[Snapshot] = []
         self.learner_rating = float(config.initial_elo)
-        self.opponent_id = LATEST
+        self.opponent_ids = np.full(num_envs, LATEST, dtype=np.int64)
+        """(N,) who each training env copy plays: :data:`LATEST`, a snapshot's id, or a fixed opponent's
+        (:func:`fixed_id`)."""
+        self.players: dict[int, Opponent] = {}
+        """The opponents in play by id (a snapshot's policy loaded once however many copies play it)."""
+        self.seat_opponents = [SeatOpponent(self, index) for index in range(num_envs)]
+        self._spare_policies: list[ActorCritic] = []
         self.env_steps = 0
         self.next_id = 0
         self.returns = np.zeros(num_envs)
         """(N,) each training env's learner return in its current game."""
         self.results: list[float] = []
-        """Results (1, 0.5, 0) of the games finished since the last :meth:`metrics`."""
+        """Results (1, 0.5, 0) of the games against the policy's snapshots or itself since the last :meth:`metrics`."""
+        self.fixed_results: list[float] = []
+        """Results of the games against fixed opponents since the last :meth:`metrics`."""
 
     def start(self, env_steps: int) -> None:
         """Called once before the first vector step at ``env_steps`` (0: a fresh run, which snapshots its initial
-        policy and draws its first opponent)."""
+        policy and draws its first opponents)."""
         self.returns[:] = 0.0  # episodes (re)start
         if env_steps == 0 and not self.pool:
             self.env_steps = 0
             self._snapshot()
             self._swap()
-        self._use_opponent()
+        self._use_opponents()
 
     def step(self, rewards: np.ndarray, valid: np.ndarray, ended: np.ndarray) -> None:
         """After a vector step of the training envs: ``rewards``, ``valid``, ``ended`` (N,) as
         ``rlcore.envs.stepping.VectorStep`` has them. Rates the games that ended; snapshots and swaps when due."""
         self.returns += np.where(valid, rewards, 0.0)
         for index in np.flatnonzero(ended & valid):
-            self._rate(game_result(float(self.returns[index])))
+            self._rate(int(self.opponent_ids[index]), game_result(float(self.returns[index])))
             self.returns[index] = 0.0
         before, self.env_steps = self.env_steps, self.env_steps + len(rewards)
         if self.env_steps // self.config.save_steps > before // self.config.save_steps:
@@ -126,49 +152,81 @@ class SelfPlay:
         if self.env_steps // self.config.swap_steps > before // self.config.swap_steps:
             self._swap()
 
-    def _rate(self, result: float) -> None:
+    def _rate(self, opponent_id: int, result: float) -> None:
+        if opponent_id < LATEST:  # a fixed opponent: its strength is no snapshot's, so no rating moves
+            self.fixed_results.append(result)
+            return
         self.results.append(result)
-        snapshot = self._current()
+        snapshot = self._snapshot_of(opponent_id)
         other = self.learner_rating if snapshot is None else snapshot.rating
         change = rating_change(self.learner_rating, other, result)
         self.learner_rating += change
         if snapshot is not None:
             snapshot.rating -= change
 
-    def _current(self) -> Snapshot | None:
-        return next((s for s in self.pool if s.id == self.opponent_id), None)
+    def _snapshot_of(self, opponent_id: int) -> Snapshot | None:
+        return next((s for s in self.pool if s.id == opponent_id), None)
 
     def _snapshot(self) -> None:
         weights = {key: value.detach().clone() for key, value in self.policy.state_dict().items()}
         self.pool.append(Snapshot(self.next_id, self.env_steps, weights, self.learner_rating))
         self.next_id += 1
-        del self.pool[: -self.config.window]  # the playing snapshot may leave: it plays on until the next swap
+        del self.pool[: -self.config.window]  # a playing snapshot may leave: it plays on until the next swap
 
     def _swap(self) -> None:
-        latest = self.rng.random() < self.config.play_against_latest_model_ratio
-        self.opponent_id = LATEST if latest else self.pool[int(self.rng.integers(len(self.pool)))].id
-        self._use_opponent()
+        """Each env copy's opponent drawn anew: a fixed opponent with its probability, else the latest policy with
+        ``play_against_latest_model_ratio``, else a snapshot of the pool uniformly."""
+        cumulative = np.cumsum(self.fixed_probabilities)
+        for index in range(len(self.opponent_ids)):
+            draw = self.rng.random()
+            fixed = int(np.searchsorted(cumulative, draw, side="right"))
+            if fixed < len(self.fixed):
+                self.opponent_ids[index] = fixed_id(fixed)
+            elif self.rng.random() < self.config.play_against_latest_model_ratio:
+                self.opponent_ids[index] = LATEST
+            else:
+                self.opponent_ids[index] = self.pool[int(self.rng.integers(len(self.pool)))].id
+        self._use_opponents()
 
-    def _use_opponent(self) -> None:
-        snapshot = self._current()
-        if snapshot is None:
-            self.opponent.policy = self.policy
-        else:
-            self.snapshot_policy.load_state_dict(snapshot.weights)
-            self.opponent.policy = self.snapshot_policy
+    def _use_opponents(self) -> None:
+        """:attr:`players` for the ids in :attr:`opponent_ids`: snapshots' weights loaded into policy copies."""
+        spares = self._spare_policies + [
+            cast(PolicyOpponent, player).policy for key, player in self.players.items() if key >= 0
+        ]
+        self.players = {}
+        for opponent_id in sorted(set(self.opponent_ids.tolist())):
+            if opponent_id < LATEST:
+                self.players[opponent_id] = self.fixed[fixed_index(opponent_id)]
+                continue
+            snapshot = self._snapshot_of(opponent_id)
+            if snapshot is None:  # the latest policy, or a snapshot gone from the pool since (a resumed run)
+                self.opponent_ids[self.opponent_ids == opponent_id] = LATEST
+                self.players[LATEST] = PolicyOpponent(self.dict_space, self.policy, self.greedy)
+                continue
+            copy_policy = spares.pop() if spares else copy.deepcopy(self.policy).eval()
+            copy_policy.load_state_dict(snapshot.weights)
+            self.players[opponent_id] = PolicyOpponent(self.dict_space, copy_policy, self.greedy)
+        self._spare_policies = spares
 
     def metrics(self) -> dict[str, float]:
-        """The logged curves: the learner's rating, the pool's size and mean rating, the opponent's id (-1: the
-        latest policy) and the learner's mean result in the games since the last call (absent when none ended)."""
+        """The logged curves: the learner's rating, the pool's size and mean rating, the share of env copies playing
+        the latest policy and fixed opponents, and the learner's mean result in the games since the last call
+        against the policy (``self_play_score``) and against fixed opponents (``self_play_fixed_score``), each
+        absent when no such game ended."""
         metrics = {
             "self_play_elo": self.learner_rating,
             "self_play_pool_size": float(len(self.pool)),
             "self_play_pool_mean_elo": float(np.mean([s.rating for s in self.pool])) if self.pool else np.nan,
-            "self_play_opponent": float(self.opponent_id),
+            "self_play_latest_share": float(np.mean(self.opponent_ids == LATEST)),
         }
+        if self.fixed:
+            metrics["self_play_fixed_share"] = float(np.mean(self.opponent_ids < LATEST))
         if self.results:
             metrics["self_play_score"] = float(np.mean(self.results))
             self.results = []
+        if self.fixed_results:
+            metrics["self_play_fixed_score"] = float(np.mean(self.fixed_results))
+            self.fixed_results = []
         return {key: value for key, value in metrics.items() if np.isfinite(value)}
 
     def ratings(self) -> dict[str, float]:
@@ -184,7 +242,8 @@ class SelfPlay:
             "env_steps_taken": torch.tensor([s.env_step for s in self.pool], dtype=torch.int64),
             "ratings": torch.tensor([s.rating for s in self.pool], dtype=torch.float64),
             "learner_rating": torch.tensor(self.learner_rating, dtype=torch.float64),
-            "counters": torch.tensor([self.opponent_id, self.env_steps, self.next_id], dtype=torch.int64),
+            "counters": torch.tensor([self.env_steps, self.next_id], dtype=torch.int64),
+            "opponent_ids": torch.as_tensor(self.opponent_ids.copy()),
             "rng": torch.tensor(list(rng_state), dtype=torch.uint8),
         }
 
@@ -200,8 +259,19 @@ class SelfPlay:
             )
         ]
         self.learner_rating = float(state["learner_rating"])
-        self.opponent_id, self.env_steps, self.next_id = (int(v) for v in state["counters"].tolist())
+        self.env_steps, self.next_id = (int(v) for v in state["counters"].tolist())
+        self.opponent_ids[:] = state["opponent_ids"].numpy()
         self.rng.bit_generator.state = json.loads(bytes(state["rng"].tolist()).decode())
+
+
+def fixed_id(index: int) -> int:
+    """The opponent id of ``env.self_play.fixed_opponents``' ``index``-th entry: -2, -3, ... (below :data:`LATEST`)."""
+    return LATEST - 1 - index
+
+
+def fixed_index(opponent_id: int) -> int:
+    """The entry of ``env.self_play.fixed_opponents`` that ``opponent_id`` (below :data:`LATEST`) names."""
+    return LATEST - 1 - opponent_id
 
 
 def attach_self_play(session: TrainingSession[EnvSource]) -> SelfPlay | None:
@@ -219,8 +289,8 @@ def attach_self_play(session: TrainingSession[EnvSource]) -> SelfPlay | None:
     policy = session.policy
     assert isinstance(policy, ActorCritic)
     self_play = SelfPlay(config, policy, dict_space, len(sub_envs), params.seed)
-    for sub_env in sub_envs:
-        sub_env.unwrapped.opponent = self_play.opponent
+    for sub_env, opponent in zip(sub_envs, self_play.seat_opponents, strict=True):
+        sub_env.unwrapped.opponent = opponent
     if session.checkpoint is not None and "self_play" in session.checkpoint.tensors:
         self_play.load_state_dict(session.checkpoint.tensors["self_play"])
     session.checkpoint_extras["self_play"] = self_play.state_dict

@@ -401,6 +401,29 @@ TURN_BASED_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         [*TICTACTOE, *RANDOM_OPPONENT, *SELF_PLAY, "--set", "algo={name: dqn}"],
         ("env.self_play:", "dqn", "ppo and a2c"),
     ),
+    "self-play fixed opponent that does not import": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={fixed_opponents: {rlcore.envs.opponents:nobody: 0.2}}"],
+        ("fixed_opponents", "nobody"),
+    ),
+    "self-play fixed opponent probability 0": (
+        [
+            *TICTACTOE,
+            *RANDOM_OPPONENT,
+            "--set",
+            "env.self_play={fixed_opponents: {rlcore.envs.opponents:random_legal: 0}}",
+        ],
+        ("fixed_opponents", "random_legal", "(0, 1]"),
+    ),
+    "self-play fixed opponents' probabilities above 1": (
+        [
+            *TICTACTOE,
+            *RANDOM_OPPONENT,
+            "--set",
+            "env.self_play={fixed_opponents: {rlcore.envs.opponents:random_legal: 0.6, "
+            "rlcore.envs.opponents:one_step_lookahead: 0.6}}",
+        ],
+        ("fixed_opponents", "sum to 1.2"),
+    ),
 }
 """Two-player turn-based games (``env.opponent``, issue 29): ``rlcore train ARGS``, refused before anything is
 written."""
