@@ -3,12 +3,14 @@ the random legal-move opponent in both seats, and the draw rate against a perfec
 
 Prints one JSON line per seed. Each seed runs the preset through train -> evaluate -> select -> export in a fresh
 temporary project (about 7 to 12 min per seed on a busy 2-core machine), then reads the selected model's test
-outcomes (``reports/metrics.json``: win/draw/loss rates with 95 % Wilson intervals, per seat), checks that the
-exported ONNX model plays only legal moves over 50 games, and plays the selected model against
-``rlcore.envs.opponents:perfect_tictactoe`` for ``--perfect-games`` games (half in each seat). A preset whose
-``env.opponent`` is not ``random_legal`` (``configs/ppo-tictactoe-selfplay.yaml`` tests against the perfect player)
-plays the selected model against ``random_legal`` the same way (``--perfect-games`` games, seed 0). The issue's
-targets: win or draw >= 0.95 against random in both seats; draws >= 0.8 against the perfect player.
+outcomes (``reports/metrics.json``: win/draw/loss rates with 95 % Wilson intervals, per seat) and checks that the
+exported ONNX model plays only legal moves over 50 games. The outcomes against ``random_legal`` and against
+``rlcore.envs.opponents:perfect_tictactoe`` are the select stage's, on the test episodes, wherever it played them:
+``outcomes`` when the opponent is ``env.opponent``, else ``outcomes_by_opponent`` when it is one of
+``eval.opponents`` (both presets name the perfect player there). An opponent the stage did not play, the selected
+model plays by hand for ``--perfect-games`` games (seeds 0, 1, ...: half in each seat); each row's ``sources`` says
+which. The issue's targets: win or draw >= 0.95 against random in both seats; draws >= 0.8 against the perfect
+player.
 
     python benchmarks/tictactoe.py [--seeds 0 1 2] [--perfect-games 200] [--preset configs/ppo-tictactoe-selfplay.yaml]
 """
@@ -70,6 +72,18 @@ def against(policy: Any, env_id: str, opponent: str, games: int) -> dict[str, An
     return outcomes
 
 
+def tested_outcomes(params: Any, metrics: dict[str, Any], opponent: str) -> tuple[dict[str, Any], str] | None:
+    """The selected model's test outcomes against ``opponent`` (an import path) and where they were read, when the
+    select stage played it (``env.opponent`` or one of ``eval.opponents``); None otherwise."""
+    if params.env.opponent == opponent:
+        return metrics["outcomes"], "metrics.json outcomes"
+    by_opponent = metrics.get("outcomes_by_opponent", {})
+    for name, path in (params.eval.opponents or {}).items():
+        if path == opponent and name in by_opponent:
+            return by_opponent[name], f"metrics.json outcomes_by_opponent.{name}"
+    return None
+
+
 def seed_row(seed: int, perfect_games: int, preset: Path = PRESET) -> dict[str, Any]:
     params = load_params(preset, [f"seed={seed}", "train.progress_bar=off"])
     with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr():
@@ -83,11 +97,12 @@ def seed_row(seed: int, perfect_games: int, preset: Path = PRESET) -> dict[str, 
         metrics = read_json(root / "reports" / "metrics.json")
         legal = onnx_plays_legal_moves(root / "export" / "policy.onnx", params.env.id, str(params.env.opponent), 50)
         policy = policy_from_checkpoint(load_checkpoint(root / "models" / "best" / "policy.pt"))
-    tested_against_random = params.env.opponent == RANDOM
-    against_random = (
-        metrics["outcomes"] if tested_against_random else against(policy, params.env.id, RANDOM, perfect_games)
-    )
-    against_perfect = against(policy, params.env.id, PERFECT, perfect_games)
+    outcomes, sources = {}, {}
+    for name, opponent in (("against_random", RANDOM), ("against_perfect", PERFECT)):
+        tested = tested_outcomes(params, metrics, opponent)
+        if tested is None:
+            tested = against(policy, params.env.id, opponent, perfect_games), f"played by hand, {perfect_games} games"
+        outcomes[name], sources[name] = tested
     return {
         "benchmark": "tictactoe",
         "preset": str(preset.relative_to(ROOT)) if preset.is_relative_to(ROOT) else str(preset),
@@ -96,9 +111,10 @@ def seed_row(seed: int, perfect_games: int, preset: Path = PRESET) -> dict[str, 
         "selected_at": metrics.get("env_steps"),
         "test_episodes": metrics["episodes"],
         "test_outcomes": {"opponent": params.env.opponent, **metrics["outcomes"]},
-        "against_random": against_random,
+        "against_random": outcomes["against_random"],
         "onnx_plays_only_legal_moves": legal,
-        "against_perfect": against_perfect,
+        "against_perfect": outcomes["against_perfect"],
+        "sources": sources,
         "targets": {"against_random_win_or_draw_each_seat": 0.95, "against_perfect_draw_rate": 0.8},
     }
 

@@ -17,8 +17,10 @@ from typing import Any, Literal
 from pydantic import (
     AliasChoices,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -35,6 +37,7 @@ from rlcore.envs.multiagent import check_shared_spaces, state_width
 from rlcore.envs.return_reduction import check_reduction
 from rlcore.envs.self_play import check_self_play
 from rlcore.envs.settings import MEAN_OVER_SETTINGS, EvalSetting, check_eval_settings
+from rlcore.envs.turn_based import NamedOpponents, check_named_opponents
 
 _FOLDER_NAME = re.compile(r"(?!-)[A-Za-z0-9._-]{1,100}")
 MAX_TORCH_THREADS = 1024
@@ -167,12 +170,27 @@ class EvalConfig(StrictModel):
     """Named settings ``{name, parameters}`` every evaluate and select stage also scores under, on the same
     validation and test episodes (the parameters apply on top of the env's own defaults, not ``env.parameters``):
     ``reports/metrics.json``'s ``settings`` block, a table and a bar chart in the report."""
+    opponents: NamedOpponents = None
+    """Two-player turn-based games (``env.opponent``) only: more fixed opponents the select stage plays the selected
+    model against on the same test episodes, name -> import path of a function ``(observation, rng) -> action``
+    (``{perfect: rlcore.envs.opponents:perfect_tictactoe}``): ``reports/metrics.json``'s ``outcomes_by_opponent`` (by
+    name, as ``outcomes``: win/draw/loss rates, 95% Wilson intervals, by seat) and a table in the report;
+    ``env.opponent`` stays the opponent of evaluation, validation, selection and ``outcomes``. Names: a letter, then
+    letters, digits or ``_`` (at most 64); at most 16, each path once; each plays a game against random legal moves
+    at load (``rlcore.envs.turn_based``). Null or ``{}``: none."""
 
     @field_validator("settings")
     @classmethod
     def _settings_named_once(cls, settings: list[EvalSetting]) -> list[EvalSetting]:
         check_eval_settings(settings)
         return settings
+
+    @model_serializer(mode="wrap")
+    def _omit_no_opponents(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        tree: dict[str, Any] = handler(self)  # no opponents: the tree (sweep fingerprints) as before the key existed
+        if not tree.get("opponents"):
+            del tree["opponents"]
+        return tree
 
 
 class SelectConfig(StrictModel):
@@ -445,6 +463,12 @@ class Params(StrictModel):
         group_layout(agents, policy.groups, self.env.id, self.env.agent_id is not False)
         if policy.memory is not None:
             raise ValueError("policy.memory: not with policy.groups yet (each group's policy is feed-forward)")
+        return self
+
+    @model_validator(mode="after")
+    def _opponents_play_the_game(self) -> Params:
+        if self.eval.opponents:
+            check_named_opponents(self.env.id, self.env.kwargs, self.env.opponent, self.eval.opponents)
         return self
 
     @model_validator(mode="after")

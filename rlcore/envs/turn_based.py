@@ -19,22 +19,29 @@ observation (a PettingZoo classic ``{"observation", "action_mask"}`` Dict) and a
 Refused in one line when the params load (:func:`check_game`): a game without exactly two agents, seats with
 different spaces, an opponent that does not import, and a game that is not zero-sum (one game is played there,
 random legal moves against the opponent, and the two seats' returns must sum to 0).
+
+``eval.opponents`` names more fixed opponents the select stage tests the selected model against
+(:func:`check_named_opponents` refuses a bad name, a path that does not import or is not callable, an opponent named
+twice, and one that raises or plays an illegal move in one game of random legal moves).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from pydantic import AfterValidator
 
 from rlcore.common.errors import ConfigError
+from rlcore.common.validation_errors import short_repr
 from rlcore.envs.ids import import_object, parallel_env_factory, raised_at
 
 MASK_KEY = "action_mask"
@@ -43,6 +50,10 @@ OPPONENT_STREAM = 0x0FF0E4E7
 
 Opponent = Callable[[Any, np.random.Generator], Any]
 """``(its seat's observation, rng) -> its action``."""
+OPPONENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+"""A name of ``eval.opponents``: a plain identifier (a letter, then letters, digits or ``_``; at most 64)."""
+MAX_NAMED_OPPONENTS = 16
+"""The most ``eval.opponents`` (each plays all ``eval.test_episodes`` test episodes)."""
 
 
 def learner_seat(seed: int) -> int:
@@ -141,6 +152,56 @@ def check_game(env_id: str, kwargs: dict[str, Any], opponent: str) -> None:
         raise ValueError(str(exc)) from None
     finally:
         env.close()
+
+
+def check_opponent_names(opponents: dict[str, str] | None) -> dict[str, str] | None:
+    """``opponents`` (``eval.opponents``) when fine. Refuses (``ValueError``, one line) more than
+    :data:`MAX_NAMED_OPPONENTS` and a name that is not :data:`OPPONENT_NAME` (the message is the problem, for the key
+    ``eval.opponents``), and (naming ``eval.opponents.<name>``) a path that does not import or is not callable, and
+    one opponent under two names."""
+    if opponents is None:
+        return None
+    if len(opponents) > MAX_NAMED_OPPONENTS:
+        raise ValueError(f"at most {MAX_NAMED_OPPONENTS} (each plays every test episode), got {len(opponents)}")
+    named: dict[str, str] = {}
+    for name, path in opponents.items():
+        if not OPPONENT_NAME.fullmatch(name):
+            raise ValueError(
+                f"{short_repr(name)} is not a name: a letter, then letters, digits or '_' (at most 64 characters)"
+            )
+        try:
+            load_opponent(path)
+        except ValueError as exc:
+            raise ValueError(f"eval.opponents.{name}: {exc}") from None
+        if path in named:
+            raise ValueError(f"eval.opponents.{name}: {path} is eval.opponents.{named[path]} already; name it once")
+        named[path] = name
+    return opponents
+
+
+NamedOpponents = Annotated[dict[str, str] | None, AfterValidator(check_opponent_names)]
+"""The type of ``eval.opponents``: name -> import path of an opponent, checked by :func:`check_opponent_names`."""
+
+
+def check_named_opponents(env_id: str, kwargs: dict[str, Any], opponent: str | None, opponents: dict[str, str]) -> None:
+    """Refuse (``ValueError``, one line naming ``eval.opponents`` or ``eval.opponents.<name>``) ``opponents`` without
+    an ``opponent`` (``env.opponent``: not a turn-based game), and one that cannot play ``env_id``: one game of random
+    legal moves against each, as :func:`check_game` plays against ``env.opponent``."""
+    if opponents and opponent is None:
+        raise ValueError(
+            "eval.opponents: only for two-player turn-based games (a PettingZoo AEC env.id with env.opponent), not "
+            f"{env_id}"
+        )
+    for name, path in opponents.items():
+        try:
+            check_game(env_id, kwargs, path)
+        except Exception as exc:  # check_game's refusals name env.opponent; anything else the opponent raised
+            message = str(exc)
+            if isinstance(exc, ValueError) and message.startswith("env.opponent: "):
+                message = message.removeprefix("env.opponent: ")
+            else:
+                message = f"{path} raised {raised_at(exc)} in a game of {env_id} against random legal moves"
+            raise ValueError(f"eval.opponents.{name}: {message}") from None
 
 
 class TurnBasedGame(gym.Env):

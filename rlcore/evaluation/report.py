@@ -236,26 +236,43 @@ def seeds_words(
     ]
 
 
-def _outcome_lines(outcomes: dict[str, Any] | None) -> list[str]:
-    """A two-player game's test outcomes against its opponent: win/draw/loss rates, 95% Wilson intervals, by seat."""
+def _rates(of: dict[str, Any]) -> str:
+    """Win, draw, loss and win-or-draw rates of a set of games with their 95% Wilson intervals (``game_outcomes``)."""
+    if not of["episodes"]:
+        return "no episodes"
+    parts = [
+        f"{name.replace('_or_', ' or ')} {of[f'{name}_rate']:.2f} [{of[f'{name}_ci95'][0]:.2f}, "
+        f"{of[f'{name}_ci95'][1]:.2f}]"
+        for name in ("win", "draw", "loss", "win_or_draw")
+    ]
+    return ", ".join(parts) + f" ({of['episodes']} episodes)"
+
+
+def _outcome_lines(outcomes: dict[str, Any] | None, opponents: dict[str, Any] | None) -> list[str]:
+    """A two-player game's test outcomes against its opponent, and a table of those against each of
+    ``eval.opponents`` (``opponents``: name -> ``{opponent, test}``): win/draw/loss rates, 95% Wilson intervals, by
+    seat."""
     if outcomes is None:
         return []
-
-    def rates(of: dict[str, Any]) -> str:
-        if not of["episodes"]:
-            return "no episodes"
-        parts = [
-            f"{name.replace('_or_', ' or ')} {of[f'{name}_rate']:.2f} [{of[f'{name}_ci95'][0]:.2f}, "
-            f"{of[f'{name}_ci95'][1]:.2f}]"
-            for name in ("win", "draw", "loss", "win_or_draw")
-        ]
-        return ", ".join(parts) + f" ({of['episodes']} episodes)"
-
-    return [
-        f"**Against the opponent** (rates, 95% Wilson intervals): {rates(outcomes)}; moving first: "
-        f"{rates(outcomes['first'])}; moving second: {rates(outcomes['second'])}.",
+    lines = [
+        f"**Against the opponent** (rates, 95% Wilson intervals): {_rates(outcomes)}; moving first: "
+        f"{_rates(outcomes['first'])}; moving second: {_rates(outcomes['second'])}.",
         "",
     ]
+    if opponents:
+        lines += [
+            "Against each of `eval.opponents`, on the same test episodes (rates, 95% Wilson intervals):",
+            "",
+            "| opponent | import path | all games | moving first | moving second |",
+            "|---|---|---|---|---|",
+        ]
+        for name, entry in opponents.items():
+            of = entry["test"]["outcomes"]
+            lines.append(
+                f"| {name} | `{entry['opponent']}` | {_rates(of)} | {_rates(of['first'])} | {_rates(of['second'])} |"
+            )
+        lines.append("")
+    return lines
 
 
 def _score_lines(selection: dict[str, Any]) -> list[str]:
@@ -267,7 +284,7 @@ def _score_lines(selection: dict[str, Any]) -> list[str]:
         f"(std {test['std_return']:.1f}, min {test['min_return']:.1f}, max {test['max_return']:.1f}; "
         f"{test['truncated']} truncated).",
         "",
-        *_outcome_lines(test.get("outcomes")),
+        *_outcome_lines(test.get("outcomes"), selection.get("opponents")),
         f"**Validation score: {validation['value']:.2f}** {validation['metric']}{_setting_words(validation)} "
         "(mean return "
         f"{validation['mean_return']:.1f}, 95% CI [{validation['ci95_low']:.1f}, {validation['ci95_high']:.1f}], "

@@ -1,10 +1,12 @@
 """The evaluators of ``params.eval`` shared by the evaluate and select stages: validation or test episodes, under
-the training distribution and under each of ``eval.settings``."""
+the training distribution and under each of ``eval.settings``; and the select stage's test episodes against each of
+``eval.opponents``."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rlcore.common.errors import ConfigError
 from rlcore.common.seeds import test_seeds, validation_seeds
 from rlcore.config.sections import Params
 from rlcore.envs.settings import describe_parameters
@@ -18,10 +20,16 @@ def declared_settings(params: Params) -> list[dict[str, Any]]:
     return [{"name": s.name, "parameters": describe_parameters(s.parameters)} for s in params.eval.settings]
 
 
-def evaluator_for(params: Params, split: str = "validation", setting: str | None = None) -> Evaluator:
+def evaluator_for(
+    params: Params, split: str = "validation", setting: str | None = None, opponent: str | None = None
+) -> Evaluator:
     """The evaluator of the validation episodes (evaluate stage) or the test episodes (select stage), under the
-    training distribution (``setting`` None) or the named one of ``eval.settings``."""
+    training distribution (``setting`` None) or the named one of ``eval.settings``; a turn-based game's against
+    ``env.opponent`` (``opponent`` None) or the named one of ``eval.opponents``."""
     cfg = params.eval
+    env = params.env
+    if opponent is not None:
+        env = env.model_copy(update={"opponent": (cfg.opponents or {})[opponent]})
     if split == "validation":
         seeds = validation_seeds(cfg.seed, cfg.episodes)
     else:
@@ -30,8 +38,9 @@ def evaluator_for(params: Params, split: str = "validation", setting: str | None
     if setting is not None:
         settings = settings_for(params.env, next(s for s in cfg.settings if s.name == setting).parameters)
     label = f"{split} episodes" + (f" under eval setting {setting!r}" if setting is not None else "")
+    label += f" against eval.opponents.{opponent}" if opponent is not None else ""
     return Evaluator(
-        params.env,
+        env,
         episodes=len(seeds),
         seed=seeds.start,
         deterministic=cfg.deterministic,
@@ -64,3 +73,21 @@ def close_all(evaluators: dict[str | None, Evaluator]) -> None:
 def under_settings(evaluators: dict[str | None, Evaluator], policy: Policy) -> dict[str, EvalResult]:
     """``policy``'s result under each named setting (the same episode seeds as the training distribution's)."""
     return {name: evaluator.evaluate(policy) for name, evaluator in evaluators.items() if name is not None}
+
+
+def against_opponents(params: Params, policy: Policy) -> dict[str, EvalResult]:
+    """``policy`` on the test episodes (the same seeds as against ``env.opponent``) against each of
+    ``eval.opponents``, by name, in order. What an opponent does wrong mid-game (an illegal move) names its key."""
+    results: dict[str, EvalResult] = {}
+    for name in params.eval.opponents or {}:
+        evaluator = evaluator_for(params, "test", opponent=name)
+        try:
+            results[name] = evaluator.evaluate(policy)
+        except ConfigError as exc:
+            message = str(exc)
+            if not message.startswith("env.opponent: "):
+                raise
+            raise ConfigError(f"eval.opponents.{name}: {message.removeprefix('env.opponent: ')}") from None
+        finally:
+            evaluator.close()
+    return results

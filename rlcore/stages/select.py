@@ -2,7 +2,8 @@
 
 Selection reads ``reports/evaluations.json`` (the evaluate stage's validation episodes); the selected policy alone is
 then evaluated on ``eval.test_episodes`` test episodes that no other stage runs (``rlcore.common.seeds``): the
-reported score. Choosing the best of N checkpoints on the same episodes it is reported on would overstate it.
+reported score. Choosing the best of N checkpoints on the same episodes it is reported on would overstate it. A
+two-player game's selected model also plays the test episodes against each of ``eval.opponents``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from rlcore.evaluation.selection import select_best, view_scores
 from rlcore.evaluation.video import record_episode
 from rlcore.registry import policy_from_checkpoint
 from rlcore.stages.baseline import RunScores, improvement, improvement_words, read_baseline
-from rlcore.stages.evaluators import close_all, declared_settings, evaluators_for, under_settings
+from rlcore.stages.evaluators import against_opponents, close_all, declared_settings, evaluators_for, under_settings
 from rlcore.stages.seeds import run_seeds, seed_layouts
 from rlcore.stages.shared import STEP_KEYS, check_trained_on
 
@@ -52,12 +53,13 @@ VALIDATION_KEYS = ("metric", "value", "episodes", "mean_return", "iqm_return", "
 
 @dataclass(frozen=True)
 class ScoresOnTest:
-    """The selected policy on the test episodes: under the training distribution, their seeds, and under each of
-    ``eval.settings`` (the same seeds)."""
+    """The selected policy on the test episodes: under the training distribution, their seeds, under each of
+    ``eval.settings`` (the same seeds), and (the selected model only) against each of ``eval.opponents``."""
 
     result: EvalResult
     seeds: range
     settings: dict[str, EvalResult]
+    opponents: dict[str, EvalResult] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ def select_stage(params: Params, root: Path) -> Path:
     seeds = run_seeds(params)
     if seeds is not None:
         return _select_seeds(params, root, evaluations, seeds, baseline)
-    selected = _select_and_test(params, root, evaluations)
+    selected = _against_opponents(params, _select_and_test(params, root, evaluations))
     run = RunScores(
         params.name,
         {0: float(selected.test.result.scores()["mean_return"])},  # one run: its seed is not reported
@@ -167,7 +169,7 @@ def _select_seeds(
     reason = (
         f"seed {best_seed} has the {order} validation {metric} ({value:.2f}) of {len(seeds)} seeds; {chosen.reason}"
     )
-    selected = dataclasses.replace(chosen, reason=reason)
+    selected = _against_opponents(params, dataclasses.replace(chosen, reason=reason))
     seed_records = {str(seed): _seed_record(params, evaluations, one) for seed, one in per_seed.items()}
     scores = {seed: float(one.test.result.scores()["mean_return"]) for seed, one in per_seed.items()}
     seed_layout = Layout(root, params.name, params.branch, best_seed)
@@ -277,6 +279,17 @@ def _test_scores(params: Params, checkpoint: Checkpoint) -> ScoresOnTest:
         close_all(evaluators)
 
 
+def _against_opponents(params: Params, selected: Selected) -> Selected:
+    """``selected`` with its test scores against each of ``eval.opponents`` (the same test episodes)."""
+    if not params.eval.opponents:
+        return selected
+    policy = policy_from_checkpoint(selected.checkpoint)
+    opponents = against_opponents(params, policy)
+    for name, result in opponents.items():
+        log.info("test score of the selected model against %s: %s", name, result.summary())
+    return dataclasses.replace(selected, test=dataclasses.replace(selected.test, opponents=opponents))
+
+
 def _save_policy(path: Path, checkpoint: Checkpoint) -> None:
     """The selected policy alone: weights and metadata, no optimizer or RNG state."""
     save_checkpoint(
@@ -291,7 +304,7 @@ def _save_policy(path: Path, checkpoint: Checkpoint) -> None:
 
 def _selection_record(params: Params, evaluations: dict[str, Any], selected: Selected) -> dict[str, Any]:
     """``models/best/selection.json``: what was selected and why, its validation and test scores (and under each
-    of ``eval.settings``), and the evaluation settings."""
+    of ``eval.settings``, and against each of ``eval.opponents``), and the evaluation settings."""
     best, test = selected.entry, selected.test
     settings = {
         setting.name: {
@@ -301,6 +314,8 @@ def _selection_record(params: Params, evaluations: dict[str, Any], selected: Sel
         }
         for setting in params.eval.settings
     }
+    paths = params.eval.opponents or {}
+    opponents = {name: {"opponent": paths[name], "test": result.scores()} for name, result in test.opponents.items()}
     return {
         "checkpoint": best["checkpoint"],
         "sha256": best["sha256"],
@@ -310,6 +325,7 @@ def _selection_record(params: Params, evaluations: dict[str, Any], selected: Sel
         "validation": _validation_record(params, evaluations, best),
         "test": {**test.result.scores(), "seeds": describe(test.seeds)},
         **({"settings": settings} if settings else {}),
+        **({"opponents": opponents} if opponents else {}),
         "eval_settings": {
             "episodes": evaluations["episodes"],
             "test_episodes": params.eval.test_episodes,
@@ -335,8 +351,10 @@ def _validation_record(params: Params, evaluations: dict[str, Any], best: dict[s
 
 def _metrics_record(params: Params, selected: Selected, selection: dict[str, Any]) -> dict[str, Any]:
     """``reports/metrics.json``: the test scores, how far the model trained, and a short view of the validation
-    score and of the test scores under each of ``eval.settings``."""
+    score, of the test scores under each of ``eval.settings`` and of the outcomes against each of ``eval.opponents``
+    (``outcomes_by_opponent``)."""
     best, validation, settings = selected.entry, selection["validation"], selection.get("settings", {})
+    by_opponent = {name: entry["test"]["outcomes"] for name, entry in selection.get("opponents", {}).items()}
     validation_keys = VALIDATION_KEYS if params.select.setting is None else ("setting", *VALIDATION_KEYS)
     return {
         **selected.test.result.scores(),
@@ -345,6 +363,8 @@ def _metrics_record(params: Params, selected: Selected, selection: dict[str, Any
         "validation": {key: validation[key] for key in validation_keys if key in validation},
         # Test scores of the selected model under each of eval.settings (the same test episode seeds).
         **({"settings": {name: _short_scores(entry["test"]) for name, entry in settings.items()}} if settings else {}),
+        # Outcomes of the selected model against each of eval.opponents (the same test episode seeds).
+        **({"outcomes_by_opponent": by_opponent} if by_opponent else {}),
     }
 
 

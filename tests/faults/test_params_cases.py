@@ -325,6 +325,8 @@ def generous():
 TICTACTOE = ["--set", "env.id=pettingzoo:pettingzoo.classic.tictactoe_v3", "--set", "env.action_mask=observation"]
 RANDOM_OPPONENT = ["--set", "env.opponent=rlcore.envs.opponents:random_legal"]
 SELF_PLAY = ["--set", "env.self_play={save_steps: 64}"]
+GAME_CAP = ["--set", "eval.max_episode_steps=9"]
+PERFECT = "rlcore.envs.opponents:perfect_tictactoe"
 TURN_BASED_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "an AEC game without env.opponent": (TICTACTOE, ("env.opponent: missing", "only an AEC env")),
     "an opponent that does not import": (
@@ -423,6 +425,64 @@ TURN_BASED_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
             "rlcore.envs.opponents:one_step_lookahead: 0.6}}",
         ],
         ("fixed_opponents", "sum to 1.2"),
+    ),
+    "eval.opponents on a gymnasium env": (
+        ["--set", "eval.opponents={perfect: rlcore.envs.opponents:perfect_tictactoe}"],
+        ("eval.opponents:", "turn-based", "CartPole-v1"),
+    ),
+    "eval.opponents not a mapping": (
+        [*TICTACTOE, *RANDOM_OPPONENT, *GAME_CAP, "--set", "eval.opponents=[rlcore.envs.opponents:random_legal]"],
+        ("eval.opponents:", "dictionary"),
+    ),
+    "an eval.opponents name that is empty": (
+        [*TICTACTOE, *RANDOM_OPPONENT, *GAME_CAP, "--set", "eval.opponents={'': rlcore.envs.opponents:random_legal}"],
+        ("eval.opponents:", "'' is not a name"),
+    ),
+    "an eval.opponents name that is not an identifier": (
+        [
+            *TICTACTOE,
+            *RANDOM_OPPONENT,
+            *GAME_CAP,
+            "--set",
+            "eval.opponents={'a-b': rlcore.envs.opponents:random_legal}",
+        ],
+        ("eval.opponents:", "'a-b' is not a name"),
+    ),
+    "an eval.opponents path that does not import": (
+        [*TICTACTOE, *RANDOM_OPPONENT, *GAME_CAP, "--set", "eval.opponents={perfect: rlcore.envs.opponents:nobody}"],
+        ("eval.opponents.perfect:", "nobody"),
+    ),
+    "an eval.opponents path that is not a function": (
+        [
+            *TICTACTOE,
+            *RANDOM_OPPONENT,
+            *GAME_CAP,
+            "--set",
+            "eval.opponents={n: rlcore.envs.turn_based:OPPONENT_STREAM}",
+        ],
+        ("eval.opponents.n:", "not a function"),
+    ),
+    "one eval.opponents path under two names": (
+        [*TICTACTOE, *RANDOM_OPPONENT, *GAME_CAP, "--set", f"eval.opponents={{a: {PERFECT}, b: {PERFECT}}}"],
+        ("eval.opponents.b:", "eval.opponents.a already"),
+    ),
+    "an eval.opponents opponent that plays an illegal move": (
+        [*TICTACTOE, *RANDOM_OPPONENT, *GAME_CAP, "--set", "eval.opponents={zero: gamemod:always_zero}"],
+        ("eval.opponents.zero:", "illegal move 0"),
+    ),
+    "an eval.opponents opponent of another game": (
+        [
+            "--set",
+            "env.id=pettingzoo:pettingzoo.classic.connect_four_v3",
+            "--set",
+            "env.action_mask=observation",
+            *RANDOM_OPPONENT,
+            "--set",
+            "eval.max_episode_steps=21",
+            "--set",
+            f"eval.opponents={{perfect: {PERFECT}}}",
+        ],
+        ("eval.opponents.perfect:", "raised ValueError", "connect_four_v3"),
     ),
 }
 """Two-player turn-based games (``env.opponent``, issue 29): ``rlcore train ARGS``, refused before anything is
