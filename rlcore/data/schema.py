@@ -26,7 +26,8 @@ envs have no ``agent`` column (the columns, the metadata and ``rows_sha256`` are
 Collected with ``policy.groups`` (``rlcore.envs.agent_groups``: each agent in the one group whose ``fnmatch``
 patterns match its name), a multi-agent dataset also has the ``group`` column, right after ``agent``, and its
 metadata lists each group's agents (``groups``: group -> agent names, in ``policy.groups`` order); without
-``policy.groups`` it has neither (the file is what it was before they existed).
+``policy.groups`` it has neither (the file is what it was before they existed). ``dataset.agents`` and
+``dataset.groups`` train an offline algorithm on the rows of some agents or some groups.
 
 The ``observation`` and ``next_observation`` columns by observation space (``rlcore.envs.observations``: the dtype
 observations are kept in everywhere):
