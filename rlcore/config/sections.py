@@ -307,6 +307,29 @@ class DatasetConfig(StrictModel):
     """A multi-agent dataset (collected from a PettingZoo env, ``rlcore.data.schema``'s ``agent`` column): train on
     the transitions of these agents only, e.g. ``[agent_0]``; null: every agent's. Refused for a dataset without an
     agent column or without rows of one of them."""
+    groups: list[str] | None = Field(None, min_length=1)
+    """A multi-agent dataset collected with ``policy.groups`` (``rlcore.data.schema``'s ``group`` column): train on
+    the transitions of these groups' agents only, e.g. ``[adversaries]``; null: every group's. Refused for a dataset
+    without a group column, or a group its metadata does not list or that has no rows; and together with
+    ``dataset.agents`` (a group already names its agents: set one of the two)."""
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_groups(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Without dataset.groups the tree is what it was before the key existed: the same train fingerprint and
+        # params.yaml for every offline run that does not use it.
+        tree = handler(self)
+        if tree.get("groups") is None:
+            tree.pop("groups", None)
+        return tree
+
+    @model_validator(mode="after")
+    def _agents_or_groups(self) -> DatasetConfig:
+        if self.agents is not None and self.groups is not None:
+            raise ValueError(
+                "dataset.groups: set at most one of dataset.agents and dataset.groups (a group already names its "
+                "agents; the other null)"
+            )
+        return self
 
 
 class ScheduleConfig(StrictModel):

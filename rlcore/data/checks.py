@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 from gymnasium import spaces
 
-from rlcore.data.schema import AGENT_COLUMN, COLUMNS, DatasetError, ObservationFormat, RowsDigest
+from rlcore.data.schema import COLUMNS, LABEL_COLUMNS, DatasetError, ObservationFormat, RowsDigest
 from rlcore.envs.actions import sub_action_sizes
 
 
@@ -31,8 +31,9 @@ def _check_columns(
         "terminated": pa.types.is_boolean,
         "truncated": pa.types.is_boolean,
     }
-    if AGENT_COLUMN in schema.names:  # multi-agent datasets only
-        expected[AGENT_COLUMN] = pa.types.is_string
+    for name in LABEL_COLUMNS:  # multi-agent datasets only (group: collected with policy.groups)
+        if name in schema.names:
+            expected[name] = pa.types.is_string
     for name, check in expected.items():
         kind = schema.field(name).type
         if not check(kind):
@@ -86,7 +87,12 @@ class _Checks:
     """
 
     def __init__(
-        self, path: Path, action_space: spaces.Space, env_id: str, metadata: dict[str, Any], agents: bool = False
+        self,
+        path: Path,
+        action_space: spaces.Space,
+        env_id: str,
+        metadata: dict[str, Any],
+        labels: tuple[str, ...] = (),
     ) -> None:
         self.path, self.action_space, self.env_id = path, action_space, env_id
         self.rows = 0  # rows checked so far: the file row number of the next one
@@ -94,7 +100,7 @@ class _Checks:
         self.episode_ids: list[np.ndarray] = []  # the id of each episode (run of rows), in file order
         self.ascending = True  # the ids so far increase: none can repeat
         self.recorded: str | None = metadata.get("rows_sha256")
-        self.digest = RowsDigest(agents) if self.recorded is not None else None
+        self.digest = RowsDigest(labels) if self.recorded is not None else None
 
     def add(self, arrays: dict[str, np.ndarray], group: int) -> None:
         """The rows of row group ``group``, decoded (:func:`rlcore.data.schema._allocate`'s keys)."""

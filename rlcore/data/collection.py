@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from tqdm import tqdm
 from rlcore.data.writer import DatasetWriter
 from rlcore.envs.action_masks import legal_actions, random_legal_actions
 from rlcore.envs.actions import random_actions, sub_action_sizes
+from rlcore.envs.agent_groups import group_layout
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.observations import obs_tensor
 from rlcore.envs.stepping import VectorStepper
@@ -79,6 +81,7 @@ def collect_dataset(
     provenance: dict[str, Any],
     plan: CollectionPlan,
     extra_metadata: dict[str, Any] | None = None,
+    groups: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """Collect ``plan.steps`` transitions or ``plan.episodes`` episodes into the Parquet file ``path``; returns its
     metadata.
@@ -87,9 +90,11 @@ def collect_dataset(
     one with that probability (log-probabilities are then unknown and left null). A PettingZoo Parallel env's
     ``plan.num_envs`` copies step every agent (``rlcore.envs.multiagent``): each agent's part of an episode is an
     episode of the dataset, its rows named by the ``agent`` column (``rlcore.data.schema``); ``plan.steps`` counts
-    agent steps.
+    agent steps. ``groups`` (``policy.groups``: group name -> agent-name patterns) adds each row's agent's group in
+    the ``group`` column and the groups' agents to the metadata (:func:`group_members`).
     """
     num_envs, epsilon, deterministic, seed = plan.num_envs, plan.epsilon, plan.deterministic, plan.seed
+    members = group_members(env_config, groups)  # before the env: a misfit is refused with nothing to close
     env = make_vector_env(env_config, num_envs)
     action_space = env.single_action_space
     rng = np.random.default_rng(seed)
@@ -106,7 +111,9 @@ def collect_dataset(
     # Observations are written in their storage dtype: uint8 frames as bytes (rlcore.data.schema).
     multiagent = env_config.agents()  # a PettingZoo Parallel env's agents: the rows of each copy, in order
     agents = None if multiagent is None else multiagent.names
-    writer = DatasetWriter(path, env.single_observation_space, action_space, metadata, plan.row_group_size, agents)
+    writer = DatasetWriter(
+        path, env.single_observation_space, action_space, metadata, plan.row_group_size, agents, members
+    )
     try:
         # Distribution.sample() draws from torch's global generator: seed it for this collection alone, so a
         # shard's data depend on its seed only, not on what ran before it in the process.
@@ -226,6 +233,18 @@ def _roll_out(
 def _agent(agents: tuple[str, ...] | None, row: int) -> str | None:
     """The agent of vector-env row ``row`` (``copy * len(agents) + index``), or None for a single-agent env."""
     return None if agents is None else agents[row % len(agents)]
+
+
+def group_members(env: EnvConfig, groups: Mapping[str, Sequence[str]] | None) -> dict[str, list[str]] | None:
+    """The agents of each of ``groups`` (``policy.groups``: group name -> ``fnmatch`` patterns of agent names) in
+    ``env``, as a dataset's metadata records them (group name -> agent names); None without ``groups``.
+    ``ValueError`` (one line naming ``policy.groups``) where the groups do not fit the env's agents."""
+    if groups is None:
+        return None
+    agents = env.agents()
+    if agents is None:
+        raise ValueError(f"policy.groups: only for PettingZoo envs' agents; {env.id} has one agent")
+    return group_layout(agents, groups, env.id, env.agent_id is not False).members()
 
 
 def env_record(env: EnvConfig) -> dict[str, Any]:

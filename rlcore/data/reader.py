@@ -20,16 +20,19 @@ import pyarrow.parquet as pq
 import torch
 from gymnasium import spaces
 
-from rlcore.common.errors import file_problem
+from rlcore.common.errors import did_you_mean, file_problem
 from rlcore.data.checks import _check_columns, _Checks
 from rlcore.data.schema import (
     AGENT_COLUMN,
+    GROUP_COLUMN,
+    LABEL_COLUMNS,
     METADATA_KEY,
     SCHEMA_VERSION,
     DatasetError,
     ObservationFormat,
     _allocate,
     _binary_bytes,
+    label_columns,
 )
 
 
@@ -39,7 +42,8 @@ class OfflineData:
     (float32; uint8/bool frames and int64 Discrete values as they are),
     actions (N,) int64 (Discrete), (N, k) int64 (MultiDiscrete, MultiBinary) or (N, action_dim) float32 (Box),
     rewards (N,) float32, terminated/truncated (N,) bool, episode_id (N,) int64; agent (N,) object (``str``
-    names) for a multi-agent dataset, else None."""
+    names) for a multi-agent dataset, else None; group (N,) object (``str`` names) for one collected with
+    ``policy.groups``, else None."""
 
     obs: np.ndarray
     actions: np.ndarray
@@ -50,6 +54,7 @@ class OfflineData:
     episode_id: np.ndarray
     metadata: dict[str, Any]
     agent: np.ndarray | None = None
+    group: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -57,13 +62,18 @@ class OfflineData:
     @classmethod
     def concat(cls, parts: list[OfflineData]) -> OfflineData:
         """``parts`` one after another (the first one's metadata)."""
-        agents = [part.agent for part in parts]
+
+        def labels(name: str) -> np.ndarray | None:  # a label column, where every part has it
+            values = [getattr(part, name) for part in parts]
+            return None if any(value is None for value in values) else np.concatenate(values)
+
         # mypy cannot match *args of unknown length against the dataclass fields (misc, arg-type)
         return cls(  # type: ignore[misc]
             *(np.concatenate([getattr(part, name) for part in parts]) for name in  # type: ignore[arg-type]
               ("obs", "actions", "rewards", "next_obs", "terminated", "truncated", "episode_id")),
             metadata=parts[0].metadata,
-            agent=None if any(agent is None for agent in agents) else np.concatenate(agents),  # type: ignore[arg-type]
+            agent=labels(AGENT_COLUMN),
+            group=labels(GROUP_COLUMN),
         )  # fmt: skip
 
     def subset(self, rows: np.ndarray) -> OfflineData:
@@ -77,12 +87,20 @@ class OfflineData:
             self.episode_id[rows],
             self.metadata,
             None if self.agent is None else self.agent[rows],
+            None if self.group is None else self.group[rows],
         )
 
     def of_agents(self, agents: list[str] | None, path: Path) -> OfflineData:
         """The rows of ``agents`` (``dataset.agents``; None: every row); one-line :class:`DatasetError` when the
         dataset at ``path`` has no agent column or no row of one of them."""
         return self if agents is None else self.subset(np.flatnonzero(agent_rows(self.agent, agents, path)))
+
+    def of_groups(self, groups: list[str] | None, path: Path) -> OfflineData:
+        """The rows of ``groups`` (``dataset.groups``; None: every row); one-line :class:`DatasetError` when the
+        dataset at ``path`` has no group column, or one of them is not among its groups or has no row."""
+        if groups is None:
+            return self
+        return self.subset(np.flatnonzero(group_rows(self.group, groups, path, self.metadata)))
 
     def split_by_episode(self, validation_fraction: float, seed: int) -> tuple[OfflineData, OfflineData | None]:
         """(train, validation): whole episodes go to one side, never split inside an episode."""
@@ -109,17 +127,37 @@ class OfflineData:
 def agent_rows(agent: np.ndarray | None, agents: list[str], path: Path) -> np.ndarray:
     """(N,) bool: the rows of ``agent`` (a dataset's agent column, or None: it has none) that belong to ``agents``
     (``dataset.agents``); :class:`DatasetError` (one line) for a dataset without agents or an agent with no row."""
-    if agent is None:
+    return _labelled_rows(agent, agents, path, AGENT_COLUMN, "it was collected from a single-agent env", None)
+
+
+def group_rows(group: np.ndarray | None, groups: list[str], path: Path, metadata: dict[str, Any]) -> np.ndarray:
+    """(N,) bool: the rows of ``group`` (a dataset's group column, or None: it has none) that belong to ``groups``
+    (``dataset.groups``); :class:`DatasetError` (one line) for a dataset without groups, a group its ``metadata``
+    does not list (where it lists them) or a group with no row."""
+    recorded = metadata.get("groups")
+    known = list(recorded) if isinstance(recorded, dict) else None
+    return _labelled_rows(group, groups, path, GROUP_COLUMN, "it was collected without policy.groups", known)
+
+
+def _labelled_rows(
+    values: np.ndarray | None, names: list[str], path: Path, column: str, why_none: str, known: list[str] | None
+) -> np.ndarray:
+    """(N,) bool: the rows whose ``column`` (``values``; None: the dataset has no such column) is one of ``names``
+    (``dataset.<column>s``); ``known``: every name the metadata records, where it records them."""
+    key = f"dataset.{column}s"
+    if values is None:
+        raise DatasetError(f"{key}: {path} has no {column} column ({why_none}); remove {key}")
+    unknown = [name for name in names if known is not None and name not in known]
+    if unknown:
         raise DatasetError(
-            f"dataset.agents: {path} has no agent column (it was collected from a single-agent env); "
-            "remove dataset.agents"
+            f"{key}: {path} has no {column} {unknown[0]!r} (its {column}s: {', '.join(known or [])})"
+            + did_you_mean(unknown[0], known or [])
         )
-    rows = np.isin(agent, np.asarray(agents, dtype=object))
-    missing = [name for name in agents if not (agent == name).any()]
+    missing = [name for name in names if not (values == name).any()]
     if missing:
-        present = ", ".join(sorted({str(name) for name in agent}))
-        raise DatasetError(f"dataset.agents: {path} has no rows of agent {missing[0]!r} (its agents: {present})")
-    return rows
+        present = ", ".join(sorted({str(name) for name in values}))
+        raise DatasetError(f"{key}: {path} has no rows of {column} {missing[0]!r} (its {column}s: {present})")
+    return np.isin(values, np.asarray(names, dtype=object))
 
 
 def read_metadata(path: Path) -> dict[str, Any]:
@@ -154,6 +192,12 @@ def _metadata(path: Path, parquet: pq.ParquetFile) -> dict[str, Any]:
     env = metadata.get("env")
     if env is not None and not (isinstance(env, dict) and isinstance(env.get("id"), str | None)):
         raise DatasetError(f"{path}: unreadable rlcore metadata ('env' is not an object with a string 'id')")
+    groups = metadata.get("groups")
+    if groups is not None and not (
+        isinstance(groups, dict)
+        and all(isinstance(agents, list) and all(isinstance(a, str) for a in agents) for agents in groups.values())
+    ):
+        raise DatasetError(f"{path}: unreadable rlcore metadata ('groups' is not an object of group -> agent names)")
     digest = metadata.get("rows_sha256")
     if digest is not None and not (isinstance(digest, str) and len(digest) == 64):
         raise DatasetError(f"{path}: unreadable rlcore metadata ('rows_sha256' is not a sha256 hex digest)")
@@ -208,9 +252,9 @@ def load_dataset(path: Path, observation_space: gym.Space, action_space: spaces.
     path = Path(path)
     parquet, metadata = _open_checked(path, observation_space, action_space, env_id)
     sizes = [parquet.metadata.row_group(group).num_rows for group in range(parquet.num_row_groups)]
-    agents = AGENT_COLUMN in parquet.schema_arrow.names
-    arrays = _allocate(sum(sizes), ObservationFormat.of(observation_space), action_space, agents)
-    checks = _Checks(path, action_space, env_id, metadata, agents)
+    labels = label_columns(parquet.schema_arrow.names)
+    arrays = _allocate(sum(sizes), ObservationFormat.of(observation_space), action_space, labels)
+    checks = _Checks(path, action_space, env_id, metadata, labels)
     start = 0
     for group, size in enumerate(sizes):
         rows = {name: values[start : start + size] for name, values in arrays.items()}
@@ -234,10 +278,10 @@ def iter_dataset(
     path = Path(path)
     parquet, metadata = _open_checked(path, observation_space, action_space, env_id)
     observation = ObservationFormat.of(observation_space)
-    agents = AGENT_COLUMN in parquet.schema_arrow.names
-    checks = _Checks(path, action_space, env_id, metadata, agents)
+    labels = label_columns(parquet.schema_arrow.names)
+    checks = _Checks(path, action_space, env_id, metadata, labels)
     for group in range(parquet.num_row_groups):
-        arrays = _allocate(parquet.metadata.row_group(group).num_rows, observation, action_space, agents)
+        arrays = _allocate(parquet.metadata.row_group(group).num_rows, observation, action_space, labels)
         _decode_group(path, parquet, group, arrays)
         checks.add(arrays, group)
         yield _as_data(arrays, observation_space, action_space, metadata)
@@ -255,8 +299,8 @@ def read_row_group(
     """Row group ``group`` of a dataset that :func:`iter_dataset` has already validated (page checksums only)."""
     parquet = _open(path)
     rows = parquet.metadata.row_group(group).num_rows
-    agents = AGENT_COLUMN in parquet.schema_arrow.names
-    arrays = _allocate(rows, ObservationFormat.of(observation_space), action_space, agents)
+    labels = label_columns(parquet.schema_arrow.names)
+    arrays = _allocate(rows, ObservationFormat.of(observation_space), action_space, labels)
     _decode_group(Path(path), parquet, group, arrays)
     return _as_data(arrays, observation_space, action_space, metadata)
 
@@ -298,7 +342,7 @@ def _decode_group(path: Path, parquet: pq.ParquetFile, group: int, arrays: dict[
         elif pa.types.is_fixed_size_list(column.type):
             flat = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
             target[:] = flat.reshape(target.shape)
-        elif name == AGENT_COLUMN:
+        elif name in LABEL_COLUMNS:
             target[:] = column.to_pylist()
         else:
             target[:] = column.to_numpy()
@@ -320,4 +364,5 @@ def _as_data(
         episode_id=arrays["episode_id"],
         metadata=metadata,
         agent=arrays.get(AGENT_COLUMN),
+        group=arrays.get(GROUP_COLUMN),
     )

@@ -16,12 +16,18 @@ episodes):
 | ``truncated`` | bool | the episode was cut (time limit, or the end of collection): bootstrap |
 | ``log_prob`` | float32, nullable | log-probability of the action under the behaviour policy, where known |
 | ``agent`` | string | multi-agent datasets only: the agent whose transition the row is (a PettingZoo name) |
+| ``group`` | string | datasets collected with ``policy.groups`` only: the group of the row's agent |
 
 A dataset collected from a PettingZoo Parallel env (``rlcore.envs.multiagent``) has one row per agent step: each
 agent's part of an episode is an episode of its own (its own ``episode_id``, steps from 0, ending at the agent's own
 termination or truncation), its rows carry the agent's name in ``agent`` and its observations the agent's one-hot
 where the env appends one (``env.agent_id``). Its metadata lists the agents (``agents``). Datasets from single-agent
 envs have no ``agent`` column (the columns, the metadata and ``rows_sha256`` are what they were before it existed).
+Collected with ``policy.groups`` (``rlcore.envs.agent_groups``: each agent in the one group whose ``fnmatch``
+patterns match its name), a multi-agent dataset also has the ``group`` column, right after ``agent``, and its
+metadata lists each group's agents (``groups``: group -> agent names, in ``policy.groups`` order); without
+``policy.groups`` it has neither (the file is what it was before they existed). ``dataset.agents`` and
+``dataset.groups`` train an offline algorithm on the rows of some agents or some groups.
 
 The ``observation`` and ``next_observation`` columns by observation space (``rlcore.envs.observations``: the dtype
 observations are kept in everywhere):
@@ -50,10 +56,11 @@ The ``action`` column by action space:
 
 File metadata key ``rlcore`` holds JSON: ``schema_version``, ``env`` (id, kwargs), ``observation_space``,
 ``action_space``, ``policy`` (provenance: kind, path, sha256, epsilon), ``seed``, ``episodes``,
-``transitions``, ``episode_return`` statistics, ``agents`` (multi-agent datasets: the env's agents, in order) and
-``rows_sha256`` (:class:`RowsDigest`: the rows as read for
-training, so a reader can tell that the rows are still the ones the metadata describes). A file without it (your
-own data) is read against the env named in params.
+``transitions``, ``episode_return`` statistics, ``agents`` (multi-agent datasets: the env's agents, in order),
+``groups`` (collected with ``policy.groups``: group name -> its agents' names) and ``rows_sha256``
+(:class:`RowsDigest`: the rows as read for training, the ``agent`` and ``group`` columns included where there are
+any, so a reader can tell that the rows are still the ones the metadata describes). A file without it (your own
+data) is read against the env named in params.
 
 Written by ``rlcore.data.writer``; read by ``rlcore.data.reader``, which checks every file with
 ``rlcore.data.checks``.
@@ -94,10 +101,20 @@ COLUMNS = (
     "log_prob",
 )
 DIGEST_COLUMNS = COLUMNS[:-1]
-"""The columns :class:`RowsDigest` covers: every one training reads (``log_prob`` is provenance only), and
-:data:`AGENT_COLUMN` where a dataset has it."""
+"""The columns :class:`RowsDigest` covers: every one training reads (``log_prob`` is provenance only), and the
+:data:`LABEL_COLUMNS` a dataset has."""
 AGENT_COLUMN = "agent"
 """The optional column of multi-agent datasets, after :data:`COLUMNS`: the agent's name (string)."""
+GROUP_COLUMN = "group"
+"""The optional column of multi-agent datasets collected with ``policy.groups``, after :data:`AGENT_COLUMN`: the
+agent's group (string)."""
+LABEL_COLUMNS = (AGENT_COLUMN, GROUP_COLUMN)
+"""The optional string columns that label each row, in the order they follow :data:`COLUMNS`."""
+
+
+def label_columns(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The :data:`LABEL_COLUMNS` among a schema's column ``names``, in their order."""
+    return tuple(name for name in LABEL_COLUMNS if name in names)
 
 
 class DatasetError(RLCoreError):
@@ -110,16 +127,16 @@ class RowsDigest:
     the digest depends on the values and their order only, not on the row groups, encodings or integer widths
     of the file. Hashes one column per sha256, combined at the end."""
 
-    def __init__(self, agents: bool = False) -> None:
-        names = (*DIGEST_COLUMNS, AGENT_COLUMN) if agents else DIGEST_COLUMNS
-        self._columns = {name: hashlib.sha256() for name in names}
+    def __init__(self, labels: tuple[str, ...] = ()) -> None:
+        """``labels``: the :data:`LABEL_COLUMNS` the dataset has (:func:`label_columns`), hashed after the others."""
+        self._columns = {name: hashlib.sha256() for name in (*DIGEST_COLUMNS, *labels)}
 
     def update(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """The next rows, decoded as :func:`_allocate` lays them out (a column's canonical dtype; agent names as
-        their UTF-8 bytes, each followed by a NUL)."""
+        """The next rows, decoded as :func:`_allocate` lays them out (a column's canonical dtype; agent and group
+        names as their UTF-8 bytes, each followed by a NUL)."""
         for name, digest in self._columns.items():
-            if name == AGENT_COLUMN:
-                digest.update(b"".join(f"{agent}\0".encode() for agent in arrays[name]))
+            if name in LABEL_COLUMNS:
+                digest.update(b"".join(f"{label}\0".encode() for label in arrays[name]))
                 continue
             digest.update(np.ascontiguousarray(arrays[name]).reshape(-1).view(np.uint8).data)
 
@@ -190,13 +207,13 @@ def _binary_bytes(array: pa.FixedSizeBinaryArray) -> np.ndarray:
     return data[array.offset * width : (array.offset + len(array)) * width]
 
 
-def arrow_schema(observation: ObservationFormat, action_space: spaces.Space, agents: bool = False) -> pa.Schema:
-    """The columns of a dataset (the module docstring's tables); ``agents``: with :data:`AGENT_COLUMN` last."""
+def arrow_schema(observation: ObservationFormat, action_space: spaces.Space, labels: tuple[str, ...] = ()) -> pa.Schema:
+    """The columns of a dataset (the module docstring's tables); ``labels``: the :data:`LABEL_COLUMNS` it has,
+    last."""
     vector = observation.arrow_type
     shape, dtype = action_layout(action_space)
     value = pa.int64() if dtype == torch.int64 else pa.float32()
     action = pa.list_(value, shape[0]) if shape else value
-    agent = [pa.field(AGENT_COLUMN, pa.string(), nullable=False)] if agents else []
     return pa.schema(
         [
             pa.field("episode_id", pa.int64(), nullable=False),
@@ -208,18 +225,17 @@ def arrow_schema(observation: ObservationFormat, action_space: spaces.Space, age
             pa.field("terminated", pa.bool_(), nullable=False),
             pa.field("truncated", pa.bool_(), nullable=False),
             pa.field("log_prob", pa.float32(), nullable=True),
-            *agent,
+            *(pa.field(name, pa.string(), nullable=False) for name in labels),
         ]
     )
 
 
 def _allocate(
-    rows: int, observation: ObservationFormat, action_space: spaces.Space, agents: bool = False
+    rows: int, observation: ObservationFormat, action_space: spaces.Space, labels: tuple[str, ...] = ()
 ) -> dict[str, np.ndarray]:
     """Empty arrays for ``rows`` decoded rows, in the dtypes training reads (and :class:`RowsDigest` hashes);
-    ``agents``: with :data:`AGENT_COLUMN` (object, the names as ``str``)."""
+    ``labels``: with those :data:`LABEL_COLUMNS` (object, the names as ``str``)."""
     action_shape, _ = action_layout(action_space)
-    agent = {AGENT_COLUMN: np.empty(rows, object)} if agents else {}
     return {
         "episode_id": np.empty(rows, np.int64),
         "step": np.empty(rows, np.int64),
@@ -229,7 +245,7 @@ def _allocate(
         "next_observation": np.empty((rows, observation.size), observation.dtype),
         "terminated": np.empty(rows, bool),
         "truncated": np.empty(rows, bool),
-        **agent,
+        **{name: np.empty(rows, object) for name in labels},
     }
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlcore.data.reader import OfflineData, agent_rows, iter_dataset, read_row_group
+from rlcore.data.reader import OfflineData, agent_rows, group_rows, iter_dataset, read_row_group
 from rlcore.data.schema import DatasetError
 from rlcore.nets.blocks import ObsNormalizer
 
@@ -67,16 +67,19 @@ class RowGroupStream:
         validation_fraction: float,
         validation_limit: int,
         agents: list[str] | None = None,
+        groups: list[str] | None = None,
     ) -> None:
         self.path = Path(path)
         self.observation_space, self.action_space = observation_space, action_space
-        self.seed, self.validation_fraction, self.agents = seed, validation_fraction, agents
+        self.seed, self.validation_fraction = seed, validation_fraction
+        self.agents, self.agent_groups = agents, groups  # dataset.agents, dataset.groups (self.groups: row groups)
         # One validating pass (every check of load_dataset, a row group at a time) that keeps the validation rows.
         held_out: list[OfflineData] = []
         kept = 0
         self.sizes: list[int] = []  # iter_dataset yields one row group at a time
         self.rows = 0
         found: list[np.ndarray] = []  # the agent column's names, a row group at a time (dataset.agents)
+        found_groups: list[np.ndarray] = []  # the group column's (dataset.groups)
         for chunk in iter_dataset(self.path, observation_space, action_space, env_id):
             self.metadata = chunk.metadata
             self.sizes.append(len(chunk))
@@ -84,6 +87,8 @@ class RowGroupStream:
             wanted = self._wanted(chunk)
             if agents is not None and chunk.agent is not None:
                 found.append(np.unique(chunk.agent))
+            if groups is not None and chunk.group is not None:
+                found_groups.append(np.unique(chunk.group))
             self.rows += int((wanted & ~validation).sum())
             rows = np.flatnonzero(validation & wanted)[: validation_limit - kept]
             if len(rows):
@@ -91,6 +96,8 @@ class RowGroupStream:
                 kept += len(rows)
         if agents is not None:  # refused as a dataset read whole refuses it
             agent_rows(np.concatenate(found) if found else None, agents, self.path)
+        if groups is not None:
+            group_rows(np.concatenate(found_groups) if found_groups else None, groups, self.path, self.metadata)
         if self.rows == 0:
             raise DatasetError(
                 f"{self.path}: every episode is held out for validation, none is left to train on "
@@ -143,8 +150,10 @@ class RowGroupStream:
         return chunk.subset(np.flatnonzero(~validation & self._wanted(chunk))).tensors()
 
     def _wanted(self, chunk: OfflineData) -> np.ndarray:
-        """(rows,) bool: the rows of ``dataset.agents`` (every row without it, or in a dataset without agents:
-        those are refused once the validating pass is through)."""
-        if self.agents is None or chunk.agent is None:
-            return np.full(len(chunk), self.agents is None or chunk.agent is not None)
-        return np.isin(chunk.agent, np.asarray(self.agents, dtype=object))
+        """(rows,) bool: the rows of ``dataset.agents`` and ``dataset.groups`` (every row without them; in a dataset
+        without agents or groups every row too: those are refused once the validating pass is through)."""
+        wanted = np.ones(len(chunk), dtype=bool)
+        for names, labels in ((self.agents, chunk.agent), (self.agent_groups, chunk.group)):
+            if names is not None and labels is not None:
+                wanted &= np.isin(labels, np.asarray(names, dtype=object))
+        return wanted

@@ -8,6 +8,7 @@ a CRC32 checksum and the metadata records ``rows_sha256`` (:class:`rlcore.data.s
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from rlcore.common.files import AtomicTarget, atomic_path
 from rlcore.data.reader import _open, _read_row_group, read_metadata
 from rlcore.data.schema import (
     AGENT_COLUMN,
+    GROUP_COLUMN,
+    LABEL_COLUMNS,
     METADATA_KEY,
     SCHEMA_VERSION,
     DatasetError,
@@ -28,6 +31,7 @@ from rlcore.data.schema import (
     RowsDigest,
     _numpy_action_dtype,
     arrow_schema,
+    label_columns,
 )
 
 
@@ -37,7 +41,10 @@ class DatasetWriter:
     Memory holds at most one row group plus the episodes in progress. The file is written under a
     temporary name and renamed into place by :meth:`close`, with the metadata (statistics included).
     ``agents`` (a multi-agent env's names): every episode is one agent's, named in the ``agent`` column, and the
-    metadata lists them as ``agents``; None (a single-agent env): no such column, no such key.
+    metadata lists them as ``agents``; None (a single-agent env): no such column, no such key. ``groups`` (group ->
+    its agents' names, every agent in exactly one: ``rlcore.envs.agent_groups.GroupLayout.members``, for a
+    collection with ``policy.groups``): each row's agent's group in the ``group`` column, and the metadata records
+    them as ``groups``; None: no such column, no such key.
     """
 
     def __init__(
@@ -48,12 +55,20 @@ class DatasetWriter:
         metadata: dict[str, Any],
         row_group_size: int = 65_536,
         agents: tuple[str, ...] | None = None,
+        groups: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.path = Path(path)
         self.observation = ObservationFormat.of(observation_space)
         self.action_dtype = _numpy_action_dtype(action_space)
-        self.schema = arrow_schema(self.observation, action_space, agents is not None)
+        members = [agent for group in (groups or {}).values() for agent in group]
+        if groups is not None and (agents is None or sorted(members) != sorted(agents)):
+            raise ValueError(f"{self.path}: every agent belongs to exactly one group, got {dict(groups)} for {agents}")
+        self._group_of = {agent: name for name, group in (groups or {}).items() for agent in group}
+        labels = () if agents is None else (AGENT_COLUMN,) if groups is None else (AGENT_COLUMN, GROUP_COLUMN)
+        self.schema = arrow_schema(self.observation, action_space, labels)
         self.metadata = dict(metadata) | ({"agents": list(agents)} if agents is not None else {})
+        if groups is not None:
+            self.metadata["groups"] = {name: list(group) for name, group in groups.items()}
         self.agents = agents
         self.row_group_size = row_group_size
         self._atomic = AtomicTarget(self.path)
@@ -94,6 +109,7 @@ class DatasetWriter:
                 "truncated": np.asarray(truncated, dtype=bool),
                 "log_prob": None if log_probs is None else np.asarray(log_probs, dtype=np.float32),
                 AGENT_COLUMN: agent,
+                GROUP_COLUMN: self._group_of.get(agent) if agent is not None else None,
             }
         )
         self.episodes += 1
@@ -110,7 +126,7 @@ class DatasetWriter:
         for name in self.schema.names:
             parts = [episode[name] for episode in self._pending]
             field = self.schema.field(name)
-            if name == AGENT_COLUMN:
+            if name in LABEL_COLUMNS:
                 names = [part for part, e in zip(parts, self._pending, strict=True) for _ in range(len(e["reward"]))]
                 columns[name] = pa.array(names, type=pa.string())
             elif name == "log_prob":  # unknown log-probabilities (None or NaN) are stored as nulls
@@ -178,7 +194,7 @@ class _RowGroupWriter:
             write_page_checksum=True,
         )
         self.row_group_size = row_group_size
-        self.digest = RowsDigest(agents=AGENT_COLUMN in schema.names)
+        self.digest = RowsDigest(label_columns(schema.names))
         self._carry: list[pa.Table] = []
         self._carry_rows = 0
 

@@ -15,7 +15,7 @@ from rlcore.common.errors import RLCoreError
 from rlcore.common.files import sha256_file
 from rlcore.common.stage_paths import project_path
 from rlcore.config.sections import Params
-from rlcore.data.collection import CollectionPlan, collect_dataset, env_record
+from rlcore.data.collection import CollectionPlan, collect_dataset, env_record, group_members
 from rlcore.data.reader import read_metadata
 from rlcore.data.writer import merge_datasets
 from rlcore.registry import policy_from_checkpoint
@@ -29,7 +29,8 @@ def collect_stage(params: Params, root: Path) -> Path:
 
     With ``collect.shards`` > 1 the shards are collected one after another, then merged: the same file the
     Prefect flow writes when it runs the shards in parallel on Dask. A multi-agent env (PettingZoo Parallel) writes
-    one row per agent step, named by the ``agent`` column (``rlcore.data.schema``).
+    one row per agent step, named by the ``agent`` column (``rlcore.data.schema``), and with ``policy.groups`` its
+    agent's group in the ``group`` column.
     """
     shards = [collect_shard(params, root, index) for index in range(params.collect.shards)]
     return shards[0] if len(shards) == 1 else merge_collected_shards(params, root)
@@ -66,6 +67,7 @@ def collect_shard(params: Params, root: Path, index: int) -> Path:
         "num_envs": cfg.num_envs,
         "env": env_record(params.env),
         "policy": {**provenance, "epsilon": cfg.epsilon, "deterministic": cfg.deterministic},
+        "groups": group_members(params.env, params.policy.groups),
     }
     if cfg.shards > 1 and _collected_already(path, expected):
         log.info("shard %d of %d was collected before: %s (kept)", index, cfg.shards, path)
@@ -80,7 +82,9 @@ def collect_shard(params: Params, root: Path, index: int) -> Path:
         row_group_size=cfg.row_group_size,
     )
     extra_metadata = {"shard": plan} if cfg.shards > 1 else None
-    collect_dataset(path, params.env, policy, provenance, rollout, extra_metadata=extra_metadata)
+    collect_dataset(
+        path, params.env, policy, provenance, rollout, extra_metadata=extra_metadata, groups=params.policy.groups
+    )
     return path
 
 

@@ -40,5 +40,5 @@ STAGE_PARAMS: dict[str, tuple[str, ...]] = {
         "train.seeds",
     ),
     "export": ("name", "branch", "torch_threads", "export"),
-    "collect": ("torch_threads", "env", "collect"),
+    "collect": ("torch_threads", "env", "policy.groups", "collect"),  # policy.groups: the dataset's group column
 }

@@ -156,9 +156,8 @@ class DatasetSource(DataSource):
         self.batches: InMemoryBatches | RowGroupStream
         self.held_out: OfflineData | None
         if cfg.in_memory:
-            data = load_dataset(self.path, observation_space, action_space, params.env.id).of_agents(
-                cfg.agents, self.path
-            )
+            data = load_dataset(self.path, observation_space, action_space, params.env.id)
+            data = data.of_agents(cfg.agents, self.path).of_groups(cfg.groups, self.path)
             train, self.held_out = data.split_by_episode(cfg.validation_fraction, params.seed)
             self.batches = InMemoryBatches(train)
         else:
@@ -173,6 +172,7 @@ class DatasetSource(DataSource):
                 cfg.validation_fraction,
                 cfg.validation_limit,
                 cfg.agents,
+                cfg.groups,
             )
             self.batches, self.held_out = stream, stream.validation
         self._held_out_tensors: dict[str, torch.Tensor] | None = None

@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from conftest import PROJECT
 
 from rlcore.data.collection import CollectionPlan, collect_dataset
@@ -471,3 +472,114 @@ def test_dataset_agents_on_a_dataset_without_agents_is_refused_and_keeps_the_fin
     status, stderr = train(project, "data/dataset.parquet", in_memory, "dataset.agents=[agent_0]", *FINISHED)
     refused(status, stderr, "dataset.agents:", "data/dataset.parquet has no agent column", "remove dataset.agents")
     assert snapshot(project) == before
+
+
+# --- dataset.groups (issue 29) ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_dataset_groups_on_a_dataset_without_agents_is_refused_and_keeps_the_finished_run(
+    project: Path, in_memory: bool
+) -> None:
+    """A single-agent dataset has no ``group`` column: ``dataset.groups`` is refused like ``dataset.agents``."""
+    before = snapshot(project)
+    status, stderr = train(project, "data/dataset.parquet", in_memory, "dataset.groups=[good]", *FINISHED)
+    refused(status, stderr, "dataset.groups:", "data/dataset.parquet has no group column", "remove dataset.groups")
+    assert snapshot(project) == before
+
+
+SPREAD = EnvConfig(id="pettingzoo:mpe2.simple_spread_v3", kwargs={"N": 3, "max_cycles": 25})
+SPREAD_GROUPS = {"lead": ["agent_0"], "rest": ["agent_1", "agent_2"]}
+SPREAD_PLAN = CollectionPlan(2, None, 12, 0.0, False, 0, 40)
+"""4 episodes of simple_spread's 3 agents (12 agents' episodes, 300 rows) in row groups of 40."""
+
+
+def collected_without_groups(valid: Path, target: Path) -> None:
+    """The same collection without ``policy.groups``: no group column, no ``groups`` key."""
+    collect_dataset(target, SPREAD, None, {"kind": "random"}, SPREAD_PLAN)
+
+
+def group_column_of_integers(table: pa.Table) -> pa.Table:
+    index = table.schema.get_field_index("group")
+    return table.set_column(index, "group", pa.array([1] * table.num_rows, pa.int64()))
+
+
+def ghost_group(metadata: dict[str, Any]) -> None:
+    metadata["groups"]["ghost"] = ["agent_9"]
+
+
+def groups_as_a_list(metadata: dict[str, Any]) -> None:
+    metadata["groups"] = list(metadata["groups"])
+
+
+DATASET_GROUPS_CASES: dict[str, tuple[Corruption | None, str, tuple[str, ...]]] = {
+    "a group the dataset does not have": (
+        None,
+        "[lead, red]",
+        ("dataset.groups:", "has no group 'red' (its groups: lead, rest)"),
+    ),
+    "a misspelt group": (None, "[rst]", ("dataset.groups:", "has no group 'rst'", "(did you mean 'rest'?)")),
+    "collected without policy.groups": (
+        collected_without_groups,
+        "[rest]",
+        ("dataset.groups:", "has no group column (it was collected without policy.groups); remove dataset.groups"),
+    ),
+    "a group the metadata lists without rows": (
+        with_metadata(ghost_group),
+        "[ghost]",
+        ("dataset.groups:", "has no rows of group 'ghost'"),
+    ),
+    "the metadata's groups not an object": (
+        with_metadata(groups_as_a_list),
+        "[rest]",
+        ("unreadable rlcore metadata ('groups' is not an object",),
+    ),
+    "a group column of integers": (
+        rewritten(group_column_of_integers, keep_metadata=False),
+        "[rest]",
+        ("column 'group' has type int64, expected string",),
+    ),
+}
+"""``dataset.groups`` on a simple_spread dataset collected with :data:`SPREAD_GROUPS` (corrupted by the first item
+where it is not None): ``rlcore train --params offline-spread.yaml --set dataset.groups=GROUPS``, refused in one line
+naming the file (and ``dataset.groups`` where the groups named are what is wrong, not the file), read whole and
+streamed; the finished run on ``[rest]`` stays byte for byte as it was."""
+
+
+@pytest.fixture(scope="module")
+def spread_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A project holding a finished BC run on the ``rest`` group's rows of a grouped simple_spread dataset."""
+    root = tmp_path_factory.mktemp("spread-project")
+    tree = yaml.safe_load((PROJECT / "offline.yaml").read_text())
+    tree |= {"name": "bc-spread", "env": {"id": SPREAD.id, "kwargs": SPREAD.kwargs}}
+    (root / "offline-spread.yaml").write_text(yaml.safe_dump(tree))
+    (root / "data" / "bad").mkdir(parents=True)
+    collect_dataset(
+        root / "data" / "spread.parquet", SPREAD, None, {"kind": "random"}, SPREAD_PLAN, groups=SPREAD_GROUPS
+    )
+    status, stderr = train_spread(root, "data/spread.parquet", True, "dataset.groups=[rest]", *FINISHED)
+    assert status == 0, stderr
+    assert list((root / "runs" / "bc-spread" / "checkpoints").glob("step_*.pt")), "the finished run has no checkpoint"
+    yield root
+
+
+def train_spread(root: Path, dataset: str, in_memory: bool, *overrides: str) -> tuple[Any, str]:
+    sets = [f"dataset.path={dataset}", f"dataset.in_memory={str(in_memory).lower()}", *overrides]
+    return run_in_process(["train", "--params", "offline-spread.yaml", *[a for s in sets for a in ("--set", s)]], root)
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+@pytest.mark.parametrize("name", list(DATASET_GROUPS_CASES))
+def test_dataset_groups_case_is_refused_in_one_line_and_keeps_the_finished_run(
+    spread_project: Path, name: str, in_memory: bool
+) -> None:
+    corrupt, groups, fragments = DATASET_GROUPS_CASES[name]
+    dataset = "data/spread.parquet"
+    if corrupt is not None:
+        dataset = f"data/bad/{name.replace(' ', '_').replace('.', '_')}.parquet"
+        if not (spread_project / dataset).exists():
+            corrupt(spread_project / "data" / "spread.parquet", spread_project / dataset)
+    before = snapshot(spread_project)
+    status, stderr = train_spread(spread_project, dataset, in_memory, f"dataset.groups={groups}", *FINISHED)
+    refused(status, stderr, dataset, *fragments)
+    assert snapshot(spread_project) == before

@@ -901,6 +901,7 @@ NAME_LIKE = {
     ("algo", "name"): ["bogus", 5, ["ppo"], None],
     ("train", "seeds"): [[], [-1], [0, 0], [2**32], [0, 1.5], [True], list(range(65))],
     ("dataset", "agents"): [[]],
+    ("dataset", "groups"): [[]],
 }
 """Invalid values of keys whose type alone does not say what is invalid."""
 HUGE = {"n_steps": 10**12, "buffer_size": 10**12}
@@ -1107,14 +1108,21 @@ def test_fuzz_malformed_files_are_refused(fuzz_project: Path, content: bytes, st
 DATASET_AGENTS_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "dataset.agents empty": (["--set", "dataset.agents=[]"], ("dataset.agents",)),
     "dataset.agents not a list of names": (["--set", "dataset.agents=agent_0"], ("dataset.agents",)),
+    "dataset.groups empty": (["--set", "dataset.groups=[]"], ("dataset.groups",)),
+    "dataset.groups not a list of names": (["--set", "dataset.groups=good"], ("dataset.groups",)),
+    "dataset.groups not names": (["--set", "dataset.groups=[{a: 1}]"], ("dataset.groups",)),
+    "dataset.agents and dataset.groups both set": (
+        ["--set", "dataset.agents=[agent_0]", "--set", "dataset.groups=[good]"],
+        ("dataset.groups:", "at most one of dataset.agents and dataset.groups"),
+    ),
 }
-"""``dataset.agents`` (issue 29, multi-agent datasets): ``rlcore train ARGS``, refused before anything is written.
-An agent absent from the dataset, or a dataset without agents, is refused when the dataset is read
-(tests/faults/test_dataset_cases.py, tests/test_multiagent_datasets.py)."""
+"""``dataset.agents`` and ``dataset.groups`` (issue 29, multi-agent datasets): ``rlcore train ARGS``, refused before
+anything is written. An agent or group absent from the dataset, or a dataset without agents or groups, is refused
+when the dataset is read (tests/faults/test_dataset_cases.py, tests/test_multiagent_datasets.py)."""
 
 
 @pytest.mark.parametrize("label", list(DATASET_AGENTS_CASES))
-def test_dataset_agents_case_is_refused_in_one_line_and_writes_nothing(label: str, project: Path) -> None:
+def test_dataset_agents_and_groups_case_is_refused_in_one_line_and_writes_nothing(label: str, project: Path) -> None:
     args, fragments = DATASET_AGENTS_CASES[label]
     before = snapshot(project)
     assert_refused(run_in_process(["train", *args], project), *fragments)
