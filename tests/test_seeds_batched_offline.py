@@ -28,6 +28,8 @@ from rlcore.trainers import offline_seeds
 from rlcore.trainers.sources import DatasetSource
 from tests.conftest import PROJECT
 
+BATCHED_CALLS: dict[str, list[int]] = {}
+"""Per case: the number of seeds in each call of the batched trainer during the fixture's batched run."""
 RTOL, ATOL = 1e-5, 1e-6
 """Weights and Adam moments (scale ~1 and below) after 90 steps differ by ~1e-7 at most (float32 sums in another
 order in the batched matrix products): a few times below these."""
@@ -88,7 +90,11 @@ def project(
     ``runs/batched`` and one after another into ``runs/single``)."""
     case: str = request.param
     root = new_project(tmp_path_factory.mktemp(f"batched-{case}"), datasets(case))
-    train_stage(bc_params(case, train={"seeds": [0, 1, 2]}), root)
+    batched = offline_seeds._train_batched
+    calls = BATCHED_CALLS.setdefault(case, [])
+    with pytest.MonkeyPatch.context() as patch:  # a spy that calls through: which seeds the batched step trained
+        patch.setattr(offline_seeds, "_train_batched", lambda seeds: (calls.append(len(seeds)), batched(seeds))[1])
+        train_stage(bc_params(case, train={"seeds": [0, 1, 2]}), root)
     train_stage(bc_params(case, name="single", train={"seeds": [0, 1, 2], "batch_seeds": False}), root)
     return case, root
 
@@ -117,14 +123,13 @@ def test_each_batched_seed_is_the_run_with_that_seed(project: tuple[str, Path]) 
     """Every checkpoint of seed k: the same evaluation returns, step counts and RNG states as the unbatched run's,
     weights, Adam moments and validation metrics within rtol 1e-5 / atol 1e-6."""
     case, root = project
-    largest: list[tuple[float, str]] = []
     for seed in (0, 1, 2):
         ours = checkpoints(root / "runs" / "batched" / f"seed_{seed}")
         theirs = checkpoints(root / "runs" / "single" / f"seed_{seed}")
         assert [c.step for c in ours] == [c.step for c in theirs] == [30, 60, 90]
         for mine, single in zip(ours, theirs, strict=True):
             where = f"{case} seed {seed} {mine.path.name}"
-            largest += differences(mine.tensors, single.tensors, where)
+            differences(mine.tensors, single.tensors, where)
             assert mine.tensors["algorithm"]["optimizer"]["state"], f"{where}: no optimizer state"
             for key in ("gradient_steps", "updates", "numpy_rng"):
                 assert mine.meta[key] == single.meta[key], f"{where} {key}"
@@ -133,7 +138,9 @@ def test_each_batched_seed_is_the_run_with_that_seed(project: tuple[str, Path]) 
                 assert value == pytest.approx(single.meta["validation"][name], rel=RTOL, abs=ATOL), f"{where} {name}"
             returns = [[entry["mean_return"] for entry in c.meta["evaluations"]] for c in (mine, single)]
             assert returns[0] == pytest.approx(returns[1], rel=RTOL, abs=ATOL), where
-    assert max(largest)[0] > 0, "bitwise equal: is the batched trainer used at all?"
+    # The batched trainer ran (all three seeds in one program); bitwise equality to the unbatched run is allowed:
+    # on some CPUs the batched matrix products sum in the same order for the discrete case.
+    assert BATCHED_CALLS[case] and max(BATCHED_CALLS[case]) == 3, BATCHED_CALLS
 
 
 def test_the_batched_seeds_differ(project: tuple[str, Path]) -> None:
@@ -235,20 +242,23 @@ def test_seeds_out_of_the_batched_scope_train_one_after_another(
         assert mine.meta["validation"] == single.meta["validation"]
 
 
-def test_the_batched_step_masks_illegal_actions_as_the_policy_does(tmp_path: Path) -> None:
+def test_the_batched_step_masks_illegal_actions_as_the_policy_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Taxi with its action masks (``env.action_mask: info``): the batched seeds equal the unbatched runs; the
     cross-entropy is over the legal actions."""
     masked = {"env": {"id": "Taxi-v4", "action_mask": "info"}}
     dataset = collect_stage(bc_params("discrete", **masked), tmp_path / "collect")
     changes = {**masked, "dataset": {"path": str(dataset), "validation_fraction": 0.2}}
     train = {"seeds": [0, 1], "max_steps": 30}
+    batched, calls = offline_seeds._train_batched, []
+    monkeypatch.setattr(offline_seeds, "_train_batched", lambda seeds: (calls.append(len(seeds)), batched(seeds))[1])
     train_stage(bc_params("discrete", **changes, train=train), tmp_path)
     train_stage(bc_params("discrete", **changes, name="single", train={**train, "batch_seeds": False}), tmp_path)
-    largest: list[tuple[float, str]] = []
     for seed in (0, 1):
         (mine,) = checkpoints(tmp_path / "runs" / "batched" / f"seed_{seed}")
         (single,) = checkpoints(tmp_path / "runs" / "single" / f"seed_{seed}")
-        largest += differences(mine.tensors, single.tensors, f"seed {seed}")
+        differences(mine.tensors, single.tensors, f"seed {seed}")
         for name, value in mine.meta["validation"].items():
             assert value == pytest.approx(single.meta["validation"][name], rel=RTOL, abs=ATOL), f"seed {seed} {name}"
-    assert max(largest)[0] > 0, "bitwise equal: is the batched trainer used at all?"
+    assert calls and max(calls) == 2, calls  # the batched trainer ran both seeds in one program
