@@ -1,5 +1,5 @@
 """The scripted opponents of rlcore.envs.opponents on hand-made positions of PettingZoo's own games: the move each
-must take (win now, block the other seat's win), checked again by the game's reward."""
+must take (win now, block the other seat's win, make or block a fork), checked again by the game's reward."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rlcore.envs.opponents import one_step_lookahead, random_legal
+from rlcore.envs.opponents import fork_lookahead, one_step_lookahead, random_legal
 
 connect_four_v3 = pytest.importorskip("pettingzoo.classic.connect_four_v3")
 tictactoe_v3 = pytest.importorskip("pettingzoo.classic.tictactoe_v3")
@@ -95,6 +95,34 @@ def test_one_step_lookahead_blocks_the_tictactoe_threat() -> None:
     assert lookahead_moves(observation) == {2}
     threatened, _ = position(tictactoe_v3, [0, 4, 1, 8])
     assert mover_wins_with(threatened, 2), "cell 2 was X's win"
+
+
+def test_fork_lookahead_makes_a_fork_that_wins_whatever_the_other_seat_blocks() -> None:
+    # X at 0 and 5, O at 1 and 6: nothing to win or block; X at 4 threatens 8 (0-4-8) and 3 (3-4-5), X at 8
+    # threatens 4 (0-4-8) and 2 (2-5-8): the forks. one_step_lookahead plays any free cell.
+    moves = [0, 1, 5, 6]
+    _, observation = position(tictactoe_v3, moves)
+    assert {fork_lookahead(observation, np.random.default_rng(seed)) for seed in range(40)} == {4, 8}
+    assert len(lookahead_moves(observation, draws=60)) > 2
+    for block, win in ((8, 3), (3, 8)):  # whichever threat O blocks, X wins with the other
+        env, _ = position(tictactoe_v3, [*moves, 4, block])
+        assert mover_wins_with(env, win)
+
+
+def test_fork_lookahead_wins_before_it_forks_and_takes_the_other_seats_fork_cell() -> None:
+    # X at 0 and 8, O at 4, O to move: O has no fork of its own; X would fork at 2 or 6: O takes one of them
+    _, observation = position(tictactoe_v3, [0, 4, 8])
+    assert {fork_lookahead(observation, np.random.default_rng(seed)) for seed in range(40)} == {2, 6}
+    # X at 0 and 1 (wins at 2) with a fork at 4 too: the win comes first
+    env, observation = position(tictactoe_v3, [0, 3, 1, 6])
+    assert {fork_lookahead(observation, np.random.default_rng(seed)) for seed in range(20)} == {2}
+    assert mover_wins_with(env, 2)
+
+
+def test_fork_lookahead_refuses_a_game_it_does_not_know() -> None:
+    observation = {"observation": np.zeros((8, 8, 2), np.int8), "action_mask": np.ones(8, np.int8)}
+    with pytest.raises(ValueError, match=r"fork_lookahead: observations of shape \(8, 8, 2\)"):
+        fork_lookahead(observation, np.random.default_rng(0))
 
 
 def test_one_step_lookahead_refuses_a_game_it_does_not_know() -> None:

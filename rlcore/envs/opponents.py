@@ -92,6 +92,43 @@ def _completes_line(marks: np.ndarray, row: int, column: int, in_a_row: int) -> 
     return False
 
 
+def _game_planes(observation: dict[str, Any], who: str) -> tuple[np.ndarray, InARowGame, np.ndarray]:
+    """The observation's planes (rows, columns, 2) bool, its game and its legal actions; ``ValueError`` naming ``who``
+    for a game of another shape (:data:`IN_A_ROW_GAMES`)."""
+    planes = np.asarray(observation["observation"]) > 0
+    game = IN_A_ROW_GAMES.get(planes.shape)
+    if game is None:
+        known = ", ".join(str(shape) for shape in IN_A_ROW_GAMES)
+        raise ValueError(f"{who}: observations of shape {planes.shape}, expected one of {known}")
+    return planes, game, np.flatnonzero(np.asarray(observation["action_mask"]))
+
+
+def _winning_moves(marks: np.ndarray, occupied: np.ndarray, game: InARowGame) -> list[int]:
+    """The actions that complete a line for the seat with ``marks`` (rows, columns) bool on the board ``occupied``."""
+    return [
+        action
+        for action in range(occupied.shape[1] if game.drops else occupied.size)
+        if _is_free(occupied, action, game) and _completes_line(marks, *_landing(occupied, action, game), game.in_a_row)
+    ]
+
+
+def _is_free(occupied: np.ndarray, action: int, game: InARowGame) -> bool:
+    return not occupied[0, action] if game.drops else not occupied.reshape(-1)[action]
+
+
+def _forks(marks: np.ndarray, occupied: np.ndarray, legal: np.ndarray, game: InARowGame) -> list[int]:
+    """The legal actions after which the seat with ``marks`` could win in two or more ways on its next move (a fork:
+    the other seat blocks one at most)."""
+    forks = []
+    for action in legal:
+        row, column = _landing(occupied, int(action), game)
+        mine, taken = marks.copy(), occupied.copy()
+        mine[row, column] = taken[row, column] = True
+        if len(_winning_moves(mine, taken, game)) >= 2:
+            forks.append(int(action))
+    return forks
+
+
 def one_step_lookahead(observation: dict[str, Any], rng: np.random.Generator) -> int:
     """Connect four's (``connect_four_v3``) and tic-tac-toe's (``tictactoe_v3``) one-step-lookahead player: a legal
     move that wins now if there is one, else one that takes the cell where the other seat would win with its next
@@ -100,12 +137,7 @@ def one_step_lookahead(observation: dict[str, Any], rng: np.random.Generator) ->
 
     ``observation``: the seat's ``{"observation": (rows, columns, 2) own marks then the other seat's,
     "action_mask": (n,)}``; ``ValueError`` for a game of another shape (:data:`IN_A_ROW_GAMES`)."""
-    planes = np.asarray(observation["observation"]) > 0
-    game = IN_A_ROW_GAMES.get(planes.shape)
-    if game is None:
-        known = ", ".join(str(shape) for shape in IN_A_ROW_GAMES)
-        raise ValueError(f"one_step_lookahead: observations of shape {planes.shape}, expected one of {known}")
-    legal = np.flatnonzero(np.asarray(observation["action_mask"]))
+    planes, game, legal = _game_planes(observation, "one_step_lookahead")
     occupied = planes[:, :, 0] | planes[:, :, 1]
     for seat in (0, 1):  # its own win first, then the other seat's (to block it)
         lines = [
@@ -115,4 +147,27 @@ def one_step_lookahead(observation: dict[str, Any], rng: np.random.Generator) ->
         ]
         if lines:
             return int(rng.choice(lines))
+    return int(legal[rng.integers(len(legal))])
+
+
+def fork_lookahead(observation: dict[str, Any], rng: np.random.Generator) -> int:
+    """:func:`one_step_lookahead` that also plays forks: a move that wins now, else a block, else a move after which
+    it has two or more winning moves (a fork), else a move that takes the cell where the other seat would make a
+    fork, else a uniformly random legal move; ties drawn from ``rng``. Newell and Simon's tic-tac-toe rules 1-4
+    without their positional ones (centre, corners), so it punishes a reply that allows a fork and still opens at
+    random. ``ValueError`` for a game it does not know, as :func:`one_step_lookahead`."""
+    planes, game, legal = _game_planes(observation, "fork_lookahead")
+    occupied = planes[:, :, 0] | planes[:, :, 1]
+    for seat in (0, 1):
+        wins = [
+            int(a)
+            for a in legal
+            if _completes_line(planes[:, :, seat], *_landing(occupied, int(a), game), game.in_a_row)
+        ]
+        if wins:
+            return int(rng.choice(wins))
+    for seat in (0, 1):
+        forks = _forks(planes[:, :, seat], occupied, legal, game)
+        if forks:
+            return int(rng.choice(forks))
     return int(legal[rng.integers(len(legal))])
