@@ -161,6 +161,30 @@ def test_each_copy_draws_its_opponent_and_fixed_opponents_join_the_mix_unrated()
     assert pool.metrics()["self_play_fixed_score"] == 1.0
 
 
+def test_opening_moves_start_training_games_from_random_positions_of_the_learners_seat() -> None:
+    """``opening_moves: 4``: at the learner's first move the board holds 0-5 marks (up to 4 random moves, then the
+    opponent's reply when it is the opponent's turn), with the learner's seat's parity (moving first: as many marks
+    as the other seat; second: one fewer), all kinds of openings appear, never an ended game; the same seeds give the
+    same openings; a game without the setting starts from the empty board (or the opponent's first move)."""
+    game = TurnBasedGame(TICTACTOE, "rlcore.envs.opponents:one_step_lookahead")
+    game.opening_moves = 4
+    seen: dict[int, set[int]] = {0: set(), 1: set()}
+    openings = []
+    for seed in range(400):
+        obs, info = game.reset(seed=seed)
+        planes = np.asarray(obs["observation"])
+        own, other = int(planes[:, :, 0].sum()), int(planes[:, :, 1].sum())
+        assert other == own + info["seat"], (seed, own, other, info)
+        assert int(np.asarray(obs[MASK_KEY]).sum()) == 9 - own - other > 0
+        seen[info["seat"]].add(own + other)
+        openings.append(planes.tobytes())
+    assert seen == {0: {0, 2, 4}, 1: {1, 3, 5}}
+    assert len(set(openings)) > 200
+    assert [game.reset(seed=seed)[0]["observation"].tobytes() for seed in range(400)] == openings
+    plain = TurnBasedGame(TICTACTOE, "rlcore.envs.opponents:one_step_lookahead")
+    assert {int(plain.reset(seed=seed)[0]["observation"].sum()) for seed in range(50)} == {0, 1}
+
+
 def test_the_state_dict_loads_with_weights_only_and_restores_the_pool() -> None:
     policy, dict_space = _policy_and_space()
     pool = SelfPlay(SelfPlayConfig(save_steps=4, swap_steps=4, window=2), policy, dict_space, 4, seed=3)

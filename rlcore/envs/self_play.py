@@ -52,6 +52,12 @@ class SelfPlayConfig(StrictModel):
     the rest of a draw is shared by the latest policy and the pool as ``play_against_latest_model_ratio`` says.
     Games against them are not ELO-rated (``train/self_play_fixed_score`` follows them). Empty: snapshots only."""
 
+    opening_moves: int = Field(0, ge=0, le=64)
+    """Exploring starts (not an ML-Agents setting): every training game opens with a uniformly random number, 0 to
+    ``opening_moves``, of uniformly random legal moves by both seats before the learner's first move, so the learner
+    practises positions its own line of play never reaches (a game an opening would end is drawn again). Evaluation,
+    validation and test games start from the empty board. 0: every game from the start."""
+
     @field_validator("fixed_opponents")
     @classmethod
     def _fixed_opponents_import(cls, opponents: dict[str, float]) -> dict[str, float]:

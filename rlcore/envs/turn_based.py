@@ -224,6 +224,9 @@ class TurnBasedGame(gym.Env):
             raise ConfigError(f"env.opponent: {exc}") from None
         self.seat = 1
         """The learner's seat this episode (0: it moves first)."""
+        self.opening_moves = 0
+        """At most this many uniformly random legal moves open each game (``env.self_play.opening_moves``: set on
+        training envs only; 0: games start from the empty board)."""
         self.opponent_rng = np.random.default_rng([0, OPPONENT_STREAM])
         self.game_returns: dict[str, float] = {}
         """Each seat's return so far this episode."""
@@ -240,11 +243,26 @@ class TurnBasedGame(gym.Env):
         else:
             self.seat = 1 - self.seat
         self.game.reset(seed=seed, options=options)
-        self.game_returns = dict.fromkeys(self.seats, 0.0)
-        reward, ended = self._opponent_moves()
-        if ended:  # the opponent ended the game before the learner's first move: no game can, none should
-            raise ConfigError(f"env.opponent: {self.env_id} ended before the learner's first move")
-        return self.game.observe(self.learner), {"seat": self.seat}
+        while True:
+            self.game_returns = dict.fromkeys(self.seats, 0.0)
+            if self.opening_moves:
+                self._random_opening()
+            _, ended = self._opponent_moves()
+            if not ended:
+                return self.game.observe(self.learner), {"seat": self.seat}
+            if not self.opening_moves:  # the opponent ended the game before the learner's first move: none should
+                raise ConfigError(f"env.opponent: {self.env_id} ended before the learner's first move")
+            self.game.reset()  # the opening left the opponent a win before the learner's first move: draw again
+
+    def _random_opening(self) -> None:
+        """Both seats play a uniformly random number (0 to :attr:`opening_moves`) of uniformly random legal moves,
+        drawn from the opponent's generator, stopping early should one end the game (:meth:`reset` then draws
+        again)."""
+        for _ in range(int(self.opponent_rng.integers(self.opening_moves + 1))):
+            legal = np.flatnonzero(np.asarray(self.game.observe(self.game.agent_selection)[MASK_KEY]))
+            self.game.step(int(legal[self.opponent_rng.integers(len(legal))]))
+            if self._ended():
+                return
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         self.game.step(int(action))

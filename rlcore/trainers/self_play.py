@@ -291,6 +291,7 @@ def attach_self_play(session: TrainingSession[EnvSource]) -> SelfPlay | None:
     self_play = SelfPlay(config, policy, dict_space, len(sub_envs), params.seed)
     for sub_env, opponent in zip(sub_envs, self_play.seat_opponents, strict=True):
         sub_env.unwrapped.opponent = opponent
+        sub_env.unwrapped.opening_moves = config.opening_moves
     if session.checkpoint is not None and "self_play" in session.checkpoint.tensors:
         self_play.load_state_dict(session.checkpoint.tensors["self_play"])
     session.checkpoint_extras["self_play"] = self_play.state_dict

@@ -407,6 +407,10 @@ TURN_BASED_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={fixed_opponents: {rlcore.envs.opponents:nobody: 0.2}}"],
         ("fixed_opponents", "nobody"),
     ),
+    "self-play opening_moves negative": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={opening_moves: -1}"],
+        ("opening_moves",),
+    ),
     "self-play fixed opponent probability 0": (
         [
             *TICTACTOE,
