@@ -18,7 +18,7 @@ from rlcore.envs.multiagent import Agents, agents_of, is_multiagent, with_agent_
 from rlcore.envs.parameters import check_parameters as check_env_parameters
 from rlcore.envs.self_play import SelfPlayConfig
 from rlcore.envs.settings import Lesson, Parameters, check_curriculum, check_parameter_names
-from rlcore.envs.turn_based import check_game, load_opponent
+from rlcore.envs.turn_based import check_board_frames, check_game, load_opponent
 
 MAX_NUM_ENVS = 4096
 """The most envs stepped together (``env.num_envs``, ``collect.num_envs``, ``eval.max_parallel_envs``)."""
@@ -181,6 +181,8 @@ class EnvConfig(StrictModel):
                     "env.agent_id: a turn-based game's learner is one agent (its own seat's view); remove it"
                 )
             check_game(self.id, self.kwargs, str(self.opponent))  # builds the game and plays one game against it
+            if self.self_play is not None and self.self_play.board_frames:
+                check_board_frames(self.id, self.kwargs)
             self._pettingzoo_unsupported()
             return self
         agents = self.agents()  # builds a PettingZoo env once: its kwargs and agents are checked there

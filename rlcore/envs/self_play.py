@@ -58,6 +58,13 @@ class SelfPlayConfig(StrictModel):
     practises positions its own line of play never reaches (a game an opening would end is drawn again). Evaluation,
     validation and test games start from the empty board. 0: every game from the start."""
 
+    board_frames: bool = False
+    """Every training game is played in a frame of the board drawn at random among its symmetries (tic-tac-toe's 8
+    rotations and reflections, connect four's mirror; ``rlcore.envs.board_frames``): the learner sees the board
+    turned and its move is turned back, so it meets the positions of its own line of play in every orientation (data
+    augmentation as AlphaGo Zero's, on-policy). Evaluation, validation and test play the real board. Refused for a
+    game whose symmetries are not known."""
+
     @field_validator("fixed_opponents")
     @classmethod
     def _fixed_opponents_import(cls, opponents: dict[str, float]) -> dict[str, float]:

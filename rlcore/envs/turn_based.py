@@ -42,6 +42,7 @@ from pydantic import AfterValidator
 
 from rlcore.common.errors import ConfigError
 from rlcore.common.validation_errors import short_repr
+from rlcore.envs.board_frames import BoardFrame, board_frames
 from rlcore.envs.ids import import_object, parallel_env_factory, raised_at
 
 MASK_KEY = "action_mask"
@@ -150,6 +151,8 @@ def check_game(env_id: str, kwargs: dict[str, Any], opponent: str) -> None:
             )
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
+    except Exception as exc:  # the opponent's own code failed on this game's observations
+        raise ValueError(f"env.opponent: {opponent} failed playing {env_id}: {raised_at(exc)}") from None
     finally:
         env.close()
 
@@ -204,6 +207,17 @@ def check_named_opponents(env_id: str, kwargs: dict[str, Any], opponent: str | N
             raise ValueError(f"eval.opponents.{name}: {message}") from None
 
 
+def check_board_frames(env_id: str, kwargs: dict[str, Any]) -> None:
+    """``ValueError`` (one line, naming ``env.self_play.board_frames``) unless :mod:`rlcore.envs.board_frames` knows
+    the symmetric frames of ``env_id``'s board."""
+    space = seats_of(env_id, kwargs).observation_space
+    shape = getattr(space, "spaces", {}).get("observation", space).shape
+    try:
+        board_frames(tuple(shape or ()))
+    except ValueError as exc:
+        raise ValueError(f"env.self_play.board_frames: {env_id}: {exc}") from None
+
+
 class TurnBasedGame(gym.Env):
     """A two-player AEC game seen from the learner's seat, the opponent moving inside :meth:`step` (module
     docstring). Observations and actions are the game's (a seat's), rewards the learner's."""
@@ -227,6 +241,10 @@ class TurnBasedGame(gym.Env):
         self.opening_moves = 0
         """At most this many uniformly random legal moves open each game (``env.self_play.opening_moves``: set on
         training envs only; 0: games start from the empty board)."""
+        self.frames: list[BoardFrame] = []
+        """The board's symmetric frames a game is played in, one drawn per game (``env.self_play.board_frames``: set
+        on training envs only; empty: the real board)."""
+        self.frame: BoardFrame | None = None
         self.opponent_rng = np.random.default_rng([0, OPPONENT_STREAM])
         self.game_returns: dict[str, float] = {}
         """Each seat's return so far this episode."""
@@ -243,13 +261,14 @@ class TurnBasedGame(gym.Env):
         else:
             self.seat = 1 - self.seat
         self.game.reset(seed=seed, options=options)
+        self.frame = self.frames[int(self.opponent_rng.integers(len(self.frames)))] if self.frames else None
         while True:
             self.game_returns = dict.fromkeys(self.seats, 0.0)
             if self.opening_moves:
                 self._random_opening()
             _, ended = self._opponent_moves()
             if not ended:
-                return self.game.observe(self.learner), {"seat": self.seat}
+                return self._learner_observation(), {"seat": self.seat}
             if not self.opening_moves:  # the opponent ended the game before the learner's first move: none should
                 raise ConfigError(f"env.opponent: {self.env_id} ended before the learner's first move")
             self.game.reset()  # the opening left the opponent a win before the learner's first move: draw again
@@ -264,8 +283,13 @@ class TurnBasedGame(gym.Env):
             if self._ended():
                 return
 
+    def _learner_observation(self) -> Any:
+        """The learner's seat's observation, in this game's frame."""
+        observation = self.game.observe(self.learner)
+        return observation if self.frame is None else self.frame.observation(observation)
+
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        self.game.step(int(action))
+        self.game.step(int(action) if self.frame is None else self.frame.real_action(int(action)))
         reward = self._collect()
         ended = self._ended()
         if not ended:
@@ -273,7 +297,7 @@ class TurnBasedGame(gym.Env):
             reward += more
         truncated = ended and bool(self.game.truncations.get(self.learner, False))
         terminated = ended and not truncated
-        return self.game.observe(self.learner), reward, terminated, truncated, {"seat": self.seat}
+        return self._learner_observation(), reward, terminated, truncated, {"seat": self.seat}
 
     def _collect(self) -> float:
         """Every seat's reward of the step just played, added to its return; returns the learner's."""

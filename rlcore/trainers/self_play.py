@@ -35,6 +35,7 @@ import torch
 from gymnasium import spaces
 
 from rlcore.common.errors import ConfigError
+from rlcore.envs.board_frames import board_frames
 from rlcore.envs.observations import obs_tensor, pack
 from rlcore.envs.self_play import SelfPlayConfig
 from rlcore.envs.turn_based import Opponent, load_opponent
@@ -289,9 +290,11 @@ def attach_self_play(session: TrainingSession[EnvSource]) -> SelfPlay | None:
     policy = session.policy
     assert isinstance(policy, ActorCritic)
     self_play = SelfPlay(config, policy, dict_space, len(sub_envs), params.seed)
+    frames = board_frames(tuple(dict_space["observation"].shape or ())) if config.board_frames else []
     for sub_env, opponent in zip(sub_envs, self_play.seat_opponents, strict=True):
         sub_env.unwrapped.opponent = opponent
         sub_env.unwrapped.opening_moves = config.opening_moves
+        sub_env.unwrapped.frames = frames
     if session.checkpoint is not None and "self_play" in session.checkpoint.tensors:
         self_play.load_state_dict(session.checkpoint.tensors["self_play"])
     session.checkpoint_extras["self_play"] = self_play.state_dict

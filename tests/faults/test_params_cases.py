@@ -311,6 +311,10 @@ def always_zero(observation, rng):
     return 0
 
 
+def rock(observation, rng):
+    return 0
+
+
 class Generous(raw_env):
     def step(self, action):
         super().step(action)
@@ -406,6 +410,26 @@ TURN_BASED_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "self-play fixed opponent that does not import": (
         [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={fixed_opponents: {rlcore.envs.opponents:nobody: 0.2}}"],
         ("fixed_opponents", "nobody"),
+    ),
+    "an opponent that fails on the game's observations": (
+        [
+            "--set",
+            "env.id=pettingzoo:pettingzoo.classic.rps_v2",
+            "--set",
+            "env.opponent=rlcore.envs.opponents:one_step_lookahead",
+        ],
+        ("env.opponent:", "one_step_lookahead failed playing", "rps_v2"),
+    ),
+    "self-play board frames on a game without known frames": (
+        [
+            "--set",
+            "env.id=pettingzoo:pettingzoo.classic.rps_v2",
+            "--set",
+            "env.opponent=gamemod:rock",
+            "--set",
+            "env.self_play={board_frames: true}",
+        ],
+        ("env.self_play.board_frames:", "rps_v2", "(3, 3, 2)"),
     ),
     "self-play opening_moves negative": (
         [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={opening_moves: -1}"],
