@@ -50,7 +50,7 @@ class BoardFrame:
 def board_frames(observation_shape: tuple[int, ...]) -> list[BoardFrame]:
     """The frames of the game whose seats' observations are ``observation_shape`` (:data:`IN_A_ROW_GAMES`), the
     identity first; ``ValueError`` (one line) for a game it does not know."""
-    game = IN_A_ROW_GAMES.get(tuple(observation_shape))
+    game = next((known for shape, known in IN_A_ROW_GAMES.items() if shape == tuple(observation_shape)), None)
     if game is None:
         known = ", ".join(str(shape) for shape in IN_A_ROW_GAMES)
         raise ValueError(f"board frames are known for observations of shape {known}, not {tuple(observation_shape)}")
