@@ -6,6 +6,7 @@ runs them through the CLI)."""
 from __future__ import annotations
 
 import io
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -242,26 +243,28 @@ def test_a_killed_self_play_run_resumes_with_the_checkpoints_pool_and_ratings(tm
 
 
 @pytest.mark.slow
-def test_ppo_self_play_learns_to_beat_the_random_opponent(tmp_path: Path) -> None:
-    """Seed 0, 61,440 learner moves of self-play only (the preset with a constant learning rate, 4 epochs, entropy
-    0.02, ratio 0.3: 192 s on the busy 2-core machine): the periodic evaluation against the random legal-move
-    opponent, never trained against (100 greedy games, seats alternating), scores a mean return of at least 0.5
-    (random moves score about 0); the learner's ELO rose above its initial 1200."""
-    from rlcore.trainers import train
+def test_the_self_play_preset_meets_the_tictactoe_targets(tmp_path: Path) -> None:
+    """configs/ppo-tictactoe-selfplay.yaml (self-play from exploring starts in random board frames, selected against
+    the one-step-lookahead player) at 300k learner moves instead of its 450k, seed 1: the selected model's 200 test
+    games against the uniformly random player are won or drawn >= 0.95 of the time in each seat, and >= 0.8 of its
+    200 games against the perfect player are draws (the issue's targets; neither opponent trained, stopped or
+    selected anything). Measured 2026-11-28 (the same settings, games by hand): 1.00 / 0.99 and 0.99 draws; the
+    preset's own budget on seeds 0-2: benchmarks/README.md."""
+    from rlcore.stages import evaluate_stage, select_stage, train_stage
 
-    preset = PROJECT / "configs" / "ppo-tictactoe-selfplay.yaml"
-    overrides = [
-        f"env.opponent={RANDOM}",
-        "algo.lr_schedule=constant",
-        "algo.n_epochs=4",
-        "algo.ent_coef=0.02",
-        "env.self_play.play_against_latest_model_ratio=0.3",
-        "train.max_steps=61440",
-        "train.eval_every=61440",
-        "train.eval_episodes=100",
-        "train.progress_bar=off",
-    ]
-    summary = train(load_params(preset, overrides), tmp_path / "sp")
-    assert summary["evaluations"][-1]["mean_return"] >= 0.5, summary["evaluations"]
-    state = load_checkpoint(list_checkpoints(tmp_path / "sp" / "checkpoints")[-1][1]).tensors["self_play"]
+    params = load_params(
+        PROJECT / "configs" / "ppo-tictactoe-selfplay.yaml",
+        ["seed=1", "train.max_steps=300000", "train.progress_bar=off"],
+    )
+    train_stage(params, tmp_path)
+    evaluate_stage(params, tmp_path)
+    select_stage(params, tmp_path)
+    metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
+    random, perfect = (metrics["outcomes_by_opponent"][name] for name in ("random", "perfect"))
+    assert random["episodes"] == perfect["episodes"] == 200
+    seats = (random["first"]["win_or_draw_rate"], random["second"]["win_or_draw_rate"])
+    assert min(seats) >= 0.95, (seats, random)
+    assert perfect["win_rate"] == 0.0 and perfect["draw_rate"] >= 0.8, perfect
+    run = next((tmp_path / "runs").iterdir())
+    state = load_checkpoint(list_checkpoints(run / "checkpoints")[-1][1]).tensors["self_play"]
     assert float(state["learner_rating"]) > 1200.0
