@@ -27,12 +27,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import ROOT, emit, stdout_to_stderr  # noqa: E402
-from tictactoe import onnx_plays_legal_moves, tested_outcomes  # noqa: E402
+from tictactoe import against, onnx_plays_legal_moves, tested_outcomes  # noqa: E402
 
 from rlcore.common.checkpoints import load_checkpoint  # noqa: E402
 from rlcore.common.files import read_json  # noqa: E402
-from rlcore.envs.config import EnvConfig  # noqa: E402
-from rlcore.evaluation.evaluator import Evaluator  # noqa: E402
 from rlcore.params import load_params  # noqa: E402
 from rlcore.registry import policy_from_checkpoint  # noqa: E402
 from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage  # noqa: E402
@@ -41,20 +39,6 @@ PRESET = ROOT / "configs" / "ppo-connect-four.yaml"
 LOOKAHEAD = "rlcore.envs.opponents:one_step_lookahead"
 RANDOM = "rlcore.envs.opponents:random_legal"
 FORK = "rlcore.envs.opponents:fork_lookahead"
-
-
-def against(policy: Any, params: Any, opponent: str, games: int) -> dict[str, Any]:
-    """Outcomes of ``games`` greedy games (seeds 0, 1, ...: seats alternating) of ``policy`` against ``opponent``."""
-    config = EnvConfig(id=params.env.id, opponent=opponent, action_mask="observation")
-    evaluator = Evaluator(
-        config, episodes=games, seed=0, max_episode_steps=params.eval.max_episode_steps, max_parallel_envs=50
-    )
-    try:
-        outcomes = evaluator.evaluate(policy).outcomes
-    finally:
-        evaluator.close()
-    assert outcomes is not None
-    return outcomes
 
 
 def seed_row(seed: int, lookahead_games: int, preset: Path = PRESET, reports: Path | None = None) -> dict[str, Any]:
@@ -81,7 +65,10 @@ def seed_row(seed: int, lookahead_games: int, preset: Path = PRESET, reports: Pa
     ):
         tested = tested_outcomes(params, metrics, opponent)
         if tested is None:
-            tested = against(policy, params, opponent, lookahead_games), f"played by hand, {lookahead_games} games"
+            tested = (
+                against(policy, params.env.id, opponent, lookahead_games, params.eval.max_episode_steps),
+                f"played by hand, {lookahead_games} games",
+            )
         outcomes[name], sources[name] = tested
     return {
         "benchmark": "connect_four",

@@ -60,10 +60,11 @@ def onnx_plays_legal_moves(model: Path, env_id: str, opponent: str, games: int) 
     return True
 
 
-def against(policy: Any, env_id: str, opponent: str, games: int) -> dict[str, Any]:
-    """Outcomes of ``games`` greedy games (seeds 0, 1, ...: seats alternating) of ``policy`` against ``opponent``."""
+def against(policy: Any, env_id: str, opponent: str, games: int, max_episode_steps: int = 9) -> dict[str, Any]:
+    """Outcomes of ``games`` greedy games (seeds 0, 1, ...: seats alternating) of ``policy`` against ``opponent``
+    (``max_episode_steps``: the learner's moves in a game at most; tic-tac-toe's 9 by default)."""
     config = EnvConfig(id=env_id, opponent=opponent, action_mask="observation")
-    evaluator = Evaluator(config, episodes=games, seed=0, max_episode_steps=9, max_parallel_envs=50)
+    evaluator = Evaluator(config, episodes=games, seed=0, max_episode_steps=max_episode_steps, max_parallel_envs=50)
     try:
         outcomes = evaluator.evaluate(policy).outcomes
     finally:

@@ -138,6 +138,13 @@ def one_step_lookahead(observation: dict[str, Any], rng: np.random.Generator) ->
     ``observation``: the seat's ``{"observation": (rows, columns, 2) own marks then the other seat's,
     "action_mask": (n,)}``; ``ValueError`` for a game of another shape (:data:`IN_A_ROW_GAMES`)."""
     planes, game, legal = _game_planes(observation, "one_step_lookahead")
+    move = _win_or_block(planes, legal, game, rng)
+    return int(legal[rng.integers(len(legal))]) if move is None else move
+
+
+def _win_or_block(planes: np.ndarray, legal: np.ndarray, game: InARowGame, rng: np.random.Generator) -> int | None:
+    """A legal move that wins now, else one that blocks the other seat's win now (ties drawn from ``rng``); None
+    when there is neither. ``planes``: (rows, columns, 2) bool, the mover's marks then the other seat's."""
     occupied = planes[:, :, 0] | planes[:, :, 1]
     for seat in (0, 1):  # its own win first, then the other seat's (to block it)
         lines = [
@@ -147,7 +154,7 @@ def one_step_lookahead(observation: dict[str, Any], rng: np.random.Generator) ->
         ]
         if lines:
             return int(rng.choice(lines))
-    return int(legal[rng.integers(len(legal))])
+    return None
 
 
 def fork_lookahead(observation: dict[str, Any], rng: np.random.Generator) -> int:
@@ -157,15 +164,10 @@ def fork_lookahead(observation: dict[str, Any], rng: np.random.Generator) -> int
     without their positional ones (centre, corners), so it punishes a reply that allows a fork and still opens at
     random. ``ValueError`` for a game it does not know, as :func:`one_step_lookahead`."""
     planes, game, legal = _game_planes(observation, "fork_lookahead")
+    move = _win_or_block(planes, legal, game, rng)
+    if move is not None:
+        return move
     occupied = planes[:, :, 0] | planes[:, :, 1]
-    for seat in (0, 1):
-        wins = [
-            int(a)
-            for a in legal
-            if _completes_line(planes[:, :, seat], *_landing(occupied, int(a), game), game.in_a_row)
-        ]
-        if wins:
-            return int(rng.choice(wins))
     for seat in (0, 1):
         forks = _forks(planes[:, :, seat], occupied, legal, game)
         if forks:
