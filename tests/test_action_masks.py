@@ -303,7 +303,7 @@ def test_exported_onnx_takes_the_mask_and_never_chooses_a_masked_action(tmp_path
 @pytest.mark.slow
 def test_ppo_with_masks_learns_taxi_within_300k_steps_seed_0(tmp_path: Path) -> None:
     """The preset configs/ppo-taxi-masked.yaml, seed 0, its budget of 300k env steps (it stops at its target, 7.5 on
-    the periodic evaluation: 174k env steps on 2026-11-26; unmasked it stays at -200 through 300k): the selected
+    50 periodic evaluation episodes: 205k env steps on 2026-11-28; unmasked it stays at -200 through 300k): the selected
     model's test score
     (100 deterministic episodes; an optimal policy averages about 8) is at least 5, and every greedy action it took
     was legal (an illegal pickup or drop-off costs -10, which a mean of 5 over 100 episodes would not survive)."""

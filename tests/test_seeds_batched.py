@@ -103,11 +103,13 @@ def assert_same_run(batched: Path, single: Path) -> float:
         assert mine.meta["gradient_steps"] > 0
         for key in ("env_steps", "gradient_steps", "updates", "numpy_rng", "skipped_steps"):
             assert mine.meta.get(key) == other.meta.get(key), f"{where} {key}"
-        # Discrete actions: the same episodes exactly; Box actions move with the weights' last bits.
+        # Discrete actions: the same episodes exactly; Box actions move with the weights' last bits, which 200 steps
+        # of Pendulum amplify (a std_return 6.7e-6 apart, relatively, on an AVX512-FP16 Xeon; another run differs by
+        # percents).
         curves = untimed(mine.meta["evaluations"]), untimed(other.meta["evaluations"])
         assert len(curves[0]) == len(curves[1]), where
         for ours_entry, their_entry in zip(*curves, strict=True):
-            assert ours_entry == pytest.approx(their_entry, rel=1e-6, abs=1e-9), where
+            assert ours_entry == pytest.approx(their_entry, rel=1e-4, abs=1e-9), where
         largest = max(largest, max_difference(mine.tensors, other.tensors, where))
     return largest
 

@@ -23,6 +23,7 @@ from rlcore.common.checkpoints import list_checkpoints
 from rlcore.common.files import read_json
 from rlcore.params import load_params
 from rlcore.stages import train_stage
+from rlcore.trainers import off_policy_seeds
 from rlcore.trainers.off_policy import Collector
 from rlcore.trainers.sources import ReplaySource
 from tests.conftest import PROJECT
@@ -45,6 +46,10 @@ BUDGET = [
 the target copied every 100 gradient steps."""
 
 
+BATCHED_CALLS: list[int] = []
+"""The number of seeds in each call of the batched trainer during the fixture's batched run."""
+
+
 def train(root: Path, *overrides: str) -> None:
     train_stage(load_params(root / PRESET, [*BUDGET, *overrides]), root)
 
@@ -59,7 +64,12 @@ def new_project(root: Path) -> Path:
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``train.seeds: [0, 1, 2]`` trained batched into ``runs/batched`` and one after another into ``runs/single``."""
     root = new_project(tmp_path_factory.mktemp("batched-dqn"))
-    train(root, "train.seeds=[0, 1, 2]")
+    batched = off_policy_seeds._train_batched
+    with pytest.MonkeyPatch.context() as patch:  # a spy that calls through: which seeds the batched step trained
+        patch.setattr(
+            off_policy_seeds, "_train_batched", lambda seeds: (BATCHED_CALLS.append(len(seeds)), batched(seeds))[1]
+        )
+        train(root, "train.seeds=[0, 1, 2]")
     train(root, "train.seeds=[0, 1, 2]", "name=single", "train.batch_seeds=false")
     return root
 
@@ -75,7 +85,6 @@ def replay_arrays(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
 def test_each_batched_seed_is_the_run_with_that_seed(project: Path) -> None:
     """Every checkpoint of seed k: the same evaluation returns, counters and RNG states as the unbatched run's, the
     same replay buffer; Q-network, target network and Adam moments within rtol 1e-5 / atol 1e-6."""
-    largest: list[tuple[float, str]] = []
     for seed in (0, 1, 2):
         ours = checkpoints(project / "runs" / "batched" / f"seed_{seed}")
         theirs = checkpoints(project / "runs" / "single" / f"seed_{seed}")
@@ -83,7 +92,7 @@ def test_each_batched_seed_is_the_run_with_that_seed(project: Path) -> None:
         assert ours[0].meta["gradient_steps"] > 0, "no update before the first checkpoint"
         for mine, single in zip(ours, theirs, strict=True):
             where = f"seed {seed} {mine.path.name}"
-            largest += differences(mine.tensors, single.tensors, where)
+            differences(mine.tensors, single.tensors, where)
             for key in ("env_steps", "gradient_steps", "updates", "numpy_rng"):
                 assert mine.meta[key] == single.meta[key], f"{where} {key}"
             returns = [[entry["mean_return"] for entry in c.meta["evaluations"]] for c in (mine, single)]
@@ -94,7 +103,9 @@ def test_each_batched_seed_is_the_run_with_that_seed(project: Path) -> None:
         for name, arrays in mine_replay.items():
             for key, values in arrays.items():
                 assert np.array_equal(values, single_replay[name][key]), f"seed {seed} replay {key}"
-    assert max(largest)[0] > 0, "bitwise equal: is the batched trainer used at all?"
+    # The batched trainer ran all three seeds in one program (bitwise equality to the unbatched runs is allowed: on
+    # some CPUs the batched products sum in the same order).
+    assert BATCHED_CALLS and max(BATCHED_CALLS) == 3, BATCHED_CALLS
 
 
 def test_the_batched_seeds_differ(project: Path) -> None:
@@ -172,7 +183,9 @@ def test_a_step_where_some_seeds_loss_is_not_finite_is_skipped_by_that_seed_only
     assert adam_steps == [256, 255]
 
 
-def test_the_batched_step_masks_illegal_actions_as_the_policy_does(tmp_path: Path) -> None:
+def test_the_batched_step_masks_illegal_actions_as_the_policy_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Taxi with its action masks (``env.action_mask: info``), plain DQN's max over the next state's legal actions:
     the batched seeds equal the unbatched runs after one update phase (128 gradient steps).
 
@@ -183,12 +196,13 @@ def test_the_batched_step_masks_illegal_actions_as_the_policy_does(tmp_path: Pat
     root = new_project(tmp_path)
     overrides = ["env.id=Taxi-v4", "env.action_mask=info", "algo.double_dqn=false", "train.max_steps=600"]
     overrides += ["train.seeds=[0, 1]"]
+    batched, calls = off_policy_seeds._train_batched, []
+    monkeypatch.setattr(off_policy_seeds, "_train_batched", lambda seeds: (calls.append(len(seeds)), batched(seeds))[1])
     train(root, *overrides)
     train(root, *overrides, "name=single", "train.batch_seeds=false")
-    largest: list[tuple[float, str]] = []
     for seed in (0, 1):
         (mine,) = checkpoints(root / "runs" / "batched" / f"seed_{seed}")
         (single,) = checkpoints(root / "runs" / "single" / f"seed_{seed}")
         assert mine.meta["gradient_steps"] == 128
-        largest += differences(mine.tensors, single.tensors, f"seed {seed}")
-    assert max(largest)[0] > 0, "bitwise equal: is the batched trainer used at all?"
+        differences(mine.tensors, single.tensors, f"seed {seed}")
+    assert calls and max(calls) == 2, calls  # the batched trainer ran both seeds in one program
