@@ -185,8 +185,11 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> i
             line += f" (traceback in {write_error_log(args, exc.details)})"
         print("error: " + line, file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted: the latest checkpoint is kept; re-run the same command to resume", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        # What a re-run does, as each interrupted training run noted it (rlcore.trainers.session); other commands
+        # write their outputs atomically, so nothing half-written is left.
+        notes = getattr(exc, "__notes__", None)
+        print(f"interrupted: {'; '.join(notes) if notes else 're-run the same command'}", file=sys.stderr)
         return 130
     finally:
         if handler is not None:  # main() may run more than once in a process (tests, the sweep's in-process trials)

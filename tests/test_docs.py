@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -182,12 +183,14 @@ def test_the_schema_requires_env_id_and_algo_name():
     assert list(validator.iter_errors({"env": {"id": "CartPole-v1"}, "algo": {"lr": 0.1}}))
 
 
-def test_the_site_builds_with_strict(tmp_path: Path):
-    """``make docs`` in CI's ``make test``: a broken link, anchor or include, or a page missing from the nav fails."""
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``make docs``: ``mkdocs build --strict`` into a temporary folder, once for this module's tests."""
+    site = tmp_path_factory.mktemp("docs") / "site"
     mkdocs = Path(sys.executable).with_name("mkdocs")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     build = subprocess.run(
-        [str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        [str(mkdocs), "build", "--strict", "--site-dir", str(site)],
         cwd=PROJECT,
         capture_output=True,
         text=True,
@@ -195,8 +198,63 @@ def test_the_site_builds_with_strict(tmp_path: Path):
         env=env,
     )
     assert build.returncode == 0, build.stderr[-3000:]
-    assert (tmp_path / "site" / "params" / "index.html").is_file()
-    assert (tmp_path / "site" / "algorithms" / "ppo" / "index.html").is_file()
+    return site
+
+
+def test_the_site_builds_with_strict(built_site: Path):
+    """``make docs`` in CI's ``make test``: a broken link, anchor or include, or a page missing from the nav fails."""
+    assert (built_site / "params.html").is_file()
+    assert (built_site / "algorithms" / "ppo.html").is_file()
+
+
+class _References(HTMLParser):
+    """Every ``href`` and ``src`` of a page, and which of them the browser fetches by itself (scripts, styles,
+    images, fonts: anything but an ``<a>`` the reader clicks)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+        self.fetched: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if name in ("href", "src") and value:
+                (self.links if tag == "a" else self.fetched).append(value)
+
+
+def _references(page: Path) -> _References:
+    parser = _References()
+    parser.feed(page.read_text(encoding="utf-8"))
+    return parser
+
+
+def _on_disk(page: Path, reference: str) -> Path | None:
+    """Where a relative link of ``page`` leads on disk (None for another site, a mail address or an anchor)."""
+    if "://" in reference or reference.startswith(("mailto:", "#", "data:", "javascript:")):
+        return None
+    return (page.parent / reference.split("#")[0].split("?")[0]).resolve()
+
+
+@pytest.mark.parametrize("page", ["index.html", "algorithms/ppo.html"])
+def test_the_built_site_works_from_disk_and_fetches_nothing_from_the_internet(built_site: Path, page: str):
+    """``site/index.html`` opened as a file: every link leads to a page file (not a folder listing), every script,
+    style sheet and image is a file of the site (no web font, no CDN), and search has its index inlined for file
+    URLs (Material's offline plugin, its shim vendored in docs/assets/)."""
+    opened = built_site / page
+    references = _references(opened)
+    outside = [ref for ref in references.fetched if "://" in ref or ref.startswith("//")]
+    assert not outside, f"{page} fetches from the internet: {outside}"
+    for reference in references.fetched + references.links:
+        target = _on_disk(opened, reference)
+        if target is not None:
+            assert target.is_file(), f"{page}: {reference} leads to {target}, not a file"
+    # Follow a link as a reader would: from the page to the getting-started page, and from there back home.
+    link = next(ref for ref in references.links if ref.split("#")[0].endswith("getting-started.html"))
+    followed = _on_disk(opened, link)
+    assert followed is not None and "<h1" in followed.read_text(encoding="utf-8")
+    home = next(ref for ref in _references(followed).links if ref.split("#")[0].endswith("index.html"))
+    assert _on_disk(followed, home) == (built_site / "index.html").resolve()
+    assert (built_site / "search" / "search_index.js").read_text(encoding="utf-8").startswith("var __index = ")
 
 
 def test_the_readme_is_short_states_the_test_command_and_links_into_the_docs():

@@ -16,6 +16,7 @@ from recording_env import RecordResets
 from rlcore.common import seeds
 from rlcore.common.errors import ConfigError
 from rlcore.common.files import read_json
+from rlcore.common.numbers import score_with_interval
 from rlcore.envs.config import EnvConfig
 from rlcore.evaluation.evaluator import EvalResult, Evaluator, bootstrap_interval, interquartile_mean
 from rlcore.nets.policies import ActorCritic
@@ -227,7 +228,7 @@ def test_select_reports_the_test_score_of_the_selected_model_beside_the_validati
     assert selection["test"]["mean_return"] == metrics["mean_return"]
     assert selection["validation"]["mean_return"] == selected["mean_return"]
     report = (project / "reports" / "report.md").read_text()
-    assert f"**Test score: {metrics['mean_return']:.1f}**" in report
-    assert f"95% CI [{metrics['ci95_low']:.1f}, {metrics['ci95_high']:.1f}]" in report
+    mean, low, high = score_with_interval(metrics["mean_return"], metrics["ci95_low"], metrics["ci95_high"])
+    assert f"**Test score: {mean}**" in report and f"95% CI [{low}, {high}]" in report
     assert "over 40 test episodes" in report and "over 3 validation episodes" in report
     assert "selected on the validation episodes and is reported on test episodes" in report

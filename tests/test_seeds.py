@@ -38,9 +38,12 @@ one after another, bitwise their one-seed runs (batched seeds: ``tests/test_seed
 SCORES = ("mean_return", "iqm_return", "ci95_low", "ci95_high", "std_return", "min_return", "max_return", "episodes")
 
 
-def stage(root: Path, name: str, *overrides: str) -> None:
+def stage(root: Path, name: str, *overrides: str) -> str:
+    """Run stage ``name`` of the ``rlcore`` command in ``root``; its log lines (stderr)."""
     outcome = run_in_process([name, *sets([*TINY, *overrides])], root, limit=300)
     assert outcome.returncode == 0, outcome
+    (root / f"{name}.log").write_text(outcome.stderr)
+    return outcome.stderr
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
@@ -252,8 +255,15 @@ def test_select_reports_every_seed_and_their_aggregate(seeded: Path) -> None:
     assert validations[best] == max(validations.values())
     assert selection["checkpoint"].startswith(f"runs/seeds/seed_{best}/checkpoints/")
     assert metrics["mean_return"] == metrics["per_seed"][str(best)]["test"]["mean_return"]
+    # Every evaluate and select line about a checkpoint names its seed.
+    for name, start in (("evaluate", "evaluated "), ("select", "test score of ")):
+        lines = [line for line in (seeded / f"{name}.log").read_text().splitlines() if line.startswith(start)]
+        assert lines and all(line.startswith((f"{start}seed 0 ", f"{start}seed 1 ")) for line in lines), lines
     report = (seeded / "reports" / "report.md").read_text()
-    assert "Across 2 seeds" in report and "seed_curves.png" in report and "performance_profile.png" in report
+    assert "seed_curves.png" in report and "performance_profile.png" in report
+    # The aggregate over seeds leads the report; the selected seed's own test score follows it.
+    assert report.index("**Test score over 2 seeds: IQM") < report.index("**Test score:")
+    assert f"## The selected seed: {best}" in report
     for picture in ("seed_curves.png", "performance_profile.png", "learning_curve.png"):
         assert (seeded / "reports" / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     card = read_json(seeded / "export" / "model_card.json")

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from rlcore.common.errors import ConfigError
+from rlcore.common.numbers import score, score_with_interval
 from rlcore.envs.actions import to_env_actions
 from rlcore.envs.agent_groups import group_layout
 from rlcore.envs.config import EnvConfig
@@ -208,10 +209,8 @@ class EvalResult:
         return scores
 
     def summary(self) -> str:
-        return (
-            f"{self.mean_return:.1f} (95% CI {self.ci95_low:.1f} to {self.ci95_high:.1f}; "
-            f"IQM {self.iqm_return:.1f}) over {self.episodes} episodes"
-        )
+        mean, low, high = score_with_interval(self.mean_return, self.ci95_low, self.ci95_high)
+        return f"{mean} (95% CI {low} to {high}; IQM {score(self.iqm_return)}) over {self.episodes} episodes"
 
 
 def episode_cap(env: EnvConfig, max_episode_steps: int | None) -> int:

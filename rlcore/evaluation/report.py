@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.common.files import write_text
+from rlcore.common.numbers import score, score_with_interval
 from rlcore.evaluation.plots import new_figure
 
 
@@ -153,8 +154,9 @@ def write_report(target: Path, content: ReportContent) -> None:
     a video of the first test episode, when recorded), the scores under ``eval.settings`` (a table and
     ``settings_plot``), the comparison with a baseline run (``baseline``) and every candidate's validation scores."""
     selection, summary = content.selection, content.summary
-    lines = [f"# Run `{content.name}`: {content.algo} on {content.env_id}", "", *_score_lines(selection)]
-    lines += content.seeds or []
+    # Several seeds: the aggregate over them leads, then the selected seed's scores.
+    lines = [f"# Run `{content.name}`: {content.algo} on {content.env_id}", "", *(content.seeds or [])]
+    lines += _score_lines(selection)
     if summary:
         lines += _training_lines(summary)
     lines += [f"![learning curve]({content.plot_name})", ""]
@@ -196,33 +198,32 @@ def write_report(target: Path, content: ReportContent) -> None:
 def seeds_words(
     across: dict[str, Any], per_seed: dict[str, dict[str, Any]], best_seed: int, curves_plot: str, profile_plot: str
 ) -> list[str]:
-    """The report's lines on a run of several seeds (``train.seeds``): the aggregate of the seeds' test mean returns
-    (``rlcore.evaluation.aggregate``: IQM, mean, median, optimality gap, 95% stratified bootstrap intervals), each
-    seed's validation and test score, their learning curves with the IQM band and the performance profile; what
-    follows in the report is ``best_seed``'s (the exported one)."""
-    low, high = across["iqm_ci95"]
+    """The head of the report of a run of several seeds (``train.seeds``): the aggregate of the seeds' test mean
+    returns first (``rlcore.evaluation.aggregate``: IQM, mean, median, optimality gap, 95% stratified bootstrap
+    intervals), each seed's validation and test score, their learning curves with the IQM band and the performance
+    profile; what follows in the report is ``best_seed``'s (the exported one)."""
+    iqm, low, high = score_with_interval(across["iqm"], *across["iqm_ci95"])
+    mean, mean_low, mean_high = score_with_interval(across["mean"], *across["mean_ci95"])
+    median, median_low, median_high = score_with_interval(across["median"], *across["median_ci95"])
+    gap = ""
+    if across.get("optimality_gap") is not None:
+        value, gap_low, gap_high = score_with_interval(across["optimality_gap"], *across["optimality_gap_ci95"])
+        gap = f", optimality gap to {across['target']:g}: {value} [{gap_low}, {gap_high}]"
     lines = [
-        f"**Across {across['num_runs']} seeds** (each seed's selected checkpoint on the test episodes; the model above "
-        f"is the seed best on validation): IQM test mean return **{across['iqm']:.1f}**, 95% CI [{low:.1f}, "
-        f"{high:.1f}] (stratified bootstrap over runs, {across['bootstrap']['resamples']} resamples); mean "
-        f"{across['mean']:.1f} [{across['mean_ci95'][0]:.1f}, {across['mean_ci95'][1]:.1f}], median "
-        f"{across['median']:.1f} [{across['median_ci95'][0]:.1f}, {across['median_ci95'][1]:.1f}]"
-        + (
-            f", optimality gap to {across['target']:g}: {across['optimality_gap']:.1f} "
-            f"[{across['optimality_gap_ci95'][0]:.1f}, {across['optimality_gap_ci95'][1]:.1f}]"
-            if across.get("optimality_gap") is not None
-            else ""
-        )
-        + ".",
+        f"**Test score over {across['num_runs']} seeds: IQM {iqm}** mean return, 95% CI [{low}, {high}] "
+        f"(stratified bootstrap over runs, {across['bootstrap']['resamples']} resamples; each seed's selected "
+        f"checkpoint on the test episodes); mean {mean} [{mean_low}, {mean_high}], median {median} "
+        f"[{median_low}, {median_high}]{gap}.",
         "",
         "| seed | selected checkpoint | validation | test mean return | test 95% CI |",
         "|---|---|---|---|---|",
     ]
     for seed, record in per_seed.items():
         test, validation = record["test"], record["validation"]
+        test_mean, test_low, test_high = score_with_interval(test["mean_return"], test["ci95_low"], test["ci95_high"])
         lines.append(
-            f"| {seed} | `{record['checkpoint']}` | {validation['metric']} {validation['value']:.2f} | "
-            f"{test['mean_return']:.1f} | [{test['ci95_low']:.1f}, {test['ci95_high']:.1f}] |"
+            f"| {seed} | `{record['checkpoint']}` | {validation['metric']} {score(validation['value'])} | "
+            f"{test_mean} | [{test_low}, {test_high}] |"
         )
     return [
         *lines,
@@ -231,7 +232,10 @@ def seeds_words(
         "",
         f"![performance profile of the seeds' test scores]({profile_plot})",
         "",
-        f"The learning curve and the checkpoints below are seed {best_seed}'s (`runs/<name>/seed_{best_seed}/`).",
+        f"## The selected seed: {best_seed}",
+        "",
+        f"Seed {best_seed}'s selected checkpoint is best on validation among the seeds: it is the exported model. "
+        f"What follows is seed {best_seed}'s (`runs/<name>/seed_{best_seed}/`).",
         "",
     ]
 
@@ -278,16 +282,18 @@ def _outcome_lines(outcomes: dict[str, Any] | None, opponents: dict[str, Any] | 
 def _score_lines(selection: dict[str, Any]) -> list[str]:
     """The report's head: the test score, the validation score selection used, and which checkpoint and why."""
     test, validation = selection["test"], selection["validation"]
+    mean, low, high = score_with_interval(test["mean_return"], test["ci95_low"], test["ci95_high"])
+    valid_mean, valid_low, valid_high = score_with_interval(
+        validation["mean_return"], validation["ci95_low"], validation["ci95_high"]
+    )
     return [
-        f"**Test score: {test['mean_return']:.1f}** mean return, 95% CI [{test['ci95_low']:.1f}, "
-        f"{test['ci95_high']:.1f}], IQM {test['iqm_return']:.1f}, over {test['episodes']} test episodes "
-        f"(std {test['std_return']:.1f}, min {test['min_return']:.1f}, max {test['max_return']:.1f}; "
-        f"{test['truncated']} truncated).",
+        f"**Test score: {mean}** mean return, 95% CI [{low}, {high}], IQM {score(test['iqm_return'])}, over "
+        f"{test['episodes']} test episodes (std {score(test['std_return'])}, min {score(test['min_return'])}, max "
+        f"{score(test['max_return'])}; {test['truncated']} truncated).",
         "",
         *_outcome_lines(test.get("outcomes"), selection.get("opponents")),
-        f"**Validation score: {validation['value']:.2f}** {validation['metric']}{_setting_words(validation)} "
-        "(mean return "
-        f"{validation['mean_return']:.1f}, 95% CI [{validation['ci95_low']:.1f}, {validation['ci95_high']:.1f}], "
+        f"**Validation score: {score(validation['value'])}** {validation['metric']}{_setting_words(validation)} "
+        f"(mean return {valid_mean}, 95% CI [{valid_low}, {valid_high}], "
         f"over {validation['episodes']} validation episodes).",
         "",
         "The checkpoint was selected on the validation episodes and is reported on test episodes that neither "
@@ -356,11 +362,9 @@ def settings_table(selection: dict[str, Any]) -> str:
         "|---|---|---:|---|---:|---:|",
     ]
     for name, parameters, test, validation in _setting_rows(selection):
-        valid = f"{validation['mean_return']:.1f}" if validation and "mean_return" in validation else ""
-        rows.append(
-            f"| {name} | {parameters} | {test['mean_return']:.1f} | [{test['ci95_low']:.1f}, {test['ci95_high']:.1f}] "
-            f"| {test['episodes']} | {valid} |"
-        )
+        valid = score(validation["mean_return"]) if validation and "mean_return" in validation else ""
+        mean, low, high = score_with_interval(test["mean_return"], test["ci95_low"], test["ci95_high"])
+        rows.append(f"| {name} | {parameters} | {mean} | [{low}, {high}] | {test['episodes']} | {valid} |")
     return "\n".join(rows)
 
 
@@ -395,15 +399,21 @@ def candidates_table(candidates: list[dict[str, Any]], selected: str) -> str:
                 for c in ordered
             ],
             unit: [f"{c['step']:,}" for c in ordered],
-            "mean": [c["mean_return"] for c in ordered],
-            "95% CI": [f"[{c['ci95_low']:.1f}, {c['ci95_high']:.1f}]" if "ci95_low" in c else "" for c in ordered],
-            "IQM": [c.get("iqm_return", float("nan")) for c in ordered],
-            "std": [c["std_return"] for c in ordered],
-            "min": [c["min_return"] for c in ordered],
-            "max": [c["max_return"] for c in ordered],
+            "mean": [score(c["mean_return"]) for c in ordered],
+            "95% CI": [
+                "[{1}, {2}]".format(*score_with_interval(c["mean_return"], c["ci95_low"], c["ci95_high"]))
+                if "ci95_low" in c
+                else ""
+                for c in ordered
+            ],
+            "IQM": [score(c.get("iqm_return", float("nan"))) for c in ordered],
+            "std": [score(c["std_return"]) for c in ordered],
+            "min": [score(c["min_return"]) for c in ordered],
+            "max": [score(c["max_return"]) for c in ordered],
         }
     )
-    return str(frame.to_markdown(index=False, floatfmt=".1f", colalign=("left", "right", *["right"] * 6)))
+    # Scores are strings already (rlcore.common.numbers): to_markdown keeps them as they are.
+    return str(frame.to_markdown(index=False, disable_numparse=True, colalign=("left", "right", *["right"] * 6)))
 
 
 def _unit(record: dict[str, Any]) -> str:

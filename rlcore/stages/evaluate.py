@@ -12,6 +12,7 @@ import torch
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.common.errors import RLCoreError
 from rlcore.common.files import sha256_file, write_json
+from rlcore.common.numbers import score
 from rlcore.common.seeds import describe, validation_seeds
 from rlcore.common.stage_paths import Layout
 from rlcore.config.sections import Params
@@ -19,7 +20,7 @@ from rlcore.evaluation.evaluator import Evaluator
 from rlcore.registry import policy_from_checkpoint
 from rlcore.stages.evaluators import close_all, declared_settings, evaluators_for, under_settings
 from rlcore.stages.seeds import run_seeds, seed_layouts
-from rlcore.stages.shared import check_trained_on, step_counts
+from rlcore.stages.shared import check_trained_on, checkpoint_words, step_counts
 
 log = logging.getLogger("rlcore")
 
@@ -101,11 +102,12 @@ def _evaluate_one(
     check_trained_on(checkpoint, params.env.id)
     policy = policy_from_checkpoint(checkpoint)
     result = evaluators[None].evaluate(policy)
-    log.info("evaluated %s: %s", path.name, result.summary())
+    what = checkpoint_words(path, seed)
+    log.info("evaluated %s: %s", what, result.summary())
     settings = {name: under.scores() for name, under in under_settings(evaluators, policy).items()}
     for name, scores in settings.items():
         log.info(
-            "evaluated %s under %s: %.1f over %d episodes", path.name, name, scores["mean_return"], scores["episodes"]
+            "evaluated %s under %s: %s over %d episodes", what, name, score(scores["mean_return"]), scores["episodes"]
         )
     return {
         **({"train_seed": seed} if seed is not None else {}),

@@ -10,7 +10,7 @@ import torch
 
 from rlcore.common.checkpoints import load_checkpoint
 from rlcore.common.errors import RLCoreError
-from rlcore.common.files import read_json
+from rlcore.common.files import read_json, shown_path
 from rlcore.common.stage_paths import Layout
 from rlcore.config.sections import Params
 from rlcore.evaluation.export import ExportOptions, export_policy, model_card, write_model_card
@@ -51,5 +51,5 @@ def export_stage(params: Params, root: Path) -> Path:
     for stale in {"policy.onnx", "policy.pt2"} - set(result.files):
         (layout.export / stale).unlink(missing_ok=True)
     path = write_model_card(layout.export, card)
-    log.info("exported %s (parity %s)", ", ".join(result.files), result.parity)
+    log.info("exported %s to %s: %s", ", ".join(result.files), shown_path(layout.export), result.parity_words())
     return path

@@ -43,7 +43,7 @@ from rlcore.registry import policy_from_checkpoint
 from rlcore.stages.baseline import RunScores, improvement, improvement_words, read_baseline
 from rlcore.stages.evaluators import against_opponents, close_all, declared_settings, evaluators_for, under_settings
 from rlcore.stages.seeds import run_seeds, seed_layouts
-from rlcore.stages.shared import STEP_KEYS, check_trained_on
+from rlcore.stages.shared import STEP_KEYS, check_trained_on, checkpoint_words
 
 log = logging.getLogger("rlcore")
 
@@ -260,9 +260,10 @@ def _select_and_test(params: Params, root: Path, evaluations: dict[str, Any]) ->
         raise RLCoreError(f"{source}: changed since it was evaluated; run `rlcore evaluate` again")
     checkpoint = load_checkpoint(source)
     test = _test_scores(params, checkpoint)
-    log.info("test score of %s: %s", source.name, test.result.summary())
+    what = checkpoint_words(source, best.get("train_seed"))
+    log.info("test score of %s: %s", what, test.result.summary())
     for name, result in test.settings.items():
-        log.info("test score of %s under %s: %s", source.name, name, result.summary())
+        log.info("test score of %s under %s: %s", what, name, result.summary())
     return Selected(best, reason, checkpoint, test)
 
 

@@ -1,7 +1,8 @@
-"""What several stages share: the env-id check of a loaded checkpoint, and a checkpoint's step counts."""
+"""What several stages share: the env-id check of a loaded checkpoint, its step counts and how log lines name it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rlcore.common.checkpoints import Checkpoint
@@ -26,3 +27,8 @@ def step_counts(checkpoint: Checkpoint) -> dict[str, Any]:
         "env_steps": checkpoint.meta.get("env_steps", 0),
         "gradient_steps": checkpoint.meta.get("gradient_steps", 0),
     }
+
+
+def checkpoint_words(path: Path, seed: int | None) -> str:
+    """A checkpoint as log lines name it: its file name, after its seed's in a run of several seeds."""
+    return f"seed {seed} {path.name}" if seed is not None else path.name

@@ -20,6 +20,7 @@ from gymnasium import spaces
 
 from rlcore.algos.base import Algorithm, OffPolicyAlgorithm, OnPolicyAlgorithm
 from rlcore.common.errors import ConfigError, RLCoreError
+from rlcore.common.files import shown_path
 from rlcore.common.seeds import periodic_seeds
 from rlcore.config.sections import Params
 from rlcore.envs.curriculum import Curriculum
@@ -368,7 +369,21 @@ class TrainingSession(Generic[SourceT]):
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
         if kind is not None:
+            if isinstance(error, KeyboardInterrupt):
+                error.add_note(self._resume_words())
             self._abandon()
+
+    def _resume_words(self) -> str:
+        """What re-running the same command does after an interruption now (``rlcore train`` prints it): resume
+        from the newest checkpoint this run wrote or resumed from, or start over when there is none."""
+        run = shown_path(self.run.home)
+        if getattr(self, "_last_checkpoint", -1) < 0:  # interrupted while starting, or before the first checkpoint
+            return f"{run}: no checkpoint was written yet, so a re-run of the same command starts over"
+        unit = self.state.unit.replace("_", " ")
+        return (
+            f"{run}: its checkpoint at {self._last_checkpoint:,} {unit} is kept; re-run the same command to resume "
+            "from it"
+        )
 
     def _abandon(self) -> None:
         """After an error: close everything, drop a fresh replacement that wrote no checkpoint (the run it would
