@@ -14,12 +14,22 @@ import ast
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_support import assert_refused, assert_usage_error, run_in_process
 from conftest import PROJECT, rlcore
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from faults.test_params_cases import modules, snapshot, template  # noqa: F401 (fixtures: the project is built on theirs)
+from faults.test_params_cases import (  # noqa: F401 (fixtures: the project is built on theirs)
+    FUZZ,
+    modules,
+    refused_and_untouched,
+    snapshot,
+    template,
+    yaml_text,
+)
 from rlcore.common.errors import ConfigError
 from rlcore.config.reading import ParamsLoader, apply_overrides, parse_yaml
 
@@ -238,7 +248,10 @@ def test_every_argument_parser_refuses_abbreviations() -> None:
     missing = []
     for folder in ("rlcore", "flows", "benchmarks", "docs"):
         for path in sorted((PROJECT / folder).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
+            source = path.read_text()
+            if "ArgumentParser(" not in source:
+                continue
+            for node in ast.walk(ast.parse(source)):
                 if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
                     "ArgumentParser",
                 ):
@@ -267,3 +280,114 @@ def test_a_whole_float_where_an_integer_is_expected_is_refused(label: str, proje
     before = snapshot(project)
     assert_refused(run_in_process(["train", "--set", value], project), fragment, "without a decimal point")
     assert snapshot(project) == before, "a refused command changed the project"
+
+
+# --- fuzzers --------------------------------------------------------------------------------------------------------
+
+
+def block_keys(text: str) -> list[tuple[str, int]]:
+    """Every block-style key of a preset with its line: the keys that resolve to a key of the parsed mapping (not a
+    line inside a flow collection or a list item)."""
+    tree = parse_yaml(text, "preset")
+    found = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if re.match(r"^ *[A-Za-z0-9_.-]+:", line) and not line.lstrip().startswith(("#", "-")):
+            try:
+                dotted = next(k for k, n in _keys_by_line(text) if n == number)
+            except StopIteration:
+                continue
+            node: Any = tree
+            for part in dotted.split("."):
+                node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+            if node is not _MISSING:
+                found.append((dotted, number))
+    return found
+
+
+_MISSING = object()
+
+
+def _keys_by_line(text: str) -> list[tuple[str, int]]:
+    stack: list[tuple[int, str]] = []
+    keys = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = re.match(r"^( *)([A-Za-z0-9_.-]+):", line)
+        if match is None or line.lstrip().startswith(("#", "-")):
+            continue
+        while stack and stack[-1][0] >= len(match[1]):
+            stack.pop()
+        stack.append((len(match[1]), match[2]))
+        keys.append((".".join(key for _, key in stack), number))
+    return keys
+
+
+@pytest.fixture(scope="module")
+def fuzz_root(template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811 - a fixture
+    """One copy of the project for every example: a refusal writes nothing, and each example checks that."""
+    return shutil.copytree(template, tmp_path_factory.mktemp("lies") / "project")
+
+
+PRESET_FILES = ("params.yaml", "offline.yaml", "configs/dqn-cartpole.yaml", "configs/sac-pendulum.yaml")
+FUZZ_FILE = "fuzz.yaml"
+
+
+@settings(FUZZ, max_examples=30)
+@given(data=st.data())
+def test_fuzz_a_key_given_twice_at_any_depth_is_refused(fuzz_root: Path, data: st.DataObject) -> None:
+    """A preset with one of its keys (any depth: a section, a key of a section, a sweep space's key) given again on
+    the next line, read by any stage; or a ``--set`` section written as a flow mapping with one key twice."""
+    preset = data.draw(st.sampled_from(PRESET_FILES), label="preset")
+    text = (PROJECT / preset).read_text()
+    stage = data.draw(st.sampled_from(["train", "evaluate", "select", "export", "collect"]), label="stage")
+    if data.draw(st.booleans(), label="in a --set value"):
+        tree = parse_yaml(text, preset)
+        sections = [(k, v) for k, v in tree.items() if isinstance(v, dict) and v]
+        section, values = data.draw(st.sampled_from(sections), label="section")
+        key = data.draw(st.sampled_from(sorted(values)), label="key")
+        flow = yaml_text(values).removesuffix("}") + f", {key}: {yaml_text(values[key])}}}"
+        args = [stage, "--params", preset, "--set", f"{section}={flow}"]
+        line = refused_and_untouched(fuzz_root, args)
+        assert f"--set {section}: duplicate key '{section}.{key}'" in line, line
+        return
+    dotted, number = data.draw(st.sampled_from(block_keys(text)), label="key")
+    lines = text.splitlines(keepends=True)
+    lines.insert(number, lines[number - 1].split("#")[0].rstrip() + "\n")
+    line = refused_and_untouched(fuzz_root, [stage, "--params", FUZZ_FILE], "".join(lines).encode())
+    assert f"{FUZZ_FILE}: duplicate key '{dotted}' (lines {number} and {number + 1})" in line, line
+
+
+def command_options() -> dict[str, list[str]]:
+    """Each command's long options (``rlcore`` itself: ``""``), from the real parser."""
+    from flows.cli import _add_flow_commands
+    from rlcore.cli import build_parser
+
+    parser = build_parser(_add_flow_commands)
+    options = {"": parser.option_names}
+    options.update({name: sub.option_names for name, sub in parser.commands.choices.items()})
+    return {name: [o for o in found if o.startswith("--") and len(o) > 4] for name, found in options.items()}
+
+
+OPTIONS = command_options()
+POSITIONALS = {"import-minari": ["mujoco/hopper/medium-v0"], "deploy": ["serve"]}
+
+
+@settings(FUZZ, max_examples=30)
+@given(data=st.data())
+def test_fuzz_an_abbreviated_option_is_refused_by_every_command(fuzz_root: Path, data: st.DataObject) -> None:
+    """Any proper prefix (``--`` and at least one character) of any command's long option, with or without a value:
+    refused naming the prefix, nothing written. Commands with a required positional are given it (else its
+    absence is the first error)."""
+    command = data.draw(st.sampled_from([name for name, found in OPTIONS.items() if found]), label="command")
+    option = data.draw(st.sampled_from(OPTIONS[command]), label="option")
+    prefix = option[: data.draw(st.integers(3, len(option) - 1), label="length")]
+    if prefix in OPTIONS[command]:
+        return
+    if command == "":  # rlcore's own options come before the command: a value there would be taken for it
+        args = [data.draw(st.sampled_from([prefix, f"{prefix}=x"]), label="as"), "train"]
+    else:
+        spelled = data.draw(st.sampled_from([[prefix], [prefix, "params.yaml"], [f"{prefix}=params.yaml"]]), label="as")
+        args = [command, *POSITIONALS.get(command, []), *spelled]
+    before = snapshot(fuzz_root)
+    outcome = run_in_process(args, fuzz_root)
+    assert snapshot(fuzz_root) == before, outcome
+    assert_usage_error(outcome, f"unknown option {prefix}")
