@@ -31,7 +31,8 @@ _SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoad
 class ParamsLoader(_SAFE_LOADER):
     """``yaml.SafeLoader`` (libyaml's where PyYAML has it) that also reads ``1e-3`` and ``1e5`` as numbers, as
     YAML 1.2 (and DVC, reading the same params.yaml) does: YAML 1.1 floats need a dot (``1.0e-3``), and the string
-    ``'1e-3'`` would now be refused where a number is expected (``rlcore.common.strict_model``)."""
+    ``'1e-3'`` would now be refused where a number is expected (``rlcore.common.strict_model``). They are floats: an
+    integer key refuses ``1e5`` as it refuses ``100000.0``."""
 
 
 ParamsLoader.add_implicit_resolver(  # copies SafeLoader's resolvers before adding this one
