@@ -151,16 +151,17 @@ def _check_duplicate_keys(root: yaml.Node, source: str, key_prefix: str) -> None
     stack: list[tuple[yaml.Node, str]] = [(root, key_prefix)]
     while stack:
         node, path = stack.pop()
-        if id(node) in visited:  # an alias: its collection was checked where it was defined
+        if id(node) in visited:  # an alias: its collection was checked where it was defined (first in the text)
             continue
         visited.add(id(node))
+        below: list[tuple[yaml.Node, str]] = []
         if isinstance(node, yaml.SequenceNode):
-            stack.extend((child, _dotted(path, str(index))) for index, child in enumerate(node.value))
+            below = [(child, _dotted(path, str(index))) for index, child in enumerate(node.value)]
         elif isinstance(node, yaml.MappingNode):
             first: dict[Any, yaml.Node] = {}
             for key_node, value_node in node.value:
                 if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
-                    stack.append((value_node, path))  # a complex key is refused when the mapping is built
+                    below.append((value_node, path))  # a complex key is refused when the mapping is built
                     continue
                 key = _mapping_key(key_node)
                 if key in first:
@@ -173,7 +174,8 @@ def _check_duplicate_keys(root: yaml.Node, source: str, key_prefix: str) -> None
                         "only the last value; give each key once"
                     )
                 first[key] = key_node
-                stack.append((value_node, _dotted(path, key_node.value)))
+                below.append((value_node, _dotted(path, key_node.value)))
+        stack.extend(reversed(below))  # popped in the order of the text
 
 
 def _mapping_key(node: yaml.ScalarNode) -> Any:

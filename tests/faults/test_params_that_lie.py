@@ -154,6 +154,8 @@ def test_the_reader_is_libyaml_s_where_pyyaml_has_it() -> None:
         ("a:\n  - {x: 1}\n  - {x: 1, y: 2, x: 3}\n", "a.1.x", "line 3, columns 6 and 18"),
         ("a: 1\n'a': 2\n", "a", "lines 1 and 2"),
         ("n:\n  1: x\n  01: y\n", "n.01", "lines 2 and 3"),
+        ("a: &x {k: 1, k: 2}\nb: *x\n", "a.k", "line 1, columns 8 and 14"),  # where the anchor is, not the alias
+        ("b:\n  c: 1\n  c: 2\na:\n  d: 1\n  d: 2\n", "b.c", "lines 2 and 3"),  # the first in the text
     ],
 )
 def test_parse_yaml_names_a_duplicate_key_by_its_dotted_path(text: str, key: str, where: str) -> None:
