@@ -393,3 +393,34 @@ def test_fuzz_an_abbreviated_option_is_refused_by_every_command(fuzz_root: Path,
     outcome = run_in_process(args, fuzz_root)
     assert snapshot(fuzz_root) == before, outcome
     assert_usage_error(outcome, f"unknown option {prefix}")
+
+
+NEEDS = {("algo", "behavioral_cloning"): "dataset", ("algo", "reward_signals", "gail"): "dataset"}
+"""Sections that cannot be given without a key of their own (refused first when missing)."""
+
+
+def test_every_integer_key_of_every_algorithm_refuses_a_whole_float() -> None:
+    """Every key typed as an integer or a list of integers (seeds, sizes, counts, steps), for the first algorithm
+    that has it (one StrictModel rule refuses them all; checking each key once keeps this fast)."""
+    from typing import get_args, get_origin
+
+    from faults.test_params_cases import FIELDS, _members, base_tree, set_path
+    from rlcore.params import validate_params
+
+    checked = set()
+    for algo, path, field in FIELDS:
+        members = _members(field.annotation)
+        lists = any(get_origin(m) in (list, tuple) and get_args(m)[:1] == (int,) for m in members)
+        key = ".".join(path)
+        if key in checked or (not lists and not (int in members and float not in members)):
+            continue
+        tree = base_tree(algo)
+        for section, needed in NEEDS.items():
+            if path[: len(section)] == section:
+                set_path(tree, (*section, needed), "data/dataset.parquet")
+        set_path(tree, path, [1.0] if lists else 1.0)
+        with pytest.raises(ConfigError, match=re.escape(f"{key}: expected ") + ".* got a float"):
+            validate_params(tree)
+        checked.add(key)
+    assert {"seed", "train.seeds", "sweep.seeds", "policy.hidden_sizes", "algo.n_steps"} <= checked
+    assert len(checked) >= 60, sorted(checked)
