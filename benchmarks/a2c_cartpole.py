@@ -63,7 +63,7 @@ def sb3_run(seed: int, eval_every: int, throughput_steps: int) -> dict[str, Any]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--eval-every", type=int, default=2048)
     parser.add_argument("--throughput-steps", type=int, default=50_000)

@@ -92,7 +92,7 @@ def steps_per_second(env_id: str, seed: int, rows: int, warmup: int, updates: in
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--updates", type=int, default=2000)
     parser.add_argument("--warmup", type=int, default=100)

@@ -86,7 +86,7 @@ def seed_row(seed: int, lookahead_games: int, preset: Path = PRESET, reports: Pa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--lookahead-games", type=int, default=200)
     parser.add_argument("--preset", type=Path, default=PRESET)

@@ -21,7 +21,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--preset", type=Path, default=ROOT / "configs" / "ppo-minatar-breakout.yaml")
     parser.add_argument("--steps", type=int, default=40_960, help="env steps per run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])

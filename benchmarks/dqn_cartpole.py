@@ -68,7 +68,7 @@ def sb3_run(seed: int, eval_every: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--eval-every", type=int, default=2048)
     parser.add_argument("--no-peer", action="store_true", help="skip Stable-Baselines3 even if installed")

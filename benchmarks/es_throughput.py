@@ -100,7 +100,7 @@ def time_to_475(runner_name: str, workers: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
     parser.add_argument("--iterations", type=int, default=5)
     args = parser.parse_args()
     results: dict[str, dict[str, Any]] = {}

@@ -64,7 +64,7 @@ def main() -> None:
     from rlcore.registry import policy_from_checkpoint
     from rlcore.reward_signals.gail import GAIL, load_demonstrations
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--params", type=Path, required=True)
     parser.add_argument("--run", type=Path, required=True, help="runs/<name> of a PPO + GAIL run")
     parser.add_argument("--expert", type=Path, required=True)

@@ -76,7 +76,7 @@ def main() -> None:
     from rlcore.params import load_params
     from rlcore.stages import evaluate_stage, select_stage, train_stage
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument(
         "--params", type=Path, default=Path(__file__).with_name("gail_pendulum.yaml"), help="PPO + GAIL params"
     )

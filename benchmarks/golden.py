@@ -39,11 +39,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from test_presets_pipeline import PRESETS, STAGE_SECONDS, tiny_budget  # noqa: E402
+
+from rlcore.config.reading import read_yaml_mapping  # noqa: E402
 
 STAGES = ("train", "evaluate", "select", "export")
 COLLECT_OVERRIDES = ["collect.steps=2000"]
@@ -253,8 +253,7 @@ def run_stage(command: str, preset: str, project: Path, overrides: list[str]) ->
 
 
 def preset_tree(preset: str) -> dict[str, Any]:
-    tree: dict[str, Any] = yaml.safe_load((ROOT / preset).read_text())
-    return tree
+    return read_yaml_mapping(ROOT / preset)
 
 
 def overrides_of(preset: str) -> list[str]:
@@ -374,7 +373,7 @@ def compare(before_path: Path, after_path: Path, limit: int = 20) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the record of this tree's presets to this JSON file")
     parser.add_argument(
         "--only", nargs="+", metavar="PRESET", help="only these presets (e.g. configs/dqn-cartpole.yaml)"

@@ -60,7 +60,7 @@ def one_run(runner: str, actors: int, seed: int, steps: int) -> dict[str, float]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=100_000)
     args = parser.parse_args()

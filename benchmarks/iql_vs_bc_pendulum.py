@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
 from common import ROOT, over_seeds, stdout_to_stderr
+
+from rlcore.config.reading import parse_yaml, read_yaml_mapping
 
 # The offline learning test's settings for each algorithm (tests/test_offline_learning.py), and variants of IQL.
 NETS = {"normalize_obs": True, "hidden_sizes": [128, 128], "activation": "relu"}
@@ -50,14 +51,14 @@ def variant_from_spec(spec: str) -> tuple[str, dict[str, Any]]:
     tree = json.loads(json.dumps(VARIANTS[base]))
     for change in filter(None, changes.split(",")):
         key, value = change.split("=", 1)
-        tree["algo"][key] = yaml.safe_load(value)
+        tree["algo"][key] = parse_yaml(value, f"{spec}: {key}")
     return name, tree
 
 
 def offline_params(work: Path, changes: dict[str, Any]) -> Any:
     from rlcore.params import validate_params
 
-    tree = yaml.safe_load((ROOT / "offline.yaml").read_text())
+    tree = read_yaml_mapping(ROOT / "offline.yaml")
     for key, value in changes.items():
         tree[key] = {**tree[key], **value} if isinstance(value, dict) and key != "algo" else value
     tree["train"]["progress_bar"] = "off"
@@ -108,7 +109,7 @@ def main() -> None:
     from rlcore.data.reader import load_dataset, read_metadata
     from rlcore.stages import evaluate_stage, select_stage, train_stage
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, required=True, help="working directory (the dataset is cached there)")
     parser.add_argument("--variants", nargs="+", default=["bc", "iql-cos"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])

@@ -293,7 +293,7 @@ def plot_curves(runs: dict[int, dict[str, Any]], title: str, path: Path) -> None
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("case", choices=[*sorted(PRESETS), "frames-dataset"])
     parser.add_argument("--steps", type=int, default=None, help="env-step budget (default: the preset's)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])

@@ -119,7 +119,7 @@ def sb3_run(seed: int, eval_every: int, fill: int, warmup: int, updates: int) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--eval-every", type=int, default=1000)
     parser.add_argument("--fill", type=int, default=2000, help="real transitions in the replay buffer")

@@ -222,7 +222,7 @@ def read_rows(paths: list[Path]) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--families", nargs="+", choices=sorted(FAMILIES), default=["ppo", "dqn", "sac", "bc"])
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--sequential", action="store_true", help="also run the largest N one after another")

@@ -282,7 +282,7 @@ def run_case(case: str, count: int, repeats: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--seeds-counts", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))

@@ -172,7 +172,7 @@ def sb3_run(params: Params, seed: int, steps: int, bootstrap: bool) -> dict[str,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--steps", type=int, default=150_000, help="agent steps (rows) of training")
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))

@@ -66,7 +66,7 @@ def run(workers: int, trials: int, max_steps: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--max-steps", type=int, default=30000)
     args = parser.parse_args()

@@ -121,7 +121,7 @@ def seed_row(seed: int, perfect_games: int, preset: Path = PRESET) -> dict[str, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--perfect-games", type=int, default=200)
     parser.add_argument("--preset", type=Path, default=PRESET)

@@ -93,7 +93,7 @@ def rewrite(page: str, new_table: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 with a diff when they differ")
     parser.add_argument(
         "--page", type=Path, default=PAGE, help="the page holding the table (default: docs/architecture.md)"

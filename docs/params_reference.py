@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types
-import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
@@ -37,6 +36,7 @@ PROJECT = Path(__file__).resolve().parents[1]
 if str(PROJECT) not in sys.path:
     sys.path.insert(0, str(PROJECT))
 
+from rlcore.config.reading import read_yaml_mapping  # noqa: E402
 from rlcore.config.sections import SECTIONS, Params  # noqa: E402
 from rlcore.params import REQUIRED  # noqa: E402
 from rlcore.registry import ALGORITHMS  # noqa: E402
@@ -401,7 +401,7 @@ def _preset_rows(name: str, project: Path) -> list[str]:
 @functools.cache
 def _trains(preset: Path) -> str | None:
     """The ``algo.name`` a preset trains."""
-    tree = yaml.safe_load(preset.read_text(encoding="utf-8"))
+    tree = read_yaml_mapping(preset)
     return tree.get("algo", {}).get("name")
 
 
@@ -463,7 +463,7 @@ def wanted_pages(project: Path = PROJECT) -> dict[Path, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 with a diff when they differ")
     parser.add_argument("--missing", action="store_true", help="list the keys without a docstring; exit 1 if any")
     parser.add_argument("--project", type=Path, default=PROJECT, help="the project root (default: this script's)")

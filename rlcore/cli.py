@@ -4,7 +4,9 @@ subcommands.
 
 Every stage subcommand takes ``--params FILE`` (default ``params.yaml``) and repeated ``--set KEY=VALUE``. Each
 subcommand's help says in one line what it does and names its docs page.
-Errors meant for users print one line, ``error: ...``, and exit with status 2.
+Errors meant for users print one line, ``error: ...``, and exit with status 2; a command line that does not parse
+(an unknown command or option, a missing argument) prints the same line, then the command's usage. Options are
+never abbreviated: ``--param`` is an unknown option, not ``--params``.
 """
 
 from __future__ import annotations
@@ -14,14 +16,56 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from rlcore.common.errors import RLCoreError
+from rlcore.common.errors import RLCoreError, closest
 
 StageRunner = Callable[[argparse.Namespace], Any]
 
 DOCS = "docs/index.md"
 """The documentation's home page, in the project (``make docs`` builds the site from docs/)."""
+
+
+USER_ERROR = 2
+"""The exit status of every user error, a command line that does not parse included."""
+
+
+class UsageError(Exception):
+    """A command line that does not parse: the message, and the usage of the command it was meant for."""
+
+    def __init__(self, message: str, usage: str) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse's parser without prefix matching (``--param`` is not taken for ``--params``) and with rlcore's error
+    format: its errors raise :class:`UsageError`, printed by :func:`run`. Subcommands' parsers are of this class too
+    (``add_subparsers`` makes its parsers of the parent's class)."""
+
+    commands: Any = None
+    """The subcommands (``add_subparsers``' action; its ``choices``: their parsers by name), on the top parser."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.option_names: list[str] = []  # filled by add_argument, which the base class calls for -h
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        self.option_names.extend(action.option_strings)
+        return action
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.format_usage())
+
+    def unknown_arguments(self, extras: list[str]) -> NoReturn:
+        """Refuse what no argument of this command took: the first unknown option (with its closest known one)."""
+        option = next((extra for extra in extras if extra.startswith("-")), None)
+        if option is None:
+            self.error(f"unexpected argument{'s' if len(extras) > 1 else ''}: {' '.join(extras)}")
+        name = option.partition("=")[0]
+        match = closest(name, self.option_names)
+        self.error(f"unknown option {name}" + (f"; did you mean {match}?" if match else ""))
 
 
 def add_command(commands: Any, name: str, help_text: str, page: str) -> argparse.ArgumentParser:
@@ -87,9 +131,9 @@ def _export(args: argparse.Namespace) -> Any:
     return export_stage(load(args), Path.cwd())
 
 
-def build_parser(extend: Callable[[Any], None] | None = None) -> argparse.ArgumentParser:
+def build_parser(extend: Callable[[Any], None] | None = None) -> CommandParser:
     """The stage subcommands; ``extend(subparsers)`` may add more (``flows.cli`` adds ``pipeline``)."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="rlcore",
         description="Declarative, reproducible reinforcement learning: the stages of a run (train, evaluate, select, "
         "export, collect), one subcommand each, as dvc.yaml calls them; Prefect flows, sweeps and deployments.",
@@ -97,6 +141,7 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> argparse.Argume
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.commands = commands
     stages: list[tuple[str, str, str, StageRunner]] = [
         ("train", "train into runs/<name>/ (resumes an interrupted run)", "docs/running.md, docs/faults.md", _train),
         (
@@ -165,9 +210,32 @@ def _params_schema(args: argparse.Namespace) -> Any:
     return text
 
 
-def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
-    """Parse, run the chosen subcommand, and turn user errors into one line and exit status 2."""
-    args = parser.parse_args(argv)
+def parse(parser: CommandParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The parsed command line; :class:`UsageError` when it does not parse, naming the command or option meant."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    commands = parser.commands.choices
+    command = next((argument for argument in arguments if not argument.startswith("-")), None)
+    if command is None and not {"-h", "--help"} & set(arguments):
+        parser.error(f"no command given; one of: {', '.join(commands)}")
+    if command is not None and command not in commands:
+        match = closest(command, commands)
+        hint = f"did you mean {match!r}?" if match else f"one of: {', '.join(commands)}"
+        parser.error(f"unknown command {command!r}; {hint}")
+    args, extras = parser.parse_known_args(arguments)
+    if extras:
+        commands[args.command].unknown_arguments(extras)
+    return args
+
+
+def run(parser: CommandParser, argv: Sequence[str] | None = None) -> int:
+    """Parse, run the chosen subcommand, and turn user errors into one line and exit status 2 (a command line that
+    does not parse: the line, then the command's usage)."""
+    try:
+        args = parse(parser, argv)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        print(exc.usage.rstrip(), file=sys.stderr)
+        return USER_ERROR
     logger = logging.getLogger("rlcore")
     handler: logging.Handler | None = None
     if getattr(args, "own_logging", True):
@@ -184,7 +252,7 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> i
         if exc.details:  # the traceback of the user's code that raised: to a file, never to the terminal
             line += f" (traceback in {write_error_log(args, exc.details)})"
         print("error: " + line, file=sys.stderr)
-        return 2
+        return USER_ERROR
     except KeyboardInterrupt as exc:
         # What a re-run does, as each interrupted training run noted it (rlcore.trainers.session); other commands
         # write their outputs atomically, so nothing half-written is left.

@@ -206,3 +206,17 @@ def assert_refused(outcome: Outcome, *fragments: str) -> str:
         assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
     assert outcome.seconds < TIME_LIMIT, outcome
     return lines[0]
+
+
+def assert_usage_error(outcome: Outcome, *fragments: str) -> str:
+    """A command line that does not parse: exit 2, no traceback, our ``error: ...`` line holding every fragment, then
+    the command's usage (argparse's own ``rlcore: error:`` line never). Returns the error line."""
+    assert not outcome.hung, outcome
+    assert "Traceback" not in outcome.stderr + outcome.stdout, outcome
+    assert outcome.returncode == 2, outcome
+    lines = [line for line in outcome.stderr.splitlines() if line.strip()]
+    assert len(lines) >= 2 and lines[0].startswith("error: ") and lines[1].startswith("usage: rlcore"), outcome
+    assert not any("error" in line for line in lines[1:]), outcome
+    for fragment in fragments:
+        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
+    return lines[0]

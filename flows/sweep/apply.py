@@ -18,7 +18,7 @@ import yaml
 
 from rlcore.common.errors import ConfigError
 from rlcore.common.files import write_text
-from rlcore.config.reading import ParamsLoader, read_yaml_mapping
+from rlcore.config.reading import parse_yaml, read_yaml_mapping
 from rlcore.config.sweep import flatten, yaml_text
 from rlcore.params import validate_params
 
@@ -71,11 +71,19 @@ def apply_values(params_file: Path, values: dict[str, Any]) -> str:
     validate_params(expected, str(params_file))
     text, missing = set_values(params_file.read_text(), values)
     how = "edited in place (comments kept)"
-    if missing or yaml.load(text, Loader=ParamsLoader) != expected:  # noqa: S506 - a SafeLoader
+    if missing or _parsed(text, params_file) != expected:
         text = yaml.safe_dump(expected, sort_keys=False)
         how = "rewritten (comments dropped: " + (f"{', '.join(missing)} not in the file" if missing else "layout") + ")"
     write_text(params_file, text)
     return how
+
+
+def _parsed(text: str, params_file: Path) -> Any:
+    """The edited text read back as rlcore reads params files; ``None`` if the line edit broke it."""
+    try:
+        return parse_yaml(text, str(params_file))
+    except ConfigError:
+        return None
 
 
 def apply_fragment(params_file: Path, fragment_file: Path) -> dict[str, Any]:

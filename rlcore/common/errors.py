@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import stat
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,13 @@ def _a(noun: str) -> str:
     return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
 
 
+def closest(word: str, candidates: Iterable[str]) -> str | None:
+    """The candidate closest to ``word`` (a likely typo of it), or ``None`` when none is close."""
+    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
 def did_you_mean(word: str, candidates: list[str] | tuple[str, ...], prefix: str = "") -> str:
     """``" (did you mean 'x'?)"`` for the closest candidate, or ``""`` when none is close."""
-    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean {prefix + matches[0]!r}?)" if matches else ""
+    match = closest(word, candidates)
+    return f" (did you mean {prefix + match!r}?)" if match is not None else ""

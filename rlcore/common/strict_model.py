@@ -7,7 +7,9 @@ everywhere, unless a key's own type says otherwise:
 - non-finite floats: ``.inf``, ``-.inf``, ``.nan`` (and strings such as ``"nan"`` or ``"1e999"``);
 - a boolean where a number is expected: YAML reads ``seed: true`` as ``True``, which pydantic would take as 1;
 - a number in a string where a number is expected: a quoted ``threshold: '450'`` is a string in YAML, which
-  pydantic would convert (a key whose type admits that string takes it; pydantic refuses any other string).
+  pydantic would convert (a key whose type admits that string takes it; pydantic refuses any other string);
+- a float where an integer is expected: pydantic would read ``seeds: [1.0, 2.0]`` as seeds 1 and 2, and ``1e5`` as
+  100000 (a fractional float, ``1.5``, it refuses itself).
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ class StrictModel(BaseModel):
         if field is not None and _string_as_number(value, field.annotation):
             shown = repr(value)[:80] if isinstance(value, str) else f"in {value!r}"[:80]
             raise ValueError(f"expected {_expected(field.annotation)}, got a string ({shown}); write it unquoted")
+        if field is not None and _float_as_integer(value, field.annotation):
+            shown = repr(value)[:80] if isinstance(value, float) else f"in {value!r}"[:80]
+            raise ValueError(
+                f"expected {_expected(field.annotation)}, got a float ({shown}); write integers without a decimal "
+                "point or exponent"
+            )
         return value
 
 
@@ -69,6 +77,21 @@ def _boolean_as_number(value: Any, annotation: Any) -> bool:
     if isinstance(value, list | tuple):
         items = [get_args(m)[0] for m in _members(annotation) if get_origin(m) in (list, tuple) and get_args(m)]
         return any(_boolean_as_number(item, kind) for kind in items[:1] for item in value)
+    return False
+
+
+def _is_integer(annotation: Any) -> bool:
+    members = _members(annotation)
+    return int in members and float not in members and not any(m in (Any, object) for m in members)
+
+
+def _float_as_integer(value: Any, annotation: Any) -> bool:
+    """True when ``value`` holds a whole float where ``annotation`` wants an integer (lists and their items too)."""
+    if isinstance(value, float):
+        return value.is_integer() and _is_integer(annotation)
+    if isinstance(value, list | tuple):
+        items = [get_args(m)[0] for m in _members(annotation) if get_origin(m) in (list, tuple) and get_args(m)]
+        return any(_float_as_integer(item, kind) for kind in items[:1] for item in value)
     return False
 
 

@@ -1,5 +1,6 @@
 """Reading params files and ``--set`` overrides safely: UTF-8 text of bounded size, YAML parsed with a safe loader
-bounded in depth and in alias expansion, ``key.path=value`` overrides applied to the tree; one-line errors."""
+bounded in depth and in alias expansion, with no key given twice in a mapping, ``key.path=value`` overrides applied
+to the tree; one-line errors. Every YAML rlcore reads goes through :func:`parse_yaml`."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ _SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoad
 class ParamsLoader(_SAFE_LOADER):
     """``yaml.SafeLoader`` (libyaml's where PyYAML has it) that also reads ``1e-3`` and ``1e5`` as numbers, as
     YAML 1.2 (and DVC, reading the same params.yaml) does: YAML 1.1 floats need a dot (``1.0e-3``), and the string
-    ``'1e-3'`` would now be refused where a number is expected (``rlcore.common.strict_model``)."""
+    ``'1e-3'`` would now be refused where a number is expected (``rlcore.common.strict_model``). They are floats: an
+    integer key refuses ``1e5`` as it refuses ``100000.0``."""
 
 
 ParamsLoader.add_implicit_resolver(  # copies SafeLoader's resolvers before adding this one
@@ -40,9 +42,10 @@ ParamsLoader.add_implicit_resolver(  # copies SafeLoader's resolvers before addi
 )
 
 
-def parse_yaml(text: str, source: str) -> Any:
+def parse_yaml(text: str, source: str, key_prefix: str = "") -> Any:
     """``yaml.safe_load`` bounded: refuses (``ConfigError`` naming ``source``) YAML that is invalid, nested deeper
-    than :data:`MAX_YAML_DEPTH`, recursive, or that would expand to more than :data:`MAX_YAML_VALUES` values."""
+    than :data:`MAX_YAML_DEPTH`, recursive, that would expand to more than :data:`MAX_YAML_VALUES` values, or that
+    gives a key twice in one mapping (named by its dotted path, after ``key_prefix`` for a ``--set`` value)."""
     if _flow_depth(text) > MAX_YAML_DEPTH:  # PyYAML's scanner is quadratic in the depth of [ and { nesting
         raise ConfigError(f"{source}: YAML nested deeper than {MAX_YAML_DEPTH} levels")
     try:
@@ -59,6 +62,7 @@ def parse_yaml(text: str, source: str) -> Any:
         if node is None:
             return None
         _check_expansion(node, source)
+        _check_duplicate_keys(node, source, key_prefix)
         try:
             return loader.construct_document(node)
         except yaml.YAMLError as exc:
@@ -136,6 +140,65 @@ def _check_expansion(root: yaml.Node, source: str) -> None:
         stack.extend((child, False) for child in children(node) if id(child) not in sizes)
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _check_duplicate_keys(root: yaml.Node, source: str, key_prefix: str) -> None:
+    """Refuse a mapping that gives one key twice, at any depth: YAML keeps the last value without a word, so a
+    second ``train:`` would replace the whole first section. Keys are compared as the mapping would hold them
+    (``1``, ``01`` and ``true`` are one key); the merge key ``<<`` is not a key of the result."""
+    visited: set[int] = set()
+    stack: list[tuple[yaml.Node, str]] = [(root, key_prefix)]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in visited:  # an alias: its collection was checked where it was defined (first in the text)
+            continue
+        visited.add(id(node))
+        below: list[tuple[yaml.Node, str]] = []
+        if isinstance(node, yaml.SequenceNode):
+            below = [(child, _dotted(path, str(index))) for index, child in enumerate(node.value)]
+        elif isinstance(node, yaml.MappingNode):
+            first: dict[Any, yaml.Node] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                    below.append((value_node, path))  # a complex key is refused when the mapping is built
+                    continue
+                key = _mapping_key(key_node)
+                if key in first:
+                    earlier = first[key]
+                    where = _where(earlier.start_mark, key_node.start_mark)
+                    if earlier.value != key_node.value:  # 1 and 01, 1 and true
+                        where += f", written {earlier.value!r} and {key_node.value!r}"
+                    raise ConfigError(
+                        f"{source}: duplicate key '{_dotted(path, key_node.value)}' ({where}): YAML would keep "
+                        "only the last value; give each key once"
+                    )
+                first[key] = key_node
+                below.append((value_node, _dotted(path, key_node.value)))
+        stack.extend(reversed(below))  # popped in the order of the text
+
+
+def _mapping_key(node: yaml.ScalarNode) -> Any:
+    """The key a mapping would hold for ``node`` (its tag and text if it does not convert: refused later)."""
+    try:
+        key = yaml.constructor.SafeConstructor().construct_object(node)
+        hash(key)
+    except Exception:  # noqa: BLE001 - any value that does not convert is reported when the document is built
+        return (node.tag, node.value)
+    return key
+
+
+def _dotted(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _where(first: yaml.Mark, second: yaml.Mark) -> str:
+    """``lines 3 and 40``; on one line (a ``--set`` value, a flow mapping): ``line 1, columns 2 and 9``."""
+    if first.line == second.line:
+        return f"line {first.line + 1}, columns {first.column + 1} and {second.column + 1}"
+    return f"lines {first.line + 1} and {second.line + 1}"
+
+
 def read_text_file(path: Path, what: str = "params file", limit: int = MAX_PARAMS_FILE_BYTES) -> str:
     """The text of a UTF-8 file (a UTF-8 byte-order mark is fine); one-line errors name the file."""
     problem = file_problem(path, what)
@@ -180,7 +243,7 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set algo.lr=0.001")
         try:
-            value = parse_yaml(raw, f"--set {key.strip()}") if raw.strip() else ""
+            value = parse_yaml(raw, f"--set {key.strip()}", key.strip()) if raw.strip() else ""
         except InvalidYAML:
             value = raw
         node = tree

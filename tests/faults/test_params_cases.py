@@ -927,7 +927,7 @@ NAME_LIKE = {
     ],
     ("env", "curriculum"): [[{"name": "a/b"}], [{"name": "x\ny"}]],
     ("algo", "name"): ["bogus", 5, ["ppo"], None],
-    ("train", "seeds"): [[], [-1], [0, 0], [2**32], [0, 1.5], [True], list(range(65))],
+    ("train", "seeds"): [[], [-1], [0, 0], [2**32], [0, 1.5], [1.0, 2.0], [True], list(range(65))],
     ("dataset", "agents"): [[]],
     ("dataset", "groups"): [[]],
 }
@@ -956,7 +956,7 @@ def invalid_values(path: tuple[str, ...], field: Any) -> st.SearchStrategy[Any]:
         if float in numeric:
             choices += [math.nan, math.inf, -math.inf, "nan", "1e999"]
         else:
-            choices.append(1.5)
+            choices += [1.5, 2.0]  # a whole float is not an integer either (seeds: [1.0, 2.0] are not seeds 1 and 2)
         bounds = _bounds(field)
         if "ge" in bounds:
             strategies.append(st.integers(max_value=math.ceil(bounds["ge"]) - 1, min_value=-(10**30)))
@@ -980,6 +980,8 @@ def invalid_values(path: tuple[str, ...], field: Any) -> st.SearchStrategy[Any]:
                 item = get_args(member)[0] if get_origin(member) is list and get_args(member) else None
                 if item in (int, float):
                     choices.append(["x"])
+                if item is int:
+                    choices.append([1.0, 2.0])
                 elif item is str:
                     choices.append([12345])
     if choices:
