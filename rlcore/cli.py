@@ -154,15 +154,12 @@ def _import_minari(args: argparse.Namespace) -> Any:
 def _params_schema(args: argparse.Namespace) -> Any:
     import json
 
-    from rlcore.common.files import write_text
-    from rlcore.params import params_schema
+    from rlcore.params import params_schema, write_params_schema
 
-    text = json.dumps(params_schema(), indent=2, ensure_ascii=False) + "\n"
-    if args.output is None:
-        sys.stdout.write(text)
-    else:
-        write_text(args.output, text)
-    return text
+    if args.output is not None:
+        return write_params_schema(args.output, "--output")
+    sys.stdout.write(json.dumps(params_schema(), indent=2, ensure_ascii=False) + "\n")
+    return None
 
 
 def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:

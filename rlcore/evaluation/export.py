@@ -33,7 +33,7 @@ from gymnasium import spaces
 from torch import nn
 
 from rlcore.common.errors import RLCoreError
-from rlcore.common.files import sha256_file, write_json
+from rlcore.common.files import check_target, sha256_file, write_json
 from rlcore.envs.action_masks import MaskInputs, mask_inputs
 from rlcore.envs.actions import sub_action_sizes
 from rlcore.envs.config import EnvConfig
@@ -240,6 +240,9 @@ def export_policy(
     with torch.no_grad():
         expected = [t.numpy() for t in model(*tensors)]
 
+    names = [name for name, wanted in (("policy.pt2", options.torch_export), ("policy.onnx", options.onnx)) if wanted]
+    for name in names:  # before the export's seconds of work, and again before each rename
+        check_target(out_dir / name)
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out_dir))
     atol, rtol = options.parity_atol, options.parity_rtol
@@ -275,7 +278,7 @@ def export_policy(
         files = {}
         for path in sorted(staging.iterdir()):
             files[path.name] = sha256_file(path)
-            os.replace(path, out_dir / path.name)
+            os.replace(path, check_target(out_dir / path.name))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return ExportResult(files, parity, describe_interface(policy, action_space))

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from rlcore.common.checkpoints import Checkpoint
+from rlcore.common.files import remove_stale
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.vector import describe_space
 from rlcore.evaluation.export import ExportOptions, export_policy, model_card, parity_observations, write_model_card
@@ -73,7 +74,7 @@ def export_groups(
     agents_card = {"names": list(layout.agent_names), "shared_policy": False, "groups": layout.members()}
     if layout.one_hot_start is None:  # without env.agent_id a row's group is its position: no model of all rows
         for stale in ("policy.onnx", "policy.pt2"):  # a shared policy exported here before: not this run's
-            (out_dir / stale).unlink(missing_ok=True)
+            remove_stale(out_dir / stale)
         index_card = {"name": meta["params"]["name"], "algorithm": meta["params"]["algo"]["name"], "groups": groups}
         return write_model_card(out_dir, index_card)
     # With env.agent_id: also one model of every row (each row's group read from its one-hot), what the pipeline's
