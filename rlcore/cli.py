@@ -200,13 +200,13 @@ def write_error_log(args: argparse.Namespace, details: str) -> Path:
     """Write ``details`` to ``runs/<name>/error.log`` (``runs/error.log`` when the params did not load, so no run
     name is known) and return its path as the error line shows it: relative to the project when inside it."""
     params = getattr(args, "loaded_params", None)
-    folder = Path("runs") / params.name if params is not None else Path("runs")
+    from rlcore.common.files import write_text
+
+    path = (Path("runs") / params.name if params is not None else Path("runs")) / ERROR_LOG
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / ERROR_LOG
-        path.write_text(f"rlcore {' '.join(sys.argv[1:])}\n{details}")
-    except OSError as exc:  # a read-only project: the line still says what happened
-        return Path(f"<not written: {exc.strerror}>")
+        write_text(path, f"rlcore {' '.join(sys.argv[1:])}\n{details}")
+    except (OSError, RLCoreError) as exc:  # a read-only project, a pipe named error.log: the line still says so
+        return Path(f"<not written: {exc.strerror if isinstance(exc, OSError) else exc}>")
     return path
 
 
