@@ -39,11 +39,11 @@ def collect_stage(params: Params, root: Path) -> Path:
 def collect_output(params: Params, root: Path) -> Path:
     """``collect.output`` in the project, once checked: absent or an earlier dataset (a regular Parquet file), and not
     ``collect.policy``, the model the collection reads (``rlcore.data.writer.check_dataset_target``)."""
-    output = check_dataset_target(project_path(root, params.collect.output, "collect.output"), "collect.output")
+    output = project_path(root, params.collect.output, "collect.output")
     if params.collect.policy != "random":
         policy = root / params.collect.policy
         refuse_same_file(output, "collect.output", policy, "collect.policy, the model the collection rolls out")
-    return output
+    return check_dataset_target(output, "collect.output")
 
 
 def shard_path(params: Params, root: Path, index: int) -> Path:
