@@ -1,7 +1,8 @@
-"""Atomic file output: write to a temporary name beside the target, fsync, then rename into place; and the one rule
-of every path rlcore writes: it is absent or a regular file (never a folder, device, pipe or socket to replace).
+"""Atomic file output: write to a temporary name beside the target, fsync, then rename into place, only over nothing
+or a regular file.
 
-A crash at any moment leaves either the previous file or the new one, never half of one.
+A crash at any moment leaves either the previous file or the new one, never half of one. Every path rlcore writes is
+checked by one rule (:func:`check_target`): a folder, device, pipe or socket there is refused, never replaced.
 """
 
 from __future__ import annotations
