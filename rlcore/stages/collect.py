@@ -11,8 +11,8 @@ from typing import Any
 import torch
 
 from rlcore.common.checkpoints import load_checkpoint
-from rlcore.common.errors import RLCoreError
-from rlcore.common.files import refuse_same_file, sha256_file
+from rlcore.common.errors import ConfigError, RLCoreError
+from rlcore.common.files import EXPECTED_TARGET, refuse_same_file, sha256_file
 from rlcore.common.stage_paths import project_path
 from rlcore.config.sections import Params
 from rlcore.data.collection import CollectionPlan, collect_dataset, env_record, group_members
@@ -39,6 +39,8 @@ def collect_stage(params: Params, root: Path) -> Path:
 def collect_output(params: Params, root: Path) -> Path:
     """``collect.output`` in the project, once checked: absent or an earlier dataset (a regular Parquet file), and not
     ``collect.policy``, the model the collection reads (``rlcore.data.writer.check_dataset_target``)."""
+    if not params.collect.output.strip():  # the project folder itself otherwise
+        raise ConfigError(f"collect.output: an empty path; {EXPECTED_TARGET}")
     output = project_path(root, params.collect.output, "collect.output")
     if params.collect.policy != "random":
         policy = root / params.collect.policy

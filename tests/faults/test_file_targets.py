@@ -201,6 +201,12 @@ def test_collect_output_never_replaces_a_file_that_is_not_a_dataset(project: Pat
     assert (project / "params.yaml").read_bytes() == before
 
 
+def test_collect_output_empty_is_one_line(project: Path) -> None:
+    outcome = run_in_process([*COLLECT, "--set", "collect.output=''"], project)
+    assert_refused(outcome, f"collect.output: an empty path; {EXPECTED}")
+    assert sorted(p.name for p in project.iterdir()) == [".dvcignore", "dvc.yaml", "params.yaml", "prefect.toml"]
+
+
 def test_import_minari_output_not_a_regular_file_is_refused_before_reading(project: Path, kind: str) -> None:
     target = InTheWay(project / "data.parquet", kind)
     args = ["import-minari", "no/such-dataset-v0", "--output", "data.parquet"]
