@@ -13,6 +13,7 @@ import argparse
 import os
 import re
 import signal
+import socket
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,6 +92,23 @@ def test_a_symbolic_link_to_a_pipe_or_folder_is_refused_and_both_stay(tmp_path: 
         write_text(link, "{}")
     assert link.is_symlink()
     target.assert_unchanged()
+
+
+def test_a_socket_or_a_device_node_is_refused_and_stays(tmp_path: Path) -> None:
+    """The issue's ``--output /dev/full`` (as root it replaced the device node with a file), without touching /dev: a
+    node of the null device made in a temporary folder (where mknod is allowed), and a socket."""
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(tmp_path / "sock"))
+        with pytest.raises(RLCoreError, match=r"sock is a socket; "):
+            write_text(tmp_path / "sock", "{}")
+        assert stat.S_ISSOCK(os.lstat(tmp_path / "sock").st_mode)
+    try:
+        os.mknod(tmp_path / "null", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("mknod is not allowed here")
+    outcome = run_in_process(["params-schema", "--output", "null"], tmp_path)
+    assert_refused(outcome, "error: --output: null is a character device; " + EXPECTED)
+    assert stat.S_ISCHR(os.lstat(tmp_path / "null").st_mode)
 
 
 def test_a_symbolic_link_to_a_regular_file_is_replaced_and_what_it_points_to_is_not(tmp_path: Path) -> None:
