@@ -104,12 +104,6 @@ class Layout:
         )
 
     @property
-    def export_outputs(self) -> tuple[Path, ...]:
-        """The files the export stage writes in ``export/``, or removes when not exported (checked before it starts;
-        a run with ``policy.groups`` also writes ``export/<group>/``)."""
-        return tuple(self.export / name for name in ("policy.onnx", "policy.pt2", "model_card.json"))
-
-    @property
     def best(self) -> Path:
         return self.root / "models" / self.branch / "best" if self.branch else self.root / "models" / "best"
 
@@ -124,6 +118,11 @@ class Layout:
     @property
     def export(self) -> Path:
         return self.root / "export" / self.branch if self.branch else self.root / "export"
+
+
+def export_files(folder: Path) -> tuple[Path, ...]:
+    """The files an export writes in ``folder``, or removes when not exported: checked before it starts."""
+    return tuple(folder / name for name in ("policy.onnx", "policy.pt2", "model_card.json"))
 
 
 def project_path(root: Path, value: str, key: str) -> Path:

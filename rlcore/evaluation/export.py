@@ -240,9 +240,6 @@ def export_policy(
     with torch.no_grad():
         expected = [t.numpy() for t in model(*tensors)]
 
-    names = [name for name, wanted in (("policy.pt2", options.torch_export), ("policy.onnx", options.onnx)) if wanted]
-    for name in names:  # before the export's seconds of work, and again before each rename
-        check_target(out_dir / name)
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out_dir))
     atol, rtol = options.parity_atol, options.parity_rtol

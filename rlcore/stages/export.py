@@ -11,7 +11,7 @@ import torch
 from rlcore.common.checkpoints import load_checkpoint
 from rlcore.common.errors import RLCoreError
 from rlcore.common.files import check_target, read_json, remove_stale
-from rlcore.common.stage_paths import Layout
+from rlcore.common.stage_paths import Layout, export_files
 from rlcore.config.sections import Params
 from rlcore.evaluation.export import ExportOptions, export_policy, model_card, write_model_card
 from rlcore.nets.grouped import GroupedActorCritic
@@ -26,7 +26,7 @@ def export_stage(params: Params, root: Path) -> Path:
     """Export ``models/best/policy.pt`` to ``export/`` (ONNX, torch.export, model card); returns the card's path."""
     torch.set_num_threads(params.torch_threads)
     layout = Layout(root, params.name, params.branch)
-    for output in layout.export_outputs:  # a folder or a pipe in the way is refused before the model is read
+    for output in export_files(layout.export):  # a folder or a pipe in the way is refused before the model is read
         check_target(output)
     checkpoint = load_checkpoint(layout.best_policy)
     if not layout.selection.is_file():

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from rlcore.common.checkpoints import Checkpoint
-from rlcore.common.files import remove_stale
+from rlcore.common.files import check_target, remove_stale
+from rlcore.common.stage_paths import export_files
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.vector import describe_space
 from rlcore.evaluation.export import ExportOptions, export_policy, model_card, parity_observations, write_model_card
@@ -45,6 +46,8 @@ def export_groups(
     # Rows of whole env copies (every agent of each), enough for each group to have ``count`` of its own.
     rows = parity_observations(env, policy, count * agents, seed=0)
     owner = np.tile(layout.group_of_agent(), -(-len(rows) // agents))[: len(rows)]
+    for output in (path for group in layout.groups for path in export_files(out_dir / group.name)):
+        check_target(output)  # a folder or a pipe in the way is refused before any group is exported
     groups: dict[str, Any] = {}
     for index, group in enumerate(layout.groups):
         member = policy.members[group.name]
