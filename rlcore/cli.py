@@ -199,9 +199,9 @@ log file; its progress lines go to stderr). Rewritten by each such error."""
 def write_error_log(args: argparse.Namespace, details: str) -> Path:
     """Write ``details`` to ``runs/<name>/error.log`` (``runs/error.log`` when the params did not load, so no run
     name is known) and return its path as the error line shows it: relative to the project when inside it."""
-    params = getattr(args, "loaded_params", None)
     from rlcore.common.files import write_text
 
+    params = getattr(args, "loaded_params", None)
     path = (Path("runs") / params.name if params is not None else Path("runs")) / ERROR_LOG
     try:
         write_text(path, f"rlcore {' '.join(sys.argv[1:])}\n{details}")

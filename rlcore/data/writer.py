@@ -91,7 +91,11 @@ class DatasetWriter:
         self.agents = agents
         self.row_group_size = row_group_size
         self._atomic = AtomicTarget(self.path)
-        self._writer = _RowGroupWriter(self._atomic.tmp, self.schema, row_group_size)
+        try:
+            self._writer = _RowGroupWriter(self._atomic.tmp, self.schema, row_group_size)
+        except BaseException:
+            self._atomic.discard()  # the temporary file exists from here on: none is left behind
+            raise
         self._pending: list[dict[str, Any]] = []  # column -> array (log_prob: array or None)
         self._pending_rows = 0
         self.episodes = 0
