@@ -242,6 +242,7 @@ class RunDirectory:
         ``keep_finished``: a finished run with this fingerprint raises :class:`RunFinishedError` instead."""
         self.lock.acquire()
         try:
+            check_target(self.home / "train_summary.json")  # a pipe or folder there is not a finished run's summary
             self._recover()
             checkpoint = self._choose(params, resume_from, keep_finished)
             self.lock.claim()

@@ -315,6 +315,12 @@ def test_a_run_lock_that_is_a_folder_is_one_line(project: Path) -> None:
     refused(project, target, ["train", "--set", "name=quick"], "error: runs/quick/.lock ")
 
 
+def test_a_train_summary_that_is_not_a_regular_file_is_refused_before_training(project: Path, kind: str) -> None:
+    target = InTheWay(project / "runs" / "quick" / "train_summary.json", kind)
+    refused(project, target, ["train", "--set", "name=quick"], "error: runs/quick/train_summary.json ")
+    assert sorted(p.name for p in (project / "runs" / "quick").iterdir()) == [".lock", "train_summary.json"]
+
+
 @pytest.fixture
 def alarm() -> Iterator[None]:
     """Fail instead of hanging (opening a pipe to write blocks until a reader comes)."""
