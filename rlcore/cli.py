@@ -199,15 +199,12 @@ def _import_minari(args: argparse.Namespace) -> Any:
 def _params_schema(args: argparse.Namespace) -> Any:
     import json
 
-    from rlcore.common.files import write_text
-    from rlcore.params import params_schema
+    from rlcore.params import params_schema, write_params_schema
 
-    text = json.dumps(params_schema(), indent=2, ensure_ascii=False) + "\n"
-    if args.output is None:
-        sys.stdout.write(text)
-    else:
-        write_text(args.output, text)
-    return text
+    if args.output is not None:
+        return write_params_schema(args.output, "--output")
+    sys.stdout.write(json.dumps(params_schema(), indent=2, ensure_ascii=False) + "\n")
+    return None
 
 
 def parse(parser: CommandParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -273,14 +270,14 @@ log file; its progress lines go to stderr). Rewritten by each such error."""
 def write_error_log(args: argparse.Namespace, details: str) -> Path:
     """Write ``details`` to ``runs/<name>/error.log`` (``runs/error.log`` when the params did not load, so no run
     name is known) and return its path as the error line shows it: relative to the project when inside it."""
+    from rlcore.common.files import write_text
+
     params = getattr(args, "loaded_params", None)
-    folder = Path("runs") / params.name if params is not None else Path("runs")
+    path = (Path("runs") / params.name if params is not None else Path("runs")) / ERROR_LOG
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / ERROR_LOG
-        path.write_text(f"rlcore {' '.join(sys.argv[1:])}\n{details}")
-    except OSError as exc:  # a read-only project: the line still says what happened
-        return Path(f"<not written: {exc.strerror}>")
+        write_text(path, f"rlcore {' '.join(sys.argv[1:])}\n{details}")
+    except (OSError, RLCoreError) as exc:  # a read-only project, a pipe named error.log: the line still says so
+        return Path(f"<not written: {exc.strerror if isinstance(exc, OSError) else exc}>")
     return path
 
 

@@ -9,12 +9,14 @@ Loading never mutates the tree it is given.
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 from typing import Any, Union
 
 from pydantic import Field, ValidationError, create_model
 
 from rlcore.common.errors import ConfigError, did_you_mean
+from rlcore.common.files import check_target, shown_path, write_text
 from rlcore.common.validation_errors import describe_validation_error, short_repr
 from rlcore.config.reading import apply_overrides, read_yaml_mapping
 from rlcore.config.sections import SECTIONS, Params
@@ -180,6 +182,34 @@ def params_schema() -> dict[str, Any]:
     algo["description"] = "The algorithm (algo.name) and its own keys."
     _input_forms(definitions)
     return {"$schema": SCHEMA_DIALECT, "title": "rlcore params", **schema}
+
+
+SCHEMA_FILE_LIMIT_BYTES = 1 << 24
+"""An existing ``--output`` larger than this is not read to see whether it is a schema: it is not one (ours is
+~0.3 MB)."""
+
+
+def write_params_schema(target: Path, key: str = "--output") -> None:
+    """Write :func:`params_schema` to ``target`` as JSON, atomically: only over nothing, an empty file or an earlier
+    schema (a JSON object with ``$schema``). Anything else there (a params file, a dataset) is refused in one line
+    naming ``key``, as is a target that is not a regular file (``rlcore.common.files.check_target``)."""
+    target = check_target(target, key)
+    if target.is_file() and target.stat().st_size > 0 and not _holds_a_schema(target):
+        raise ConfigError(
+            f"{key}: {shown_path(target)} holds something other than a JSON Schema (params-schema replaces only an "
+            "earlier schema); give another path, or delete the file first"
+        )
+    write_text(target, json.dumps(params_schema(), indent=2, ensure_ascii=False) + "\n", key)
+
+
+def _holds_a_schema(path: Path) -> bool:
+    if path.stat().st_size > SCHEMA_FILE_LIMIT_BYTES:
+        return False
+    try:
+        content = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(content, dict) and "$schema" in content
 
 
 def _input_forms(definitions: dict[str, Any]) -> None:

@@ -21,13 +21,23 @@ from optuna.distributions import BaseDistribution
 from pydantic import BaseModel
 
 from flows.sweep.search import check_options, distributions
-from flows.sweep.storage import storage_spec
+from flows.sweep.storage import storage_files, storage_spec
 from rlcore.common.errors import ConfigError, RLCoreError, did_you_mean
+from rlcore.common.files import check_target
 from rlcore.config.reading import apply_overrides, read_yaml_mapping
 from rlcore.config.sections import Params
 from rlcore.config.sweep import SweepConfig, flatten, overrides_for, yaml_text
 from rlcore.envs.ids import check_env_id
 from rlcore.params import params_model, validate_params
+
+REPORT_PLOTS = {
+    "history.png": "plot_optimization_history",
+    "importances.png": "plot_param_importances",
+    "parallel_coordinates.png": "plot_parallel_coordinate",
+}
+"""Optuna's matplotlib plots the report draws in ``reports/sweep/``: file name -> function."""
+REPORT_FILES = ("summary.md", "best_params.yaml", "trials.parquet", "trials.csv", *REPORT_PLOTS)
+"""Every file of ``reports/sweep/`` (``flows/sweep/report.py``)."""
 
 _RESERVED = {
     "name": "the sweep names each trial's folder",
@@ -61,6 +71,10 @@ class SweepPlan:
         return self.root / "reports" / "sweep"
 
     @property
+    def report_files(self) -> tuple[Path, ...]:
+        return tuple(self.reports / name for name in REPORT_FILES)
+
+    @property
     def distributions(self) -> dict[str, BaseDistribution]:
         return distributions(self.sweep)
 
@@ -79,7 +93,7 @@ def plan_sweep(params_file: str, overrides: list[str], root: Path) -> SweepPlan:
         size = math.prod(len(values) for values in sweep.grid().values())
         n_trials = size if n_trials is None else min(n_trials, size)
     name = sweep.study_name or f"{params.name}-sweep-{sweep.fingerprint(params.to_dict())}"
-    return SweepPlan(
+    plan = SweepPlan(
         root=root.resolve(),
         params_file=params_file,
         overrides=list(overrides),
@@ -91,6 +105,17 @@ def plan_sweep(params_file: str, overrides: list[str], root: Path) -> SweepPlan:
         command=shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         git_revision=git_revision(root),
     )
+    check_outputs(plan)
+    return plan
+
+
+def check_outputs(plan: SweepPlan) -> None:
+    """The files a sweep writes are absent or regular files (``rlcore.common.files.check_target``), before any trial:
+    the study's journal or SQLite file and its lock (``sweep.storage``), and the reports."""
+    for path in storage_files(plan.storage):
+        check_target(path, "sweep.storage")
+    for path in plan.report_files:
+        check_target(path)
 
 
 def check_envs(sweep: SweepConfig, source: str) -> None:

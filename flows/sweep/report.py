@@ -28,9 +28,10 @@ import yaml
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import FrozenTrial, TrialState
 
+from flows.sweep.plan import REPORT_PLOTS
 from flows.sweep.search import decode
 from flows.sweep.trial import plan_runs
-from rlcore.common.files import atomic_path, write_text
+from rlcore.common.files import atomic_path, remove_stale, write_text
 from rlcore.config.sweep import SearchDimension, SweepConfig, nested, yaml_text
 from rlcore.evaluation.plots import pyplot, save_figure
 from rlcore.params import validate_params
@@ -40,11 +41,6 @@ if TYPE_CHECKING:
 
     from flows.sweep.plan import SweepPlan
 
-PLOTS = {
-    "history.png": "plot_optimization_history",
-    "importances.png": "plot_param_importances",
-    "parallel_coordinates.png": "plot_parallel_coordinate",
-}
 COLUMNS = ["number", "state", "value", "duration_seconds", "datetime_start", "datetime_complete"]
 """The table's first columns; then each searched key, then :data:`USER_ATTRS`."""
 USER_ATTRS: dict[str, str | None] = {
@@ -162,7 +158,7 @@ def write_reports(study: optuna.Study, plan: SweepPlan) -> dict[str, Any]:
             header + yaml.safe_dump(nested(best_values), sort_keys=False, default_flow_style=None),
         )
     else:
-        (out / "best_params.yaml").unlink(missing_ok=True)
+        remove_stale(out / "best_params.yaml")
     notes = _write_plots(study, out)
     savings = pruning_savings(trials)
     finished = counts["complete"] + counts["pruned"]
@@ -214,7 +210,7 @@ def _write_plots(study: optuna.Study, out: Path) -> list[str]:
     from optuna.visualization import matplotlib as plots
 
     notes = []
-    for name, function in PLOTS.items():
+    for name, function in REPORT_PLOTS.items():
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ExperimentalWarning)
@@ -225,7 +221,7 @@ def _write_plots(study: optuna.Study, out: Path) -> list[str]:
             save_figure(figure, out / name, dpi=100, bbox_inches="tight")
             plt.close(figure)
         except (ValueError, RuntimeError, ZeroDivisionError, IndexError) as exc:
-            (out / name).unlink(missing_ok=True)
+            remove_stale(out / name)
             notes.append(f"{name}: not drawn ({exc or type(exc).__name__})")
     plt.close("all")
     return notes
@@ -297,6 +293,6 @@ def _summary(
                 f"{r['duration_seconds']} |"
             )
         lines.append("")
-    lines += [f"![{name}]({name})" for name in PLOTS if (plan.reports / name).is_file()]
+    lines += [f"![{name}]({name})" for name in REPORT_PLOTS if (plan.reports / name).is_file()]
     lines += [f"- {note}" for note in notes]
     return "\n".join(lines) + "\n"

@@ -39,6 +39,18 @@ def is_journal(spec: str) -> bool:
     return "://" not in spec
 
 
+def storage_files(spec: str) -> list[Path]:
+    """The local files a study at ``spec`` writes: the journal file or SQLite database and the lock beside it
+    (:func:`study_lock`); none for a database server."""
+    if is_journal(spec):
+        path = spec
+    elif spec.startswith("sqlite"):
+        path = spec.split(":///", 1)[-1]
+    else:
+        return []
+    return [Path(path), Path(f"{path}.rlcore-lock")]
+
+
 def open_storage(spec: str, sweep: SweepConfig, heartbeats: bool = False) -> BaseStorage:
     """The storage behind ``spec``; ``heartbeats`` turns on Optuna's RDB heartbeats (for the owning process)."""
     if is_journal(spec):
@@ -88,9 +100,9 @@ def study_lock(spec: str, study_name: str) -> Iterator[None]:
     server (an advisory lock; ``GET_LOCK``), which covers processes on every machine. SQLite: a file lock
     beside the database file.
     """
-    if is_journal(spec) or spec.startswith("sqlite"):
-        path = spec if is_journal(spec) else spec.split(":///", 1)[-1]
-        with open(f"{path}.rlcore-lock", "a") as handle:
+    files = storage_files(spec)
+    if files:
+        with open(files[-1], "a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield

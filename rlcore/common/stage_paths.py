@@ -77,6 +77,33 @@ class Layout:
         return self.reports / "baseline_comparison.png"
 
     @property
+    def elo_png(self) -> Path:
+        """With ``env.self_play``: the learner's ELO rating over training."""
+        return self.reports / "elo.png"
+
+    @property
+    def episode_gif(self) -> Path:
+        """With ``eval.video``: the selected model's first test episode."""
+        return self.reports / "episode.gif"
+
+    @property
+    def select_outputs(self) -> tuple[Path, ...]:
+        """Every file the select stage writes, or removes when no longer drawn (checked before it starts)."""
+        return (
+            self.best_policy,
+            self.selection,
+            self.metrics,
+            self.report,
+            self.learning_curve_png,
+            self.seed_curves_png,
+            self.performance_profile_png,
+            self.settings_png,
+            self.baseline_png,
+            self.elo_png,
+            self.episode_gif,
+        )
+
+    @property
     def best(self) -> Path:
         return self.root / "models" / self.branch / "best" if self.branch else self.root / "models" / "best"
 
@@ -91,6 +118,11 @@ class Layout:
     @property
     def export(self) -> Path:
         return self.root / "export" / self.branch if self.branch else self.root / "export"
+
+
+def export_files(folder: Path) -> tuple[Path, ...]:
+    """The files an export writes in ``folder``, or removes when not exported: checked before it starts."""
+    return tuple(folder / name for name in ("policy.onnx", "policy.pt2", "model_card.json"))
 
 
 def project_path(root: Path, value: str, key: str) -> Path:

@@ -19,7 +19,7 @@ from gymnasium import spaces
 
 from rlcore.common.errors import RLCoreError
 from rlcore.data.schema import DatasetError
-from rlcore.data.writer import DatasetWriter
+from rlcore.data.writer import DatasetWriter, check_dataset_target
 from rlcore.envs.vector import describe_space
 
 log = logging.getLogger("rlcore")
@@ -31,6 +31,7 @@ def import_minari(source: str, output: Path, row_group_size: int = 65_536) -> di
     Returns the written file's metadata. Observation spaces must be Box (flattened); action spaces Box or
     Discrete. Every problem is one :class:`DatasetError` line naming the dataset; ``output`` is untouched then.
     """
+    output = check_dataset_target(output, "--output")
     dataset = _open(source)
     observation_space, action_space = dataset.observation_space, dataset.action_space
     if not isinstance(observation_space, spaces.Box):

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from gymnasium import spaces
 
-from rlcore.common.files import AtomicTarget, atomic_path
+from rlcore.common.files import AtomicTarget, atomic_path, check_target, shown_path
 from rlcore.data.reader import _open, _read_row_group, read_metadata
 from rlcore.data.schema import (
     AGENT_COLUMN,
@@ -33,6 +33,25 @@ from rlcore.data.schema import (
     arrow_schema,
     label_columns,
 )
+
+PARQUET_MAGIC = b"PAR1"
+"""The first bytes of every Parquet file."""
+
+
+def check_dataset_target(path: Path | str, key: str) -> Path:
+    """``path`` if a dataset may be written there: absent, empty, or a Parquet file (an earlier dataset), and never
+    anything but a regular file (``rlcore.common.files.check_target``). Anything else there (a params file, a model) is
+    refused in one line naming ``key``: a dataset writer replaces only a dataset."""
+    target = check_target(path, key)
+    if target.is_file() and target.stat().st_size > 0:
+        with open(target, "rb") as handle:
+            head = handle.read(len(PARQUET_MAGIC))
+        if head != PARQUET_MAGIC:
+            raise DatasetError(
+                f"{key}: {shown_path(target)} is not a Parquet file (a dataset replaces only an earlier dataset); give "
+                "another path, or delete the file first"
+            )
+    return target
 
 
 class DatasetWriter:
@@ -72,7 +91,11 @@ class DatasetWriter:
         self.agents = agents
         self.row_group_size = row_group_size
         self._atomic = AtomicTarget(self.path)
-        self._writer = _RowGroupWriter(self._atomic.tmp, self.schema, row_group_size)
+        try:
+            self._writer = _RowGroupWriter(self._atomic.tmp, self.schema, row_group_size)
+        except BaseException:
+            self._atomic.discard()  # the temporary file exists from here on: none is left behind
+            raise
         self._pending: list[dict[str, Any]] = []  # column -> array (log_prob: array or None)
         self._pending_rows = 0
         self.episodes = 0

@@ -33,7 +33,7 @@ from gymnasium import spaces
 from torch import nn
 
 from rlcore.common.errors import RLCoreError
-from rlcore.common.files import sha256_file, write_json
+from rlcore.common.files import check_target, sha256_file, write_json
 from rlcore.envs.action_masks import MaskInputs, mask_inputs
 from rlcore.envs.actions import sub_action_sizes
 from rlcore.envs.config import EnvConfig
@@ -290,7 +290,7 @@ def export_policy(
         files = {}
         for path in sorted(staging.iterdir()):
             files[path.name] = sha256_file(path)
-            os.replace(path, out_dir / path.name)
+            os.replace(path, check_target(out_dir / path.name))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return ExportResult(files, parity, describe_interface(policy, action_space))

@@ -11,13 +11,13 @@ from typing import Any
 import torch
 
 from rlcore.common.checkpoints import load_checkpoint
-from rlcore.common.errors import RLCoreError
-from rlcore.common.files import sha256_file
+from rlcore.common.errors import ConfigError, RLCoreError
+from rlcore.common.files import EXPECTED_TARGET, refuse_same_file, sha256_file
 from rlcore.common.stage_paths import project_path
 from rlcore.config.sections import Params
 from rlcore.data.collection import CollectionPlan, collect_dataset, env_record, group_members
 from rlcore.data.reader import read_metadata
-from rlcore.data.writer import merge_datasets
+from rlcore.data.writer import check_dataset_target, merge_datasets
 from rlcore.registry import policy_from_checkpoint
 from rlcore.stages.shared import check_trained_on, step_counts
 
@@ -36,9 +36,21 @@ def collect_stage(params: Params, root: Path) -> Path:
     return shards[0] if len(shards) == 1 else merge_collected_shards(params, root)
 
 
+def collect_output(params: Params, root: Path) -> Path:
+    """``collect.output`` in the project, once checked: absent or an earlier dataset (a regular Parquet file), and not
+    ``collect.policy``, the model the collection reads (``rlcore.data.writer.check_dataset_target``)."""
+    if not params.collect.output.strip():  # the project folder itself otherwise
+        raise ConfigError(f"collect.output: an empty path; {EXPECTED_TARGET}")
+    output = project_path(root, params.collect.output, "collect.output")
+    if params.collect.policy != "random":
+        policy = root / params.collect.policy
+        refuse_same_file(output, "collect.output", policy, "collect.policy, the model the collection rolls out")
+    return check_dataset_target(output, "collect.output")
+
+
 def shard_path(params: Params, root: Path, index: int) -> Path:
     """Where shard ``index`` is written: ``collect.output`` itself for one shard, else ``<output>.shards/``."""
-    output = project_path(root, params.collect.output, "collect.output")
+    output = collect_output(params, root)
     count = params.collect.shards
     if count == 1:
         return output
@@ -55,11 +67,11 @@ def collect_shard(params: Params, root: Path, index: int) -> Path:
     """
     torch.set_num_threads(params.torch_threads)
     cfg = params.collect
+    path = shard_path(params, root, index)  # a bad collect.output is refused before any work
     policy, provenance = _collect_policy(params, root)
     steps, episodes = (
         None if budget is None else _share(budget, cfg.shards, index) for budget in (cfg.steps, cfg.episodes)
     )
-    path = shard_path(params, root, index)
     plan = {"index": index, "count": cfg.shards, "steps": steps, "episodes": episodes}
     expected = {
         "shard": plan,
@@ -113,7 +125,7 @@ def merge_collected_shards(params: Params, root: Path) -> Path:
     metadata["shards"] = [
         {"seed": shard["seed"], "episodes": shard["episodes"], "transitions": shard["transitions"]} for shard in shards
     ]
-    output = project_path(root, cfg.output, "collect.output")
+    output = collect_output(params, root)
     merged = merge_datasets(paths, output, metadata, cfg.row_group_size)
     shutil.rmtree(paths[0].parent)
     log.info(

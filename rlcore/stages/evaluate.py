@@ -11,7 +11,7 @@ import torch
 
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.common.errors import RLCoreError
-from rlcore.common.files import sha256_file, write_json
+from rlcore.common.files import check_target, sha256_file, write_json
 from rlcore.common.numbers import score
 from rlcore.common.seeds import describe, validation_seeds
 from rlcore.common.stage_paths import Layout
@@ -32,6 +32,7 @@ def evaluate_stage(params: Params, root: Path) -> Path:
     Writes ``reports/evaluations.json``; returns its path.
     """
     torch.set_num_threads(params.torch_threads)
+    check_target(Layout(root, params.name, params.branch).evaluations)  # refused before any episode, not after
     checkpoints = checkpoints_to_evaluate(params, root)
     evaluators = evaluators_for(params)
     try:

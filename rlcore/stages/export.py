@@ -10,8 +10,8 @@ import torch
 
 from rlcore.common.checkpoints import load_checkpoint
 from rlcore.common.errors import RLCoreError
-from rlcore.common.files import read_json, shown_path
-from rlcore.common.stage_paths import Layout
+from rlcore.common.files import check_target, read_json, remove_stale, shown_path
+from rlcore.common.stage_paths import Layout, export_files
 from rlcore.config.sections import Params
 from rlcore.evaluation.export import ExportOptions, export_policy, model_card, write_model_card
 from rlcore.nets.grouped import GroupedActorCritic
@@ -26,6 +26,8 @@ def export_stage(params: Params, root: Path) -> Path:
     """Export ``models/best/policy.pt`` to ``export/`` (ONNX, torch.export, model card); returns the card's path."""
     torch.set_num_threads(params.torch_threads)
     layout = Layout(root, params.name, params.branch)
+    for output in export_files(layout.export):  # a folder or a pipe in the way is refused before the model is read
+        check_target(output)
     checkpoint = load_checkpoint(layout.best_policy)
     if not layout.selection.is_file():
         raise RLCoreError(f"{layout.selection}: not found; run `rlcore select` first")
@@ -49,7 +51,7 @@ def export_stage(params: Params, root: Path) -> Path:
     result = export_policy(policy, checkpoint.meta, layout.export, options)
     card = model_card(checkpoint.meta, selection, result, command_line(), root)
     for stale in {"policy.onnx", "policy.pt2"} - set(result.files):
-        (layout.export / stale).unlink(missing_ok=True)
+        remove_stale(layout.export / stale)
     path = write_model_card(layout.export, card)
     log.info("exported %s to %s: %s", ", ".join(result.files), shown_path(layout.export), result.parity_words())
     return path

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 
 from rlcore.common.checkpoints import Checkpoint
+from rlcore.common.files import check_target, remove_stale
+from rlcore.common.stage_paths import export_files
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.vector import describe_space
 from rlcore.evaluation.export import ExportOptions, export_policy, model_card, parity_observations, write_model_card
@@ -44,6 +46,8 @@ def export_groups(
     # Rows of whole env copies (every agent of each), enough for each group to have ``count`` of its own.
     rows = parity_observations(env, policy, count * agents, seed=0)
     owner = np.tile(layout.group_of_agent(), -(-len(rows) // agents))[: len(rows)]
+    for output in (path for group in layout.groups for path in export_files(out_dir / group.name)):
+        check_target(output)  # a folder or a pipe in the way is refused before any group is exported
     groups: dict[str, Any] = {}
     for index, group in enumerate(layout.groups):
         member = policy.members[group.name]
@@ -73,7 +77,7 @@ def export_groups(
     agents_card = {"names": list(layout.agent_names), "shared_policy": False, "groups": layout.members()}
     if layout.one_hot_start is None:  # without env.agent_id a row's group is its position: no model of all rows
         for stale in ("policy.onnx", "policy.pt2"):  # a shared policy exported here before: not this run's
-            (out_dir / stale).unlink(missing_ok=True)
+            remove_stale(out_dir / stale)
         index_card = {"name": meta["params"]["name"], "algorithm": meta["params"]["algo"]["name"], "groups": groups}
         return write_model_card(out_dir, index_card)
     # With env.agent_id: also one model of every row (each row's group read from its one-hot), what the pipeline's

@@ -18,7 +18,7 @@ import torch
 
 from rlcore.common.checkpoints import Checkpoint, load_checkpoint, save_checkpoint
 from rlcore.common.errors import RLCoreError
-from rlcore.common.files import read_json, sha256_file, write_json
+from rlcore.common.files import check_target, read_json, remove_stale, sha256_file, write_json
 from rlcore.common.seeds import describe
 from rlcore.common.stage_paths import Layout
 from rlcore.config.sections import Params
@@ -81,6 +81,8 @@ def select_stage(params: Params, root: Path) -> Path:
     """
     torch.set_num_threads(params.torch_threads)
     layout = Layout(root, params.name, params.branch)
+    for output in layout.select_outputs:  # a folder or a pipe in the way is refused before any test episode
+        check_target(output)
     baseline = _read_baseline(params, root)
     evaluations = _read_evaluations(params, layout)
     seeds = run_seeds(params)
@@ -127,7 +129,7 @@ def _write_report(
     _plot_learning_curve(layout, content, selected.entry)
     settings_plot = _plot_settings(layout, content)
     elo_plot = _plot_elo(params, layout, content)
-    video = _record_video(params, selected, layout.reports / "episode.gif") if params.eval.video else None
+    video = _record_video(params, selected, layout.episode_gif) if params.eval.video else None
     what = f"{content.algo} on {content.env_id}"
     baseline = _baseline_lines(params, root, what, content.summary, comparison)
     video_name = video.name if video else None
@@ -391,8 +393,8 @@ def _plot_learning_curve(layout: Layout, content: ReportContent, best: dict[str,
 def _plot_elo(params: Params, layout: Layout, content: ReportContent) -> str | None:
     """``reports/elo.png``, the learner's self-play ELO rating over training (``env.self_play``; removed otherwise):
     its name, or None."""
-    target = layout.reports / "elo.png"
-    target.unlink(missing_ok=True)
+    target = layout.elo_png
+    remove_stale(target)
     tsv = layout.run_dir / "dvclive" / "plots" / "metrics" / "train" / "self_play_elo.tsv"
     if params.env.self_play is None or not tsv.is_file():
         return None
@@ -403,7 +405,7 @@ def _plot_elo(params: Params, layout: Layout, content: ReportContent) -> str | N
 
 def _plot_settings(layout: Layout, content: ReportContent) -> str | None:
     """``reports/settings.png`` when ``eval.settings`` are declared (removed otherwise); its name, or None."""
-    layout.settings_png.unlink(missing_ok=True)  # a chart of settings no longer declared
+    remove_stale(layout.settings_png)  # a chart of settings no longer declared
     if not content.selection.get("settings"):
         return None
     title = f"{content.algo} on {content.env_id} ({content.name}): test episodes"
@@ -457,7 +459,7 @@ def _baseline_lines(
     exported seed's) in ``reports/baseline_comparison.png``, and the report's lines on it and on P(X > Y); None
     when no baseline is named."""
     layout = Layout(root, params.name, params.branch)
-    layout.baseline_png.unlink(missing_ok=True)  # a chart of a baseline no longer named
+    remove_stale(layout.baseline_png)  # a chart of a baseline no longer named
     run, baseline = comparison.run, comparison.baseline
     if run is None or baseline is None:
         return None

@@ -36,7 +36,7 @@ from rlcore.common.checkpoints import (
     save_checkpoint,
 )
 from rlcore.common.errors import CheckpointError, RLCoreError
-from rlcore.common.files import write_json, write_text
+from rlcore.common.files import check_target, write_json, write_text
 from rlcore.config.sections import Params
 from rlcore.evaluation.evaluator import EvalResult
 from rlcore.trainers.finished_runs import RunFinishedError
@@ -144,6 +144,7 @@ class RunLock:
     def acquire(self) -> None:
         if self.handle is not None:
             return
+        check_target(self.path)  # a folder or a pipe named .lock: one line, not a traceback or a hang
         self.path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(self.path, "a+")  # noqa: SIM115  (held open for the lock's lifetime)
         try:
@@ -241,6 +242,7 @@ class RunDirectory:
         ``keep_finished``: a finished run with this fingerprint raises :class:`RunFinishedError` instead."""
         self.lock.acquire()
         try:
+            check_target(self.home / "train_summary.json")  # a pipe or folder there is not a finished run's summary
             self._recover()
             checkpoint = self._choose(params, resume_from, keep_finished)
             self.lock.claim()
