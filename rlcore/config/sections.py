@@ -411,7 +411,13 @@ class Params(StrictModel):
     @model_validator(mode="after")
     def _opponents_play_the_game(self) -> Params:
         if self.eval.opponents:
-            check_named_opponents(self.env.id, self.env.kwargs, self.env.opponent, self.eval.opponents)
+            check_named_opponents(
+                self.env.id,
+                self.env.kwargs,
+                self.env.opponent,
+                self.eval.opponents,
+                seconds=self.env.user_code_timeout_seconds,
+            )
         return self
 
     @model_validator(mode="after")
