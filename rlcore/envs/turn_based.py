@@ -178,12 +178,6 @@ def _play_test_game(env_id: str, kwargs: dict[str, Any], opponent: str, key: str
             action = int(rng.choice(legal)) if legal is not None and len(legal) else env.action_space.sample()
             obs, _, terminated, truncated, _ = env.step(action)
             done = terminated or truncated
-        returns = env.game_returns
-        if not np.isclose(sum(returns.values()), 0.0, rtol=0.0, atol=1e-9):
-            raise ValueError(
-                f"{key}: {env_id} is not zero-sum (one game's returns: {returns}); a turn-based game against an "
-                "opponent needs the two seats' returns to sum to 0"
-            )
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
     except Exception as exc:  # the opponent's own code failed on this game's observations
@@ -191,6 +185,12 @@ def _play_test_game(env_id: str, kwargs: dict[str, Any], opponent: str, key: str
         raise UserCodeValueError(message, format_traceback(exc)) from None
     finally:
         env.close()
+    returns = env.game_returns
+    if not np.isclose(sum(returns.values()), 0.0, rtol=0.0, atol=1e-9):
+        raise ValueError(
+            f"{key}: {env_id} is not zero-sum (one game's returns: {returns}); a turn-based game against an "
+            "opponent needs the two seats' returns to sum to 0"
+        )
 
 
 def check_opponent_names(opponents: dict[str, str] | None) -> dict[str, str] | None:
