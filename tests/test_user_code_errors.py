@@ -174,7 +174,8 @@ TEST_RESET = "while taking a test reset and step of CartPole-v1"
     [
         ("[{wrapper: hostile_wrappers.ExitsInReset}]", "0.wrapper: hostile_wrappers.ExitsInReset called sys.exit(3)"),
         (
-            "[{wrapper: gymnasium.wrappers.ClipReward, kwargs: {max_reward: 1}}, {wrapper: hostile_wrappers.HangsInStep}]",
+            "[{wrapper: gymnasium.wrappers.ClipReward, kwargs: {max_reward: 1}}, "
+            "{wrapper: hostile_wrappers.HangsInStep}]",
             "1.wrapper: hostile_wrappers.HangsInStep did not finish within 1 s (env.user_code_timeout_seconds)",
         ),
         (
