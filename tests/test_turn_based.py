@@ -126,7 +126,7 @@ def test_connect_four_plays_the_same_way() -> None:
     """connect_four_v3 through the same adapter: the load check passes, and 20 random games end with -1, 0 or 1,
     the learner's mark count following its seat."""
     connect_four = "pettingzoo:pettingzoo.classic.connect_four_v3"
-    check_game(connect_four, {}, RANDOM)
+    check_game(connect_four, {}, [("env.opponent", RANDOM)])
     env = TurnBasedGame(connect_four, RANDOM)
     rng = np.random.default_rng(0)
     for seed in range(20):
@@ -148,7 +148,7 @@ def test_an_opponent_that_plays_an_illegal_move_is_stopped_in_one_line() -> None
     with pytest.raises(ConfigError, match=r"env.opponent: test_turn_based:always_zero played the illegal move 0"):
         env.step(0)
     with pytest.raises(ValueError, match="illegal move 0"):
-        check_game(TICTACTOE, {}, "test_turn_based:always_zero")
+        check_game(TICTACTOE, {}, [("env.opponent", "test_turn_based:always_zero")])
 
 
 # --- outcomes ------------------------------------------------------------------------------------------------------

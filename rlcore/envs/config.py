@@ -121,10 +121,10 @@ class EnvConfig(StrictModel):
     instead of ``opponent``, which evaluation, validation and test still play against. PPO and A2C; null: train
     against ``opponent``."""
     user_code_timeout_seconds: float = Field(DEFAULT_TIMEOUT_SECONDS, gt=0, le=3600)
-    """Seconds each load-time check of the user's code may take: the test game of ``opponent``, of each of
-    ``self_play.fixed_opponents`` and of ``eval.opponents``, and the test reset and step of each of ``wrappers``. Each
-    runs in a child process (``rlcore.envs.user_code``): code that takes longer, raises, calls ``sys.exit`` or ends
-    or crashes its process is refused in one line naming its key."""
+    """Seconds each load-time check of the user's code may take in all: the test games of ``opponent`` and of each
+    of ``self_play.fixed_opponents`` (one check), those of ``eval.opponents`` (another), and the test reset and step
+    of ``wrappers`` (a third). Each runs in a child process (``rlcore.envs.user_code``): code that takes longer,
+    raises, calls ``sys.exit`` or ends or crashes its process is refused in one line naming its key."""
 
     @field_validator("id")
     @classmethod
@@ -189,10 +189,9 @@ class EnvConfig(StrictModel):
                 raise ValueError(
                     "env.agent_id: a turn-based game's learner is one agent (its own seat's view); remove it"
                 )
-            seconds = self.user_code_timeout_seconds
-            check_game(self.id, self.kwargs, str(self.opponent), seconds=seconds)  # plays one game against it
-            for path in self.self_play.fixed_opponents if self.self_play is not None else {}:
-                check_game(self.id, self.kwargs, path, key="env.self_play.fixed_opponents", seconds=seconds)
+            fixed = self.self_play.fixed_opponents if self.self_play is not None else {}
+            opponents = [("env.opponent", str(self.opponent)), *(("env.self_play.fixed_opponents", p) for p in fixed)]
+            check_game(self.id, self.kwargs, opponents, self.user_code_timeout_seconds)  # one test game against each
             if self.self_play is not None and self.self_play.board_frames:
                 check_board_frames(self.id, self.kwargs)
             check_mask_applied(self.id, seats_of(self.id, self.kwargs).observation_space, self.action_mask)

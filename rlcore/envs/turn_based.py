@@ -34,7 +34,7 @@ import functools
 import json
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol, runtime_checkable
 
@@ -47,7 +47,7 @@ from rlcore.common.errors import ConfigError, format_traceback
 from rlcore.common.validation_errors import short_repr
 from rlcore.envs.board_frames import BoardFrame, board_frames
 from rlcore.envs.ids import UserCodeValueError, import_object, parallel_env_factory, raised_at
-from rlcore.envs.user_code import DEFAULT_TIMEOUT_SECONDS, UserCode, run_bounded
+from rlcore.envs.user_code import DEFAULT_TIMEOUT_SECONDS, UserCode, entering, run_bounded
 
 MASK_KEY = "action_mask"
 OPPONENT_STREAM = 0x0FF0E4E7
@@ -150,21 +150,29 @@ def _seats_of(env_id: str, kwargs_key: str) -> Seats:
 def check_game(
     env_id: str,
     kwargs: dict[str, Any],
-    opponent: str,
-    key: str = "env.opponent",
+    opponents: Sequence[tuple[str, str]],
     seconds: float = DEFAULT_TIMEOUT_SECONDS,
 ) -> None:
-    """Refuse (``ValueError``, one line naming ``key``, the params key of ``opponent``) what :class:`TurnBasedGame`
-    cannot play: see the module docstring. Plays one game of random legal moves (seed 0, learner first) against the
-    opponent, whose moves are checked as always, in a child process bounded by ``seconds``
+    """Refuse (``ValueError``, one line naming the params key of the opponent at fault) what :class:`TurnBasedGame`
+    cannot play: see the module docstring. ``opponents``: (params key, import path) of each opponent to test, e.g.
+    ``[("env.opponent", "rlcore.envs.opponents:random_legal")]``. Each plays one game of random legal moves (seed 0,
+    learner first), its moves checked as always, in one child process bounded by ``seconds`` in all
     (:func:`rlcore.envs.user_code.run_bounded`: an opponent that exits, hangs or kills its process is refused too)."""
-    seats_of(env_id, kwargs)  # the game's own code, built here once (and cached) before the opponent plays it
-    try:
-        load_opponent(opponent)
-    except ValueError as exc:
-        raise ValueError(f"{key}: {exc}") from None
-    code = UserCode(key, opponent, f"playing its test game of {env_id}")
-    run_bounded(functools.partial(_play_test_game, env_id, kwargs, opponent, key), code, seconds)
+    seats_of(env_id, kwargs)  # the game's own code, built here once (and cached) before the opponents play it
+    for key, path in opponents:
+        try:
+            load_opponent(path)
+        except ValueError as exc:
+            raise ValueError(f"{key}: {exc}") from None
+    codes = [UserCode(key, path, f"playing its test game of {env_id}") for key, path in opponents]
+    if codes:
+        run_bounded(functools.partial(_play_test_games, env_id, kwargs, opponents), codes, seconds)
+
+
+def _play_test_games(env_id: str, kwargs: dict[str, Any], opponents: Sequence[tuple[str, str]]) -> None:
+    for index, (key, path) in enumerate(opponents):
+        entering(index)
+        _play_test_game(env_id, kwargs, path, key)
 
 
 def _play_test_game(env_id: str, kwargs: dict[str, Any], opponent: str, key: str) -> None:
@@ -237,8 +245,7 @@ def check_named_opponents(
             "eval.opponents: only for two-player turn-based games (a PettingZoo AEC env.id with env.opponent), not "
             f"{env_id}"
         )
-    for name, path in opponents.items():
-        check_game(env_id, kwargs, path, key=f"eval.opponents.{name}", seconds=seconds)
+    check_game(env_id, kwargs, [(f"eval.opponents.{name}", path) for name, path in opponents.items()], seconds)
 
 
 def check_board_frames(env_id: str, kwargs: dict[str, Any]) -> None:

@@ -1,11 +1,15 @@
-"""The user's code exercised at load (an opponent's test game, a wrapper's test reset and step) in a forked child
-process under a time bound, so that whatever it does to its process is reported in one line naming its params key
-instead of being done to rlcore's: an exception, ``sys.exit(n)``, a hang past the bound (the child is killed), and
-``os._exit(n)`` or a crash (a process that ends without sending its result is an error, never a success).
+"""The user's code exercised at load (opponents' test games, wrappers' test reset and step) in a forked child process
+under a time bound, so that whatever it does to its process is reported in one line naming its params key instead of
+being done to rlcore's: an exception, ``sys.exit(n)``, a hang past the bound (the child is killed), and ``os._exit(n)``
+or a crash (a process that ends without sending its result is an error, never a success).
 
-The child sends its result back as one JSON object through a pipe (nothing it sends is unpickled). A fork costs
-~16 ms on this project's machine with torch loaded (a test game of tic-tac-toe ~3 ms, of connect four ~12 ms); where
-``os.fork`` does not exist the check runs in this process, ``SystemExit`` still caught, without the time bound.
+One child runs a whole check, which may exercise several pieces of user code in turn (every wrapper of
+``env.wrappers``; ``env.opponent`` then each of ``env.self_play.fixed_opponents``): it says which one it is on
+(:func:`entering`), so a hang or a death is blamed on that one. The child sends those stages and its result back as
+lines of JSON through a pipe (nothing it sends is unpickled); what it prints is discarded (the same code runs again,
+visibly, when the run builds its envs). A fork costs ~16 ms with torch loaded on an idle 2-core machine, ~65 ms on a
+busy one (a test game of tic-tac-toe takes ~3 ms, of connect four ~12 ms). Where ``os.fork`` does not exist the check
+runs in this process, ``SystemExit`` still caught, without the time bound.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import select
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,13 +50,29 @@ class UserCode:
         return f"{self.key}: {self.path} {what} while {self.doing}"
 
 
-def run_bounded(check: Callable[[], None], code: UserCode, seconds: float) -> None:
-    """Run ``check`` on ``code`` in a forked child; ``check`` raises ``ValueError`` holding a whole one-line message
-    for what it refuses (the user's own exceptions turned into one). Raises ``ValueError`` (one line naming
-    ``code.key``; :class:`UserCodeValueError` with the traceback for the error log) when the check refused, or the
-    user's code raised, exited, took longer than ``seconds`` or ended its process."""
+_stages: list[Callable[[int], None]] = []
+"""In a child of :func:`run_bounded` only: what :func:`entering` calls (writes the stage to the parent)."""
+
+
+def entering(index: int) -> None:
+    """Called by a check before it exercises ``codes[index]`` of :func:`run_bounded` (0 until the first call)."""
+    for report in _stages:
+        report(index)
+
+
+def run_bounded(check: Callable[[], None], codes: Sequence[UserCode], seconds: float) -> None:
+    """Run ``check`` on ``codes`` (one after another, :func:`entering` each) in a forked child. ``check`` raises
+    ``ValueError`` holding a whole one-line message for what it refuses (the user's own exceptions turned into one).
+    Raises ``ValueError`` (one line naming the key of the code at fault; :class:`UserCodeValueError` with the
+    traceback for the error log) when the check refused, or the user's code raised, exited, took longer than
+    ``seconds`` in all or ended its process."""
     if not hasattr(os, "fork"):
-        _raise(_outcome(check, code))
+        stage = [0]
+        _stages.append(lambda index: stage.__setitem__(0, index))
+        try:
+            _raise(_outcome(check, codes, stage))
+        finally:
+            _stages.pop()
         return
     for stream in (sys.stdout, sys.stderr):  # what is buffered now would be written twice, by both processes
         with contextlib.suppress(Exception):
@@ -60,22 +80,7 @@ def run_bounded(check: Callable[[], None], code: UserCode, seconds: float) -> No
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns into the caller's frames
-        status = 1
-        try:
-            os.close(read_end)
-            try:
-                outcome = _outcome(check, code)
-            except BaseException as exc:  # KeyboardInterrupt and the like, raised by the user's code in its process
-                outcome = {"error": code.failed(f"raised {describe_exception(exc)}"), "details": format_traceback(exc)}
-            payload = json.dumps(outcome).encode()
-            with contextlib.suppress(Exception):
-                sys.stdout.flush()
-                sys.stderr.flush()
-            with os.fdopen(write_end, "wb") as pipe:
-                pipe.write(payload)
-            status = 0
-        finally:
-            os._exit(status)
+        _run_child(check, codes, read_end, write_end)
     os.close(write_end)
     received, finished = b"", False
     try:
@@ -86,13 +91,48 @@ def run_bounded(check: Callable[[], None], code: UserCode, seconds: float) -> No
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         _, wait_status = os.waitpid(pid, 0)
+    lines = [json.loads(line) for line in received.decode(errors="replace").splitlines() if _is_json(line)]
+    stages = [line["stage"] for line in lines if "stage" in line]
+    code = codes[stages[-1] if stages else 0]
     if not finished:
         raise ValueError(code.failed(f"did not finish within {seconds:g} s ({TIMEOUT_KEY})"))
+    outcomes = [line for line in lines if "stage" not in line]
+    _raise(outcomes[-1] if outcomes else {"error": code.failed(_death(wait_status))})
+
+
+def _run_child(check: Callable[[], None], codes: Sequence[UserCode], read_end: int, write_end: int) -> None:
+    """The forked child: runs ``check``, writes its stages and outcome to ``write_end``, and exits (never returns)."""
+    status = 1
     try:
-        outcome = json.loads(received.decode())
-    except ValueError:  # nothing (or a part) was sent: the process ended under the check
-        outcome = {"error": code.failed(_death(wait_status))}
-    _raise(outcome)
+        os.close(read_end)
+        with open(os.devnull, "wb") as null:  # what the user's code prints here is shown when it runs for real
+            os.dup2(null.fileno(), 1)
+            os.dup2(null.fileno(), 2)
+        pipe = os.fdopen(write_end, "wb", buffering=0)
+        stage = [0]
+
+        def report(index: int) -> None:
+            stage[0] = index
+            pipe.write(json.dumps({"stage": index}).encode() + b"\n")
+
+        _stages.append(report)
+        try:
+            outcome = _outcome(check, codes, stage)
+        except BaseException as exc:  # KeyboardInterrupt and the like, raised by the user's code in its process
+            failure = codes[stage[0]].failed(f"raised {describe_exception(exc)}")
+            outcome = {"error": failure, "details": format_traceback(exc)}
+        pipe.write(json.dumps(outcome).encode() + b"\n")
+        pipe.close()
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _is_json(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:  # a line cut short by the child's death
+        return False
 
 
 def _read_until(fd: int, deadline: float) -> tuple[bytes, bool]:
@@ -117,16 +157,17 @@ def _death(wait_status: int) -> str:
     return f"ended its process (exit status {code}, no result sent)"
 
 
-def _outcome(check: Callable[[], None], code: UserCode) -> dict[str, str]:
-    """What ``check`` ended with, as plain data: ``{}`` (fine) or ``{"error": line, "details": traceback}``."""
+def _outcome(check: Callable[[], None], codes: Sequence[UserCode], stage: list[int]) -> dict[str, str]:
+    """What ``check`` ended with, as plain data: ``{}`` (fine) or ``{"error": line, "details": traceback}``;
+    ``stage[0]``: the index of the code being exercised."""
     try:
         check()
     except SystemExit as exc:
-        return {"error": code.failed(f"called sys.exit({exc.code!r})"), "details": format_traceback(exc)}
+        return {"error": codes[stage[0]].failed(f"called sys.exit({exc.code!r})"), "details": format_traceback(exc)}
     except ValueError as exc:  # the check's own refusal: a whole message
         return {"error": str(exc), "details": getattr(exc, "details", "")}
     except Exception as exc:
-        return {"error": code.failed(f"raised {raised_at(exc)}"), "details": format_traceback(exc)}
+        return {"error": codes[stage[0]].failed(f"raised {raised_at(exc)}"), "details": format_traceback(exc)}
     return {}
 
 
@@ -167,32 +208,34 @@ def check_wrappers(
 ) -> None:
     """Refuse (``ValueError``, one line naming ``env.wrappers.<index>.wrapper``) a wrapper of ``wrappers`` (import
     path, kwargs; in order) that fails a test reset (seed 0) and step (a random action) of ``env_id`` wrapped in it
-    and the ones before it, each in a child process bounded by ``seconds`` (:func:`run_bounded`)."""
-    for index, (path, _) in enumerate(wrappers):
-        code = UserCode(f"env.wrappers.{index}.wrapper", path, f"taking a test reset and step of {env_id}")
-        test = functools.partial(_reset_and_step, env_id, kwargs, wrappers[: index + 1], code)
-        run_bounded(test, code, seconds)
+    and the ones before it; one child process (:func:`run_bounded`) tests them all, in order, within ``seconds``."""
+    doing = f"taking a test reset and step of {env_id}"
+    codes = [UserCode(f"env.wrappers.{index}.wrapper", path, doing) for index, (path, _) in enumerate(wrappers)]
+    run_bounded(functools.partial(_reset_and_step, env_id, kwargs, wrappers, codes), codes, seconds)
 
 
 def _reset_and_step(
-    env_id: str, kwargs: dict[str, Any], wrappers: list[tuple[str, dict[str, Any]]], code: UserCode
+    env_id: str, kwargs: dict[str, Any], wrappers: list[tuple[str, dict[str, Any]]], codes: list[UserCode]
 ) -> None:
-    """A test reset and step of ``env_id`` in ``wrappers``; nothing when the env itself fails to build, reset or step
-    on its own (what the env does is reported where it is built and stepped, naming the env)."""
+    """A test reset and step of ``env_id`` alone, then in each wrapper of ``wrappers`` added in turn; nothing when the
+    env itself fails to build, reset or step (what the env does is reported where it is built and stepped, naming
+    the env)."""
     try:
         env = gym.make(env_spec(env_id), **kwargs)
-        if len(wrappers) == 1:
-            _test_episode_start(env)
+        _test_episode_start(env)
     except Exception:
         return
     try:
         for index, (path, wrapper_kwargs) in enumerate(wrappers):
-            env = UserWrapper(index, path, wrapper_kwargs)(env)
-        _test_episode_start(env)
-    except RLCoreError as exc:  # UserWrapper's, naming its key already
-        raise UserCodeValueError(str(exc), exc.details) from None
-    except Exception as exc:  # a ValueError of the user's too: ValueError is what a check refuses with
-        raise UserCodeValueError(code.failed(f"raised {raised_at(exc)}"), format_traceback(exc)) from None
+            entering(index)
+            try:
+                env = UserWrapper(index, path, wrapper_kwargs)(env)
+                _test_episode_start(env)
+            except RLCoreError as exc:  # UserWrapper's, naming its key already
+                raise UserCodeValueError(str(exc), exc.details) from None
+            except Exception as exc:  # a ValueError of the user's too: ValueError is what a check refuses with
+                message = codes[index].failed(f"raised {raised_at(exc)}")
+                raise UserCodeValueError(message, format_traceback(exc)) from None
     finally:
         with contextlib.suppress(Exception):
             env.close()
