@@ -60,6 +60,18 @@ class ExitsInReset(gym.Wrapper):
         sys.exit(3)
 
 
+class ExitsInStep(gym.Wrapper):
+    def __init__(self, env, after=20):
+        super().__init__(env)
+        self.after, self.steps = after, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps > self.after:
+            sys.exit(3)
+        return self.env.step(action)
+
+
 class HangsInStep(gym.Wrapper):
     def step(self, action):
         time.sleep(3600)
@@ -197,6 +209,13 @@ def test_a_wrapper_that_exits_hangs_or_kills_its_process_is_refused_at_load_nami
     outcome = rlcore_train(hostile, f"env.wrappers={wrappers}", "env.user_code_timeout_seconds=1")
     assert_refused(outcome, f"env.wrappers.{fragment}", TEST_RESET)
     assert not (hostile / "runs" / "uc").exists()
+
+
+def test_a_wrapper_that_calls_sys_exit_mid_training_is_one_error_line_naming_the_env_and_the_step(hostile: Path):
+    """It passes its load-time test (one step), then exits at step 21: one line, exit 2, not rlcore exiting 3."""
+    wrapper = "env.wrappers=[{wrapper: hostile_wrappers.ExitsInStep, kwargs: {after: 20}}]"
+    outcome = rlcore_train(hostile, wrapper, "train.max_steps=4096")
+    assert_refused(outcome, "env.id: CartPole-v1 (or one of env.wrappers) raised in step 21: SystemExit: 3")
 
 
 def test_a_wrong_wrapper_kwarg_is_refused_under_that_wrappers_kwargs(hostile: Path):

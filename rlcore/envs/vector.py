@@ -183,7 +183,8 @@ def _guarded_checked(vector_env: gym.vector.VectorEnv, env: EnvConfig) -> gym.ve
 
 
 class UserCodeGuard(gym.vector.VectorWrapper):
-    """What the env (or a wrapper of ``env.wrappers``) raises in ``reset`` or ``step`` becomes one
+    """What the env (or a wrapper of ``env.wrappers``, or a turn-based game's opponent) raises in ``reset`` or
+    ``step``, ``SystemExit`` included, becomes one
     :class:`UserCodeError` naming the env and the step (counted in this vector env's ``step`` calls), its traceback
     kept for the run's error log. rlcore's own errors (an adapter's, a wrapper's) pass through as they are."""
 
@@ -212,7 +213,7 @@ class UserCodeGuard(gym.vector.VectorWrapper):
                 return call()
         except RLCoreError:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit in the user's step is theirs to report, not rlcore's exit
             where = f"raised in step {self.steps}" if what == "step" else f"raised in reset (after step {self.steps})"
             reports = "".join(f"{warning.message}\n" for warning in caught if _worker_report(warning))
             raise UserCodeError(
