@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
+from rlcore.common.errors import ConfigError
 from rlcore.config.sections import PolicyConfig
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.self_play import SelfPlayConfig
@@ -160,6 +161,28 @@ def test_each_copy_draws_its_opponent_and_fixed_opponents_join_the_mix_unrated()
     pool.step(won, np.ones(64, bool), won > 0)
     assert {key: pool.ratings()[key] for key in before} == before
     assert pool.metrics()["self_play_fixed_score"] == 1.0
+
+
+def illegal_when_moving_first(observation: dict[str, Any], rng: np.random.Generator) -> int:
+    """A scripted fixed opponent: an out-of-range move (9) when it opens the game, else the lowest legal move (its
+    load-time test game, learner first, never meets the illegal move)."""
+    if not np.asarray(observation["observation"]).any():
+        return 9
+    return int(np.flatnonzero(observation[MASK_KEY])[0])
+
+
+def test_a_fixed_opponents_illegal_move_mid_training_names_that_opponent_and_its_key() -> None:
+    """A training copy playing a fixed opponent (``env.self_play.fixed_opponents``) that opens with an illegal move:
+    one line naming that opponent under its own key, not ``env.opponent`` (which the game was built with)."""
+    policy, dict_space = _policy_and_space()
+    path = "test_self_play:illegal_when_moving_first"
+    pool = SelfPlay(SelfPlayConfig(fixed_opponents={path: 1.0}), policy, dict_space, 1, seed=0)
+    pool.start(0)
+    game = TurnBasedGame(TICTACTOE, RANDOM)
+    game.opponent = pool.seat_opponents[0]
+    with pytest.raises(ConfigError) as refused:
+        game.reset(seed=1)  # seat 1: the opponent opens
+    assert str(refused.value).startswith(f"env.self_play.fixed_opponents: {path} played the illegal move 9 in ")
 
 
 def test_opening_moves_start_training_games_from_random_positions_of_the_learners_seat() -> None:

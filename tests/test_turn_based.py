@@ -17,7 +17,7 @@ from rlcore.config.sections import PolicyConfig
 from rlcore.envs.action_masks import mask_inputs
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.opponents import perfect_tictactoe, random_legal, tictactoe_board, tictactoe_value
-from rlcore.envs.turn_based import TurnBasedGame, check_game
+from rlcore.envs.turn_based import TurnBasedGame, check_game, check_named_opponents
 from rlcore.envs.vector import describe_space, make_vector_env
 from rlcore.evaluation.evaluator import Evaluator, game_outcomes
 from rlcore.evaluation.export import ExportOptions, export_policy
@@ -126,7 +126,7 @@ def test_connect_four_plays_the_same_way() -> None:
     """connect_four_v3 through the same adapter: the load check passes, and 20 random games end with -1, 0 or 1,
     the learner's mark count following its seat."""
     connect_four = "pettingzoo:pettingzoo.classic.connect_four_v3"
-    check_game(connect_four, {}, RANDOM)
+    check_game(connect_four, {}, [("env.opponent", RANDOM)])
     env = TurnBasedGame(connect_four, RANDOM)
     rng = np.random.default_rng(0)
     for seed in range(20):
@@ -148,7 +148,16 @@ def test_an_opponent_that_plays_an_illegal_move_is_stopped_in_one_line() -> None
     with pytest.raises(ConfigError, match=r"env.opponent: test_turn_based:always_zero played the illegal move 0"):
         env.step(0)
     with pytest.raises(ValueError, match="illegal move 0"):
-        check_game(TICTACTOE, {}, "test_turn_based:always_zero")
+        check_game(TICTACTOE, {}, [("env.opponent", "test_turn_based:always_zero")])
+
+
+def test_eval_opponents_checks_name_each_opponents_key_and_leave_the_games_own_errors_under_theirs() -> None:
+    """Each of eval.opponents is refused under ``eval.opponents.<name>`` (the game it plays names that key itself,
+    nothing rewrites another key's message); what the game's constructor refuses stays ``env.kwargs``'s."""
+    with pytest.raises(ValueError, match=r"^eval\.opponents\.zero: test_turn_based:always_zero played the illegal"):
+        check_named_opponents(TICTACTOE, {}, RANDOM, {"random": RANDOM, "zero": "test_turn_based:always_zero"})
+    with pytest.raises(ValueError, match=r"^env\.kwargs: pettingzoo:\S+ does not accept these arguments"):
+        check_named_opponents(TICTACTOE, {"bogus": 1}, RANDOM, {"perfect": "rlcore.envs.opponents:perfect_tictactoe"})
 
 
 # --- outcomes ------------------------------------------------------------------------------------------------------

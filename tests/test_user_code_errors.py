@@ -20,6 +20,10 @@ from rlcore.common.errors import UserCodeError, describe_exception
 
 HOSTILE = """
 import multiprocessing
+import os
+import signal
+import sys
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -49,6 +53,38 @@ class RaisesInStep(gym.Wrapper):
         if self.steps > self.after:
             raise RuntimeError("the wrapper broke at step %d" % self.steps)
         return self.env.step(action)
+
+
+class ExitsInReset(gym.Wrapper):
+    def reset(self, **kwargs):
+        sys.exit(3)
+
+
+class ExitsInStep(gym.Wrapper):
+    def __init__(self, env, after=20):
+        super().__init__(env)
+        self.after, self.steps = after, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps > self.after:
+            sys.exit(3)
+        return self.env.step(action)
+
+
+class HangsInStep(gym.Wrapper):
+    def step(self, action):
+        time.sleep(3600)
+
+
+class EndsItsProcess(gym.Wrapper):
+    def step(self, action):
+        os._exit(0)
+
+
+class KillsItsProcess(gym.Wrapper):
+    def reset(self, **kwargs):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class CrashingEnv(gym.Env):
@@ -128,7 +164,7 @@ def logged_traceback(root: Path, log: str, *fragments: str) -> str:
         (
             "hostile_wrappers.RaisesInInit",
             ["env.wrappers.0.wrapper", "RaisesInInit raised when built: RuntimeError: the wrapper cannot start"],
-            "runs/uc/error.log",
+            "runs/error.log",  # built in its load-time test (rlcore.envs.user_code), before the run folder
         ),
     ],
     ids=["raises-at-import", "syntax-error", "constant", "returns-a-non-env", "raises-in-init"],
@@ -140,6 +176,46 @@ def test_a_hostile_wrapper_is_one_error_line_naming_its_key_with_the_traceback_i
     if log is not None:
         assert line.endswith(f"(traceback in {log})"), line
         logged_traceback(hostile, log, wrapper.partition(".")[0])
+
+
+TEST_RESET = "while taking a test reset and step of CartPole-v1"
+
+
+@pytest.mark.parametrize(
+    ("wrappers", "fragment"),
+    [
+        ("[{wrapper: hostile_wrappers.ExitsInReset}]", "0.wrapper: hostile_wrappers.ExitsInReset called sys.exit(3)"),
+        (
+            "[{wrapper: gymnasium.wrappers.ClipReward, kwargs: {max_reward: 1}}, "
+            "{wrapper: hostile_wrappers.HangsInStep}]",
+            "1.wrapper: hostile_wrappers.HangsInStep did not finish within 1 s (env.user_code_timeout_seconds)",
+        ),
+        (
+            "[{wrapper: hostile_wrappers.EndsItsProcess}]",
+            "0.wrapper: hostile_wrappers.EndsItsProcess ended its process",
+        ),
+        (
+            "[{wrapper: hostile_wrappers.KillsItsProcess}]",
+            "0.wrapper: hostile_wrappers.KillsItsProcess crashed its process",
+        ),
+    ],
+    ids=["sys-exit", "hangs", "os-exit", "sigkill"],
+)
+def test_a_wrapper_that_exits_hangs_or_kills_its_process_is_refused_at_load_naming_its_key(
+    hostile: Path, wrappers: str, fragment: str
+):
+    """Its test reset and step run in a child process bounded by env.user_code_timeout_seconds (1 s here): the
+    command lives on to say what the wrapper did, before any run folder exists."""
+    outcome = rlcore_train(hostile, f"env.wrappers={wrappers}", "env.user_code_timeout_seconds=1")
+    assert_refused(outcome, f"env.wrappers.{fragment}", TEST_RESET)
+    assert not (hostile / "runs" / "uc").exists()
+
+
+def test_a_wrapper_that_calls_sys_exit_mid_training_is_one_error_line_naming_the_env_and_the_step(hostile: Path):
+    """It passes its load-time test (one step), then exits at step 21: one line, exit 2, not rlcore exiting 3."""
+    wrapper = "env.wrappers=[{wrapper: hostile_wrappers.ExitsInStep, kwargs: {after: 20}}]"
+    outcome = rlcore_train(hostile, wrapper, "train.max_steps=4096")
+    assert_refused(outcome, "env.id: CartPole-v1 (or one of env.wrappers) raised in step 21: SystemExit: 3")
 
 
 def test_a_wrong_wrapper_kwarg_is_refused_under_that_wrappers_kwargs(hostile: Path):

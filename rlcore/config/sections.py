@@ -178,8 +178,8 @@ class EvalConfig(StrictModel):
     (``{perfect: rlcore.envs.opponents:perfect_tictactoe}``): ``reports/metrics.json``'s ``outcomes_by_opponent`` (by
     name, as ``outcomes``: win/draw/loss rates, 95% Wilson intervals, by seat) and a table in the report;
     ``env.opponent`` stays the opponent of evaluation, validation, selection and ``outcomes``. Names: a letter, then
-    letters, digits or ``_`` (at most 64); at most 16, each path once; each plays a game against random legal moves
-    at load (``rlcore.envs.turn_based``). Null or ``{}``: none."""
+    letters, digits or ``_`` (at most 64); at most 16, each path once; each plays a test game against random legal
+    moves at load, within ``env.user_code_timeout_seconds`` (``rlcore.envs.turn_based``). Null or ``{}``: none."""
 
     @field_validator("settings")
     @classmethod
@@ -411,7 +411,13 @@ class Params(StrictModel):
     @model_validator(mode="after")
     def _opponents_play_the_game(self) -> Params:
         if self.eval.opponents:
-            check_named_opponents(self.env.id, self.env.kwargs, self.env.opponent, self.eval.opponents)
+            check_named_opponents(
+                self.env.id,
+                self.env.kwargs,
+                self.env.opponent,
+                self.eval.opponents,
+                seconds=self.env.user_code_timeout_seconds,
+            )
         return self
 
     @model_validator(mode="after")

@@ -97,6 +97,18 @@ class ActionMaskObservation(gym.Wrapper):
         return {**obs, MASK_KEY: check_mask(self.env_id, where, obs[MASK_KEY], self.n, terminated)}
 
 
+def check_mask_applied(env_id: str, observation_space: gym.Space, source: MaskSource | None) -> None:
+    """``ValueError`` (one line naming ``env.action_mask``) for ``source`` null (no mask) on a PettingZoo env whose
+    observations carry one (a Dict with an ``"action_mask"`` key, as its classic games'): refused, not warned, because
+    the policy would then play the moves the mask forbids, which PettingZoo answers by ending the game with a loss
+    and a warning of its own at every such move: never a game worth training on."""
+    if source is None and isinstance(observation_space, spaces.Dict) and MASK_KEY in observation_space.spaces:
+        raise ValueError(
+            f"env.action_mask: null, but {env_id}'s observations carry an {MASK_KEY!r} the policy would ignore (it "
+            "would play illegal moves, each ending the game); set env.action_mask: observation"
+        )
+
+
 def check_mask(env_id: str, where: str, mask: Any, n: int, terminated: bool) -> np.ndarray:
     """``mask`` as int8 0/1 (n,), or a one-line :class:`ConfigError` naming ``env_id``, ``where`` it came from and
     what was wrong: its shape, its dtype, values other than 0 and 1, or no legal action in a state that is not

@@ -13,12 +13,14 @@ import gymnasium as gym
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from rlcore.common.strict_model import StrictModel
+from rlcore.envs.action_masks import check_mask_applied
 from rlcore.envs.ids import check_env_id, check_env_kwargs, env_spec, import_object
-from rlcore.envs.multiagent import Agents, agents_of, is_multiagent, with_agent_id
+from rlcore.envs.multiagent import Agents, agents_of, check_parallel_masks, is_multiagent, with_agent_id
 from rlcore.envs.parameters import check_parameters as check_env_parameters
 from rlcore.envs.self_play import SelfPlayConfig
 from rlcore.envs.settings import Lesson, Parameters, check_curriculum, check_parameter_names
-from rlcore.envs.turn_based import check_board_frames, check_game, load_opponent
+from rlcore.envs.turn_based import check_board_frames, check_game, load_opponent, seats_of
+from rlcore.envs.user_code import DEFAULT_TIMEOUT_SECONDS, check_wrappers
 
 MAX_NUM_ENVS = 4096
 """The most envs stepped together (``env.num_envs``, ``collect.num_envs``, ``eval.max_parallel_envs``)."""
@@ -97,7 +99,9 @@ class EnvConfig(StrictModel):
     as gymnasium's Taxi-v4 does) or ``observation`` (the ``"action_mask"`` key of a ``Dict`` observation, as
     PettingZoo's classic games do); null: no mask. Masked actions get zero probability wherever the policy acts or
     learns, and the exported model takes the mask as an input (``rlcore.envs.action_masks``). Like wrappers, needs
-    sync or async vectorization."""
+    sync or async vectorization. PettingZoo envs: null is refused when their observations carry a mask (the policy
+    would play illegal moves), and a Parallel env's mask is read from its observations only (``info`` is refused
+    after one reset)."""
     curriculum: list[Lesson] = Field(default_factory=list)
     """Lessons in order, ``{name, parameters, until: {measure: eval_return | progress, threshold, min_lesson_steps,
     smoothing}}``: a lesson's parameters override ``parameters`` key by key; every lesson but the last ends by its
@@ -116,6 +120,11 @@ class EnvConfig(StrictModel):
     swap_steps, window, play_against_latest_model_ratio, initial_elo}``, ML-Agents' settings; ``rlcore.envs.self_play``)
     instead of ``opponent``, which evaluation, validation and test still play against. PPO and A2C; null: train
     against ``opponent``."""
+    user_code_timeout_seconds: float = Field(DEFAULT_TIMEOUT_SECONDS, gt=0, le=3600)
+    """Seconds each load-time check of the user's code may take in all: the test games of ``opponent`` and of each
+    of ``self_play.fixed_opponents`` (one check), those of ``eval.opponents`` (another), and the test reset and step
+    of ``wrappers`` (a third). Each runs in a child process (``rlcore.envs.user_code``): code that takes longer,
+    raises, calls ``sys.exit`` or ends or crashes its process is refused in one line naming its key."""
 
     @field_validator("id")
     @classmethod
@@ -180,9 +189,12 @@ class EnvConfig(StrictModel):
                 raise ValueError(
                     "env.agent_id: a turn-based game's learner is one agent (its own seat's view); remove it"
                 )
-            check_game(self.id, self.kwargs, str(self.opponent))  # builds the game and plays one game against it
+            fixed = self.self_play.fixed_opponents if self.self_play is not None else {}
+            opponents = [("env.opponent", str(self.opponent)), *(("env.self_play.fixed_opponents", p) for p in fixed)]
+            check_game(self.id, self.kwargs, opponents, self.user_code_timeout_seconds)  # one test game against each
             if self.self_play is not None and self.self_play.board_frames:
                 check_board_frames(self.id, self.kwargs)
+            check_mask_applied(self.id, seats_of(self.id, self.kwargs).observation_space, self.action_mask)
             self._pettingzoo_unsupported()
             return self
         agents = self.agents()  # builds a PettingZoo env once: its kwargs and agents are checked there
@@ -190,9 +202,14 @@ class EnvConfig(StrictModel):
             check_env_kwargs(self.id, self.kwargs)
             if self.agent_id is not None:
                 raise ValueError(f"env.agent_id: only for PettingZoo envs (pettingzoo:...); {self.id} has one agent")
+            if self.wrappers and self.vectorization != "vector_entry_point":  # (that one is refused with wrappers)
+                wrappers = [(item.wrapper, item.kwargs) for item in self.wrappers]
+                check_wrappers(self.id, self.kwargs, wrappers, self.user_code_timeout_seconds)
             return self
         if self.agent_id is not False:
             with_agent_id(agents.observation_space, len(agents.names), self.id)
+        check_mask_applied(self.id, agents.observation_space, self.action_mask)
+        check_parallel_masks(self.id, self.kwargs, agents, self.action_mask)
         self._pettingzoo_unsupported()
         return self
 

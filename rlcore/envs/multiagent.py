@@ -38,6 +38,8 @@ from gymnasium.vector.utils import batch_space
 
 from rlcore.envs.ids import is_multiagent, parallel_env_factory, raised_at
 
+MASK_KEY = "action_mask"
+"""The key of an action mask in an agent's Dict observation or info (``rlcore.envs.action_masks``)."""
 AGENT_ID_KEY = "agent_id"
 """The key of the agent's one-hot in a ``Dict`` observation."""
 
@@ -132,6 +134,40 @@ def check_shared_spaces(agents: Agents, env_id: str) -> None:
             "by all agents needs the same spaces: put them in groups of their own (policy.groups) or pad them with "
             "SuperSuit's pad_observations_v0 in a function named as pettingzoo:module:function"
         )
+
+
+def check_parallel_masks(env_id: str, kwargs: dict[str, Any], agents: Agents, source: str | None) -> None:
+    """``ValueError`` (one line naming ``env.action_mask``) unless ``source`` can be read from this Parallel env:
+    ``observation`` needs the ``"action_mask"`` key in the agents' Dict observations; ``info`` is refused after one
+    reset (seed 0): infos without a mask say so, and the rows of a Parallel env carry no infos (the mask must be in
+    the observations)."""
+    if source == "observation":
+        space = agents.observation_space
+        if not (isinstance(space, spaces.Dict) and MASK_KEY in space.spaces):
+            raise ValueError(
+                f"env.action_mask: observation, but {env_id}'s agents observe {space} without an {MASK_KEY!r} key"
+            )
+    if source != "info":
+        return
+    env = build_parallel_env(env_id, kwargs)
+    try:
+        _, infos = env.reset(seed=0)
+    except Exception as exc:
+        raise ValueError(f"env.id: {env_id} raised at its first reset: {raised_at(exc)}") from None
+    finally:
+        env.close()
+    for name in agents.names:
+        info = (infos or {}).get(name)
+        if not (isinstance(info, dict) and MASK_KEY in info):
+            keys = sorted(map(str, info)) if isinstance(info, dict) else info
+            raise ValueError(
+                f"env.action_mask: info, but {env_id} gave no infos[{name!r}][{MASK_KEY!r}] at its first reset "
+                f"(its info: {keys}); set env.action_mask: null, or observation if its observations carry the mask"
+            )
+    raise ValueError(
+        f"env.action_mask: info: {env_id}'s infos carry masks, but a PettingZoo env's mask is read from its agents' "
+        f"observations only (a Dict with an {MASK_KEY!r} key: env.action_mask: observation)"
+    )
 
 
 def describe_agents(env_id: str, kwargs: dict[str, Any], agent_id: bool | None) -> dict[str, Any] | None:

@@ -50,7 +50,8 @@ class SelfPlayConfig(StrictModel):
     function ``(observation, rng) -> action`` (as ``env.opponent``) -> the probability that a training env copy's
     draw picks it, e.g. ``{rlcore.envs.opponents:one_step_lookahead: 0.25}``. The probabilities sum to at most 1;
     the rest of a draw is shared by the latest policy and the pool as ``play_against_latest_model_ratio`` says.
-    Games against them are not ELO-rated (``train/self_play_fixed_score`` follows them). Empty: snapshots only."""
+    Games against them are not ELO-rated (``train/self_play_fixed_score`` follows them). Each plays a test game at
+    load, as ``env.opponent`` does, and an illegal move in training names it under this key. Empty: snapshots only."""
 
     opening_moves: int = Field(0, ge=0, le=64)
     """Exploring starts (not an ML-Agents setting): every training game opens with a uniformly random number, 0 to

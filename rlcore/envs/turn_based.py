@@ -14,15 +14,18 @@ observation (a PettingZoo classic ``{"observation", "action_mask"}`` Dict) and a
   ``seed + k``, so its episodes alternate first and second (:func:`learner_seat`).
 - The opponent draws from a generator seeded from the episode's seed (and carried on through autoresets), so the
   same seeds play the same games.
-- An opponent that returns an illegal move (one its mask forbids) stops the run with one line naming it.
+- An opponent that returns an illegal move (one its mask forbids) stops the run with one line naming it and its
+  params key (``env.opponent``, ``eval.opponents.<name>``, ``env.self_play.fixed_opponents``).
 
 Refused in one line when the params load (:func:`check_game`): a game without exactly two agents, seats with
-different spaces, an opponent that does not import, and a game that is not zero-sum (one game is played there,
-random legal moves against the opponent, and the two seats' returns must sum to 0).
+different spaces, an opponent that does not import, and a game that is not zero-sum (one test game is played there,
+random legal moves against the opponent, and the two seats' returns must sum to 0). The test game runs in a child
+process bounded by ``env.user_code_timeout_seconds`` (:mod:`rlcore.envs.user_code`): an opponent that raises, plays
+an illegal move, calls ``sys.exit``, hangs, or ends or crashes its process is refused naming its key.
 
 ``eval.opponents`` names more fixed opponents the select stage tests the selected model against
 (:func:`check_named_opponents` refuses a bad name, a path that does not import or is not callable, an opponent named
-twice, and one that raises or plays an illegal move in one game of random legal moves).
+twice, and one whose test game fails as above); each of ``env.self_play.fixed_opponents`` plays a test game too.
 """
 
 from __future__ import annotations
@@ -31,19 +34,20 @@ import functools
 import json
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from pydantic import AfterValidator
 
-from rlcore.common.errors import ConfigError
+from rlcore.common.errors import ConfigError, format_traceback
 from rlcore.common.validation_errors import short_repr
 from rlcore.envs.board_frames import BoardFrame, board_frames
-from rlcore.envs.ids import import_object, parallel_env_factory, raised_at
+from rlcore.envs.ids import UserCodeValueError, import_object, parallel_env_factory, raised_at
+from rlcore.envs.user_code import DEFAULT_TIMEOUT_SECONDS, UserCode, entering, run_bounded
 
 MASK_KEY = "action_mask"
 OPPONENT_STREAM = 0x0FF0E4E7
@@ -51,6 +55,20 @@ OPPONENT_STREAM = 0x0FF0E4E7
 
 Opponent = Callable[[Any, np.random.Generator], Any]
 """``(its seat's observation, rng) -> its action``."""
+
+
+@runtime_checkable
+class PlayerOpponent(Protocol):
+    """An opponent that is one of several players in turn (self-play's: a fixed opponent, a snapshot, the latest
+    policy), saying which plays now, so that an illegal move is reported under that player's own key."""
+
+    def __call__(self, observation: Any, rng: np.random.Generator) -> Any: ...
+
+    def playing(self) -> tuple[str, str]:
+        """(the params key, the import path or a description) of the player whose move comes next."""
+        ...
+
+
 OPPONENT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 """A name of ``eval.opponents``: a plain identifier (a letter, then letters, digits or ``_``; at most 64)."""
 MAX_NAMED_OPPONENTS = 16
@@ -129,11 +147,36 @@ def _seats_of(env_id: str, kwargs_key: str) -> Seats:
         game.close()
 
 
-def check_game(env_id: str, kwargs: dict[str, Any], opponent: str) -> None:
-    """Refuse (``ValueError``, one line) what :class:`TurnBasedGame` cannot play: see the module docstring. Plays
-    one game of random legal moves (seed 0, learner first) against the opponent, whose moves are checked as always."""
-    seats_of(env_id, kwargs)
-    env = TurnBasedGame(env_id, opponent, kwargs)
+def check_game(
+    env_id: str,
+    kwargs: dict[str, Any],
+    opponents: Sequence[tuple[str, str]],
+    seconds: float = DEFAULT_TIMEOUT_SECONDS,
+) -> None:
+    """Refuse (``ValueError``, one line naming the params key of the opponent at fault) what :class:`TurnBasedGame`
+    cannot play: see the module docstring. ``opponents``: (params key, import path) of each opponent to test, e.g.
+    ``[("env.opponent", "rlcore.envs.opponents:random_legal")]``. Each plays one game of random legal moves (seed 0,
+    learner first), its moves checked as always, in one child process bounded by ``seconds`` in all
+    (:func:`rlcore.envs.user_code.run_bounded`: an opponent that exits, hangs or kills its process is refused too)."""
+    seats_of(env_id, kwargs)  # the game's own code, built here once (and cached) before the opponents play it
+    for key, path in opponents:
+        try:
+            load_opponent(path)
+        except ValueError as exc:
+            raise ValueError(f"{key}: {exc}") from None
+    codes = [UserCode(key, path, f"playing its test game of {env_id}") for key, path in opponents]
+    if codes:
+        run_bounded(functools.partial(_play_test_games, env_id, kwargs, opponents), codes, seconds)
+
+
+def _play_test_games(env_id: str, kwargs: dict[str, Any], opponents: Sequence[tuple[str, str]]) -> None:
+    for index, (key, path) in enumerate(opponents):
+        entering(index)
+        _play_test_game(env_id, kwargs, path, key)
+
+
+def _play_test_game(env_id: str, kwargs: dict[str, Any], opponent: str, key: str) -> None:
+    env = TurnBasedGame(env_id, opponent, kwargs, opponent_key=key)
     try:
         obs, _ = env.reset(seed=0)
         rng = np.random.default_rng(0)
@@ -143,18 +186,19 @@ def check_game(env_id: str, kwargs: dict[str, Any], opponent: str) -> None:
             action = int(rng.choice(legal)) if legal is not None and len(legal) else env.action_space.sample()
             obs, _, terminated, truncated, _ = env.step(action)
             done = terminated or truncated
-        returns = env.game_returns
-        if not np.isclose(sum(returns.values()), 0.0, rtol=0.0, atol=1e-9):
-            raise ValueError(
-                f"env.opponent: {env_id} is not zero-sum (one game's returns: {returns}); a turn-based game against an "
-                "opponent needs the two seats' returns to sum to 0"
-            )
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
     except Exception as exc:  # the opponent's own code failed on this game's observations
-        raise ValueError(f"env.opponent: {opponent} failed playing {env_id}: {raised_at(exc)}") from None
+        message = f"{key}: {opponent} failed playing {env_id}: {raised_at(exc)}"
+        raise UserCodeValueError(message, format_traceback(exc)) from None
     finally:
         env.close()
+    returns = env.game_returns
+    if not np.isclose(sum(returns.values()), 0.0, rtol=0.0, atol=1e-9):
+        raise ValueError(
+            f"{key}: {env_id} is not zero-sum (one game's returns: {returns}); a turn-based game against an "
+            "opponent needs the two seats' returns to sum to 0"
+        )
 
 
 def check_opponent_names(opponents: dict[str, str] | None) -> dict[str, str] | None:
@@ -186,7 +230,13 @@ NamedOpponents = Annotated[dict[str, str] | None, AfterValidator(check_opponent_
 """The type of ``eval.opponents``: name -> import path of an opponent, checked by :func:`check_opponent_names`."""
 
 
-def check_named_opponents(env_id: str, kwargs: dict[str, Any], opponent: str | None, opponents: dict[str, str]) -> None:
+def check_named_opponents(
+    env_id: str,
+    kwargs: dict[str, Any],
+    opponent: str | None,
+    opponents: dict[str, str],
+    seconds: float = DEFAULT_TIMEOUT_SECONDS,
+) -> None:
     """Refuse (``ValueError``, one line naming ``eval.opponents`` or ``eval.opponents.<name>``) ``opponents`` without
     an ``opponent`` (``env.opponent``: not a turn-based game), and one that cannot play ``env_id``: one game of random
     legal moves against each, as :func:`check_game` plays against ``env.opponent``."""
@@ -195,16 +245,7 @@ def check_named_opponents(env_id: str, kwargs: dict[str, Any], opponent: str | N
             "eval.opponents: only for two-player turn-based games (a PettingZoo AEC env.id with env.opponent), not "
             f"{env_id}"
         )
-    for name, path in opponents.items():
-        try:
-            check_game(env_id, kwargs, path)
-        except Exception as exc:  # check_game's refusals name env.opponent; anything else the opponent raised
-            message = str(exc)
-            if isinstance(exc, ValueError) and message.startswith("env.opponent: "):
-                message = message.removeprefix("env.opponent: ")
-            else:
-                message = f"{path} raised {raised_at(exc)} in a game of {env_id} against random legal moves"
-            raise ValueError(f"eval.opponents.{name}: {message}") from None
+    check_game(env_id, kwargs, [(f"eval.opponents.{name}", path) for name, path in opponents.items()], seconds)
 
 
 def check_board_frames(env_id: str, kwargs: dict[str, Any]) -> None:
@@ -222,9 +263,14 @@ class TurnBasedGame(gym.Env):
     """A two-player AEC game seen from the learner's seat, the opponent moving inside :meth:`step` (module
     docstring). Observations and actions are the game's (a seat's), rewards the learner's."""
 
-    def __init__(self, env_id: str, opponent: str, kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, env_id: str, opponent: str, kwargs: dict[str, Any] | None = None, opponent_key: str = "env.opponent"
+    ) -> None:
         self.env_id = env_id
         self.opponent_path = opponent
+        self.opponent_key = opponent_key
+        """The params key ``opponent`` was given under (``env.opponent``, ``eval.opponents.<name>``), which its
+        errors name."""
         seats = seats_of(env_id, kwargs or {})
         self.seats = seats.names
         self.observation_space = seats.observation_space
@@ -233,9 +279,9 @@ class TurnBasedGame(gym.Env):
         self.metadata = dict(getattr(self.game, "metadata", {}) or {})
         self.render_mode = getattr(self.game, "render_mode", None)
         try:
-            self.opponent = load_opponent(opponent)
+            self.opponent: Opponent = load_opponent(opponent)
         except ValueError as exc:
-            raise ConfigError(f"env.opponent: {exc}") from None
+            raise ConfigError(f"{opponent_key}: {exc}") from None
         self.seat = 1
         """The learner's seat this episode (0: it moves first)."""
         self.opening_moves = 0
@@ -270,7 +316,7 @@ class TurnBasedGame(gym.Env):
             if not ended:
                 return self._learner_observation(), {"seat": self.seat}
             if not self.opening_moves:  # the opponent ended the game before the learner's first move: none should
-                raise ConfigError(f"env.opponent: {self.env_id} ended before the learner's first move")
+                raise ConfigError(f"{self._playing()[0]}: {self.env_id} ended before the learner's first move")
             self.game.reset()  # the opening left the opponent a win before the learner's first move: draw again
 
     def _random_opening(self) -> None:
@@ -325,20 +371,24 @@ class TurnBasedGame(gym.Env):
             reward += self._collect()
         return reward, self._ended()
 
+    def _playing(self) -> tuple[str, str]:
+        """(params key, import path) of whoever plays the opponent's next move."""
+        if isinstance(self.opponent, PlayerOpponent):
+            return self.opponent.playing()
+        return self.opponent_key, self.opponent_path
+
     def _check_legal(self, observation: Any, action: Any) -> None:
         mask = observation.get(MASK_KEY) if isinstance(observation, dict) else None
         try:
             index = int(action)
         except (TypeError, ValueError):
-            raise ConfigError(
-                f"env.opponent: {self.opponent_path} returned {action!r}, not an action of {self.action_space}"
-            ) from None
+            key, path = self._playing()
+            raise ConfigError(f"{key}: {path} returned {action!r}, not an action of {self.action_space}") from None
         legal = self.action_space.contains(np.int64(index)) and (mask is None or bool(np.asarray(mask)[index]))
         if not legal:
             allowed = "" if mask is None else f" (legal: {np.flatnonzero(np.asarray(mask)).tolist()})"
-            raise ConfigError(
-                f"env.opponent: {self.opponent_path} played the illegal move {index} in {self.env_id}{allowed}"
-            )
+            key, path = self._playing()
+            raise ConfigError(f"{key}: {path} played the illegal move {index} in {self.env_id}{allowed}")
 
     def render(self) -> Any:
         return self.game.render()

@@ -22,12 +22,13 @@ from gymnasium.vector import AutoresetMode
 from rlcore.common.errors import ConfigError, RLCoreError, UserCodeError, describe_exception, format_traceback
 from rlcore.envs.action_masks import ActionMaskObservation
 from rlcore.envs.config import EnvConfig
-from rlcore.envs.ids import env_spec, import_object
+from rlcore.envs.ids import env_spec
 from rlcore.envs.multiagent import ParallelEnvRows, is_multiagent
 from rlcore.envs.observations import PackDictObservations, PackedDict, observation_problem
 from rlcore.envs.parameters import EnvParameters
 from rlcore.envs.settings import Parameters, lesson_parameters
 from rlcore.envs.turn_based import make_game
+from rlcore.envs.user_code import UserWrapper
 
 
 class EpisodeSettings(Protocol):
@@ -103,7 +104,10 @@ def use_settings(vector_env: gym.vector.VectorEnv, settings: EpisodeSettings) ->
 
 
 def make_vector_env(
-    env: EnvConfig, num_envs: int, episode_settings: EpisodeSettings | None = None
+    env: EnvConfig,
+    num_envs: int,
+    episode_settings: EpisodeSettings | None = None,
+    opponent_key: str = "env.opponent",
 ) -> gym.vector.VectorEnv:
     """The only way rlcore builds an env: ``num_envs`` copies of ``env.id`` with ``env.kwargs``, each wrapped
     in ``env.wrappers`` and in ``episode_settings`` (by default the training distribution's,
@@ -129,7 +133,7 @@ def make_vector_env(
     mode = env.vectorization
     kwargs = env.kwargs
     if env.turn_based():  # the learner's seat of a two-player game, the opponent inside (rlcore.envs.turn_based)
-        kwargs = {"env_id": env.id, "opponent": env.opponent, "kwargs": env.kwargs}
+        kwargs = {"env_id": env.id, "opponent": env.opponent, "kwargs": env.kwargs, "opponent_key": opponent_key}
         spec = gym.envs.registration.EnvSpec(id=env.id, entry_point=make_game, disable_env_checker=True)
     else:
         spec = env_spec(env.id)  # also registers ids of known packages (MinAtar, ALE) in this process
@@ -178,35 +182,9 @@ def _guarded_checked(vector_env: gym.vector.VectorEnv, env: EnvConfig) -> gym.ve
     return vector_env
 
 
-class UserWrapper:
-    """Builds ``env.wrappers.<index>`` around a sub-env: what the user's wrapper raises, or a result that is not an
-    env, becomes one error naming that key (a plain class, so async vectorization can pickle it)."""
-
-    def __init__(self, index: int, path: str, kwargs: dict[str, Any]) -> None:
-        self.key = f"env.wrappers.{index}.wrapper"
-        self.path = path
-        self.kwargs = dict(kwargs)
-        try:
-            self.wrapper = import_object(path)  # checked at load; params built in code may skip that
-        except ValueError as exc:
-            raise ConfigError(f"{self.key}: {exc}") from None
-
-    def __call__(self, env: gym.Env) -> Any:  # a gym.Env (a wrapper, or what a function returns)
-        try:
-            wrapped = self.wrapper(env, **self.kwargs)
-        except RLCoreError:
-            raise
-        except Exception as exc:
-            raise UserCodeError.raised(f"{self.key}: {self.path} raised when built", exc) from None
-        if not isinstance(wrapped, gym.Env):
-            raise ConfigError(
-                f"{self.key}: {self.path} returned {type(wrapped).__name__} {_short(wrapped)}, not a gymnasium env"
-            )
-        return wrapped
-
-
 class UserCodeGuard(gym.vector.VectorWrapper):
-    """What the env (or a wrapper of ``env.wrappers``) raises in ``reset`` or ``step`` becomes one
+    """What the env (or a wrapper of ``env.wrappers``, or a turn-based game's opponent) raises in ``reset`` or
+    ``step``, ``SystemExit`` included, becomes one
     :class:`UserCodeError` naming the env and the step (counted in this vector env's ``step`` calls), its traceback
     kept for the run's error log. rlcore's own errors (an adapter's, a wrapper's) pass through as they are."""
 
@@ -235,7 +213,7 @@ class UserCodeGuard(gym.vector.VectorWrapper):
                 return call()
         except RLCoreError:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit in the user's step is theirs to report, not rlcore's exit
             where = f"raised in step {self.steps}" if what == "step" else f"raised in reset (after step {self.steps})"
             reports = "".join(f"{warning.message}\n" for warning in caught if _worker_report(warning))
             raise UserCodeError(
@@ -257,11 +235,6 @@ class UserCodeGuard(gym.vector.VectorWrapper):
 def _worker_report(warning: warnings.WarningMessage) -> bool:
     """Whether ``warning`` is gymnasium's report of an async worker's exception (``gymnasium.logger.error``)."""
     return "ERROR: " in str(warning.message) and "async_vector_env" in warning.filename
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return f"({text[:60]}…)" if len(text) > 60 else f"({text})"
 
 
 def _one_line(exc: BaseException) -> str:

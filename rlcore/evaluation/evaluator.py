@@ -262,9 +262,11 @@ class Evaluator:
         label: str = "evaluation",
         return_reduction: str = "mean",
         groups: Mapping[str, Sequence[str]] | None = None,
+        opponent_key: str = "env.opponent",
     ) -> None:
         """``groups``: ``policy.groups`` (group -> agent-name patterns), whose mean returns are kept and may be the
-        ``return_reduction``; None: no groups."""
+        ``return_reduction``; None: no groups. ``opponent_key``: the params key of a turn-based game's
+        ``env.opponent`` (``eval.opponents.<name>`` when one of those plays it), which its errors name."""
         self.env_id = env.id
         agents = env.agents()
         self.agents: tuple[str, ...] = agents.names if agents is not None else ()
@@ -284,7 +286,7 @@ class Evaluator:
         self.deterministic = deterministic
         self.max_episode_steps = episode_cap(env, max_episode_steps)
         self.batch = min(episodes, max_parallel_envs)
-        self.env: gym.vector.VectorEnv = make_vector_env(env, self.batch, settings)
+        self.env: gym.vector.VectorEnv = make_vector_env(env, self.batch, settings, opponent_key=opponent_key)
 
     def use_settings(self, settings: EpisodeSettings) -> None:
         """Evaluate under ``settings`` from the next call on (an evaluator built with settings: a curriculum's)."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlcore.common.errors import ConfigError
 from rlcore.common.seeds import test_seeds, validation_seeds
 from rlcore.config.sections import Params
 from rlcore.envs.settings import describe_parameters
@@ -50,6 +49,7 @@ def evaluator_for(
         label=label,
         return_reduction=cfg.return_reduction,
         groups=params.policy.groups,
+        opponent_key="env.opponent" if opponent is None else f"eval.opponents.{opponent}",
     )
 
 
@@ -77,17 +77,13 @@ def under_settings(evaluators: dict[str | None, Evaluator], policy: Policy) -> d
 
 def against_opponents(params: Params, policy: Policy) -> dict[str, EvalResult]:
     """``policy`` on the test episodes (the same seeds as against ``env.opponent``) against each of
-    ``eval.opponents``, by name, in order. What an opponent does wrong mid-game (an illegal move) names its key."""
+    ``eval.opponents``, by name, in order. What an opponent does wrong mid-game (an illegal move) names its key
+    (``eval.opponents.<name>``: the evaluator's game is told it)."""
     results: dict[str, EvalResult] = {}
     for name in params.eval.opponents or {}:
         evaluator = evaluator_for(params, "test", opponent=name)
         try:
             results[name] = evaluator.evaluate(policy)
-        except ConfigError as exc:
-            message = str(exc)
-            if not message.startswith("env.opponent: "):
-                raise
-            raise ConfigError(f"eval.opponents.{name}: {message.removeprefix('env.opponent: ')}") from None
         finally:
             evaluator.close()
     return results

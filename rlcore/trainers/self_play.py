@@ -93,8 +93,17 @@ class SeatOpponent:
         self.self_play = self_play
         self.index = index
 
-    def __call__(self, observation: dict[str, Any], rng: np.random.Generator) -> int:
-        return int(self.self_play.players[int(self.self_play.opponent_ids[self.index])](observation, rng))
+    def __call__(self, observation: dict[str, Any], rng: np.random.Generator) -> Any:
+        return self.self_play.players[int(self.self_play.opponent_ids[self.index])](observation, rng)
+
+    def playing(self) -> tuple[str, str]:
+        """(params key, who) of the copy's current opponent (``rlcore.envs.turn_based.PlayerOpponent``): what an
+        illegal move of it is reported under."""
+        opponent_id = int(self.self_play.opponent_ids[self.index])
+        if opponent_id < LATEST:
+            paths = list(self.self_play.config.fixed_opponents)
+            return "env.self_play.fixed_opponents", paths[fixed_index(opponent_id)]
+        return "env.self_play", "the latest policy" if opponent_id == LATEST else f"the policy's snapshot {opponent_id}"
 
 
 class SelfPlay:

@@ -7,7 +7,10 @@ Sections: ``env.parameters``, ``env.curriculum``, ``eval.settings``, ``algo.rewa
 ``algo.num_workers``), and ``env.wrappers`` naming user code that raises at import, has a syntax error, raises in
 ``__init__``, is not a wrapper, or misbehaves mid-episode (raises in ``step`` after a few steps, returns NaN/inf or
 wrongly shaped observations, NaN rewards). Load-time cases are refused before anything starts; mid-episode ones
-end the run with one line naming the env and the step.
+end the run with one line naming the env and the step. User code that exits (``sys.exit``), hangs, or ends or kills
+its process (``os._exit``, SIGKILL), as a wrapper (in ``__init__``, ``reset`` or ``step``) or as an opponent of a
+two-player game (``env.opponent``, ``env.self_play.fixed_opponents``, ``eval.opponents``): refused at load naming its
+key (``rlcore.envs.user_code``; hangs under ``env.user_code_timeout_seconds: 1``).
 
 ``RLCORE_FUZZ_EXAMPLES`` sets the number of examples (the suite runs 300; the issue's bar is 0 failures at 1,000:
 ``RLCORE_FUZZ_EXAMPLES=1000 pytest tests/faults/test_fuzz_newer_sections.py``).
@@ -83,6 +86,69 @@ class Misbehaves(gym.Wrapper):
 ''',
 }
 MISBEHAVIOURS = ("raise", "nan_obs", "inf_obs", "wrong_shape", "nan_reward")
+HOSTILE_MODULES["hostile_process"] = '''
+import os
+import signal
+import sys
+import time
+
+import gymnasium as gym
+
+
+def misbehave(how):
+    if how == "exit":
+        sys.exit(3)
+    if how == "exit_none":
+        sys.exit()
+    if how == "hang":
+        time.sleep(3600)
+    if how == "os_exit":
+        os._exit(0)
+    if how == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Wrapper(gym.Wrapper):
+    """Misbehaves (``how``) in ``where``: ``init``, ``reset`` or ``step``."""
+
+    def __init__(self, env, how="exit", where="reset"):
+        super().__init__(env)
+        self.how, self.where = how, where
+        if where == "init":
+            misbehave(how)
+
+    def reset(self, **kwargs):
+        if self.where == "reset":
+            misbehave(self.how)
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        if self.where == "step":
+            misbehave(self.how)
+        return self.env.step(action)
+
+
+def _opponent(how):
+    def play(observation, rng):
+        misbehave(how)
+    return play
+
+
+exit = _opponent("exit")
+exit_none = _opponent("exit_none")
+hang = _opponent("hang")
+os_exit = _opponent("os_exit")
+sigkill = _opponent("sigkill")
+'''
+PROCESS_MISBEHAVIOURS = ("exit", "exit_none", "hang", "os_exit", "sigkill")
+"""What hostile_process's code does to its process: sys.exit(3), sys.exit(), sleep an hour, os._exit(0), SIGKILL."""
+PROCESS_WORDS = {
+    "exit": "called sys.exit(3)",
+    "exit_none": "called sys.exit(None)",
+    "hang": "did not finish within 1 s",
+    "os_exit": "ended its process (exit status 0",
+    "sigkill": "crashed its process (killed by SIGKILL)",
+}
 
 
 # --- invalid values, section by section ---------------------------------------------------------------------------
@@ -278,6 +344,46 @@ def bad_wrappers() -> st.SearchStrategy[tuple[Any, bool]]:
     return st.one_of(at_load.map(lambda w: (w, True)), mid_episode.map(lambda w: (w, False)))
 
 
+TICTACTOE = {
+    "id": "pettingzoo:pettingzoo.classic.tictactoe_v3",
+    "opponent": "rlcore.envs.opponents:random_legal",
+    "action_mask": "observation",
+}
+
+
+def process_misbehaviour() -> st.SearchStrategy[tuple[dict[str, Any], dict[str, Any], str]]:
+    """(env section, eval section, the key the refusal names): user code that exits, hangs, or ends or kills its
+    process, as a wrapper or as an opponent under each of its keys."""
+    how = st.sampled_from(PROCESS_MISBEHAVIOURS)
+    wrapper = st.tuples(how, st.sampled_from(["init", "reset", "step"]), st.booleans()).map(
+        lambda draw: (
+            {
+                "wrappers": [
+                    *([{"wrapper": "gymnasium.wrappers.ClipReward", "kwargs": {"max_reward": 1}}] if draw[2] else []),
+                    {"wrapper": "hostile_process:Wrapper", "kwargs": {"how": draw[0], "where": draw[1]}},
+                ]
+            },
+            {},
+            f"env.wrappers.{int(draw[2])}.wrapper: hostile_process:Wrapper {PROCESS_WORDS[draw[0]]}",
+        )
+    )
+    opponent = st.tuples(how, st.sampled_from(["env.opponent", "fixed", "eval"])).map(
+        lambda draw: (
+            {**TICTACTOE, "opponent": f"hostile_process:{draw[0]}"}
+            if draw[1] == "env.opponent"
+            else {**TICTACTOE, "self_play": {"fixed_opponents": {f"hostile_process:{draw[0]}": 0.5}}}
+            if draw[1] == "fixed"
+            else TICTACTOE,
+            {"max_episode_steps": 9, "opponents": {"bad": f"hostile_process:{draw[0]}"}} if draw[1] == "eval" else {},
+            {"env.opponent": "env.opponent", "fixed": "env.self_play.fixed_opponents", "eval": "eval.opponents.bad"}[
+                draw[1]
+            ]
+            + f": hostile_process:{draw[0]} {PROCESS_WORDS[draw[0]]}",
+        )
+    )
+    return st.one_of(wrapper, opponent)
+
+
 # --- the project ---------------------------------------------------------------------------------------------------
 
 
@@ -353,7 +459,7 @@ SECTION_VALUES = {
     "train.seeds": bad_seeds,
 }
 """Sections of PPO's params whose bad values are refused at load, naming the section."""
-SECTIONS = (*SECTION_VALUES, "workers", "env.wrappers")
+SECTIONS = (*SECTION_VALUES, "workers", "env.wrappers", "user code")
 
 
 def small_budget(tree: dict[str, Any]) -> dict[str, Any]:
@@ -377,6 +483,12 @@ def test_fuzz_newer_sections_are_refused_cleanly(project: Path, data: st.DataObj
         tree = small_budget(yaml.safe_load((PROJECT / f"configs/{algo}-cartpole.yaml").read_text()))
         tree["algo"][key] = value
         refused(project, tree, f"algo.{key}")
+    elif section == "user code":
+        env, evaluation, line = data.draw(process_misbehaviour(), label="user code")
+        tree = small_budget(base_tree("ppo"))
+        tree["env"] = {**tree["env"], **env, "user_code_timeout_seconds": 1}
+        tree["eval"] = {**tree.get("eval", {}), **evaluation}
+        refused(project, tree, line)
     else:
         wrappers, at_load = data.draw(bad_wrappers(), label="wrappers")
         algo = data.draw(st.sampled_from(["ppo", "dqn"]), label="algo")

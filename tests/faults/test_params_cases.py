@@ -303,12 +303,84 @@ def test_groups_case_is_refused_in_one_line_and_writes_nothing(label: str, proje
 
 
 GAMES = """
+import os
+import signal
+import sys
+import time
+
 import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
 from pettingzoo.classic.tictactoe.tictactoe import raw_env
 
 
 def always_zero(observation, rng):
     return 0
+
+
+def raises(observation, rng):
+    raise RuntimeError("raises: no move today")
+
+
+def exits(observation, rng):
+    sys.exit(3)
+
+
+def hangs(observation, rng):
+    time.sleep(3600)
+
+
+def ends_its_process(observation, rng):
+    os._exit(0)
+
+
+def kills_its_process(observation, rng):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class MaskedPair(ParallelEnv):
+    \"\"\"Two agents choosing 0-2 (2 is never legal) for 5 steps; the mask in each observation, or in each info.\"\"\"
+
+    metadata = {"name": "masked_pair"}
+
+    def __init__(self, mask_in="observation"):
+        self.possible_agents = ["a", "b"]
+        self.mask_in = mask_in
+
+    def observation_space(self, agent):
+        board = spaces.Box(0.0, 1.0, (2,), np.float32)
+        if self.mask_in == "observation":
+            return spaces.Dict({"observation": board, "action_mask": spaces.MultiBinary(3)})
+        return board
+
+    def action_space(self, agent):
+        return spaces.Discrete(3)
+
+    def _observe(self):
+        board = np.zeros(2, np.float32)
+        mask = np.array([1, 1, 0], np.int8)
+        if self.mask_in == "observation":
+            return {a: {"observation": board, "action_mask": mask} for a in self.agents}, {a: {} for a in self.agents}
+        infos = {a: ({"action_mask": mask} if self.mask_in == "info" else {}) for a in self.agents}
+        return {a: board for a in self.agents}, infos
+
+    def reset(self, seed=None, options=None):
+        self.agents, self.steps = list(self.possible_agents), 0
+        return self._observe()
+
+    def step(self, actions):
+        self.steps += 1
+        observations, infos = self._observe()
+        done = self.steps >= 5
+        rewards = {a: 0.0 for a in self.agents}
+        ended = {a: done for a in self.agents}
+        if done:
+            self.agents = []
+        return observations, rewards, ended, {a: False for a in ended}, infos
+
+
+def masked_pair(mask_in="observation"):
+    return MaskedPair(mask_in)
 
 
 def rock(observation, rng):
@@ -331,6 +403,9 @@ RANDOM_OPPONENT = ["--set", "env.opponent=rlcore.envs.opponents:random_legal"]
 SELF_PLAY = ["--set", "env.self_play={save_steps: 64}"]
 GAME_CAP = ["--set", "eval.max_episode_steps=9"]
 PERFECT = "rlcore.envs.opponents:perfect_tictactoe"
+QUICK_BOUND = ["--set", "env.user_code_timeout_seconds=1"]
+INFO_MASKS = ["--set", "env.action_mask=info"]
+OBS_MASKS = ["--set", "env.action_mask=observation"]
 TURN_BASED_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "an AEC game without env.opponent": (TICTACTOE, ("env.opponent: missing", "only an AEC env")),
     "an opponent that does not import": (
@@ -512,17 +587,87 @@ TURN_BASED_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         ],
         ("eval.opponents.perfect:", "ValueError", "connect_four_v3"),
     ),
+    # issue 37: user code that misbehaves in its test game, under each key an opponent is given
+    "an opponent that calls sys.exit": (
+        [*TICTACTOE, "--set", "env.opponent=gamemod:exits"],
+        ("env.opponent: gamemod:exits called sys.exit(3) while playing its test game of",),
+    ),
+    "an opponent that hangs": (
+        [*TICTACTOE, "--set", "env.opponent=gamemod:hangs", *QUICK_BOUND],
+        ("env.opponent: gamemod:hangs did not finish within 1 s (env.user_code_timeout_seconds)",),
+    ),
+    "an opponent that ends its process": (
+        [*TICTACTOE, "--set", "env.opponent=gamemod:ends_its_process"],
+        ("env.opponent: gamemod:ends_its_process ended its process (exit status 0, no result sent)",),
+    ),
+    "an opponent that kills its process": (
+        [*TICTACTOE, "--set", "env.opponent=gamemod:kills_its_process"],
+        ("env.opponent: gamemod:kills_its_process crashed its process (killed by SIGKILL)",),
+    ),
+    "a self-play fixed opponent that raises": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={fixed_opponents: {gamemod:raises: 0.2}}"],
+        ("env.self_play.fixed_opponents: gamemod:raises failed playing", "RuntimeError: raises: no move today"),
+    ),
+    "a self-play fixed opponent that plays an illegal move": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={fixed_opponents: {gamemod:always_zero: 0.2}}"],
+        ("env.self_play.fixed_opponents: gamemod:always_zero played the illegal move 0",),
+    ),
+    "a self-play fixed opponent that calls sys.exit": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={fixed_opponents: {gamemod:exits: 0.2}}"],
+        ("env.self_play.fixed_opponents: gamemod:exits called sys.exit(3)",),
+    ),
+    "an eval.opponents opponent that hangs": (
+        [*TICTACTOE, *RANDOM_OPPONENT, *GAME_CAP, *QUICK_BOUND, "--set", "eval.opponents={slow: gamemod:hangs}"],
+        ("eval.opponents.slow: gamemod:hangs did not finish within 1 s",),
+    ),
+    "an eval.opponents opponent that ends its process": (
+        [*TICTACTOE, *RANDOM_OPPONENT, *GAME_CAP, "--set", "eval.opponents={gone: gamemod:ends_its_process}"],
+        ("eval.opponents.gone: gamemod:ends_its_process ended its process",),
+    ),
+    "env.user_code_timeout_seconds zero": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.user_code_timeout_seconds=0"],
+        ("env.user_code_timeout_seconds:", "must be > 0"),
+    ),
+    "env.user_code_timeout_seconds above an hour": (
+        [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.user_code_timeout_seconds=3601"],
+        ("env.user_code_timeout_seconds:", "3600"),
+    ),
+    "env.user_code_timeout_seconds a string": (
+        ["--set", "env.user_code_timeout_seconds=soon"],
+        ("env.user_code_timeout_seconds:",),
+    ),
+    "env.action_mask null on a game whose observations carry a mask": (
+        ["--set", "env.id=pettingzoo:pettingzoo.classic.tictactoe_v3", *RANDOM_OPPONENT],
+        ("env.action_mask: null, but pettingzoo:pettingzoo.classic.tictactoe_v3's observations carry", "observation"),
+    ),
+    "env.action_mask null on a Parallel env whose observations carry a mask": (
+        ["--set", "env.id=pettingzoo:gamemod:masked_pair"],
+        ("env.action_mask: null, but pettingzoo:gamemod:masked_pair's observations carry",),
+    ),
+    "env.action_mask info on a Parallel env whose infos carry no mask": (
+        ["--set", "env.id=pettingzoo:gamemod:masked_pair", "--set", "env.kwargs={mask_in: none}", *INFO_MASKS],
+        ("env.action_mask: info, but pettingzoo:gamemod:masked_pair gave no infos['a']['action_mask']", "first reset"),
+    ),
+    "env.action_mask info on a Parallel env whose infos carry masks": (
+        ["--set", "env.id=pettingzoo:gamemod:masked_pair", "--set", "env.kwargs={mask_in: info}", *INFO_MASKS],
+        ("env.action_mask: info:", "observations only"),
+    ),
+    "env.action_mask observation on a Parallel env whose observations carry none": (
+        ["--set", "env.id=pettingzoo:gamemod:masked_pair", "--set", "env.kwargs={mask_in: info}", *OBS_MASKS],
+        ("env.action_mask: observation, but pettingzoo:gamemod:masked_pair's agents observe",),
+    ),
 }
-"""Two-player turn-based games (``env.opponent``, issue 29): ``rlcore train ARGS``, refused before anything is
-written."""
+"""Two-player turn-based games (``env.opponent``, issue 29) and PettingZoo action masks: ``rlcore train ARGS``, refused
+before anything is written."""
 
 
 @pytest.mark.parametrize("label", list(TURN_BASED_CASES))
 def test_turn_based_case_is_refused_in_one_line_and_writes_nothing(label: str, project: Path, modules: Path) -> None:
+    """Nothing written but ``runs/error.log``, the traceback of an opponent's code that raised."""
     args, fragments = TURN_BASED_CASES[label]
-    before = snapshot(project)
+    before = snapshot(project, ignore=("runs/error.log",))
     assert_refused(run_in_process(["train", *args], project), *fragments)
-    assert snapshot(project) == before, "a refused command changed the project"
+    assert snapshot(project, ignore=("runs/error.log",)) == before, "a refused command changed the project"
 
 
 HOSTILE_WRAPPERS = """
