@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.common.errors import RLCoreError
+from rlcore.common.project import use_project_folder
 
 StageRunner = Callable[[argparse.Namespace], Any]
 
@@ -168,6 +169,7 @@ def _params_schema(args: argparse.Namespace) -> Any:
 def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
     """Parse, run the chosen subcommand, and turn user errors into one line and exit status 2."""
     args = parser.parse_args(argv)
+    use_project_folder(Path.cwd())  # the user's modules named in params (an env of their own) import from it
     logger = logging.getLogger("rlcore")
     handler: logging.Handler | None = None
     if getattr(args, "own_logging", True):

@@ -40,10 +40,10 @@ import numpy as np
 from gymnasium import spaces
 from pydantic import AfterValidator
 
-from rlcore.common.errors import ConfigError
+from rlcore.common.errors import ConfigError, raised_at
 from rlcore.common.validation_errors import short_repr
 from rlcore.envs.board_frames import BoardFrame, board_frames
-from rlcore.envs.ids import import_object, parallel_env_factory, raised_at
+from rlcore.envs.ids import import_object, parallel_env_factory
 
 MASK_KEY = "action_mask"
 OPPONENT_STREAM = 0x0FF0E4E7
