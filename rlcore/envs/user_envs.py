@@ -140,7 +140,7 @@ class UserEnvEntry:
             message = f"env.id: {self.env_id} raised when built: {raised_at(exc)}"
             raise UserCodeError(message, format_traceback(exc)) from None
         if not isinstance(env, gym.Env):
-            returned = f"{short_repr(env)} (of type {type(env).__name__})"
+            returned = f"{type(env).__name__} ({short_repr(env)})"
             raise ConfigError(f"env.id: {self.env_id} returned {returned}, not a gymnasium.Env")
         return env
 
