@@ -120,9 +120,12 @@ class UserEnvEntry:
         return getattr(importlib.import_module(module_name), name)
 
     @property
-    def metadata(self) -> dict[str, Any]:  # what gymnasium.make reads of an entry point (its render modes)
+    def metadata(self) -> dict[str, Any]:
+        """The target's (its render modes, which ``gymnasium.make`` reads); none when it has none (a function)."""
         metadata = getattr(self.target(), "metadata", None)
-        return metadata if isinstance(metadata, dict) else {}
+        if not isinstance(metadata, dict):
+            raise AttributeError("metadata")  # so gymnasium.make finds none, as for the function itself
+        return metadata
 
     def __call__(self, **kwargs: Any) -> gym.Env:
         target = self.target()
