@@ -10,6 +10,7 @@ ES workers, sweep trial workers), Dask workers of a local cluster, subprocesses,
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import site
@@ -35,12 +36,15 @@ def use_project_folder(folder: str | Path) -> Path:
     return folder
 
 
-def _installed_roots() -> list[Path]:
-    """Where Python's own modules and installed packages live (the standard library, site-packages)."""
+@functools.cache
+def _installed_roots() -> tuple[Path, ...]:
+    """Where Python's own modules and installed packages live (the standard library, site-packages, the virtual
+    environment)."""
     paths = sysconfig.get_paths()
     roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
     roots.update(site.getsitepackages() + [site.getusersitepackages()])
-    return [Path(root).resolve() for root in roots if root]
+    roots.update({sys.prefix, sys.exec_prefix})  # a virtual environment's own folder (its bin/, for a console script)
+    return tuple(Path(root).resolve() for root in roots if root)
 
 
 def is_user_file(filename: str) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from types import ModuleType
 from typing import Any
 
@@ -32,6 +33,9 @@ from rlcore.common.errors import (
 )
 from rlcore.common.project import searched_folders
 from rlcore.common.validation_errors import short_repr
+
+MODULE_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+"""A module's import path: dotted Python identifiers."""
 
 
 def import_user_module(name: str) -> ModuleType:
@@ -58,6 +62,8 @@ def user_env_spec(env_id: str) -> gym.envs.registration.EnvSpec | None:
     """The spec of ``module:Name`` when ``Name`` is an attribute of ``module`` (a ``gymnasium.Env`` subclass or a
     callable; ``ValueError`` for anything else); None when it is not, so ``Name`` is a registered id."""
     module_name, _, name = env_id.partition(":")
+    if not MODULE_PATH.fullmatch(module_name) or not name:
+        raise ValueError(f"{env_id!r} is not module:Name (e.g. reach_env:ReachEnv, a class in reach_env.py)")
     module = import_user_module(module_name)
     try:
         target = getattr(module, name, None)
@@ -139,7 +145,7 @@ class UserEnvEntry:
             env = target(**kwargs)
         except RLCoreError:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() in the user's code is an error here, not an exit
             message = f"env.id: {self.env_id} raised when built: {raised_at(exc)}"
             raise UserCodeError(message, format_traceback(exc)) from None
         if not isinstance(env, gym.Env):
@@ -152,8 +158,8 @@ def check_user_env(env_id: str, kwargs: dict[str, Any]) -> None:
     """Build the user env ``env_id`` once with ``kwargs`` (and close it), so what it raises or returns is refused at
     load, before anything is written: ``ValueError`` naming ``env.id`` or ``env.kwargs``, or
     :class:`UserCodeValueError` with the traceback of the user's code."""
-    spec = user_env_spec(env_id)
-    if spec is None:
+    spec = user_env_spec(env_id) if ":" in env_id else None
+    if spec is None:  # a registered id: gymnasium's own env, built where it is used
         return
     try:
         env = gym.make(spec, **kwargs)
