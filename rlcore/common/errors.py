@@ -84,10 +84,12 @@ def raised_at(exc: BaseException) -> str:
     """``Type: message (at file.py:line)``: the exception on one line and where it came from: the innermost frame
     of the user's own code when the traceback has one (``rlcore.common.project.is_user_file``), else the innermost
     frame. A syntax error names its file and line in its message already."""
-    frames = traceback.extract_tb(exc.__traceback__)
+    frames = list(traceback.extract_tb(exc.__traceback__))
     users = [frame for frame in frames if is_user_file(frame.filename)]
-    frame = (users or frames or [None])[-1]
-    where = f" (at {Path(frame.filename).name}:{frame.lineno})" if frame is not None else ""
+    where = ""
+    if users or frames:
+        frame = (users or frames)[-1]
+        where = f" (at {Path(frame.filename).name}:{frame.lineno})"
     return describe_exception(exc) + ("" if isinstance(exc, SyntaxError) else where)
 
 
