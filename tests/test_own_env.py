@@ -2,13 +2,15 @@
 a file beside params.yaml, importable by no one but the ``rlcore`` command run in that folder. The page's files and
 commands are the test's own (so the page cannot rot): train, evaluate, select and export in-process through the
 console script's entry point, then the page's ``run_onnx.py`` runs the exported model on the env with onnxruntime.
-Also: ES's spawned worker processes build the env; ``module:Name`` is an attribute before a registered id; per-episode
-``env.parameters`` draw the constructor's keywords of an own env."""
+Also: ES's spawned worker processes build the env, and any process started later imports from the project folder;
+``module:Name`` is an attribute before a registered id; per-episode ``env.parameters`` draw the constructor's keywords
+of an own env."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,6 +25,7 @@ import yaml
 from cli_support import run_in_process
 from conftest import PROJECT, sets
 
+from rlcore.common.project import use_project_folder
 from rlcore.envs.ids import env_spec
 from rlcore.envs.vector import make_vector_env
 from rlcore.params import validate_params
@@ -187,3 +190,21 @@ def test_env_parameters_of_an_own_env_redraw_its_constructor_keywords_every_epis
         rewards.append(float(env.step(np.zeros((1, 1), np.float32))[1][0]))
     env.close()
     assert len(set(rewards)) == 3 and all(-0.9 <= reward <= -0.1 for reward in rewards), rewards
+
+
+def test_any_process_started_after_the_project_folder_is_used_imports_from_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Children that multiprocessing does not start (a Prefect process run, a Dask worker's nanny, a subprocess)
+    see the project folder through PYTHONPATH, from any working directory."""
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "reach_env.py").write_text(page_block("reach_env.py"))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    assert use_project_folder(tmp_path / "project") == (tmp_path / "project").resolve()
+    use_project_folder(tmp_path / "project")  # once on each path, however often a flow calls it
+    assert sys.path.count(str((tmp_path / "project").resolve())) == 1
+    assert os.environ["PYTHONPATH"].split(os.pathsep).count(str((tmp_path / "project").resolve())) == 1
+    child = [sys.executable, "-c", "import reach_env; print(reach_env.ReachEnv.__name__)"]
+    shown = subprocess.run(child, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert shown.stdout == "ReachEnv\n", shown.stderr
