@@ -13,6 +13,7 @@ from prefect import flow, task
 
 from flows.task_runners import dask_task_runner, retry_options
 from rlcore.common.files import sha256_file
+from rlcore.common.project import use_project_folder
 from rlcore.params import load_params
 from rlcore.stages import checkpoints_to_evaluate, evaluate_checkpoint, write_evaluations
 
@@ -30,7 +31,7 @@ def evaluate_checkpoints(
 ) -> dict[str, str]:
     """Evaluate every checkpoint of the run, a task run each, and write ``reports/evaluations.json``."""
     overrides = list(overrides or [])
-    root = str(Path(root).resolve())
+    root = str(use_project_folder(root))  # the user's modules (an env of their own) import from it
     params = load_params(params_path, overrides)
     checkpoints = checkpoints_to_evaluate(params, Path(root))
     evaluate = evaluate_checkpoint_task.with_options(**retry_options(params.deploy))

@@ -17,6 +17,7 @@ from flows.caching import StageInputs, file_digests
 from flows.task_runners import retry_options
 from rlcore.common.checkpoints import list_checkpoints
 from rlcore.common.files import read_json, sha256_file
+from rlcore.common.project import use_project_folder
 from rlcore.common.stage_paths import Layout
 from rlcore.params import load_params
 from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage
@@ -84,7 +85,7 @@ def training_pipeline(
 ) -> dict[str, Any]:
     """train -> evaluate -> select-best -> export, on the project in ``root``."""
     overrides = list(overrides or [])
-    root = str(Path(root).resolve())
+    root = str(use_project_folder(root))  # the user's modules (an env of their own) import from it
     params = load_params(params_path, overrides)
     options = {**retry_options(params.deploy), **cache_options(root)}
     trained = train_task.with_options(**options)(params_path, overrides, root)

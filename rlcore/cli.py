@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from rlcore.common.errors import RLCoreError, closest
+from rlcore.common.project import use_project_folder
 
 StageRunner = Callable[[argparse.Namespace], Any]
 
@@ -233,6 +234,7 @@ def run(parser: CommandParser, argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         print(exc.usage.rstrip(), file=sys.stderr)
         return USER_ERROR
+    use_project_folder(Path.cwd())  # the user's modules named in params (an env of their own) import from it
     logger = logging.getLogger("rlcore")
     handler: logging.Handler | None = None
     if getattr(args, "own_logging", True):

@@ -75,7 +75,7 @@ def validate_params(tree: dict[str, Any], source: str = "params") -> Params:
 
 
 def validation_details(exc: ValidationError) -> str:
-    """The traceback a validator kept of the user's code (``rlcore.envs.ids.UserCodeValueError``), or ``""``."""
+    """The traceback a validator kept of the user's code (``rlcore.common.errors.UserCodeValueError``), or ``""``."""
     first = exc.errors(include_url=False)[0]
     return str(getattr(first.get("ctx", {}).get("error"), "details", ""))
 

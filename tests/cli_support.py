@@ -30,6 +30,8 @@ from typing import Any, TextIO
 
 from conftest import RLCORE
 
+from rlcore.common.project import is_user_file
+
 TIME_LIMIT = 30
 """Seconds a refusal may take (a probe of bad params found commands that hung for 60 s)."""
 
@@ -83,14 +85,16 @@ def _exit_status(code: object, stderr: TextIO) -> int:
 
 @contextlib.contextmanager
 def _restored_process_state() -> Iterator[None]:
-    """Put back what a command changes for the whole process: the working directory, ``sys.argv``, environment
-    variables, logger levels and handlers, torch's thread count, and the global random generators (a training run
-    seeds torch's, NumPy's). Module-level caches (``rlcore.params.params_model``) are kept: they hold pure functions of
-    their arguments, and a process that runs ``main`` twice (the sweep's in-process trials) shares them too."""
+    """Put back what a command changes for the whole process: the working directory, ``sys.argv``, ``sys.path``
+    (the command puts its project folder first), environment variables, logger levels and handlers, torch's thread
+    count, and the global random generators (a training run seeds torch's, NumPy's); and forget the modules it
+    imported from a folder it put on ``sys.path`` (the next test's project may hold another ``reach_env.py``).
+    Module-level caches (``rlcore.params.params_model``) are kept: they hold pure functions of their arguments, and a
+    process that runs ``main`` twice (the sweep's in-process trials) shares them too."""
     import numpy as np
     import torch
 
-    cwd, environ, argv = Path.cwd(), dict(os.environ), list(sys.argv)
+    cwd, environ, argv, path, modules = Path.cwd(), dict(os.environ), list(sys.argv), list(sys.path), set(sys.modules)
     loggers = [logging.getLogger(name) for name in LOGGERS]
     logger_state = [(lg.level, list(lg.handlers), lg.propagate, lg.disabled) for lg in loggers]
     threads = torch.get_num_threads()
@@ -98,8 +102,14 @@ def _restored_process_state() -> Iterator[None]:
     try:
         yield
     finally:
+        added = [Path(entry).resolve() for entry in sys.path if entry and entry not in path]
+        for name in set(sys.modules) - modules:
+            file = str(getattr(sys.modules[name], "__file__", None) or "")
+            if is_user_file(file) and any(Path(file).resolve().is_relative_to(folder) for folder in added):
+                del sys.modules[name]  # never rlcore's own (a project folder may be this repository)
         os.chdir(cwd)
         sys.argv[:] = argv
+        sys.path[:] = path
         if dict(os.environ) != environ:
             os.environ.clear()
             os.environ.update(environ)

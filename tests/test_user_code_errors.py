@@ -6,7 +6,7 @@ actors run in other processes."""
 
 from __future__ import annotations
 
-import os
+import importlib.util
 import pickle
 import sys
 from collections.abc import Iterator
@@ -117,14 +117,14 @@ SMALL = ["name=uc", "train.progress_bar=off", "train.target_return=null"]
 
 
 @pytest.fixture
-def hostile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A project holding the hostile modules, importable here and in the processes a run spawns."""
+def hostile(tmp_path: Path) -> Iterator[Path]:
+    """A project holding the hostile modules: the command run in it imports them, and so do the processes a run
+    spawns (the project folder, ``rlcore.common.project``); this process cannot."""
     for name in ("params.yaml", "dvc.yaml", ".dvcignore", "prefect.toml"):
         (tmp_path / name).write_bytes((PROJECT / name).read_bytes())
     for module, text in MODULES.items():
         (tmp_path / f"{module}.py").write_text(text)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+        assert importlib.util.find_spec(module) is None
     yield tmp_path
     for module in MODULES:
         sys.modules.pop(module, None)

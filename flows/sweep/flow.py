@@ -23,6 +23,7 @@ from flows.sweep.plan import SweepPlan, plan_sweep
 from flows.sweep.storage import is_journal
 from flows.sweep.task_runs import DaskExecutor, TaskRunExecutor
 from flows.task_runners import dask_task_runner
+from rlcore.common.project import use_project_folder
 from rlcore.params import validate_params
 
 
@@ -34,6 +35,7 @@ def sweep_flow(params_path: str = "params.yaml", overrides: list[str] | None = N
     in a subflow on the DaskTaskRunner; else in this process or ``sweep.workers`` worker processes.
     """
     overrides = list(overrides or [])
+    root = str(use_project_folder(root))  # the user's modules (an env of their own) import from it
     plan = plan_sweep(params_path, overrides, Path(root))
     deploy = validate_params(plan.tree, params_path).deploy
     if deploy.task_runner == "dask":

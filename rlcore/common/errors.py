@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from rlcore.common.project import is_user_file
+
 MAX_MESSAGE_CHARS = 300
 """The most characters of an exception's own message quoted in an error line (a user's exception may hold a page)."""
 
@@ -77,6 +79,28 @@ def describe_exception(exc: BaseException, limit: int = MAX_MESSAGE_CHARS) -> st
 
 def format_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def raised_at(exc: BaseException) -> str:
+    """``Type: message (at file.py:line)``: the exception on one line and where it came from: the innermost frame
+    of the user's own code when the traceback has one (``rlcore.common.project.is_user_file``), else the innermost
+    frame. A syntax error names its file and line in its message already."""
+    frames = list(traceback.extract_tb(exc.__traceback__))
+    users = [frame for frame in frames if is_user_file(frame.filename)]
+    where = ""
+    if users or frames:
+        frame = (users or frames)[-1]
+        where = f" (at {Path(frame.filename).name}:{frame.lineno})"
+    return describe_exception(exc) + ("" if isinstance(exc, SyntaxError) else where)
+
+
+class UserCodeValueError(ValueError):
+    """A ``ValueError`` (what validators raise) for an exception of the user's code, keeping its traceback as
+    ``details`` (:class:`RLCoreError`) for the run's error log."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
 
 
 def file_problem(path: Path, what: str) -> str | None:

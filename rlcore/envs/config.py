@@ -21,6 +21,7 @@ from rlcore.envs.self_play import SelfPlayConfig
 from rlcore.envs.settings import Lesson, Parameters, check_curriculum, check_parameter_names
 from rlcore.envs.turn_based import check_board_frames, check_game, load_opponent, seats_of
 from rlcore.envs.user_code import DEFAULT_TIMEOUT_SECONDS, check_wrappers
+from rlcore.envs.user_envs import check_user_env
 
 MAX_NUM_ENVS = 4096
 """The most envs stepped together (``env.num_envs``, ``collect.num_envs``, ``eval.max_parallel_envs``)."""
@@ -68,7 +69,10 @@ def _a(noun: str) -> str:
 
 class EnvConfig(StrictModel):
     id: str = "CartPole-v1"
-    """A registered gymnasium id, optionally ``module:Env-v0`` to import the module that registers it; or a
+    """A registered gymnasium id, optionally ``module:Env-v0`` to import the module that registers it; your own env,
+    ``package.module:Name``, a ``gymnasium.Env`` subclass or a function returning one, called with ``kwargs``
+    (``rlcore.envs.user_envs``: an attribute ``Name`` of the module first, else the id ``Name`` it registers;
+    the module is imported from the project folder, the one rlcore runs in); or a
     PettingZoo Parallel env, ``pettingzoo:<module>`` (its ``parallel_env``: ``pettingzoo:mpe2.simple_spread_v3``) or
     ``pettingzoo:<module>:<function>``, whose agents are the rows of the vector env (``rlcore.envs.multiagent``); or,
     with ``opponent``, a two-player AEC game (the module's ``env``: ``pettingzoo:pettingzoo.classic.tictactoe_v3``)."""
@@ -200,6 +204,7 @@ class EnvConfig(StrictModel):
         agents = self.agents()  # builds a PettingZoo env once: its kwargs and agents are checked there
         if agents is None:
             check_env_kwargs(self.id, self.kwargs)
+            check_user_env(self.id, self.kwargs)  # an env class of the user's: built once, here, to refuse at load
             if self.agent_id is not None:
                 raise ValueError(f"env.agent_id: only for PettingZoo envs (pettingzoo:...); {self.id} has one agent")
             if self.wrappers and self.vectorization != "vector_entry_point":  # (that one is refused with wrappers)

@@ -10,19 +10,19 @@ import math
 import re
 import reprlib
 import sys
-import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
-from rlcore.common.errors import describe_exception, did_you_mean, format_traceback
+from rlcore.common.errors import UserCodeValueError, did_you_mean, format_traceback, raised_at
+from rlcore.envs.user_envs import UserEnvEntry, import_user_module, unknown_name, user_env_spec
 
 
 def check_env_id(env_id: str) -> None:
-    """Raise ``ValueError`` (pydantic turns it into a one-line ``ConfigError``) unless ``env_id`` is registered,
-    importing the module of a ``module:Env-v0`` id first; or, for ``pettingzoo:...``, unless its function imports."""
+    """Raise ``ValueError`` (pydantic turns it into a one-line ``ConfigError``) unless ``env_id`` names an env: a
+    registered id, ``module:Env-v0`` (the module registers it), ``module:Name`` (a class or function of the module,
+    ``rlcore.envs.user_envs``); or, for ``pettingzoo:...``, unless its function imports."""
     if is_multiagent(env_id):
         try:
             parallel_env_factory(env_id)
@@ -35,7 +35,10 @@ def check_env_id(env_id: str) -> None:
         spec = env_spec(env_id)
     except gym.error.Error:
         known = list(gym.registry.keys())
-        raise ValueError(f"unknown gymnasium env id {env_id!r}{did_you_mean(env_id, known)}") from None
+        raise ValueError(
+            f"unknown gymnasium env id {env_id!r}{did_you_mean(env_id, known)} (an env class of your own is named "
+            "module:ClassName)"
+        ) from None
     env_creator(env_id, spec)
 
 
@@ -50,6 +53,8 @@ def env_creator(env_id: str, spec: Any = None) -> Any:
     entry = spec.entry_point
     if getattr(entry, "__name__", "") == "_raise_shimmy_error":  # gymnasium's placeholder for the gym-compat envs
         raise ValueError(f'{env_id} needs shimmy: `pip install "shimmy[gym-v26]"` (or shimmy[gym-v21])')
+    if isinstance(entry, UserEnvEntry):  # the user's own class or function (rlcore.envs.user_envs)
+        return entry.target()
     if not isinstance(entry, str):
         return entry
     try:
@@ -91,15 +96,21 @@ _NAMESPACES = {"MinAtar": (_register_minatar, "minatar"), "ALE": (_register_ale,
 
 
 def env_spec(env_id: str) -> Any:
-    """Gymnasium's registered spec of ``env_id``; for ``module:Env-v0`` the module is imported first (it registers
-    the env) and the spec is ``Env-v0``'s (``gym.spec`` itself does not read the module prefix; ``gym.make`` does).
-    Raises ``ValueError`` for a module that does not import, ``gym.error.Error`` for an unknown id."""
+    """The spec every env of ``env_id`` is made from (``gymnasium.make``/``make_vec`` take it): gymnasium's
+    registered one; for ``module:Name``, the user env's (``rlcore.envs.user_envs``: ``Name`` is a class or function
+    of the module), else that of the id ``Name`` the module registered when imported (``module:Env-v0``;
+    ``gym.spec`` itself does not read the module prefix, ``gym.make`` does). Raises ``ValueError`` for a module that
+    does not import or names no env, ``gym.error.Error`` for an unknown id."""
     if ":" in env_id:
-        module, _, env_id = env_id.partition(":")
+        spec = user_env_spec(env_id)
+        if spec is not None:
+            return spec
+        module_id = env_id
+        env_id = env_id.partition(":")[2]
         try:
-            importlib.import_module(module)
-        except (Exception, SystemExit) as exc:  # whatever the module raises: a syntax error, its own checks
-            raise ValueError(f"cannot import module {module!r} named in the env id: {raised_at(exc)}") from None
+            return gym.spec(env_id)
+        except gym.error.Error:
+            raise ValueError(unknown_name(module_id)) from None
     namespace = env_id.partition("/")[0] if "/" in env_id else None
     if namespace in _NAMESPACES and env_id not in gym.registry:
         register, package = _NAMESPACES[namespace]
@@ -108,22 +119,6 @@ def env_spec(env_id: str) -> Any:
         except ImportError:
             raise ValueError(f'{env_id} needs `pip install "{package}"`') from None
     return gym.spec(env_id)
-
-
-class UserCodeValueError(ValueError):
-    """A ``ValueError`` (what validators raise) for an exception of the user's code, keeping its traceback as
-    ``details`` (``rlcore.common.errors.RLCoreError``) for the run's error log."""
-
-    def __init__(self, message: str, details: str = "") -> None:
-        super().__init__(message)
-        self.details = details
-
-
-def raised_at(exc: BaseException) -> str:
-    """``Type: message (at file.py:line)``: the exception on one line and the innermost frame it came from."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    return describe_exception(exc) + ("" if isinstance(exc, SyntaxError) else where)
 
 
 MOVED_MODULES = {
@@ -184,16 +179,10 @@ def import_object(path: str) -> Any:
     module_name, sep, attribute = path.partition(":") if ":" in path else path.rpartition(".")
     if not sep or not module_name or not attribute:
         raise ValueError(f"expected an import path like gymnasium.wrappers.ClipReward, got {path!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        moved = MOVED_MODULES.get(module_name)
-        if moved is not None:
-            raise ValueError(f"{module_name} moved to {moved}: write {moved}{sep}{attribute}") from None
-        raise ValueError(f"cannot import module {module_name!r}: {exc}") from None
-    except (Exception, SystemExit) as exc:  # the module's own code raised (or has a syntax error)
-        message = f"importing module {module_name!r} raised {raised_at(exc)}"
-        raise UserCodeValueError(message, format_traceback(exc)) from None
+    moved = MOVED_MODULES.get(module_name)
+    if moved is not None:
+        raise ValueError(f"{module_name} moved to {moved}: write {moved}{sep}{attribute}")
+    module = import_user_module(module_name)
     try:
         return getattr(module, attribute)
     except AttributeError:

@@ -36,7 +36,8 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from rlcore.envs.ids import is_multiagent, parallel_env_factory, raised_at
+from rlcore.common.errors import raised_at
+from rlcore.envs.ids import is_multiagent, parallel_env_factory
 
 MASK_KEY = "action_mask"
 """The key of an action mask in an agent's Dict observation or info (``rlcore.envs.action_masks``)."""

@@ -31,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlcore.common.errors import UserCodeError, did_you_mean
-from rlcore.envs.ids import env_creator, import_object
+from rlcore.envs.ids import env_creator, env_spec, import_object
 from rlcore.envs.settings import Constant, Gaussian, Parameters, Sampler, Uniform, Value
 
 
@@ -173,7 +173,7 @@ def _catalogue(env_id: str, kwargs_json: str) -> Catalogue:
             kind = _kind(parameter.default) if parameter.default is not inspect.Parameter.empty else None
             if kind is not None and name != "render_mode":
                 constructor[name] = kind
-    env = gym.make(env_id, **kwargs)
+    env = gym.make(env_spec(env_id), **kwargs)
     try:
         base = env.unwrapped
         attributes: dict[str, str] = {}
@@ -260,9 +260,9 @@ def _check_range(where: str, what: str, valid: Range, sampler: Sampler) -> None:
 
 def _check_constructor(env_id: str, kwargs: dict[str, Any], values: dict[str, Value], key: str) -> None:
     """The env builds with the values and keeps its spaces (a vector env's buffers are allocated once)."""
-    reference = gym.make(env_id, **kwargs)
+    reference = gym.make(env_spec(env_id), **kwargs)
     try:
-        changed = gym.make(env_id, **{**kwargs, **values})
+        changed = gym.make(env_spec(env_id), **{**kwargs, **values})
     except Exception as exc:
         reference.close()
         raise ValueError(f"{key}: {env_id} refuses {values}: {_one_line(exc)}") from None
@@ -277,7 +277,7 @@ def _check_constructor(env_id: str, kwargs: dict[str, Any], values: dict[str, Va
 def _check_adapter(env_id: str, kwargs: dict[str, Any], adapter: str, parameters: Parameters, key: str) -> None:
     function = import_object(adapter)
     values = {name: sampler.representative() for name, sampler in parameters.items()}
-    env = gym.make(env_id, **kwargs)
+    env = gym.make(env_spec(env_id), **kwargs)
     try:
         function(env.unwrapped, values)
     except Exception as exc:
@@ -350,7 +350,7 @@ class EnvParameters:
     def _rebuilt(self, env: gym.Env, built: dict[str, Value]) -> gym.Env:
         """A fresh base env of ``env.kwargs`` and the constructor values ``built``, going on with ``env``'s
         generator (the episode stream goes on; a seeded reset re-seeds it anyway)."""
-        replacement = gym.make(self.env_id, **{**self.kwargs, **built}).unwrapped
+        replacement = gym.make(env_spec(self.env_id), **{**self.kwargs, **built}).unwrapped
         if built:
             setattr(replacement, BUILT_WITH, built)
         replacement.np_random = env.np_random

@@ -43,10 +43,10 @@ import numpy as np
 from gymnasium import spaces
 from pydantic import AfterValidator
 
-from rlcore.common.errors import ConfigError, format_traceback
+from rlcore.common.errors import ConfigError, UserCodeValueError, format_traceback, raised_at
 from rlcore.common.validation_errors import short_repr
 from rlcore.envs.board_frames import BoardFrame, board_frames
-from rlcore.envs.ids import UserCodeValueError, import_object, parallel_env_factory, raised_at
+from rlcore.envs.ids import import_object, parallel_env_factory
 from rlcore.envs.user_code import DEFAULT_TIMEOUT_SECONDS, UserCode, entering, run_bounded
 
 MASK_KEY = "action_mask"

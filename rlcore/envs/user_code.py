@@ -30,8 +30,16 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlcore.common.errors import ConfigError, RLCoreError, UserCodeError, describe_exception, format_traceback
-from rlcore.envs.ids import UserCodeValueError, env_spec, import_object, raised_at
+from rlcore.common.errors import (
+    ConfigError,
+    RLCoreError,
+    UserCodeError,
+    UserCodeValueError,
+    describe_exception,
+    format_traceback,
+    raised_at,
+)
+from rlcore.envs.ids import env_spec, import_object
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 """``env.user_code_timeout_seconds``' default: the most one load-time check of user code may take (a test game
