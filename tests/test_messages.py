@@ -10,7 +10,7 @@ from cli_support import run_in_process
 from conftest import PROJECT, QUICK, sets
 
 from rlcore.common.numbers import decimals_for, score, score_with_interval
-from rlcore.evaluation.export import ExportResult
+from rlcore.stages.export import parity_words
 
 
 @pytest.mark.parametrize(
@@ -91,7 +91,7 @@ def test_the_export_parity_line_reads_as_a_sentence():
         "torch_export_max_abs_diff": 0.0,
         "torch_export_max_allowed_fraction": 0.0,
     }
-    assert ExportResult({}, parity, {}).parity_words() == (
+    assert parity_words(parity) == (
         "the ONNX and torch.export models matched the torch policy on 200 observations (largest difference 2.4e-07, "
         "0.31% of what export.parity_atol 1e-05 and export.parity_rtol 0.0001 allow)"
     )

@@ -127,21 +127,6 @@ class ExportResult:
     interface: dict[str, Any]
     """The graph's inputs and outputs, described for the model card."""
 
-    def parity_words(self) -> str:
-        """The parity check as a sentence: which files matched torch on how many inputs, and by how much."""
-        formats = [name for name in ("onnx", "torch_export") if f"{name}_max_abs_diff" in self.parity]
-        if not formats:
-            return "no parity check ran"
-        worst_abs = max(self.parity[f"{name}_max_abs_diff"] for name in formats)
-        worst_share = max(self.parity[f"{name}_max_allowed_fraction"] for name in formats)
-        matched = " and ".join({"onnx": "ONNX", "torch_export": "torch.export"}[name] for name in formats)
-        return (
-            f"the {matched} model{'s' if len(formats) > 1 else ''} matched the torch policy on "
-            f"{self.parity['observations']} observations (largest difference {worst_abs:.2g}, "
-            f"{worst_share * 100:.2g}% of what export.parity_atol {self.parity['atol']:g} and export.parity_rtol "
-            f"{self.parity['rtol']:g} allow)"
-        )
-
 
 def describe_interface(policy: Policy, action_space: spaces.Space) -> dict[str, Any]:
     """What the exported graph takes and returns (and, for a policy with a state, the state's shape and start)."""

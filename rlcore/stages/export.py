@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -53,5 +54,21 @@ def export_stage(params: Params, root: Path) -> Path:
     for stale in {"policy.onnx", "policy.pt2"} - set(result.files):
         remove_stale(layout.export / stale)
     path = write_model_card(layout.export, card)
-    log.info("exported %s to %s: %s", ", ".join(result.files), shown_path(layout.export), result.parity_words())
+    log.info("exported %s to %s: %s", ", ".join(result.files), shown_path(layout.export), parity_words(result.parity))
     return path
+
+
+def parity_words(parity: dict[str, Any]) -> str:
+    """The parity check as a sentence: which files matched torch on how many inputs, and by how much."""
+    formats = [name for name in ("onnx", "torch_export") if f"{name}_max_abs_diff" in parity]
+    if not formats:
+        return "no parity check ran"
+    worst_abs = max(parity[f"{name}_max_abs_diff"] for name in formats)
+    worst_share = max(parity[f"{name}_max_allowed_fraction"] for name in formats)
+    matched = " and ".join({"onnx": "ONNX", "torch_export": "torch.export"}[name] for name in formats)
+    return (
+        f"the {matched} model{'s' if len(formats) > 1 else ''} matched the torch policy on "
+        f"{parity['observations']} observations (largest difference {worst_abs:.2g}, "
+        f"{worst_share * 100:.2g}% of what export.parity_atol {parity['atol']:g} and export.parity_rtol "
+        f"{parity['rtol']:g} allow)"
+    )
