@@ -8,6 +8,7 @@ sub-actions for MultiDiscrete and MultiBinary, a clipped float vector for Box), 
 is read from: logits, Q-values, or a mean before clipping or tanh; see the model card). The batch size is dynamic.
 A run with action masks (``env.action_mask``) exports a graph that takes the mask as a second input, ``action_mask``
 (batch, n) bool, beside ``obs`` without it (``rlcore.envs.action_masks.MaskInputs``); illegal actions are never chosen.
+A row whose mask allows no action gets :data:`NO_LEGAL_ACTION` (-1), not an action the env would refuse.
 """
 
 from __future__ import annotations
@@ -84,8 +85,19 @@ class GreedyStatefulPolicy(GreedyPolicy):
         return self.clip(action), scores, next_state
 
 
+NO_LEGAL_ACTION = -1
+"""The action an exported masked policy returns for a row whose ``action_mask`` is all False (no legal action; the
+argmax of scores that are all the float32 minimum would be action 0, which the mask says is illegal)."""
+
+
+def no_legal_action(action: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
+    """``action`` (B,) with :data:`NO_LEGAL_ACTION` in the rows whose ``action_mask`` (B, n) allows nothing."""
+    return torch.where(action_mask.any(dim=1), action, torch.full_like(action, NO_LEGAL_ACTION))
+
+
 class MaskedGreedyPolicy(nn.Module):
-    """(obs without its mask, action_mask) -> (greedy action, scores): a stateless policy of a masked run."""
+    """(obs without its mask, action_mask) -> (greedy action, scores): a stateless policy of a masked run; a row
+    whose mask allows no action gets :data:`NO_LEGAL_ACTION`."""
 
     def __init__(self, policy: Policy, inputs: MaskInputs) -> None:
         super().__init__()
@@ -94,7 +106,7 @@ class MaskedGreedyPolicy(nn.Module):
 
     def forward(self, obs: torch.Tensor, action_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         action, scores, _ = self.policy.greedy(self.inputs.join(obs, action_mask), None)
-        return action, scores
+        return no_legal_action(action, action_mask), scores
 
 
 class MaskedGreedyStatefulPolicy(MaskedGreedyPolicy):
@@ -105,7 +117,7 @@ class MaskedGreedyStatefulPolicy(MaskedGreedyPolicy):
     ) -> tuple[torch.Tensor, ...]:
         action, scores, next_state = self.policy.greedy(self.inputs.join(obs, action_mask), state)
         assert next_state is not None
-        return action, scores, next_state
+        return no_legal_action(action, action_mask), scores, next_state
 
 
 def exported_module(policy: Policy, action_space: spaces.Space) -> nn.Module:
@@ -132,8 +144,6 @@ def describe_interface(policy: Policy, action_space: spaces.Space) -> dict[str, 
     """What the exported graph takes and returns (and, for a policy with a state, the state's shape and start)."""
     masked = mask_inputs(policy.observation_space)
     inputs: dict[str, Any] = {"obs": observation_input(policy.observation_space)}
-    if masked is not None:
-        inputs.update(masked.describe(int(getattr(action_space, "n", 0))))
     outputs = {
         "action": "greedy action: int64 (batch,) for discrete, float32 (batch, *shape) clipped for box",
         "scores": "float32 (batch, action_dim): what the greedy action is read from: logits (categorical), "
@@ -151,6 +161,9 @@ def describe_interface(policy: Policy, action_space: spaces.Space) -> dict[str, 
     elif isinstance(action_space, spaces.MultiBinary):
         outputs["action"] = f"greedy action: int64 (batch, {len(sizes or ())}), bit i is 1 where its logit is > 0"
         outputs["scores"] = f"float32 (batch, {len(sizes or ())}): one logit per bit"
+    if masked is not None:
+        inputs.update(masked.describe(int(getattr(action_space, "n", 0))))
+        outputs["action"] += f"; {NO_LEGAL_ACTION} in a row whose action_mask allows no action"
     interface: dict[str, Any] = {"inputs": inputs, "outputs": outputs}
     initial = policy.initial_state(1)
     if initial is not None:
