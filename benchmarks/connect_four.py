@@ -8,7 +8,8 @@ temporary project, then reads the selected model's test outcomes (``reports/metr
 ``outcomes_by_opponent`` for ``eval.opponents``), plays the selected model (greedy) by hand for
 ``--lookahead-games`` games (half in each seat) against an opponent the preset does not name, and checks that the
 exported ONNX model plays only legal moves over 50 games; each row's ``sources`` says where each figure came from.
-``--reports DIR`` keeps a copy of the project's ``reports/`` (metrics.json, report, the self-play ELO figure elo.png).
+``--reports DIR`` keeps a copy of the project's ``reports/`` (metrics.json, report, the self-play ELO figure elo.png)
+and of its self-play curves (``train/self_play_*.tsv``).
 
     python benchmarks/connect_four.py [--seeds 0] [--lookahead-games 200]
         [--preset configs/ppo-connect-four-selfplay.yaml] [--reports DIR]
@@ -17,7 +18,6 @@ exported ONNX model plays only legal moves over 50 games; each row's ``sources``
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 import time
@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import ROOT, emit, stdout_to_stderr  # noqa: E402
-from tictactoe import against, onnx_plays_legal_moves, tested_outcomes  # noqa: E402
+from tictactoe import against, keep_reports, onnx_plays_legal_moves, tested_outcomes  # noqa: E402
 
 from rlcore.common.checkpoints import load_checkpoint  # noqa: E402
 from rlcore.common.files import read_json  # noqa: E402
@@ -54,7 +54,7 @@ def seed_row(seed: int, lookahead_games: int, preset: Path = PRESET, reports: Pa
         metrics = read_json(root / "reports" / "metrics.json")
         elo_figure = (root / "reports" / "elo.png").is_file()
         if reports is not None:
-            shutil.copytree(root / "reports", reports / f"seed-{seed}", dirs_exist_ok=True)
+            keep_reports(root, reports / f"seed-{seed}")
         legal = onnx_plays_legal_moves(root / "export" / "policy.onnx", params.env.id, str(params.env.opponent), 50)
         policy = policy_from_checkpoint(load_checkpoint(root / "models" / "best" / "policy.pt"))
     outcomes, sources = {}, {}

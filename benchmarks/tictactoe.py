@@ -12,12 +12,17 @@ model plays by hand for ``--perfect-games`` games (seeds 0, 1, ...: half in each
 which. The issue's targets: win or draw >= 0.95 against random in both seats; draws >= 0.8 against the perfect
 player.
 
+``--reports DIR`` keeps a copy of each seed's ``reports/`` (metrics.json, report, the self-play ELO figure elo.png) and
+of its self-play curves (``train/self_play_*.tsv``).
+
     python benchmarks/tictactoe.py [--seeds 0 1 2] [--perfect-games 200] [--preset configs/ppo-tictactoe-selfplay.yaml]
+        [--reports DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -85,7 +90,15 @@ def tested_outcomes(params: Any, metrics: dict[str, Any], opponent: str) -> tupl
     return None
 
 
-def seed_row(seed: int, perfect_games: int, preset: Path = PRESET) -> dict[str, Any]:
+def keep_reports(root: Path, target: Path) -> None:
+    """A copy of project ``root``'s ``reports/`` and of its runs' self-play curves (dvclive's
+    ``train/self_play_*.tsv``) in ``target``."""
+    shutil.copytree(root / "reports", target, dirs_exist_ok=True)
+    for curve in sorted(root.glob("runs/**/dvclive/plots/metrics/train/self_play_*.tsv")):
+        shutil.copy(curve, target / curve.name)
+
+
+def seed_row(seed: int, perfect_games: int, preset: Path = PRESET, reports: Path | None = None) -> dict[str, Any]:
     params = load_params(preset, [f"seed={seed}", "train.progress_bar=off"])
     with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr():
         root = Path(tmp)
@@ -96,6 +109,8 @@ def seed_row(seed: int, perfect_games: int, preset: Path = PRESET) -> dict[str, 
         select_stage(params, root)
         export_stage(params, root)
         metrics = read_json(root / "reports" / "metrics.json")
+        if reports is not None:
+            keep_reports(root, reports / f"seed-{seed}")
         legal = onnx_plays_legal_moves(root / "export" / "policy.onnx", params.env.id, str(params.env.opponent), 50)
         policy = policy_from_checkpoint(load_checkpoint(root / "models" / "best" / "policy.pt"))
     outcomes, sources = {}, {}
@@ -125,9 +140,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--perfect-games", type=int, default=200)
     parser.add_argument("--preset", type=Path, default=PRESET)
+    parser.add_argument("--reports", type=Path, default=None, help="keep a copy of each seed's reports/ here")
     args = parser.parse_args()
     for seed in args.seeds:
-        emit(seed_row(seed, args.perfect_games, args.preset.resolve()))
+        emit(seed_row(seed, args.perfect_games, args.preset.resolve(), args.reports))
 
 
 if __name__ == "__main__":

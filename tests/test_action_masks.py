@@ -26,7 +26,7 @@ from rlcore.envs.action_masks import ActionMaskObservation, check_mask, mask_inp
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.observations import PackedDict, action_mask_slice
 from rlcore.envs.vector import describe_space, make_vector_env, space_from_description
-from rlcore.evaluation.export import ExportOptions, export_policy
+from rlcore.evaluation.export import NO_LEGAL_ACTION, ExportOptions, export_policy
 from rlcore.nets.distributions import masked_categorical
 from rlcore.nets.policies import ActorCritic, CategoricalActor, QPolicy
 from rlcore.nets.policy import Policy
@@ -272,6 +272,8 @@ def test_collection_stores_the_mask_and_bc_learns_under_it(tmp_path: Path) -> No
 
 
 def test_exported_onnx_takes_the_mask_and_never_chooses_a_masked_action(tmp_path: Path) -> None:
+    """Both exported graphs choose legal actions only, and -1 (``NO_LEGAL_ACTION``, on the model card) for a row
+    whose mask allows nothing (the argmax of all-minimum scores would be action 0, an illegal one)."""
     policy = policies()[0].eval()
     env = make_vector_env(TAXI, 1)
     meta = {
@@ -295,6 +297,14 @@ def test_exported_onnx_takes_the_mask_and_never_chooses_a_masked_action(tmp_path
     assert legal(torch.as_tensor(actions), masks)
     loaded = torch.export.load(tmp_path / "policy.pt2").module()
     assert legal(loaded(torch.as_tensor(obs), torch.as_tensor(mask))[0], masks)
+    none_legal = mask.copy()
+    none_legal[[0, 3]] = False
+    onnx_actions, _ = session.run(None, {"obs": obs, "action_mask": none_legal})
+    exported_actions = loaded(torch.as_tensor(obs), torch.as_tensor(none_legal))[0].numpy()
+    for chosen in (onnx_actions, exported_actions):
+        assert chosen[0] == chosen[3] == NO_LEGAL_ACTION == -1
+        assert np.array_equal(np.delete(chosen, [0, 3]), np.delete(actions, [0, 3]))
+    assert "-1 in a row whose action_mask allows no action" in result.interface["outputs"]["action"]
 
 
 # --- learning ----------------------------------------------------------------------------------------------------

@@ -77,6 +77,71 @@ def tiny_parallel_env(max_cycles: int = 4) -> TinyParallelEnv:
     return TinyParallelEnv(max_cycles)
 
 
+class JoiningParallelEnv(TinyParallelEnv):
+    """Agents ``a``, ``b``, ``c``; only ``a`` at reset. ``b`` joins after step 1 (in its observations), acts at steps
+    2 and 3 and terminates at step 3 with reward 3 per step; ``c`` never joins; ``a`` earns 1 per step and is
+    truncated at step 4."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.possible_agents = ["a", "b", "c"]
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        observations, infos = super().reset(seed, options)
+        self.agents = ["a"]
+        return {"a": observations["a"]}, {"a": infos["a"]}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        assert set(actions) == set(self.agents), (actions, self.agents)
+        self.steps += 1
+        rewards = {agent: {"a": 1.0, "b": 3.0}[agent] for agent in self.agents}
+        terminated = {agent: agent == "b" and self.steps == 3 for agent in self.agents}
+        truncated = {agent: agent == "a" and self.steps >= 4 for agent in self.agents}
+        self.agents = [agent for agent in self.agents if not (terminated[agent] or truncated[agent])]
+        if self.steps == 1:
+            self.agents.append("b")
+        present = sorted({*rewards, *self.agents})
+        observations = {agent: np.array([self.steps, self.seed_digit], np.float32) for agent in present}
+        return observations, rewards, terminated, truncated, {agent: {} for agent in observations}
+
+
+def joining_parallel_env() -> JoiningParallelEnv:
+    return JoiningParallelEnv()
+
+
+JOINING = "pettingzoo:test_multiagent:joining_parallel_env"
+
+
+def test_an_agent_absent_at_reset_acts_from_the_step_after_it_joins() -> None:
+    """Rows a, b, c: b joins after step 1 and acts at steps 2-3, c never acts (a zero observation); step 5 resets."""
+    env = make_vector_env(EnvConfig(id=JOINING), num_envs=1)
+    stepper = VectorStepper(env)
+    stepper.reset(seed=0)
+    np.testing.assert_array_equal(stepper.obs[1], [0, 0, 0, 1, 0])  # b, absent: zeros, then its one-hot
+    seen = [stepper.step(np.zeros(3, dtype=np.int64)) for _ in range(5)]
+    valid = [step.valid.tolist() for step in seen]
+    assert valid == [[True, False, False], [True, True, False], [True, True, False], [True, False, False]] + [
+        [False, False, False]
+    ]
+    np.testing.assert_array_equal(np.array([step.rewards for step in seen])[:, 1], [0, 3, 3, 0, 0])
+    env.close()
+
+
+@pytest.mark.parametrize(("reduction", "score"), [("mean", 5.0), ("sum", 10.0), ("min", 4.0), ("max", 6.0), ("c", 0)])
+def test_evaluation_scores_the_agents_that_acted_including_one_that_joined_late(reduction: str, score: float) -> None:
+    """a earns 1 for 4 steps, b (absent at reset) 3 for 2 steps, c never acts: each episode scores over a and b
+    only, and lasts 4 steps, cut by a's time limit."""
+    env = EnvConfig(id=JOINING)
+    space = make_vector_env(env, 1).single_observation_space
+    ppo = algorithm_class("ppo")
+    policy = ppo.make_policy(space, spaces.Discrete(2), PolicyConfig(), ppo.Config(name="ppo"))
+    evaluator = Evaluator(env, episodes=3, seed=0, max_parallel_envs=2, return_reduction=reduction)
+    result = evaluator.evaluate(policy)
+    evaluator.close()
+    assert result.returns == [score] * 3 and result.lengths == [4] * 3 and result.truncated == 3
+    assert result.agent_returns == {"a": [4.0] * 3, "b": [6.0] * 3, "c": [0.0] * 3}
+
+
 def test_each_agent_of_each_copy_is_a_row_with_its_one_hot_and_seeded_per_copy() -> None:
     env = make_vector_env(EnvConfig(id=TINY), num_envs=2)
     assert env.num_envs == 4 and env.single_observation_space.shape == (4,)

@@ -16,6 +16,7 @@ import torch
 from gymnasium import spaces
 
 import rlcore.trainers.on_policy_groups as on_policy_groups
+import rlcore.trainers.session as session_module
 from rlcore.algos.ppo import PPO
 from rlcore.common.checkpoints import load_checkpoint
 from rlcore.common.errors import ConfigError
@@ -196,6 +197,19 @@ def test_a_group_with_zero_advantages_does_not_move(tmp_path: Path, monkeypatch:
     optimizers = checkpoint.tensors["algorithm"]["groups"]
     assert set(optimizers) == {"red", "blue"}
     assert all(state["exp_avg"].abs().max() == 0 for state in optimizers["blue"]["optimizer"]["state"].values())
+
+
+def test_a_collapsed_entropy_is_warned_once_per_group_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Grouped runs log ``<group>/entropy``; with the collapse threshold above any entropy of Discrete(2) (ln 2 =
+    0.69 nats), each group is warned about once (two updates), by name, in the run's summary."""
+    monkeypatch.setattr(session_module, "ENTROPY_COLLAPSE", 10.0)
+    summary = train(validate_params(_tree(max_steps=64)), tmp_path / "run")
+    warnings = [w for w in summary["warnings"] if "entropy collapsed" in w]
+    assert len(warnings) == 2, summary["warnings"]
+    assert warnings[0].startswith("group red's policy entropy collapsed to 0.")
+    assert warnings[1].startswith("group blue's policy entropy collapsed to 0.")
 
 
 def test_a_resumed_grouped_run_ends_as_the_uninterrupted_one(tmp_path: Path) -> None:

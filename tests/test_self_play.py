@@ -1,7 +1,8 @@
-"""Self-play for two-player zero-sum games (issue 29, ``env.self_play``): ML-Agents' ELO computation, the
-policy-backed opponent (legal moves only, reproducible draws), the snapshot pool's saves, window and swaps, the
-checkpointed pool and ratings a killed run resumes with, and the refusals (``tests/faults/test_params_cases.py``
-runs them through the CLI)."""
+"""Self-play for two-player zero-sum games (issue 29, ``env.self_play``): ELO rated as ML-Agents' ghost trainer
+rates games (issue 37: a game against the latest policy nets zero; K is ``elo_k``), the policy-backed opponent
+(legal moves only, reproducible draws), the snapshot pool's saves, window and swaps, the checkpointed pool and
+ratings a killed run resumes with, and the refusals (``tests/faults/test_params_cases.py`` runs them through the
+CLI)."""
 
 from __future__ import annotations
 
@@ -42,15 +43,49 @@ TINY: dict[str, Any] = {
 }
 
 
-def test_elo_follows_ml_agents_formula_by_hand() -> None:
-    """1200 vs 1400: expected 1 / (1 + 10**(200/400)) = 0.24025; a win gains 16 (1 - 0.24025) = 12.156 points, a
-    draw 4.156, a loss loses 3.844; equal ratings: expected 0.5, a win +8."""
+def test_elo_change_is_k_times_result_minus_expected() -> None:
+    """1200 vs 1400: expected 1 / (1 + 10**(200/400)) = 0.24025; K 16: a win gains 16 (1 - 0.24025) = 12.156
+    points, a draw 4.156, a loss loses 3.844; equal ratings: expected 0.5, a win +8. K 1 is ML-Agents' change
+    (``compute_elo_rating_changes``: ``result - e1``)."""
     assert expected_score(1200, 1400) == pytest.approx(0.2402530733520421, rel=1e-12, abs=0)
-    assert rating_change(1200, 1400, 1.0) == pytest.approx(12.155950826367326, rel=1e-12, abs=0)
-    assert rating_change(1200, 1400, 0.5) == pytest.approx(4.155950826367326, rel=1e-12, abs=0)
-    assert rating_change(1200, 1400, 0.0) == pytest.approx(-3.844049173632674, rel=1e-12, abs=0)
-    assert rating_change(1500, 1500, 1.0) == pytest.approx(8.0, rel=0, abs=1e-12)
+    assert rating_change(1200, 1400, 1.0, 16.0) == pytest.approx(12.155950826367326, rel=1e-12, abs=0)
+    assert rating_change(1200, 1400, 0.5, 16.0) == pytest.approx(4.155950826367326, rel=1e-12, abs=0)
+    assert rating_change(1200, 1400, 0.0, 16.0) == pytest.approx(-3.844049173632674, rel=1e-12, abs=0)
+    assert rating_change(1500, 1500, 1.0, 16.0) == pytest.approx(8.0, rel=0, abs=1e-12)
+    assert rating_change(1200, 1400, 1.0, 1.0) == pytest.approx(1 - 0.2402530733520421, rel=1e-12, abs=0)
     assert [game_result(r) for r in (1.0, 0.0, -1.0)] == [1.0, 0.5, 0.0]
+
+
+def test_only_games_against_snapshots_in_the_pool_move_ratings_as_ml_agents_ghost_trainer() -> None:
+    """One env copy, a game ending every env step, a snapshot every 3 steps, window 2, default K 16, ratings by
+    hand after each game (``L`` the learner, ``sN`` snapshot N):
+
+    1. latest policy, win: no change (ML-Agents subtracts and adds the change on the same rating) -> L 1200
+    2. s0 (1200), win: expected 0.5, +8 -> L 1208, s0 1192
+    3. fixed opponent, loss: no change; then s1 taken at L's 1208
+    4. s1 (1208), loss: expected 0.5, -8 -> L 1200, s1 1216
+    5. s0 (1192), loss: expected 1 / (1 + 10**(-8/400)) = 0.5115109, -8.1841743 -> L 1191.8158257, s0 1200.1841743
+    6. latest policy, draw: no change; then s2 taken at L's 1191.8158257, s0 leaves the window
+    7. s0, evicted but playing until the next swap, win: no change
+    8. s2 (1191.8158257), win: expected 0.5, +8 -> L 1199.8158257, s2 1183.8158257
+    """
+    policy, dict_space = _policy_and_space()
+    config = SelfPlayConfig(save_steps=3, swap_steps=1_000, window=2, fixed_opponents={RANDOM: 0.25})
+    pool = SelfPlay(config, policy, dict_space, 1, seed=0)
+    pool.start(0)
+    games = [(LATEST, 1.0), (0, 1.0), (-2, -1.0), (1, -1.0), (0, -1.0), (LATEST, 0.0), (0, 1.0), (2, 1.0)]
+    learner = []
+    for opponent_id, reward in games:
+        pool.opponent_ids[0] = opponent_id
+        pool.step(np.array([reward]), np.ones(1, bool), np.ones(1, bool))
+        learner.append(pool.learner_rating)
+    after_five = 1191.8158257405153
+    expected = [1200.0, 1208.0, 1208.0, 1200.0, after_five, after_five, after_five, after_five + 8.0]
+    assert learner == pytest.approx(expected, rel=1e-12, abs=0)
+    assert pool.ratings() == pytest.approx(
+        {"learner": after_five + 8.0, "snapshot_1": 1216.0, "snapshot_2": after_five - 8.0}, rel=1e-12, abs=0
+    )
+    assert pool.metrics()["self_play_score"] == pytest.approx(np.mean([1, 1, 0, 0, 0.5, 1, 1]), rel=1e-12)
 
 
 def _policy_and_space() -> tuple[ActorCritic, Any]:
@@ -100,7 +135,7 @@ def test_a_policy_opponent_plays_only_legal_moves_and_the_same_generator_the_sam
 def test_the_pool_saves_every_save_steps_keeps_the_window_and_swaps_every_swap_steps() -> None:
     """4 envs, save every 8 env steps (2 vector steps), swap every 4, window 3: snapshots at 0, 8, 16, ...; the pool
     holds the last 3; ratio 0 always plays a snapshot of the pool, ratio 1 always the latest policy. A won game
-    against a snapshot moves both ratings by the same points, one against the latest the learner's only."""
+    against a snapshot moves both ratings by the same points."""
     policy, dict_space = _policy_and_space()
     ended = np.array([False, False, False, False])
     for ratio, expect_latest in ((0.0, False), (1.0, True)):
@@ -261,7 +296,7 @@ def test_a_killed_self_play_run_resumes_with_the_checkpoints_pool_and_ratings(tm
     # the ELO curve the report draws (reports/elo.png): one dvclive row per log row, ending at the last rating
     steps, ratings = read_curve(run / "dvclive" / "plots" / "metrics" / "train" / "self_play_elo.tsv", "self_play_elo")
     assert steps[-1] == 512 and len(steps) == len(ratings) >= 2
-    plot_elo_curve(steps, ratings, "self-play ELO", tmp_path / "elo.png")
+    plot_elo_curve(steps, ratings, "self-play ELO", tmp_path / "elo.png", 16.0)
     assert (tmp_path / "elo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -102,10 +102,10 @@ class EnvConfig(StrictModel):
     """Where the env gives its mask of legal actions, for Discrete action spaces: ``info`` (``info["action_mask"]``,
     as gymnasium's Taxi-v4 does) or ``observation`` (the ``"action_mask"`` key of a ``Dict`` observation, as
     PettingZoo's classic games do); null: no mask. Masked actions get zero probability wherever the policy acts or
-    learns, and the exported model takes the mask as an input (``rlcore.envs.action_masks``). Like wrappers, needs
-    sync or async vectorization. PettingZoo envs: null is refused when their observations carry a mask (the policy
-    would play illegal moves), and a Parallel env's mask is read from its observations only (``info`` is refused
-    after one reset)."""
+    learns, and the exported model takes the mask as an input (``rlcore.envs.action_masks``) and returns action -1
+    for a row whose mask allows no action. Like wrappers, needs sync or async vectorization. PettingZoo envs: null is
+    refused when their observations carry a mask (the policy would play illegal moves), and a Parallel env's mask is
+    read from its observations only (``info`` is refused after one reset)."""
     curriculum: list[Lesson] = Field(default_factory=list)
     """Lessons in order, ``{name, parameters, until: {measure: eval_return | progress, threshold, min_lesson_steps,
     smoothing}}``: a lesson's parameters override ``parameters`` key by key; every lesson but the last ends by its

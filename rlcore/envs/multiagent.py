@@ -12,9 +12,14 @@ without its need for agents that never leave before the episode ends:
   ``Dict`` observation gets it as the key ``agent_id``): the shared policy can tell the agents apart.
 - An agent that leaves early (terminated or truncated before the others) ended at that step like any episode; until
   its copy's episode ends, its row repeats its last observation with reward 0 and is no transition.
+- An agent absent at reset (in ``possible_agents``, not in the reset's observations) is no transition, its row a
+  zero observation, until it joins: from the step after the one whose observations first hold it, it acts like the
+  others. An agent that left does not join again in the same episode.
 - A copy whose agents have all left resets at its next step (gymnasium's next-step autoreset): every row of the
   copy is then no transition either. Each step's ``info["valid"]`` (rows,) bool says which rows were transitions
-  (``rlcore.envs.stepping.VectorStepper`` masks the others out).
+  (``rlcore.envs.stepping.VectorStepper`` masks the others out), and ``info["episode_over"]`` (rows,) bool the
+  rows of the copies whose agents have all left at this step (the episode is over for the agents that never
+  acted in it too: ``rlcore.evaluation.evaluator``).
 
 Agents share one action space. Their observations may differ in width when each is a 1-D Box (MPE's
 simple_adversary, simple_tag): each row's observation is then zero-padded to the widest before the one-hot, and
@@ -34,7 +39,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import batch_space
+from gymnasium.vector.utils import batch_space, create_empty_array, iterate
 
 from rlcore.common.errors import raised_at
 from rlcore.envs.ids import is_multiagent, parallel_env_factory
@@ -254,6 +259,10 @@ class ParallelEnvRows(gym.vector.VectorEnv):
         """Each row's latest observation from its env (no agent id)."""
         self._live = np.zeros(self.num_envs, dtype=bool)
         """Rows whose agent acts in the next step."""
+        self._left = np.zeros(self.num_envs, dtype=bool)
+        """Rows whose agent left its copy's episode (it does not join again before the copy resets)."""
+        self._absent = [_zero_observation(self.envs[0].observation_space(name)) for name in agents.names]
+        """Each agent's observation while it has none: absent at reset, not joined yet."""
         self._reset_next = np.zeros(copies, dtype=bool)
 
     def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
@@ -269,14 +278,16 @@ class ParallelEnvRows(gym.vector.VectorEnv):
         for index, name in enumerate(self.agent_names):
             row = copy * count + index
             self._live[row] = name in observations
-            if name in observations:
-                self._last[row] = observations[name]
+            self._left[row] = False
+            self._last[row] = observations[name] if name in observations else self._absent[index]
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """``actions`` (rows, ...) -> observations, rewards, terminated, truncated (rows,), ``{"valid": (rows,)}``."""
+        """``actions`` (rows, ...) -> observations, rewards, terminated, truncated (rows,),
+        ``{"valid": (rows,), "episode_over": (rows,)}``."""
         actions = np.asarray(actions)
         count = len(self.agent_names)
         valid = self._live.copy()
+        over = np.zeros(self.num_envs, dtype=bool)
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         terminated = np.zeros(self.num_envs, dtype=bool)
         truncated = np.zeros(self.num_envs, dtype=bool)
@@ -293,6 +304,9 @@ class ParallelEnvRows(gym.vector.VectorEnv):
             for index, name in enumerate(self.agent_names):
                 row = first + index
                 if name not in acting:
+                    if not self._left[row] and name in observations:  # joined: acts from the next step
+                        self._last[row] = observations[name]
+                        self._live[row] = True
                     continue
                 rewards[row] = float(step_rewards.get(name, 0.0))
                 if name in observations:
@@ -302,8 +316,9 @@ class ParallelEnvRows(gym.vector.VectorEnv):
                 gone = name not in self.envs[copy].agents
                 truncated[row] = bool(step_truncated.get(name, False)) or (gone and not terminated[row])
                 self._live[row] = not (terminated[row] or truncated[row])
-            self._reset_next[copy] = not self._live[first : first + count].any()
-        return self._observations(), rewards, terminated, truncated, {"valid": valid}
+                self._left[row] = not self._live[row]
+            self._reset_next[copy] = over[first : first + count] = not self._live[first : first + count].any()
+        return self._observations(), rewards, terminated, truncated, {"valid": valid, "episode_over": over}
 
     def _observations(self) -> Any:
         if isinstance(self.single_observation_space, spaces.Dict):
@@ -341,6 +356,11 @@ class ParallelEnvRows(gym.vector.VectorEnv):
     def close_extras(self, **kwargs: Any) -> None:
         for env in self.envs:
             env.close()
+
+
+def _zero_observation(space: spaces.Space) -> Any:
+    """An observation of ``space`` of zeros (a ``Dict``'s: each key's)."""
+    return next(iter(iterate(space, create_empty_array(space, 1, fn=np.zeros))))
 
 
 def state_width(env_id: str, kwargs: dict[str, Any]) -> int:

@@ -7,9 +7,9 @@ last ``window``; every ``swap_steps`` env steps the opponent of each training en
 of the other copies: one of the ``fixed_opponents`` (scripted players, each with its probability), else the latest
 policy with probability ``play_against_latest_model_ratio``, else a snapshot drawn uniformly from the pool. The
 learner keeps alternating seats by episode seed. ``env.opponent`` stays the fixed opponent that evaluation,
-validation and test play against. ELO ratings (K = 16) of the learner and of each snapshot follow every finished
-training game (:mod:`rlcore.evaluation.elo`); the pool, ratings and generators are in every checkpoint
-(:mod:`rlcore.trainers.self_play`).
+validation and test play against. ELO ratings (K ``elo_k``) of the learner and of each snapshot follow every
+finished training game against a snapshot (:mod:`rlcore.evaluation.elo`); the pool, ratings and generators are in
+every checkpoint (:mod:`rlcore.trainers.self_play`).
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ class SelfPlayConfig(StrictModel):
     against the perfect player at best but then degraded, and beat the random player less often)."""
     initial_elo: float = Field(1200.0, ge=0.0, le=10_000.0)
     """The learner's ELO rating at the start; a snapshot starts at the learner's rating when it is taken."""
+    elo_k: float = Field(16.0, gt=0.0, le=400.0)
+    """ELO points a rated game moves at most (the K factor, not an ML-Agents setting): the learner gains
+    ``elo_k (result - expected)`` and the snapshot it played loses as much. ML-Agents' ghost trainer moves ratings by
+    ``result - expected``, i.e. K = 1; 16 (chess's K for strong players) makes a rating move visibly within a few
+    thousand games. At most 400, the scale of the rating (400 points: 10 to 1 odds)."""
     fixed_opponents: dict[str, float] = Field(default_factory=dict)
     """Scripted players in the training mix besides the snapshots (not an ML-Agents setting): import path of a
     function ``(observation, rng) -> action`` (as ``env.opponent``) -> the probability that a training env copy's

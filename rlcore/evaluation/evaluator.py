@@ -24,7 +24,7 @@ from rlcore.common.numbers import score, score_with_interval
 from rlcore.envs.actions import to_env_actions
 from rlcore.envs.agent_groups import group_layout
 from rlcore.envs.config import EnvConfig
-from rlcore.envs.return_reduction import reduce_returns
+from rlcore.envs.return_reduction import mean_of_acting, reduce_returns
 from rlcore.envs.stepping import NonFiniteError, check_finite, finite
 from rlcore.envs.turn_based import learner_seat
 from rlcore.envs.vector import EpisodeSettings, make_vector_env, use_settings
@@ -144,10 +144,11 @@ class EvalResult:
     returns: list[float]
     lengths: list[int]
     agent_returns: dict[str, list[float]] | None = None
-    """Multi-agent envs: agent name -> its return in each episode (E,); None for a single-agent env."""
+    """Multi-agent envs: agent name -> its return in each episode (E,), 0 in an episode it never acted in; None for a
+    single-agent env."""
     group_returns: dict[str, list[float]] | None = None
-    """Multi-agent envs with ``policy.groups``: group name -> the mean return of its agents in each episode (E,);
-    None otherwise."""
+    """Multi-agent envs with ``policy.groups``: group name -> the mean return of its agents that acted in each
+    episode (E,; 0 when none did); None otherwise."""
     outcomes: dict[str, Any] | None = None
     """Two-player games against a fixed opponent: win, draw and loss rates with 95% intervals, for all episodes and
     by seat (:func:`game_outcomes`); None for other envs."""
@@ -246,8 +247,10 @@ class Evaluator:
     call), by default the training distribution's (``rlcore.envs.vector.training_settings``); ``label`` names them in
     errors (e.g. ``eval setting 'heavy'``).
 
-    A multi-agent env's episode runs until all its agents have left; its score is ``return_reduction`` of their
-    returns (``rlcore.envs.return_reduction``), each agent's kept in :attr:`EvalResult.agent_returns`.
+    A multi-agent env's episode runs until all its agents have left; its score is ``return_reduction`` of the
+    returns of the agents that acted in it (``rlcore.envs.return_reduction``: an agent absent at reset that joins
+    later counts, one that never acts does not), each agent's kept in :attr:`EvalResult.agent_returns` (0 for an
+    episode it was absent from).
     """
 
     def __init__(
@@ -322,32 +325,38 @@ class Evaluator:
     def score(self, outcomes: list[BatchOutcome]) -> EvalResult:
         """The result of one call from the outcomes of its batches (:attr:`batch_seeds`' order)."""
         returns: list[np.ndarray] = []  # (A,) each: every agent's return (one agent: the return)
+        acted: list[np.ndarray] = []  # (A,) each: which agents acted in the episode
         lengths: list[int] = []
         truncated = 0
         agents = max(len(self.agents), 1)
-        for batch_returns, batch_lengths, batch_truncated in outcomes:
+        for batch_returns, batch_lengths, batch_truncated, batch_acted in outcomes:
             wanted = min(self.batch, self.episodes - len(returns))
             # Row i * A + a is agent a of episode i: an episode lasts as long as its longest agent.
             returns += list(np.reshape(batch_returns, (-1, agents))[:wanted])
+            acted += list(np.reshape(batch_acted, (-1, agents))[:wanted])
             lengths += np.reshape(batch_lengths, (-1, agents)).max(axis=1)[:wanted].tolist()
             cut = np.asarray(np.reshape(batch_truncated, (-1, agents)).any(axis=1))
             truncated += int(cut[:wanted].sum())
         if not self.agents:
             seats = [learner_seat(seed) for seed in self.seeds] if self.turn_based else None
             return EvalResult.from_episodes([float(r[0]) for r in returns], lengths, truncated, seats=seats)
-        table = np.stack(returns)  # (E, A)
-        scores = reduce_returns(table, self.agents, self.return_reduction, self.groups).tolist()
+        table, took_part = np.stack(returns), np.stack(acted)  # (E, A) each
+        scores = reduce_returns(table, self.agents, self.return_reduction, self.groups, took_part).tolist()
         by_agent = {name: table[:, index].tolist() for index, name in enumerate(self.agents)}
         by_group = (
             None
             if self.groups is None
-            else {name: table[:, list(members)].mean(axis=1).tolist() for name, members in self.groups.items()}
+            else {
+                name: mean_of_acting(table[:, list(members)], took_part[:, list(members)]).tolist()
+                for name, members in self.groups.items()
+            }
         )
         return EvalResult.from_episodes(scores, lengths, truncated, by_agent, group_returns=by_group)
 
 
-BatchOutcome = tuple[list[float], list[int], np.ndarray]
-"""One batch of episodes: every row's return and length, and which rows were truncated, (B,) each."""
+BatchOutcome = tuple[list[float], list[int], np.ndarray, np.ndarray]
+"""One batch of episodes: every row's return and length, which rows were truncated, and which acted (a
+multi-agent env's agent absent from an episode did not; a single agent always does), (B,) each."""
 
 
 class EpisodeBatch:
@@ -368,6 +377,9 @@ class EpisodeBatch:
         self.totals = np.zeros(n, dtype=np.float64)
         self.finished = np.zeros(n, dtype=bool)
         self.cut = np.zeros(n, dtype=bool)
+        self.acted = np.zeros(n, dtype=bool) if evaluator.agents else np.ones(n, dtype=bool)
+        """Rows whose agent acted in the episode: a multi-agent env's agent may be absent at reset and join later,
+        or never (``rlcore.envs.multiagent``)."""
         self.done = False
 
     def where(self, index: int) -> str:
@@ -390,9 +402,13 @@ class EpisodeBatch:
         actions = np.asarray(actions)
         if not finite(actions):  # would come back as NaN observations, blamed on the env
             check_finite(evaluator.env_id, self.where, actions=actions)
-        obs, rewards, terminated, truncated, _ = env.step(to_env_actions(actions, env.single_action_space))
+        obs, rewards, terminated, truncated, info = env.step(to_env_actions(actions, env.single_action_space))
         self.obs = obs
         running = ~self.finished
+        if evaluator.agents:  # an agent that never acted is over when its copy's episode is
+            self.acted |= running & info["valid"]
+            self.finished |= running & ~self.acted & info["episode_over"]
+            running = ~self.finished
         lengths = self.lengths
         if not (finite(obs) and finite(rewards)):  # only running episodes are scored: only theirs count
             lengths += running  # the step the values came from
@@ -417,4 +433,4 @@ class EpisodeBatch:
                 f"{self.evaluator.env_id} ({self.where(index)}): the episode's return is {totals[index]} (its rewards "
                 "are finite, their sum is not): scale the rewards down"
             )
-        return totals.tolist(), self.lengths.tolist(), self.cut
+        return totals.tolist(), self.lengths.tolist(), self.cut, self.acted

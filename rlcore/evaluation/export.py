@@ -8,6 +8,7 @@ sub-actions for MultiDiscrete and MultiBinary, a clipped float vector for Box), 
 is read from: logits, Q-values, or a mean before clipping or tanh; see the model card). The batch size is dynamic.
 A run with action masks (``env.action_mask``) exports a graph that takes the mask as a second input, ``action_mask``
 (batch, n) bool, beside ``obs`` without it (``rlcore.envs.action_masks.MaskInputs``); illegal actions are never chosen.
+A row whose mask allows no action gets :data:`NO_LEGAL_ACTION` (-1), not an action the env would refuse.
 """
 
 from __future__ import annotations
@@ -30,11 +31,10 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
-from torch import nn
 
 from rlcore.common.errors import RLCoreError
 from rlcore.common.files import check_target, sha256_file, write_json
-from rlcore.envs.action_masks import MaskInputs, mask_inputs
+from rlcore.envs.action_masks import mask_inputs
 from rlcore.envs.actions import sub_action_sizes
 from rlcore.envs.config import EnvConfig
 from rlcore.envs.multiagent import describe_agents
@@ -42,6 +42,7 @@ from rlcore.envs.observations import obs_tensor, observation_input
 from rlcore.envs.stepping import VectorStepper
 from rlcore.envs.turn_based import describe_opponent
 from rlcore.envs.vector import make_vector_env, space_from_description
+from rlcore.evaluation.exported_modules import NO_LEGAL_ACTION, exported_module
 from rlcore.nets.policy import Policy, reset_state
 
 log = logging.getLogger("rlcore")
@@ -49,74 +50,6 @@ log = logging.getLogger("rlcore")
 
 class ExportError(RLCoreError):
     """The exported model does not match the torch policy, or could not be written."""
-
-
-class GreedyPolicy(nn.Module):
-    """raw obs -> (greedy action, scores); what gets exported for a stateless policy. Box actions are clipped to
-    ``action_low``/``action_high``; integer actions (no bounds given) pass through."""
-
-    low: torch.Tensor
-    high: torch.Tensor
-
-    def __init__(self, policy: Policy, action_low: np.ndarray | None, action_high: np.ndarray | None) -> None:
-        super().__init__()
-        self.policy = policy
-        self.clips = action_low is not None
-        if action_low is not None:
-            assert action_high is not None
-            self.register_buffer("low", torch.as_tensor(action_low.reshape(-1), dtype=torch.float32))
-            self.register_buffer("high", torch.as_tensor(action_high.reshape(-1), dtype=torch.float32))
-
-    def clip(self, action: torch.Tensor) -> torch.Tensor:
-        return torch.maximum(torch.minimum(action, self.high), self.low) if self.clips else action
-
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        action, scores, _ = self.policy.greedy(obs, None)
-        return self.clip(action), scores
-
-
-class GreedyStatefulPolicy(GreedyPolicy):
-    """(raw obs, state) -> (greedy action, scores, next state); what gets exported for a policy with a state."""
-
-    def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
-        action, scores, next_state = self.policy.greedy(obs, state)
-        assert next_state is not None
-        return self.clip(action), scores, next_state
-
-
-class MaskedGreedyPolicy(nn.Module):
-    """(obs without its mask, action_mask) -> (greedy action, scores): a stateless policy of a masked run."""
-
-    def __init__(self, policy: Policy, inputs: MaskInputs) -> None:
-        super().__init__()
-        self.policy = policy
-        self.inputs = inputs
-
-    def forward(self, obs: torch.Tensor, action_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        action, scores, _ = self.policy.greedy(self.inputs.join(obs, action_mask), None)
-        return action, scores
-
-
-class MaskedGreedyStatefulPolicy(MaskedGreedyPolicy):
-    """(obs without its mask, action_mask, state) -> (greedy action, scores, next state)."""
-
-    def forward(  # type: ignore[override]
-        self, obs: torch.Tensor, action_mask: torch.Tensor, state: torch.Tensor
-    ) -> tuple[torch.Tensor, ...]:
-        action, scores, next_state = self.policy.greedy(self.inputs.join(obs, action_mask), state)
-        assert next_state is not None
-        return action, scores, next_state
-
-
-def exported_module(policy: Policy, action_space: spaces.Space) -> nn.Module:
-    """The module that gets exported: greedy actions and scores, taking the mask apart in a masked run."""
-    stateful = policy.initial_state(1) is not None
-    masked = mask_inputs(policy.observation_space)
-    if masked is not None:
-        return (MaskedGreedyStatefulPolicy if stateful else MaskedGreedyPolicy)(policy, masked).eval()
-    low = action_space.low if isinstance(action_space, spaces.Box) else None
-    high = action_space.high if isinstance(action_space, spaces.Box) else None
-    return (GreedyStatefulPolicy if stateful else GreedyPolicy)(policy, low, high).eval()
 
 
 @dataclass(frozen=True)
@@ -132,8 +65,6 @@ def describe_interface(policy: Policy, action_space: spaces.Space) -> dict[str, 
     """What the exported graph takes and returns (and, for a policy with a state, the state's shape and start)."""
     masked = mask_inputs(policy.observation_space)
     inputs: dict[str, Any] = {"obs": observation_input(policy.observation_space)}
-    if masked is not None:
-        inputs.update(masked.describe(int(getattr(action_space, "n", 0))))
     outputs = {
         "action": "greedy action: int64 (batch,) for discrete, float32 (batch, *shape) clipped for box",
         "scores": "float32 (batch, action_dim): what the greedy action is read from: logits (categorical), "
@@ -151,6 +82,9 @@ def describe_interface(policy: Policy, action_space: spaces.Space) -> dict[str, 
     elif isinstance(action_space, spaces.MultiBinary):
         outputs["action"] = f"greedy action: int64 (batch, {len(sizes or ())}), bit i is 1 where its logit is > 0"
         outputs["scores"] = f"float32 (batch, {len(sizes or ())}): one logit per bit"
+    if masked is not None:
+        inputs.update(masked.describe(int(getattr(action_space, "n", 0))))
+        outputs["action"] += f"; {NO_LEGAL_ACTION} in a row whose action_mask allows no action"
     interface: dict[str, Any] = {"inputs": inputs, "outputs": outputs}
     initial = policy.initial_state(1)
     if initial is not None:

@@ -162,7 +162,8 @@ def write_report(target: Path, content: ReportContent) -> None:
     lines += [f"![learning curve]({content.plot_name})", ""]
     if content.elo_plot:
         lines += [
-            "Self-play: the learner's ELO rating (K = 16) against its snapshots over training (`env.self_play`):",
+            "Self-play: the learner's ELO rating against its snapshots over training (`env.self_play`, K "
+            "`env.self_play.elo_k` as the legend says; games against the latest policy and fixed opponents unrated):",
             "",
             f"![self-play ELO]({content.elo_plot})",
             "",

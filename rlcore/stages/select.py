@@ -399,7 +399,7 @@ def _plot_elo(params: Params, layout: Layout, content: ReportContent) -> str | N
     if params.env.self_play is None or not tsv.is_file():
         return None
     steps, ratings = read_curve(tsv, "self_play_elo")
-    plot_elo_curve(steps, ratings, f"{content.name}: self-play ELO of the learner", target)
+    plot_elo_curve(steps, ratings, f"{content.name}: self-play ELO of the learner", target, params.env.self_play.elo_k)
     return target.name
 
 

@@ -14,10 +14,15 @@ copies play, the ELO ratings, and what of them a checkpoint keeps.
   :attr:`SelfPlay.rng` (a NumPy generator seeded from ``seed``): a fixed opponent with its probability, else the
   latest policy with probability ``play_against_latest_model_ratio``, else a snapshot drawn uniformly. Copies
   drawing different opponents make every rollout a mix of them rather than one opponent per swap.
-- ELO (:mod:`rlcore.evaluation.elo`): after every finished training game, the learner's rating and the rating of
-  the snapshot it played (at the game's end) change by K (result - expected); a game against the latest policy
-  moves the learner's rating only, against itself (expected 0.5), as ML-Agents does; a game against a fixed opponent
-  moves no rating.
+- ELO (:mod:`rlcore.evaluation.elo`, K ``elo_k``): after every finished training game against a snapshot of the
+  pool, the learner gains K (result - expected) and the snapshot loses as much. A game against the latest policy
+  moves no rating: ML-Agents' ghost trainer rates it against the learner's own rating, subtracting the change from
+  it (``change_opponent_elo``) and adding it back (``change_current_elo``), net zero; moving the learner alone would
+  add a random walk of K/2 a game to the rating with no change in strength. A game against a snapshot that left the
+  window while playing (it plays on until the next swap) moves no rating either: its rating left with it (ML-Agents
+  keeps a ring of ratings and would rate such a game against the newer snapshot saved into its slot, whose rating
+  is not the one that played). A game against a fixed opponent moves no rating. All of them count in the logged
+  scores (``self_play_score``, ``self_play_fixed_score``).
 - Checkpoints: :meth:`SelfPlay.state_dict` (snapshots' weights as tensors, ratings, counters, each copy's opponent,
   the generator's state as a tensor of its JSON) loads with ``torch.load(weights_only=True)``. A resumed run restarts
   its episodes (as every rlcore run does) with the same pool, ratings, opponents and generator as the checkpoint.
@@ -163,16 +168,18 @@ class SelfPlay:
             self._swap()
 
     def _rate(self, opponent_id: int, result: float) -> None:
+        """The learner's ``result`` of a game against ``opponent_id``: scored, and rated against a snapshot of the
+        pool only (the module's docstring says why the others are not)."""
         if opponent_id < LATEST:  # a fixed opponent: its strength is no snapshot's, so no rating moves
             self.fixed_results.append(result)
             return
         self.results.append(result)
         snapshot = self._snapshot_of(opponent_id)
-        other = self.learner_rating if snapshot is None else snapshot.rating
-        change = rating_change(self.learner_rating, other, result)
+        if snapshot is None:  # the latest policy (itself), or a snapshot evicted since the swap
+            return
+        change = rating_change(self.learner_rating, snapshot.rating, result, self.config.elo_k)
         self.learner_rating += change
-        if snapshot is not None:
-            snapshot.rating -= change
+        snapshot.rating -= change
 
     def _snapshot_of(self, opponent_id: int) -> Snapshot | None:
         return next((s for s in self.pool if s.id == opponent_id), None)

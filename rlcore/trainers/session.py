@@ -46,6 +46,17 @@ ENTROPY_COLLAPSE = 1e-3
 """Entropy (nats) below which a discrete policy is warned about as collapsed."""
 
 
+def entropies(metrics: dict[str, float]) -> dict[str, float]:
+    """The policy entropies an update logged: ``""`` -> ``entropy`` (one policy), a group -> ``<group>/entropy``
+    (``policy.groups``: ``rlcore.trainers.on_policy_groups`` logs each group's metrics under its name)."""
+    found = {"": metrics["entropy"]} if "entropy" in metrics else {}
+    for key, value in metrics.items():
+        group, _, name = key.partition("/")
+        if name == "entropy":
+            found[group] = value
+    return found
+
+
 class DivergenceError(RLCoreError):
     """Training produced only non-finite losses or gradients for too long."""
 
@@ -187,7 +198,8 @@ class TrainingSession(Generic[SourceT]):
         self._closers = [self.progress.close, self.metrics.close, *self._closers]
         self._started = time.perf_counter() - self.state.wall_seconds
         self._last_checkpoint = self.state.steps if self.checkpoint is not None else -1
-        self._warned_entropy = False
+        self._warned_entropy: set[str] = set()
+        """The policies warned about a collapsed entropy (``""``: the one policy, else a group's name)."""
         self.checkpoint_extras: dict[str, Callable[[], dict[str, Any]]] = {}
         """More state dicts every checkpoint keeps, by name (a loop's own, e.g. self-play's pool); a resumed loop
         reads its own back from ``checkpoint.tensors[name]``."""
@@ -246,11 +258,15 @@ class TrainingSession(Generic[SourceT]):
                 + (f"the last good checkpoint is {self.run.root / last}" if last else "no checkpoint was written")
                 + " (lower algo.lr?)"
             )
-        entropy = metrics.get("entropy")
-        if self.policy.discrete and entropy is not None and entropy < ENTROPY_COLLAPSE and not self._warned_entropy:
-            self._warned_entropy = True
+        if not self.policy.discrete:
+            return
+        for group, entropy in entropies(metrics).items():
+            if entropy >= ENTROPY_COLLAPSE or group in self._warned_entropy:
+                continue
+            self._warned_entropy.add(group)
+            whose = f"group {group}'s policy" if group else "policy"
             warning = (
-                f"policy entropy collapsed to {entropy:.2g} nats at {state.unit.replace('_', ' ')} {state.steps}: "
+                f"{whose} entropy collapsed to {entropy:.2g} nats at {state.unit.replace('_', ' ')} {state.steps}: "
                 "the policy stopped exploring (learning rate too high?)"
             )
             log.warning("%s", warning)

@@ -474,6 +474,21 @@ TURN_BASED_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
         [*TICTACTOE, *RANDOM_OPPONENT, "--set", "env.self_play={initial_elo: -5}"],
         ("initial_elo",),
     ),
+    **{
+        f"self-play elo_k {shown}": (
+            [*TICTACTOE, *RANDOM_OPPONENT, "--set", f"env.self_play={{elo_k: {value}}}"],
+            ("env.self_play.elo_k", expected),
+        )
+        for shown, value, expected in (
+            ("0", "0", "must be > 0"),
+            ("negative", "-16", "must be > 0"),
+            ("above 400", "1000", "must be <= 400"),
+            ("a word", "fast", "number"),
+            ("quoted", "'16'", "string"),
+            ("nan", ".nan", "finite"),
+            ("a boolean", "true", "boolean"),
+        )
+    },
     "self-play with async vectorization": (
         [*TICTACTOE, *RANDOM_OPPONENT, *SELF_PLAY, "--set", "env.vectorization=async"],
         ("env.self_play:", "async"),
