@@ -64,8 +64,6 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("dvc-project")
     for name in ("params.yaml", "offline.yaml", "dvc.yaml", ".dvcignore", "prefect.toml"):
         shutil.copy(PROJECT / name, root / name)
-    # The stages depend on the `rlcore` directory; the code that runs is the editable install's.
-    shutil.copytree(PROJECT / "rlcore", root / "rlcore", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (root / ".gitignore").write_text(GITIGNORE)
     edit_params(
         root,
@@ -137,19 +135,6 @@ def test_second_repro_is_a_noop_within_5_seconds(repo: dict) -> None:
     assert "Running stage" not in result.stdout
     assert elapsed <= 5.0, f"no-op dvc repro took {elapsed:.1f} s"
     assert (root / "dvc.lock").read_bytes() == lock
-
-
-@pytest.mark.slow
-def test_python_bytecode_next_to_the_sources_does_not_invalidate_stages(repo: dict) -> None:
-    root: Path = repo["root"]
-    cache = root / "rlcore" / "__pycache__"
-    cache.mkdir()
-    (cache / "stages.cpython-312.pyc").write_bytes(b"bytecode")
-    try:
-        result = dvc("status", cwd=root)
-    finally:
-        shutil.rmtree(cache)
-    assert "up to date" in result.stdout
 
 
 @pytest.mark.slow

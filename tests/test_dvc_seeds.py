@@ -23,7 +23,6 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
     for name in ("offline.yaml", "dvc.yaml", ".dvcignore"):
         shutil.copy(PROJECT / name, root / name)
     shutil.copy(PROJECT / PRESET, root / "params.yaml")  # as the preset says: cp it to params.yaml, dvc repro
-    shutil.copytree(PROJECT / "rlcore", root / "rlcore", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (root / ".gitignore").write_text(GITIGNORE)
     edit_params(
         root,

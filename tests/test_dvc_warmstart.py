@@ -33,7 +33,6 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(PROJECT / name, root / name)
     shutil.copytree(PROJECT / "pipelines", root / "pipelines", ignore=shutil.ignore_patterns("dvc.lock"))
-    shutil.copytree(PROJECT / "rlcore", root / "rlcore", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (root / ".gitignore").write_text(GITIGNORE)
     quick_train = {"eval_every": 1024, "eval_episodes": 3, "target_return": None}
     edit_params(root, name="quick", train={"max_steps": 2048, **quick_train}, eval=QUICK_EVAL)

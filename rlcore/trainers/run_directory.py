@@ -37,6 +37,7 @@ from rlcore.common.checkpoints import (
 )
 from rlcore.common.errors import CheckpointError, RLCoreError
 from rlcore.common.files import write_json, write_text
+from rlcore.common.versions import rlcore_version
 from rlcore.config.sections import Params
 from rlcore.evaluation.evaluator import EvalResult
 from rlcore.trainers.finished_runs import RunFinishedError
@@ -450,6 +451,7 @@ class RunDirectory:
             "checkpoints": [p.name for _, p in list_checkpoints(self.checkpoints)],
             "evaluations": state.evaluations,
             "warnings": state.warnings,
+            "rlcore": rlcore_version(),  # which code trained it (the stages do not depend on rlcore's sources)
         }
         if state.curriculum is not None:
             summary["curriculum"] = state.curriculum

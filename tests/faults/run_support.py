@@ -105,12 +105,11 @@ def write_params(source: Path, target: Path, edits: dict[str, Any]) -> None:
 
 
 def make_dvc_repo(root: Path, files: dict[str, Path]) -> Path:
-    """A git + DVC project in ``root``: the project's dvc.yaml and its ``rlcore`` sources (a dependency of every
-    stage; the code that runs is the editable install's), plus ``files`` (name in the project -> file to copy)."""
+    """A git + DVC project in ``root``: the project's dvc.yaml, plus ``files`` (name in the project -> file to
+    copy)."""
     root.mkdir(parents=True, exist_ok=True)
     for name in ("dvc.yaml", ".dvcignore", "prefect.toml"):
         shutil.copy(PROJECT / name, root / name)
-    shutil.copytree(PROJECT / "rlcore", root / "rlcore", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name, source in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(source, root / name)
