@@ -28,7 +28,7 @@ def evaluate_checkpoint_task(
 def evaluate_checkpoints(
     params_path: str = "params.yaml", overrides: list[str] | None = None, root: str = "."
 ) -> dict[str, str]:
-    """Evaluate every checkpoint of the run, a task run each, and write ``reports/evaluations.json``."""
+    """Evaluate every checkpoint of the run, a task run each, and write ``reports/<name>/evaluations.json``."""
     overrides = list(overrides or [])
     root = str(Path(root).resolve())
     params = load_params(params_path, overrides)

@@ -101,17 +101,22 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> argparse.Argume
         ("train", "train into runs/<name>/ (resumes an interrupted run)", "docs/running.md, docs/faults.md", _train),
         (
             "evaluate",
-            "evaluate every checkpoint of the run -> reports/evaluations.json",
+            "evaluate every checkpoint of the run -> reports/<name>/evaluations.json",
             "docs/evaluation.md",
             _evaluate,
         ),
         (
             "select",
-            "select the best checkpoint -> models/best/, reports/metrics.json, reports/report.md",
+            "select the best checkpoint -> models/<name>/, reports/<name>/metrics.json, reports/<name>/report.md",
             "docs/evaluation.md",
             _select,
         ),
-        ("export", "export models/best/ -> export/policy.onnx, policy.pt2, model_card.json", "docs/export.md", _export),
+        (
+            "export",
+            "export models/<name>/ -> export/<name>/policy.onnx, policy.pt2, model_card.json",
+            "docs/export.md",
+            _export,
+        ),
         ("collect", "roll out collect.policy -> a Parquet dataset at collect.output", "docs/data.md", _collect),
     ]
     for name, help_text, page, runner in stages:

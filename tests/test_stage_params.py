@@ -68,7 +68,7 @@ def declared_stages(dvc_file: Path) -> list[tuple[str, str, Path, list[str]]]:
 @pytest.mark.parametrize("dvc_file", PIPELINES, ids=lambda path: str(path.relative_to(PROJECT)))
 def test_every_dvc_stage_lists_the_params_of_the_table(dvc_file: Path) -> None:
     """Each stage's ``params`` are the table's keys for its command, those its params file has: DVC refuses a
-    key the file lacks (``branch`` in params.yaml), which then runs on its default, part of the code."""
+    key the file lacks, which then runs on its default, part of the code."""
     problems = []
     for name, stage, params_file, keys in declared_stages(dvc_file):
         assert stage in STAGE_PARAMS, f"{dvc_file}: {name}: `rlcore {stage}` has no row in STAGE_PARAMS"
@@ -79,6 +79,14 @@ def test_every_dvc_stage_lists_the_params_of_the_table(dvc_file: Path) -> None:
         if missing or extra:
             problems.append(f"{name} ({stage}): missing {missing}, not in the table {extra}")
     assert not problems, f"{dvc_file.relative_to(PROJECT)}: " + "; ".join(problems)
+
+
+def test_this_repository_s_dvc_yaml_is_the_generator_s_output() -> None:
+    """This repository's dvc.yaml and every ``rlcore init`` project's come from one function, so the two stay one
+    design: regenerate with ``rlcore dvc-yaml`` after changing it (or the params files' keys)."""
+    from rlcore.project.pipeline_file import pipeline_yaml
+
+    assert (PROJECT / "dvc.yaml").read_text() == pipeline_yaml(PROJECT)
 
 
 def test_the_sweep_stage_lists_what_its_trials_read() -> None:

@@ -2,7 +2,7 @@
 
 A trial trains one run per seed of ``sweep.seeds`` (per env of ``sweep.envs``, if given), each in its own
 stage root under the trial's folder (``<folder>/seed_<s>/`` or ``<folder>/<env>/seed_<s>/``, each with
-``runs/``, ``reports/``, ``models/best/``), through the same stage functions as the pipeline. A run's
+``runs/``, ``reports/``, ``models/<name>/``), through the same stage functions as the pipeline. A run's
 score is ``sweep.metric`` of its selected checkpoint on the **validation** episodes (the evaluate stage's, what
 selection used; normalized per env); the trial's value aggregates them. The selected model's **test** score
 (the select stage's test episodes) is recorded beside it (``test_scores``, ``test_value``) and never optimized.

@@ -23,9 +23,9 @@ log = logging.getLogger("rlcore")
 
 
 def export_stage(params: Params, root: Path) -> Path:
-    """Export ``models/best/policy.pt`` to ``export/`` (ONNX, torch.export, model card); returns the card's path."""
+    """Export ``models/<name>/policy.pt`` to ``export/`` (ONNX, torch.export, model card); returns the card's path."""
     torch.set_num_threads(params.torch_threads)
-    layout = Layout(root, params.name, params.branch)
+    layout = Layout(root, params.name)
     checkpoint = load_checkpoint(layout.best_policy)
     if not layout.selection.is_file():
         raise RLCoreError(f"{layout.selection}: not found; run `rlcore select` first")

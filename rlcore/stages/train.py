@@ -41,8 +41,8 @@ def train_stage(
             for seed, layout in seed_layouts(params, root).items()
         ]
         _train_seed_runs(runs, on_evaluation)
-        return Layout(root, params.name, params.branch).run_dir
-    layout = Layout(root, params.name, params.branch)
+        return Layout(root, params.name).run_dir
+    layout = Layout(root, params.name)
     train(_project_paths(params, root), layout.run_dir, on_evaluation=on_evaluation, resume_from=resume_from)
     return layout.run_dir
 
@@ -54,7 +54,7 @@ def train_seed_roots(seeds: Sequence[tuple[Params, Path]], on_evaluation: Evalua
     finished run with the same train params is kept, an interrupted one resumes. ``on_evaluation`` is called after
     every seed's evaluations (a batched run evaluates its seeds at the same steps)."""
     runs = [
-        SeedRun(params.seed, _project_paths(params, root), Layout(root, params.name, params.branch).run_dir)
+        SeedRun(params.seed, _project_paths(params, root), Layout(root, params.name).run_dir)
         for params, root in seeds
     ]
     _train_seed_runs(runs, on_evaluation)
