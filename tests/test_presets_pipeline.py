@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from cli_support import Outcome, run_in_process
-from conftest import PROJECT, sets
+from conftest import PROJECT, outputs, sets
 
 from rlcore.common.files import read_json
 from rlcore.envs.ids import check_env_id
@@ -79,8 +79,7 @@ def run_pipeline(preset: str, root: Path) -> dict[str, Any]:
     overrides = tiny_budget(_tree(preset))
     for command in ("train", "evaluate", "select", "export"):
         stage(command, preset, root, *overrides)
-    branch = _tree(preset).get("branch")
-    export = root / "export" / branch if branch else root / "export"
+    export = outputs(root, _tree(preset)["name"]).export
     assert (export / "policy.onnx").is_file() and (export / "policy.pt2").is_file()
     card = read_json(export / "model_card.json")
     assert card["params"]["name"] == _tree(preset)["name"]

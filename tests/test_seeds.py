@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from conftest import outputs
 from test_presets_pipeline import tiny_budget
 
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
@@ -113,7 +114,7 @@ def new_project(root: Path, algo: str, dataset: Path | None) -> Path:
 
 
 def reports(root: Path, algo: str) -> Path:
-    return root / "reports" / "offline" if algo == "bc" else root / "reports"
+    return outputs(root).reports
 
 
 @pytest.fixture(scope="module")
@@ -236,8 +237,8 @@ def test_select_reports_every_seed_and_their_aggregate(seeded: Path) -> None:
         assert (run / f"seed_{seed}" / "train_summary.json").is_file()
         assert (run / f"seed_{seed}" / "dvclive" / "plots" / "metrics" / "eval" / "mean_return.tsv").is_file()
     assert not (run / "checkpoints").exists() and not (run / "train_summary.json").exists()
-    metrics = read_json(seeded / "reports" / "metrics.json")
-    selection = read_json(seeded / "models" / "best" / "selection.json")
+    metrics = read_json(outputs(seeded).metrics)
+    selection = read_json(outputs(seeded).selection)
     assert set(metrics["per_seed"]) == {"0", "1"}
     aggregate = metrics["aggregate"]
     assert aggregate["num_runs"] == 2 and aggregate["seeds"] == [0, 1]
@@ -252,41 +253,41 @@ def test_select_reports_every_seed_and_their_aggregate(seeded: Path) -> None:
     assert validations[best] == max(validations.values())
     assert selection["checkpoint"].startswith(f"runs/seeds/seed_{best}/checkpoints/")
     assert metrics["mean_return"] == metrics["per_seed"][str(best)]["test"]["mean_return"]
-    report = (seeded / "reports" / "report.md").read_text()
+    report = (outputs(seeded).report).read_text()
     assert "Across 2 seeds" in report and "seed_curves.png" in report and "performance_profile.png" in report
     for picture in ("seed_curves.png", "performance_profile.png", "learning_curve.png"):
-        assert (seeded / "reports" / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    card = read_json(seeded / "export" / "model_card.json")
+        assert (outputs(seeded).reports / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    card = read_json(outputs(seeded).export / "model_card.json")
     assert card["train_seed"] == best and card["aggregate_over_seeds"]["num_runs"] == 2
     assert card["params"]["seed"] == best and card["params"]["train"]["seeds"] is None
 
 
 @pytest.mark.slow
 def test_select_gives_the_probability_of_improvement_over_a_baseline_with_seeds(seeded: Path, tmp_path: Path) -> None:
-    """``select.baseline_run`` naming a run of seeds (here a copy of this one, selected on branch ``base``, its test
-    scores lowered by 1000): metrics.json's ``baseline`` has P(X > Y) = 1 over 2 and 2 runs, the report says it."""
+    """``select.baseline_run`` naming a run of seeds (here a copy of this one, as if selected as run ``base``, its
+    test scores lowered by 1000): metrics.json's ``baseline`` has P(X > Y) = 1 over 2 and 2 runs, the report says it."""
     root = tmp_path / "project"
     shutil.copytree(seeded, root, ignore=shutil.ignore_patterns("export"))
     shutil.copytree(root / "runs" / "seeds", root / "runs" / "base")
-    record = read_json(root / "reports" / "metrics.json")
+    record = read_json(outputs(root, "seeds").metrics)
     record["checkpoint"] = record["checkpoint"].replace("runs/seeds/", "runs/base/")
     for entry in record["per_seed"].values():
         entry["test"]["mean_return"] -= 1000.0
-    (root / "reports" / "base").mkdir()
-    (root / "reports" / "base" / "metrics.json").write_text(json.dumps(record))
+    outputs(root, "base").reports.mkdir()
+    outputs(root, "base").metrics.write_text(json.dumps(record))
     stage(root, "select", "train.seeds=[0, 1]", "select.baseline_run=base")
-    metrics = read_json(root / "reports" / "metrics.json")
-    assert metrics["per_seed"] == read_json(seeded / "reports" / "metrics.json")["per_seed"]  # select is repeatable
+    metrics = read_json(outputs(root, "seeds").metrics)
+    assert metrics["per_seed"] == read_json(outputs(seeded).metrics)["per_seed"]  # select is repeatable
     baseline = metrics["baseline"]
     assert baseline["run"] == "base" and baseline["scores_from"] == "reports/base/metrics.json"
     assert (baseline["num_runs_x"], baseline["num_runs_y"]) == (2, 2)
     assert baseline["seeds_x"] == baseline["seeds_y"] == [0, 1]
     assert baseline["probability_of_improvement"] == 1.0
     assert baseline["probability_of_improvement_ci95"] == [1.0, 1.0]
-    report = (root / "reports" / "report.md").read_text()
+    report = (outputs(root, "seeds").report).read_text()
     assert "P(`seeds` > `base`): **1.00**, 95% CI [1.00, 1.00]" in report
     assert "over 2 runs of `seeds` and 2 runs of `base`" in report
-    assert (root / "reports" / "baseline_comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (outputs(root, "seeds").reports / "baseline_comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import assert_refused, run_in_process
-from conftest import PROJECT, RLCORE
+from conftest import PROJECT, RLCORE, outputs
 
 from rlcore.common.checkpoints import load_checkpoint
 
@@ -80,7 +80,7 @@ def _finished_project(root: Path) -> Path:
     (run / "checkpoints" / checkpoint_name(4096)).write_bytes(os.urandom(256))
     (run / "train_summary.json").write_text(json.dumps({"env_steps": 4096}))
     (root / "reports").mkdir()
-    (root / "reports" / "evaluations.json").write_text("{}")
+    (outputs(root).evaluations).write_text("{}")
     return root
 
 

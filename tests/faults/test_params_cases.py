@@ -903,7 +903,6 @@ def leaves(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[tup
 
 NAME_LIKE = {
     ("name",): ["..", ".", "-rf", "a" * 101, "a/b", "", "x y"],
-    ("branch",): ["..", "-x", "a/b", "b" * 101],
     ("env", "id"): ["NoSuchEnv-v0", "nosuchmodule:X-v0", "LunarLander-v3", "CartPole-v99"],
     ("env", "kwargs"): [
         {"bogus_kwarg_zz": 1},
@@ -992,7 +991,6 @@ FIELDS = [
     (algo, path, field)
     for algo in PRESETS
     for path, field in leaves(params_model(algo))
-    if path != ("branch",) or algo == "ppo"
 ]
 
 

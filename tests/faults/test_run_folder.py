@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import PROJECT, QUICK, one_line_error, rlcore, sets
+from conftest import PROJECT, QUICK, one_line_error, outputs, rlcore, sets
 
 from rlcore.common.checkpoints import load_checkpoint, save_checkpoint
 from rlcore.common.errors import CheckpointError
@@ -219,7 +219,7 @@ def selected(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copy(PROJECT / name, root / name)
     for stage in ("train", "evaluate", "select"):
         rlcore_here(stage, *sets(RUN), cwd=root)
-    assert (root / "models" / "best" / "policy.pt").is_file()
+    assert (outputs(root).best_policy).is_file()
     return root
 
 
@@ -235,8 +235,8 @@ def test_resume_from_a_selected_model_is_refused_and_the_run_folder_is_untouched
 ) -> None:
     project = copy_of(selected, tmp_path)
     before, model = snapshot(run_dir(project)), snapshot(project / "models")
-    result = train(project, "--resume-from", "models/best/policy.pt", check=False)
-    one_line_error(result, "models/best/policy.pt", "selected model")
+    result = train(project, "--resume-from", "models/quick/policy.pt", check=False)
+    one_line_error(result, "models/quick/policy.pt", "selected model")
     assert snapshot(run_dir(project)) == before  # the lock file aside (it records the PID of the last trainer)
     assert snapshot(project / "models") == model
 
@@ -248,7 +248,7 @@ def in_place(project: Path) -> dict[str, bytes]:
 
 def evaluated_checkpoints(project: Path) -> list[str]:
     rlcore_here("evaluate", *sets(RUN), cwd=project)
-    return [Path(c["checkpoint"]).name for c in read_json(project / "reports" / "evaluations.json")["candidates"]]
+    return [Path(c["checkpoint"]).name for c in read_json(outputs(project).evaluations)["candidates"]]
 
 
 NAN_AFTER = "env.wrappers=[{wrapper: nan_after.NaNRewardAfter, kwargs: {steps: 1500}}]"
@@ -277,7 +277,7 @@ def test_a_replacement_that_fails_after_writing_checkpoints_leaves_the_finished_
     assert checkpoint_steps(folder / ".next" / "checkpoints"), failed.stderr  # it failed after a checkpoint
     assert in_place(project) == old  # the finished run, byte for byte
     assert evaluated_checkpoints(project) == old_checkpoints
-    assert read_json(project / "reports" / "evaluations.json")["candidates"][0]["checkpoint"].startswith("runs/quick/")
+    assert read_json(outputs(project).evaluations)["candidates"][0]["checkpoint"].startswith("runs/quick/")
 
     result = train(project, "--set", "seed=1")  # other train params: the failed replacement is discarded
     assert "discarding the unfinished replacement" in result.stderr, result.stderr
@@ -355,7 +355,7 @@ def test_the_offline_branch_under_dvc_repro_retrains_on_a_recollected_dataset(tm
         PROJECT / "offline.yaml",
         sources / "offline.yaml",
         {
-            "collect": {"steps": 2000},
+            "collect": {"steps": 2000, "policy": "models/quick/policy.pt"},
             "train": {**small, "max_steps": 400, "eval_every": 200, "log_every": 200},
             **evaluation,
         },
@@ -396,7 +396,7 @@ def dataset_md5(root: Path) -> str:
 
 
 def card_dataset(root: Path) -> dict:
-    return read_json(root / "export" / "offline" / "model_card.json")["training"]["dataset"]
+    return read_json(outputs(root, "bc-cartpole").export / "model_card.json")["training"]["dataset"]
 
 
 KILLED_AT = Path(__file__).with_name("rlcore_killed_at.py")
@@ -439,7 +439,7 @@ def test_a_replacement_killed_at_any_change_of_its_finish_loses_nothing(selected
         shutil.copytree(template, project)
         result = killed_at_change(project, number, "--set", "seed=1")
         assert result.returncode == -signal.SIGKILL, f"change {number}: exit {result.returncode}\n{result.stderr}"
-        refused = train(project, "--set", "seed=1", "--resume-from", "models/best/policy.pt", check=False)
+        refused = train(project, "--set", "seed=1", "--resume-from", "models/quick/policy.pt", check=False)
         assert refused.returncode == 2, refused.stderr
         after = {name: data for name, data in snapshot(run_dir(project)).items() if not name.startswith(".next/")}
         where = f"killed after change {number} ({changes[number - 1]}):\n{result.stderr}"
