@@ -39,7 +39,7 @@ def cache_options(root: str) -> dict[str, Any]:
 @task(name="train", cache_policy=StageInputs(stage="train"), **CACHED)
 def train_task(params_path: str, overrides: list[str], root: str) -> dict[str, Any]:
     params = _params(params_path, overrides)
-    run_dir = train_stage(params, Path(root))
+    run_dir = train_stage(params, Path(root), replace=True)  # a pipeline makes the run match its params
     layouts = list(seed_layouts(params, Path(root)).values()) or [Layout(Path(root), params.name)]
     summaries = [layout.train_summary for layout in layouts]  # train.seeds: each seed's run
     checkpoints = [path for layout in layouts for _, path in list_checkpoints(layout.checkpoints)]

@@ -60,7 +60,7 @@ def load(args: argparse.Namespace) -> Any:
 def _train(args: argparse.Namespace) -> Any:
     from rlcore.stages import train_stage
 
-    return train_stage(load(args), Path.cwd(), resume_from=args.resume_from)
+    return train_stage(load(args), Path.cwd(), resume_from=args.resume_from, replace=args.replace)
 
 
 def _evaluate(args: argparse.Namespace) -> Any:
@@ -130,6 +130,12 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> argparse.Argume
                 default=None,
                 metavar="CHECKPOINT",
                 help="resume from this checkpoint instead of the run's latest",
+            )
+            sub.add_argument(
+                "--replace",
+                action="store_true",
+                help="replace a finished run of the same name trained with other params (by default refused: give "
+                "the new run another name to keep both); dvc.yaml's train stages pass it, DVC's cache keeps the old",
             )
     help_text = "convert a Minari dataset (a local dataset id, or its folder) to rlcore's Parquet schema"
     minari = add_command(commands, "import-minari", help_text, "docs/data.md")

@@ -276,7 +276,7 @@ def run_trial(job: TrialJob) -> TrialResult:
                 slot = evaluation_slot(params[0])
                 reporter = PruningReporter(trial, sweep, GroupSlot(g * slot, slot, len(group), group[0].env))
                 if len(group) == 1:
-                    train_stage(params[0], roots[0], on_evaluation=reporter)
+                    train_stage(params[0], roots[0], on_evaluation=reporter, replace=True)
                 else:
                     train_seed_roots(list(zip(params, roots, strict=True)), on_evaluation=reporter)
                 summaries = [

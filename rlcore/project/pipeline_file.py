@@ -120,7 +120,10 @@ def _collect_stage(branch: Branch) -> list[str]:
 
 
 def _stage(branch: Branch, stage: str, deps: list[str], outs: list[str], name: str | None = None) -> list[str]:
-    lines = ["", f"  {name or stage + branch.suffix}:", f"    cmd: rlcore {stage}{branch.command_option}"]
+    # train --replace: a changed params key re-runs train, which replaces the finished run in runs/<name>/ (by
+    # hand, `rlcore train` refuses that); DVC's cache and the git history keep the previous one.
+    replace = " --replace" if stage == "train" else ""
+    lines = ["", f"  {name or stage + branch.suffix}:", f"    cmd: rlcore {stage}{branch.command_option}{replace}"]
     if deps:
         lines += ["    deps:", *(f"      - {dep}" for dep in deps)]
     lines += ["    params:", *_params_entries(branch, stage)]
