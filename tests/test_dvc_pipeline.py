@@ -34,7 +34,7 @@ OFFLINE_STAGES = ("collect", "train_offline", "evaluate_offline", "select_offlin
 _env = tool_env
 
 
-def run(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run(*args: str, cwd: Path, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=_env())
     if result.returncode != 0:
         raise AssertionError(f"{' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
