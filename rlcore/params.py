@@ -16,7 +16,8 @@ from pydantic import Field, ValidationError, create_model
 
 from rlcore.common.errors import ConfigError, did_you_mean
 from rlcore.common.validation_errors import describe_validation_error, short_repr
-from rlcore.config.reading import apply_overrides, read_yaml_mapping
+from rlcore.config.inheritance import read_params_tree
+from rlcore.config.reading import apply_overrides
 from rlcore.config.sections import SECTIONS, Params
 from rlcore.registry import algo_config_class, algorithm_class, registered_algorithms, trains_groups
 
@@ -41,7 +42,7 @@ def params_model(algo_name: str) -> type[Params]:
 def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = None) -> Params:
     """Load, override and validate the params tree. Raises :class:`ConfigError` on any problem."""
     path = Path(path)
-    tree = apply_overrides(read_yaml_mapping(path), overrides or [])
+    tree = apply_overrides(read_params_tree(path), overrides or [])
     return validate_params(tree, source=str(path))
 
 

@@ -321,6 +321,11 @@ SECTIONS: dict[str, Any] = {
 class Params(StrictModel):
     """The whole params tree. ``algo`` is the registered algorithm's own config class."""
 
+    base: str | None = Field(None, exclude=True)
+    """A params file this one inherits from (relative to it, e.g. ``params.yaml``): this file's keys over the base's;
+    sections merge key by key, other values (lists too) replace, an ``algo`` naming another algorithm replaces the
+    base's whole (``rlcore.config.inheritance``). Null: none. Not part of the run's params (it says where they came
+    from)."""
     seed: int = 0
     """Seeds torch, NumPy and the training envs; in [0, 2**32) so training seeds stay below the evaluation seed
     ranges (``rlcore.common.seeds``)."""

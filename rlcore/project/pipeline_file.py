@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlcore.config.inheritance import BASE_KEY, base_path, merge, own_and_inherited, read_params_tree
 from rlcore.config.reading import read_yaml_mapping
 from rlcore.stages.stage_params import STAGE_PARAMS
 
@@ -43,16 +44,33 @@ OFFLINE_HEADER = """\
 
 @dataclass(frozen=True)
 class Branch:
-    """One run's stages: its params file, its contents, the suffix of its stage names, and its name as the paths
-    show it (``${name}`` for ``params.yaml``, filled in by DVC; the file's name otherwise)."""
+    """One run's stages: its params file, its own keys, the file it inherits from (``base``) and that file's keys
+    (empty without one), and the suffix of its stage names."""
 
     params_file: str
     tree: dict[str, Any]
     suffix: str
+    base_file: str | None = None
+    base_tree: dict[str, Any] | None = None
+
+    @classmethod
+    def read(cls, root: Path, params_file: str, suffix: str) -> Branch:
+        tree = read_yaml_mapping(root / params_file)
+        base = base_path(root / params_file, tree)
+        if base is None:
+            return cls(params_file, tree, suffix)
+        inherited = read_params_tree(base)
+        inherited.pop(BASE_KEY, None)
+        return cls(params_file, tree, suffix, base.relative_to(root).as_posix(), inherited)
+
+    @property
+    def merged(self) -> dict[str, Any]:
+        return self.tree if self.base_tree is None else merge(self.base_tree, self.tree)
 
     @property
     def name(self) -> str:
-        return "${name}" if self.params_file == PARAMS else str(self.tree.get("name", "default"))
+        """The run's name as the paths show it: ``${name}`` for ``params.yaml`` (DVC fills it in), else the file's."""
+        return "${name}" if self.params_file == PARAMS else str(self.merged.get("name", "default"))
 
     @property
     def command_option(self) -> str:
@@ -61,15 +79,15 @@ class Branch:
 
 def pipeline_yaml(root: Path) -> str:
     """The text of ``root``'s ``dvc.yaml`` (the module docstring)."""
-    branches = [Branch(PARAMS, read_yaml_mapping(root / PARAMS), "")]
+    branches = [Branch.read(root, PARAMS, "")]
     lines = [HEADER.rstrip("\n"), "stages:"]
     lines += _run_stages(branches[0], deps={"train": []})
     if (root / OFFLINE).is_file():
-        offline = Branch(OFFLINE, read_yaml_mapping(root / OFFLINE), "_offline")
+        offline = Branch.read(root, OFFLINE, "_offline")
         branches.append(offline)
         lines += ["", *["  " + line if line else "" for line in OFFLINE_HEADER.rstrip("\n").split("\n")]]
         lines += _collect_stage(offline)
-        dataset = str(offline.tree.get("dataset", {}).get("path", "data/dataset.parquet"))
+        dataset = str(offline.merged.get("dataset", {}).get("path", "data/dataset.parquet"))
         lines += _run_stages(offline, deps={"train": [dataset]})
     lines += ["", *_curves(branches)]
     return "\n".join(lines) + "\n"
@@ -112,7 +130,7 @@ def _run_stages(branch: Branch, deps: dict[str, list[str]]) -> list[str]:
 
 
 def _collect_stage(branch: Branch) -> list[str]:
-    collect = branch.tree.get("collect", {})
+    collect = branch.merged.get("collect", {})
     policy = str(collect.get("policy", "models/ppo-cartpole/policy.pt"))
     output = str(collect.get("output", "data/dataset.parquet"))
     deps = [] if policy == "random" else [policy]
@@ -134,11 +152,27 @@ def _stage(branch: Branch, stage: str, deps: list[str], outs: list[str], name: s
 
 
 def _params_entries(branch: Branch, stage: str) -> list[str]:
-    """The keys of ``STAGE_PARAMS[stage]`` that the branch's params file has, as dvc.yaml lists them."""
-    keys = [key for key in STAGE_PARAMS[stage] if _in_tree(branch.tree, key)]
-    if branch.params_file == PARAMS:
-        return [f"      - {key}" for key in keys]
-    return [f"      - {branch.params_file}:", *(f"          - {key}" for key in keys)]
+    """The keys of ``STAGE_PARAMS[stage]`` that the branch's params files have, as dvc.yaml lists them: with a base
+    file, each key under the file its value comes from (``rlcore.config.inheritance.own_and_inherited``), so a
+    change in either file re-runs the stage, and a key the file sets itself ignores the base's."""
+    own: list[str] = []
+    inherited: list[str] = []
+    if branch.base_tree is None:
+        own = [key for key in STAGE_PARAMS[stage] if _in_tree(branch.tree, key)]
+    else:
+        for key in STAGE_PARAMS[stage]:
+            more_own, more_inherited = own_and_inherited(key, branch.tree, branch.base_tree)
+            own += more_own
+            inherited += more_inherited
+    lines: list[str] = []
+    for file, keys in ((branch.params_file, own), (branch.base_file, inherited)):
+        if not keys or file is None:
+            continue
+        if file == PARAMS:
+            lines += [f"      - {key}" for key in keys]
+        else:
+            lines += [f"      - {file}:", *(f"          - {key}" for key in keys)]
+    return lines
 
 
 def _in_tree(tree: dict[str, Any], key: str) -> bool:
