@@ -71,6 +71,21 @@ def rlcore(
     return result
 
 
+def preset_text(preset: str) -> str:
+    """The text of the project's params file ``preset`` to copy elsewhere: as it is, or for a file inheriting from
+    another (``base``: offline.yaml) the merged keys, whole (a copy alone in a folder has no base beside it)."""
+    import yaml
+
+    from rlcore.config.inheritance import BASE_KEY, read_params_tree
+
+    text = (PROJECT / preset).read_text()
+    if BASE_KEY not in (yaml.safe_load(text) or {}):
+        return text
+    tree = read_params_tree(PROJECT / preset)
+    tree.pop(BASE_KEY)
+    return yaml.safe_dump(tree, sort_keys=False)
+
+
 def outputs(root: Path, name: str | None = None) -> Any:
     """Where the stages wrote run ``name``'s outputs in project ``root`` (``rlcore.common.stage_paths.Layout``); name
     None: the project's one run (the one folder in ``runs/``)."""

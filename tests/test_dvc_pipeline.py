@@ -54,7 +54,7 @@ def edit_params(root: Path, file: str = "params.yaml", **sections: Any) -> None:
     params = yaml.safe_load(path.read_text())
     for key, value in sections.items():
         if isinstance(value, dict):
-            params[key].update(value)
+            params.setdefault(key, {}).update(value)
         else:
             params[key] = value
     path.write_text(yaml.safe_dump(params, sort_keys=False))

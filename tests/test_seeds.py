@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import outputs
+from conftest import outputs, preset_text
 from test_presets_pipeline import tiny_budget
 
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.common.files import read_json
 from tests.cli_support import assert_refused, run_in_process
-from tests.conftest import PROJECT, sets
+from tests.conftest import sets
 
 TINY = [
     "name=seeds",
@@ -71,7 +71,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def preset_budget(preset: str, checkpoint_every: int) -> list[str]:
     """``tests/test_presets_pipeline.tiny_budget`` of ``preset`` (its replay warm-ups and buffers shrunk), with two
     checkpoints ``checkpoint_every`` steps apart, the first after the first update."""
-    overrides = dict(item.split("=", 1) for item in tiny_budget(yaml.safe_load((PROJECT / preset).read_text())))
+    overrides = dict(item.split("=", 1) for item in tiny_budget(yaml.safe_load(preset_text(preset))))
     overrides |= {"name": "seeds", "train.max_steps": str(2 * checkpoint_every)}
     overrides |= {"train.eval_every": str(checkpoint_every), "train.log_every": str(checkpoint_every)}
     overrides |= {"train.batch_seeds": "false"}  # one after another: bitwise the one-seed runs
@@ -106,7 +106,7 @@ def new_project(root: Path, algo: str, dataset: Path | None) -> Path:
     """``root`` with the case's params file (and the offline dataset for BC)."""
     preset = EQUIVALENCE[algo][0]
     (root / preset).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(PROJECT / preset, root / preset)
+    (root / preset).write_text(preset_text(preset))
     if dataset is not None:
         (root / "data").mkdir()
         shutil.copy(dataset, root / "data" / "dataset.parquet")
@@ -121,7 +121,7 @@ def reports(root: Path, algo: str) -> Path:
 def random_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small CartPole dataset from ``rlcore collect`` with the random policy, for BC."""
     root = tmp_path_factory.mktemp("collect")
-    shutil.copy(PROJECT / "offline.yaml", root / "offline.yaml")
+    (root / "offline.yaml").write_text(preset_text("offline.yaml"))
     overrides = ["collect.policy=random", "collect.steps=1000", "collect.num_envs=4"]
     collected = run_in_process(["collect", "--params", "offline.yaml", *sets(overrides)], root, limit=120)
     assert collected.returncode == 0, collected

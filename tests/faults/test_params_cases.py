@@ -31,7 +31,7 @@ import annotated_types
 import pytest
 import yaml
 from cli_support import TIME_LIMIT, assert_refused, run_in_process
-from conftest import PROJECT, one_line_error, rlcore
+from conftest import PROJECT, one_line_error, preset_text, rlcore
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -669,7 +669,7 @@ def _bomb(levels: int = 9) -> str:
 
 
 def _params_text(preset: str = "params.yaml") -> str:
-    return (PROJECT / preset).read_text()
+    return preset_text(preset)
 
 
 def _with_value(path: tuple[str, ...], yaml_text: str, preset: str = "params.yaml") -> str:
