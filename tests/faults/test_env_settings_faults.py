@@ -79,7 +79,7 @@ def _finished_project(root: Path) -> Path:
     (run / "dvclive").mkdir()
     (run / "checkpoints" / checkpoint_name(4096)).write_bytes(os.urandom(256))
     (run / "train_summary.json").write_text(json.dumps({"env_steps": 4096}))
-    (root / "reports").mkdir()
+    outputs(root).reports.mkdir(parents=True)
     (outputs(root).evaluations).write_text("{}")
     return root
 
