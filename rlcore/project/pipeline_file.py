@@ -81,25 +81,26 @@ def pipeline_yaml(root: Path) -> str:
     """The text of ``root``'s ``dvc.yaml`` (the module docstring)."""
     branches = [Branch.read(root, PARAMS, "")]
     lines = [HEADER.rstrip("\n"), "stages:"]
-    lines += _run_stages(branches[0], deps={"train": []})
+    lines += _run_stages(branches[0], train_deps=[])
     if (root / OFFLINE).is_file():
         offline = Branch.read(root, OFFLINE, "_offline")
         branches.append(offline)
         lines += ["", *["  " + line if line else "" for line in OFFLINE_HEADER.rstrip("\n").split("\n")]]
         lines += _collect_stage(offline)
         dataset = str(offline.merged.get("dataset", {}).get("path", "data/dataset.parquet"))
-        lines += _run_stages(offline, deps={"train": [dataset]})
+        lines += _run_stages(offline, train_deps=[dataset])
     lines += ["", *_curves(branches)]
     return "\n".join(lines) + "\n"
 
 
-def _run_stages(branch: Branch, deps: dict[str, list[str]]) -> list[str]:
+def _run_stages(branch: Branch, train_deps: list[str]) -> list[str]:
+    """train -> evaluate -> select -> export of the branch's run (train also reads ``train_deps``: a dataset)."""
     name = branch.name
     reports = f"reports/{name}"
     stages: list[tuple[str, list[str], list[str]]] = [
         (
             "train",
-            deps.get("train", []),
+            train_deps,
             [
                 f"      - runs/{name}:",
                 "          # persist: an interrupted `dvc repro` resumes from the latest checkpoint (with train.seeds:",
@@ -144,10 +145,7 @@ def _stage(branch: Branch, stage: str, deps: list[str], outs: list[str], name: s
     lines = ["", f"  {name or stage + branch.suffix}:", f"    cmd: rlcore {stage}{branch.command_option}{replace}"]
     if deps:
         lines += ["    deps:", *(f"      - {dep}" for dep in deps)]
-    lines += ["    params:", *_params_entries(branch, stage)]
-    first = outs[0]
-    if not first.startswith("    metrics:"):
-        lines.append("    outs:")
+    lines += ["    params:", *_params_entries(branch, stage), "    outs:"]
     return lines + outs
 
 
