@@ -30,9 +30,10 @@ setup-dev: $(VENV)/.installed-dev
 run: setup
 	$(BIN)/dvc repro
 	@echo
-	@echo "Exported policy: $(CURDIR)/export/policy.onnx  (torch.export: export/policy.pt2, card: export/model_card.json)"
-	@echo "Report:          $(CURDIR)/reports/report.md  (metrics: reports/metrics.json, plot: reports/learning_curve.png)"
-	@echo "Offline branch:  $(CURDIR)/export/offline/policy.onnx, report: reports/offline/report.md (dataset: data/dataset.parquet)"
+	@name=$$($(BIN)/python -c "import yaml; print(yaml.safe_load(open('params.yaml'))['name'])"); \
+	echo "Exported policy: $(CURDIR)/export/$$name/policy.onnx  (torch.export: policy.pt2, card: model_card.json)"; \
+	echo "Report:          $(CURDIR)/reports/$$name/report.md  (scores.json, metrics.json, learning_curve.png)"; \
+	echo "Offline branch:  $(CURDIR)/export/bc-cartpole/policy.onnx, report: reports/bc-cartpole/report.md (dataset: data/dataset.parquet)"
 
 # Two parts: the tests that may share the machine on two pytest-xdist workers (one per core here; a module stays on
 # one worker, so its fixtures are made once), then the `serial` ones alone (servers, actor and worker processes).
@@ -63,4 +64,5 @@ docs: setup-dev
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf site runs models export data reports/*.json reports/*.md reports/*.png reports/offline reports/warmstart .prefect
+	rm -rf site runs models export data dvclive .prefect
+	find reports -mindepth 1 -maxdepth 1 ! -name .gitkeep -exec rm -rf {} +

@@ -3,8 +3,8 @@ legal-move opponent, against the one-step-lookahead player (``rlcore.envs.oppone
 can, else blocks an immediate four, else random) and against the fork-lookahead player (``fork_lookahead``), per seat.
 
 Prints one JSON line per seed. Each seed runs the preset through train -> evaluate -> select -> export in a fresh
-temporary project, then reads the selected model's test outcomes (``reports/metrics.json``: win/draw/loss rates with
-95 % Wilson intervals, per seat) against each opponent the select stage played (``outcomes`` for ``env.opponent``,
+temporary project, then reads the selected model's test outcomes (``reports/<name>/metrics.json``: win/draw/loss rates
+with 95 % Wilson intervals, per seat) against each opponent the select stage played (``outcomes`` for ``env.opponent``,
 ``outcomes_by_opponent`` for ``eval.opponents``), plays the selected model (greedy) by hand for
 ``--lookahead-games`` games (half in each seat) against an opponent the preset does not name, and checks that the
 exported ONNX model plays only legal moves over 50 games; each row's ``sources`` says where each figure came from.
@@ -51,12 +51,13 @@ def seed_row(seed: int, lookahead_games: int, preset: Path = PRESET, reports: Pa
         evaluate_stage(params, root)
         select_stage(params, root)
         export_stage(params, root)
-        metrics = read_json(root / "reports" / "metrics.json")
-        elo_figure = (root / "reports" / "elo.png").is_file()
+        metrics = read_json(root / "reports" / params.name / "metrics.json")
+        elo_figure = (root / "reports" / params.name / "elo.png").is_file()
         if reports is not None:
-            keep_reports(root, reports / f"seed-{seed}")
-        legal = onnx_plays_legal_moves(root / "export" / "policy.onnx", params.env.id, str(params.env.opponent), 50)
-        policy = policy_from_checkpoint(load_checkpoint(root / "models" / "best" / "policy.pt"))
+            keep_reports(root, params.name, reports / f"seed-{seed}")
+        onnx = root / "export" / params.name / "policy.onnx"
+        legal = onnx_plays_legal_moves(onnx, params.env.id, str(params.env.opponent), 50)
+        policy = policy_from_checkpoint(load_checkpoint(root / "models" / params.name / "policy.pt"))
     outcomes, sources = {}, {}
     for name, opponent in (
         ("against_random", RANDOM),

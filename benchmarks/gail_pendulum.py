@@ -1,7 +1,7 @@
 """GAIL on Pendulum-v1, where every episode lasts 200 steps, so GAIL's positive reward carries no survival bonus.
 
 Demonstrations: ``--demo-episodes`` deterministic episodes of an expert (a selected model, e.g. the SAC preset's
-``models/best/policy.pt``) and as many of a uniformly random policy, collected once into ``--work``. Then PPO
+``models/<name>/policy.pt``) and as many of a uniformly random policy, collected once into ``--work``. Then PPO
 (``--params``, Pendulum settings) with ``extrinsic.strength: 0`` learns from:
 
 - ``gail``: GAIL against the expert's demonstrations;
@@ -15,7 +15,7 @@ episodes and select-best scores the chosen one on ``--test-episodes`` test episo
 Prints one JSON line: per variant and seed the test mean with its 95% bootstrap interval, wall seconds, and GAIL's
 learning-curve rows (discriminator loss, D's mean estimate on expert and policy pairs, the mean GAIL reward).
 
-    python benchmarks/gail_pendulum.py --expert models/best/policy.pt --work /tmp/gail   # params: gail_pendulum.yaml
+    python benchmarks/gail_pendulum.py --expert models/<name>/policy.pt --work /tmp/gail   # params: gail_pendulum.yaml
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def main() -> None:
                 train_seconds = time.perf_counter() - start
                 evaluate_stage(params, root)
                 select_stage(params, root)
-            metrics = read_json(root / "reports" / "metrics.json")
+            metrics = read_json(root / "reports" / params.name / "metrics.json")
             run = {
                 "seed": seed,
                 "test_mean": round(metrics["mean_return"], 1),

@@ -199,11 +199,11 @@ def read_json(path: Path, project: Path) -> Any:
 
 def outputs_record(tree: dict[str, Any], project: Path) -> dict[str, Any]:
     """What the four stages of ``tree``'s run left in ``project``."""
-    name, branch = tree["name"], tree.get("branch") or ""
+    name = tree["name"]
     run = project / "runs" / name
 
     def sub(top: str) -> Path:
-        return project / top / branch if branch else project / top
+        return project / top / name
 
     record: dict[str, Any] = {
         "train_summary": read_json(run / "train_summary.json", project),
@@ -215,7 +215,7 @@ def outputs_record(tree: dict[str, Any], project: Path) -> dict[str, Any]:
         },
         "evaluations": read_json(sub("reports") / "evaluations.json", project),
         "metrics": read_json(sub("reports") / "metrics.json", project),
-        "selection": read_json(sub("models") / "best" / "selection.json", project),
+        "selection": read_json(sub("models") / "selection.json", project),
         "model_card": read_json(sub("export") / "model_card.json", project),
         "run_files": sorted(
             p.relative_to(run).as_posix() for p in run.rglob("*") if p.is_file() and not volatile(p.name)
@@ -223,7 +223,7 @@ def outputs_record(tree: dict[str, Any], project: Path) -> dict[str, Any]:
     }
     checkpoints = sorted((run / "checkpoints").glob("*.pt"))
     record["weights_last_checkpoint"] = weights_record(checkpoints[-1], project) if checkpoints else None
-    model = sub("models") / "best" / "policy.pt"
+    model = sub("models") / "policy.pt"
     record["weights_selected_model"] = weights_record(model, project) if model.is_file() else None
     return record
 

@@ -169,8 +169,8 @@ def main() -> None:
                 train_seconds = time.perf_counter() - start
                 evaluate_stage(params, root)
                 select_stage(params, root)
-            metrics = read_json(root / "reports" / "offline" / "metrics.json")
-            selection = read_json(root / "models" / "offline" / "best" / "selection.json")
+            metrics = read_json(root / "reports" / params.name / "metrics.json")
+            selection = read_json(root / "models" / params.name / "selection.json")
             runs.append(
                 {
                     "seed": seed,

@@ -89,7 +89,7 @@ def rlcore_run(
         if evaluate:
             evaluate_stage(params, root)
             select_stage(params, root)
-            metrics = read_json(root / "reports" / "metrics.json")
+            metrics = read_json(root / "reports" / params.name / "metrics.json")
             result.update(
                 test_mean_return=round(metrics["mean_return"], 2),
                 test_ci95=[round(metrics["ci95_low"], 2), round(metrics["ci95_high"], 2)],

@@ -83,7 +83,8 @@ def main() -> None:
                     params_path=params_path, overrides=overrides, root=str(project), return_state=True
                 )
                 dask_s = time.perf_counter() - start
-                assert state.is_completed() and read_json(project / "reports" / "evaluations.json") == sequential
+                evaluations = read_json(project / "reports" / "bench8" / "evaluations.json")
+                assert state.is_completed() and evaluations == sequential
                 result[f"eval8_ep{episodes}_sequential_s"] = round(seq_s, 2)
                 result[f"eval8_ep{episodes}_dask2_s"] = round(dask_s, 2)
 

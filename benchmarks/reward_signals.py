@@ -65,7 +65,7 @@ def run_variant(name: str, seed: int) -> dict[str, Any]:
         run = root / "runs" / params.name
         summary = json.loads((run / "train_summary.json").read_text())
         rows = training_rows(run)
-        test = json.loads((root / "reports" / "metrics.json").read_text())
+        test = json.loads((root / "reports" / params.name / "metrics.json").read_text())
     reached = first_reaching(summary["evaluations"], TARGET)
     return {
         "seed": seed,

@@ -3,7 +3,7 @@ the random legal-move opponent in both seats, and the draw rate against a perfec
 
 Prints one JSON line per seed. Each seed runs the preset through train -> evaluate -> select -> export in a fresh
 temporary project (about 7 to 12 min per seed on a busy 2-core machine), then reads the selected model's test
-outcomes (``reports/metrics.json``: win/draw/loss rates with 95 % Wilson intervals, per seat) and checks that the
+outcomes (``reports/<name>/metrics.json``: win/draw/loss rates with 95 % Wilson intervals, per seat) and checks that the
 exported ONNX model plays only legal moves over 50 games. The outcomes against ``random_legal`` and against
 ``rlcore.envs.opponents:perfect_tictactoe`` are the select stage's, on the test episodes, wherever it played them:
 ``outcomes`` when the opponent is ``env.opponent``, else ``outcomes_by_opponent`` when it is one of
@@ -90,10 +90,10 @@ def tested_outcomes(params: Any, metrics: dict[str, Any], opponent: str) -> tupl
     return None
 
 
-def keep_reports(root: Path, target: Path) -> None:
-    """A copy of project ``root``'s ``reports/`` and of its runs' self-play curves (dvclive's
+def keep_reports(root: Path, name: str, target: Path) -> None:
+    """A copy of project ``root``'s ``reports/<name>/`` and of its runs' self-play curves (dvclive's
     ``train/self_play_*.tsv``) in ``target``."""
-    shutil.copytree(root / "reports", target, dirs_exist_ok=True)
+    shutil.copytree(root / "reports" / name, target, dirs_exist_ok=True)
     for curve in sorted(root.glob("runs/**/dvclive/plots/metrics/train/self_play_*.tsv")):
         shutil.copy(curve, target / curve.name)
 
@@ -108,11 +108,12 @@ def seed_row(seed: int, perfect_games: int, preset: Path = PRESET, reports: Path
         evaluate_stage(params, root)
         select_stage(params, root)
         export_stage(params, root)
-        metrics = read_json(root / "reports" / "metrics.json")
+        metrics = read_json(root / "reports" / params.name / "metrics.json")
         if reports is not None:
-            keep_reports(root, reports / f"seed-{seed}")
-        legal = onnx_plays_legal_moves(root / "export" / "policy.onnx", params.env.id, str(params.env.opponent), 50)
-        policy = policy_from_checkpoint(load_checkpoint(root / "models" / "best" / "policy.pt"))
+            keep_reports(root, params.name, reports / f"seed-{seed}")
+        onnx = root / "export" / params.name / "policy.onnx"
+        legal = onnx_plays_legal_moves(onnx, params.env.id, str(params.env.opponent), 50)
+        policy = policy_from_checkpoint(load_checkpoint(root / "models" / params.name / "policy.pt"))
     outcomes, sources = {}, {}
     for name, opponent in (("against_random", RANDOM), ("against_perfect", PERFECT)):
         tested = tested_outcomes(params, metrics, opponent)

@@ -5,7 +5,7 @@ select; offline.yaml's collect -> BC -> evaluate -> select, with that seed), the
 params and seed, each stopped at the first periodic evaluation >= 475 (10 episodes every 4,096 env steps):
 
 - ``scratch``: from scratch;
-- ``warm_start``: ``train.init_from: models/offline/best/policy.pt``;
+- ``warm_start``: ``train.init_from: models/bc-cartpole/policy.pt``;
 - ``bc_loss``: from scratch with ``algo.behavioral_cloning: {dataset: data/dataset.parquet, strength: 0.5,
   steps: 50000}`` (the auxiliary loss, no warm start);
 - ``warm_start_bc_loss``: both (configs/ppo-from-bc-cartpole.yaml, as ML-Agents pairs ``init_path`` with
@@ -58,11 +58,11 @@ def upstream(root: Path, seed: int) -> dict[str, Any]:
     return {
         "expert_env_steps": expert["env_steps"],
         "expert_seconds": expert["wall_seconds"],
-        "expert_test_return": read_json(root / "reports" / "metrics.json")["mean_return"],
+        "expert_test_return": read_json(root / "reports" / online.name / "metrics.json")["mean_return"],
         "dataset_transitions": offline.collect.steps,
         "bc_gradient_steps": bc["gradient_steps"],
         "bc_seconds": bc["wall_seconds"],
-        "bc_test_return": read_json(root / "reports" / "offline" / "metrics.json")["mean_return"],
+        "bc_test_return": read_json(root / "reports" / offline.name / "metrics.json")["mean_return"],
     }
 
 

@@ -29,7 +29,7 @@ def evaluate_checkpoint_task(
 def evaluate_checkpoints(
     params_path: str = "params.yaml", overrides: list[str] | None = None, root: str = "."
 ) -> dict[str, str]:
-    """Evaluate every checkpoint of the run, a task run each, and write ``reports/evaluations.json``."""
+    """Evaluate every checkpoint of the run, a task run each, and write ``reports/<name>/evaluations.json``."""
     overrides = list(overrides or [])
     root = str(use_project_folder(root))  # the user's modules (an env of their own) import from it
     params = load_params(params_path, overrides)

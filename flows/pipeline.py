@@ -40,8 +40,8 @@ def cache_options(root: str) -> dict[str, Any]:
 @task(name="train", cache_policy=StageInputs(stage="train"), **CACHED)
 def train_task(params_path: str, overrides: list[str], root: str) -> dict[str, Any]:
     params = _params(params_path, overrides)
-    run_dir = train_stage(params, Path(root))
-    layouts = list(seed_layouts(params, Path(root)).values()) or [Layout(Path(root), params.name, params.branch)]
+    run_dir = train_stage(params, Path(root), replace=True)  # a pipeline makes the run match its params
+    layouts = list(seed_layouts(params, Path(root)).values()) or [Layout(Path(root), params.name)]
     summaries = [layout.train_summary for layout in layouts]  # train.seeds: each seed's run
     checkpoints = [path for layout in layouts for _, path in list_checkpoints(layout.checkpoints)]
     return {
@@ -61,7 +61,7 @@ def evaluate_task(params_path: str, overrides: list[str], root: str, upstream: d
 def select_task(params_path: str, overrides: list[str], root: str, upstream: dict[str, Any]) -> dict[str, Any]:
     params = _params(params_path, overrides)
     best = select_stage(params, Path(root))
-    layout = Layout(Path(root), params.name, params.branch)
+    layout = Layout(Path(root), params.name)
     written = [path for path in sorted(layout.best.iterdir()) if path.is_file()]
     written += [path for path in (layout.metrics, layout.report) if path.is_file()]
     return {
@@ -99,14 +99,14 @@ def training_pipeline(
     after_evaluate = {"train": trained, "evaluate": evaluated}
     selected = select_task.with_options(**options)(params_path, overrides, root, after_evaluate)
     exported = export_task.with_options(**options)(params_path, overrides, root, {"train": trained, "select": selected})
-    publish_artifacts(Path(root), params.name, params.branch)
+    publish_artifacts(Path(root), params.name)
     get_run_logger().info("exported model card: %s", exported["model_card"])
     return {"train": trained, "evaluate": evaluated, "select": selected, "export": exported}
 
 
-def publish_artifacts(root: Path, name: str, branch: str = "") -> None:
+def publish_artifacts(root: Path, name: str) -> None:
     """A markdown summary and a table of evaluation results, visible in the Prefect UI."""
-    layout = Layout(root, name, branch)
+    layout = Layout(root, name)
     selection = read_json(layout.selection)
     card = read_json(layout.export / "model_card.json")
     test, validation = selection["test"], selection["validation"]

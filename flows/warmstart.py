@@ -2,8 +2,8 @@
 
     training_pipeline(params.yaml)        the from-scratch run: its selected model is what `collect` rolls out,
                                           and its learning curve the warm-started run's baseline
-    retrain_offline(offline.yaml)         collect -> BC -> evaluate -> select-best -> export (models/offline/best)
-    training_pipeline(the preset)         PPO with train.init_from: models/offline/best/policy.pt
+    retrain_offline(offline.yaml)         collect -> BC -> evaluate -> select-best -> export (models/bc-cartpole)
+    training_pipeline(the preset)         PPO with train.init_from: models/bc-cartpole/policy.pt
                                           -> evaluate -> select-best (report beside select.baseline_run) -> export
 
 The same stages as ``dvc repro pipelines/warmstart/dvc.yaml``; each part is the subflow the project already has.

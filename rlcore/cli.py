@@ -105,7 +105,7 @@ def load(args: argparse.Namespace) -> Any:
 def _train(args: argparse.Namespace) -> Any:
     from rlcore.stages import train_stage
 
-    return train_stage(load(args), Path.cwd(), resume_from=args.resume_from)
+    return train_stage(load(args), Path.cwd(), resume_from=args.resume_from, replace=args.replace)
 
 
 def _evaluate(args: argparse.Namespace) -> Any:
@@ -147,17 +147,22 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> CommandParser:
         ("train", "train into runs/<name>/ (resumes an interrupted run)", "docs/running.md, docs/faults.md", _train),
         (
             "evaluate",
-            "evaluate every checkpoint of the run -> reports/evaluations.json",
+            "evaluate every checkpoint of the run -> reports/<name>/evaluations.json",
             "docs/evaluation.md",
             _evaluate,
         ),
         (
             "select",
-            "select the best checkpoint -> models/best/, reports/metrics.json, reports/report.md",
+            "select the best checkpoint -> models/<name>/, reports/<name>/metrics.json, reports/<name>/report.md",
             "docs/evaluation.md",
             _select,
         ),
-        ("export", "export models/best/ -> export/policy.onnx, policy.pt2, model_card.json", "docs/export.md", _export),
+        (
+            "export",
+            "export models/<name>/ -> export/<name>/policy.onnx, policy.pt2, model_card.json",
+            "docs/export.md",
+            _export,
+        ),
         ("collect", "roll out collect.policy -> a Parquet dataset at collect.output", "docs/data.md", _collect),
     ]
     for name, help_text, page, runner in stages:
@@ -172,6 +177,12 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> CommandParser:
                 metavar="CHECKPOINT",
                 help="resume from this checkpoint instead of the run's latest",
             )
+            sub.add_argument(
+                "--replace",
+                action="store_true",
+                help="replace a finished run of the same name trained with other params (by default refused: give "
+                "the new run another name to keep both); dvc.yaml's train stages pass it, DVC's cache keeps the old",
+            )
     help_text = "convert a Minari dataset (a local dataset id, or its folder) to rlcore's Parquet schema"
     minari = add_command(commands, "import-minari", help_text, "docs/data.md")
     minari.add_argument(
@@ -180,6 +191,15 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> CommandParser:
     minari.add_argument("--output", type=Path, default=Path("data/dataset.parquet"), help="the Parquet file to write")
     minari.add_argument("--row-group-size", type=int, default=65_536, help="transitions per Parquet row group")
     minari.set_defaults(run=_import_minari)
+    help_text = "create a working project in DIR: params.yaml, dvc.yaml, .gitignore, git init and dvc init"
+    init = add_command(commands, "init", help_text, "docs/getting-started.md")
+    init.add_argument("folder", nargs="?", type=Path, default=Path("."), metavar="DIR", help="default: here")
+    init.add_argument("--force", action="store_true", help="overwrite a params.yaml and dvc.yaml already there")
+    init.set_defaults(run=_init)
+    help_text = "write dvc.yaml from the project's params files (after adding or removing params keys)"
+    pipeline = add_command(commands, "dvc-yaml", help_text, "docs/getting-started.md")
+    pipeline.add_argument("--check", action="store_true", help="write nothing; exit 2 when dvc.yaml differs")
+    pipeline.set_defaults(run=_dvc_yaml)
     help_text = "write the JSON Schema of params files, for editors that complete and check them"
     schema = add_command(commands, "params-schema", help_text, "docs/schema.md")
     schema.add_argument("--output", type=Path, default=None, metavar="FILE", help="write here (default: stdout)")
@@ -187,6 +207,29 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> CommandParser:
     if extend is not None:
         extend(commands)
     return parser
+
+
+def _init(args: argparse.Namespace) -> Any:
+    from rlcore.project.init import init_project
+
+    done = init_project(args.folder, force=args.force)
+    print(f"initialized an rlcore project in {args.folder}: {', '.join(done)}", file=sys.stderr)
+    print("next: git add -A && git commit -m 'rlcore project' && dvc repro", file=sys.stderr)
+    return done
+
+
+def _dvc_yaml(args: argparse.Namespace) -> Any:
+    from rlcore.common.files import write_text
+    from rlcore.project.pipeline_file import pipeline_yaml
+
+    text = pipeline_yaml(Path.cwd())
+    target = Path("dvc.yaml")
+    if args.check:
+        if not target.is_file() or target.read_text() != text:
+            raise RLCoreError("dvc.yaml: not what the params files give; run `rlcore dvc-yaml` to rewrite it")
+        return text
+    write_text(target, text)
+    return text
 
 
 def _import_minari(args: argparse.Namespace) -> Any:

@@ -18,7 +18,8 @@ from pydantic import Field, ValidationError, create_model
 from rlcore.common.errors import ConfigError, did_you_mean
 from rlcore.common.files import check_target, shown_path, write_text
 from rlcore.common.validation_errors import describe_validation_error, short_repr
-from rlcore.config.reading import apply_overrides, read_yaml_mapping
+from rlcore.config.inheritance import BASE_KEY, read_params_tree
+from rlcore.config.reading import apply_overrides
 from rlcore.config.sections import SECTIONS, Params
 from rlcore.registry import algo_config_class, algorithm_class, registered_algorithms, trains_groups
 
@@ -43,7 +44,7 @@ def params_model(algo_name: str) -> type[Params]:
 def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = None) -> Params:
     """Load, override and validate the params tree. Raises :class:`ConfigError` on any problem."""
     path = Path(path)
-    tree = apply_overrides(read_yaml_mapping(path), overrides or [])
+    tree = apply_overrides(read_params_tree(path), overrides or [])
     return validate_params(tree, source=str(path))
 
 
@@ -166,13 +167,17 @@ def params_schema() -> dict[str, Any]:
     model = create_model("Params", __base__=Params, **fields)
     schema = model.model_json_schema(mode="validation")
     definitions = schema["$defs"]
-    schema["required"] = list(REQUIRED)
-    for section, (key, _) in REQUIRED.items():
-        reference = schema["properties"][section]
-        options = reference.get("anyOf", [reference])
-        for option in options:
-            definition = definitions[option["$ref"].rsplit("/", 1)[-1]]
-            definition["required"] = sorted({*definition.get("required", []), key})
+    # A file with a base (``base: params.yaml``) may leave both sections out, or give env without its id: the base
+    # has them. An algo section always names its algorithm (the schema picks the algorithm's keys by it).
+    schema.pop("required", None)
+    schema["if"] = {"required": [BASE_KEY], "properties": {BASE_KEY: {"type": "string"}}}
+    schema["else"] = {
+        "required": list(REQUIRED),
+        "properties": {section: {"required": [key]} for section, (key, _) in REQUIRED.items()},
+    }
+    for option in schema["properties"]["algo"].get("anyOf", []):
+        definition = definitions[option["$ref"].rsplit("/", 1)[-1]]
+        definition["required"] = sorted({*definition.get("required", []), REQUIRED["algo"][0]})
     algo = schema["properties"]["algo"]
     algo["oneOf"] = algo.pop("anyOf")
     algo["discriminator"] = {

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,6 +69,34 @@ def rlcore(
     if check and result.returncode != 0:
         raise AssertionError(f"rlcore {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def preset_text(preset: str) -> str:
+    """The text of the project's params file ``preset`` to copy elsewhere: as it is, or for a file inheriting from
+    another (``base``: offline.yaml) the merged keys, whole (a copy alone in a folder has no base beside it)."""
+    import yaml
+
+    from rlcore.config.inheritance import BASE_KEY, read_params_tree
+
+    text = (PROJECT / preset).read_text()
+    if BASE_KEY not in (yaml.safe_load(text) or {}):
+        return text
+    tree = read_params_tree(PROJECT / preset)
+    tree.pop(BASE_KEY)
+    return yaml.safe_dump(tree, sort_keys=False)
+
+
+def outputs(root: Path, name: str | None = None) -> Any:
+    """Where the stages wrote run ``name``'s outputs in project ``root`` (``rlcore.common.stage_paths.Layout``); name
+    None: the project's one run (the one folder in ``runs/``)."""
+    from rlcore.common.stage_paths import Layout
+
+    if name is None:
+        folder = root / "runs"
+        runs = sorted(path.name for path in folder.iterdir() if path.is_dir()) if folder.is_dir() else []
+        assert len(runs) == 1, f"{root}/runs: expected one run, found {runs}: name it"
+        name = runs[0]
+    return Layout(root, name)
 
 
 @pytest.fixture

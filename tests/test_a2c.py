@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import PROJECT
+from conftest import PROJECT, outputs
 from gymnasium import spaces
 
 from rlcore.algos.a2c import A2C, A2CConfig
@@ -32,7 +32,7 @@ def test_a2c_preset_reaches_475_on_cartpole_within_100k_steps_seed_0(tmp_path: P
     train_stage(params, tmp_path)
     evaluate_stage(params, tmp_path)
     select_stage(params, tmp_path)
-    metrics = read_json(tmp_path / "reports" / "metrics.json")
+    metrics = read_json(outputs(tmp_path).metrics)
     assert metrics["episodes"] == 100
     assert metrics["env_steps"] <= 100_000
     assert metrics["mean_return"] >= 475, metrics

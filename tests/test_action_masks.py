@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime
 import pytest
 import torch
-from conftest import PROJECT
+from conftest import PROJECT, outputs
 from gymnasium import spaces
 
 from rlcore.algos.bc import BC, BCConfig
@@ -321,6 +321,6 @@ def test_ppo_with_masks_learns_taxi_within_300k_steps_seed_0(tmp_path: Path) -> 
     train_stage(params, tmp_path)
     evaluate_stage(params, tmp_path)
     select_stage(params, tmp_path)
-    metrics = read_json(tmp_path / "reports" / "metrics.json")
+    metrics = read_json(outputs(tmp_path).metrics)
     assert metrics["episodes"] == 100 and metrics["env_steps"] <= 300_000 + params.env.num_envs * params.algo.n_steps
     assert metrics["mean_return"] >= 5.0, metrics

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import outputs
 
 from rlcore.common.errors import RLCoreError
 from rlcore.stages.baseline import RunScores, baseline_inputs, improvement, improvement_words, read_baseline
@@ -19,9 +20,9 @@ from tests.conftest import PROJECT
 CURVE = ("dvclive", "plots", "metrics", "eval", "mean_return.tsv")
 
 
-def write_run(root: Path, name: str, scores: dict[int, Any] | float, branch: str = "base") -> Path:
+def write_run(root: Path, name: str, scores: dict[int, Any] | float) -> Path:
     """A trained and selected run without its checkpoints: ``runs/<name>/`` (one run, or ``seed_<k>/`` per seed of
-    ``scores``) with its learning curves, and ``reports/<branch>/metrics.json`` with its test scores."""
+    ``scores``) with its learning curves, and ``reports/<name>/metrics.json`` with its test scores."""
     if isinstance(scores, dict):
         for seed in scores:
             _curve(root / "runs" / name / f"seed_{seed}")
@@ -35,7 +36,7 @@ def write_run(root: Path, name: str, scores: dict[int, Any] | float, branch: str
     else:
         _curve(root / "runs" / name)
         record = {"mean_return": scores, "checkpoint": f"runs/{name}/checkpoints/step_0000000512.pt"}
-    metrics = root / "reports" / branch / "metrics.json" if branch else root / "reports" / "metrics.json"
+    metrics = outputs(root, name).metrics
     metrics.parent.mkdir(parents=True, exist_ok=True)
     metrics.write_text(json.dumps(record))
     return metrics
@@ -121,7 +122,7 @@ def test_one_seed_against_one_seed_draws_the_curves_alone(tmp_path: Path) -> Non
 
 
 def test_seeds_against_a_one_seed_baseline_count_it_as_one_run(tmp_path: Path) -> None:
-    write_run(tmp_path, "base", 300.0, branch="")
+    write_run(tmp_path, "base", 300.0)
     baseline = read_baseline(tmp_path, "base", needs_scores=True)
     assert baseline.scores == {0: 300.0} and not baseline.several
     run = this_run({0: 500.0, 1: 200.0, 2: 300.0})
@@ -134,7 +135,7 @@ def test_seeds_against_a_one_seed_baseline_count_it_as_one_run(tmp_path: Path) -
 
 
 def test_one_seed_against_a_baseline_with_seeds_counts_this_run_as_one(tmp_path: Path) -> None:
-    write_run(tmp_path, "base", {3: 100.0, 5: 300.0}, branch="")
+    write_run(tmp_path, "base", {3: 100.0, 5: 300.0})
     baseline = read_baseline(tmp_path, "base", needs_scores=False)  # a baseline with seeds is always scored
     assert baseline.several and baseline.label == "base (seed 3)"
     assert baseline.curve == tmp_path.joinpath("runs", "base", "seed_3", *CURVE)
@@ -147,7 +148,7 @@ def test_one_seed_against_a_baseline_with_seeds_counts_this_run_as_one(tmp_path:
 
 def test_the_flow_cache_key_reads_the_baseline_s_curves_and_scores(tmp_path: Path) -> None:
     metrics = write_run(tmp_path, "base", {0: 1.0, 1: 2.0})
-    write_run(tmp_path, "other", 5.0, branch="")  # another run's scores: not an input
+    write_run(tmp_path, "other", 5.0)  # another run's scores: not an input
     assert baseline_inputs(tmp_path, "base") == [
         tmp_path.joinpath("runs", "base", "seed_0", *CURVE),
         tmp_path.joinpath("runs", "base", "seed_1", *CURVE),
@@ -159,7 +160,7 @@ def test_the_flow_cache_key_reads_the_baseline_s_curves_and_scores(tmp_path: Pat
 
 
 def _metrics(root: Path) -> Path:
-    return root / "reports" / "base" / "metrics.json"
+    return outputs(root, "base").metrics
 
 
 def _edit(root: Path, change: Any) -> None:
@@ -177,10 +178,13 @@ def _set_test_score(value: Any) -> Any:
 
 
 BAD_BASELINES: dict[str, tuple[Any, tuple[str, ...]]] = {
-    "not selected": (lambda root: _metrics(root).unlink(), ("no metrics.json under", "runs/base/", "rlcore select")),
+    "not selected": (
+        lambda root: _metrics(root).unlink(),
+        ("reports/base/metrics.json does not score", "runs/base/", "rlcore select"),
+    ),
     "metrics.json not JSON": (
         lambda root: _metrics(root).write_text("{not json"),
-        ("no metrics.json under", "runs/base/"),
+        ("reports/base/metrics.json does not score", "runs/base/"),
     ),
     "a seed missing from the scores": (
         lambda root: _edit(root, lambda record: record["per_seed"].pop("1")),
@@ -210,9 +214,9 @@ BAD_BASELINES: dict[str, tuple[Any, tuple[str, ...]]] = {
         lambda root: _edit(root, lambda record: record["per_seed"].__setitem__("one", {})),
         ("reports/base/metrics.json", "per_seed", "seeds as keys", '"one"'),
     ),
-    "scored in two branches": (
-        lambda root: write_run(root, "base", {0: 1.0, 1: 2.0}, branch="again"),
-        ("reports/again/metrics.json and reports/base/metrics.json", "both score runs/base/"),
+    "scores another run": (
+        lambda root: _edit(root, lambda record: record.update(checkpoint="runs/other/checkpoints/step_0000000512.pt")),
+        ("reports/base/metrics.json does not score a checkpoint of runs/base/", "rlcore select"),
     ),
     "not trained": (
         lambda root: __import__("shutil").rmtree(root / "runs" / "base"),
@@ -235,12 +239,14 @@ def test_a_bad_baseline_with_seeds_is_refused_in_one_line(label: str, tmp_path: 
 
 
 def test_a_one_seed_baseline_with_a_bad_score_is_refused_when_this_run_has_seeds(tmp_path: Path) -> None:
-    write_run(tmp_path, "base", math.inf, branch="")
+    write_run(tmp_path, "base", math.inf)
     read_baseline(tmp_path, "base", needs_scores=False)  # one seed against one: the score is not read
-    with pytest.raises(RLCoreError, match=r"reports/metrics.json: mean_return: expected a finite number, got Infinity"):
+    infinite = r"reports/base/metrics.json: mean_return: expected a finite number, got Infinity"
+    with pytest.raises(RLCoreError, match=infinite):
         read_baseline(tmp_path, "base", needs_scores=True)
-    _edit_file(tmp_path / "reports" / "metrics.json", lambda record: record.update(mean_return=1.0, per_seed={}))
-    with pytest.raises(RLCoreError, match=r"reports/metrics.json: scores seeds of runs/base/, which holds one run"):
+    _edit_file(outputs(tmp_path, "base").metrics, lambda record: record.update(mean_return=1.0, per_seed={}))
+    one_run = r"reports/base/metrics.json: scores seeds of runs/base/, which holds one run"
+    with pytest.raises(RLCoreError, match=one_run):
         read_baseline(tmp_path, "base", needs_scores=True)
 
 

@@ -50,6 +50,20 @@ def test_kill_during_checkpoint_write_leaves_every_listed_checkpoint_loadable(tm
     assert all(name.startswith(".") and name.endswith(".tmp") for name in leftovers), leftovers
 
 
+def test_the_same_checkpoint_saved_by_two_processes_has_the_same_bytes(tmp_path: Path, monkeypatch):
+    """Selecting the same checkpoint again writes a byte-identical ``policy.pt`` (issue 38: torch.save named the zip's
+    records after the temporary file, whose name holds the PID, so DVC saw a new model and re-ran collect)."""
+    import rlcore.common.files
+
+    tensors = {"policy": {"w": torch.arange(6.0).reshape(2, 3), "b": torch.zeros(2)}}
+    meta = {"params": {"name": "quick"}, "evaluation": {"mean_return": 9.5}}
+    paths = [tmp_path / "first" / "policy.pt", tmp_path / "second" / "policy.pt"]
+    for pid, path in zip((1111, 2222), paths, strict=True):  # as two `rlcore select` processes would
+        monkeypatch.setattr(rlcore.common.files.os, "getpid", lambda pid=pid: pid)
+        save_checkpoint(path, "ppo", 4096, "env_steps", meta, tensors)
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+
+
 def test_truncated_checkpoint_is_refused_with_its_file_name(tmp_path: Path):
     path = tmp_path / "step_0000000001.pt"
     save_checkpoint(path, "ppo", 1, "env_steps", {}, {"policy": {"w": torch.ones(1000)}})

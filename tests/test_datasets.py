@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from cli_support import run_in_process
-from conftest import PROJECT, one_line_error, sets
+from conftest import one_line_error, preset_text, sets
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -370,7 +370,7 @@ def test_aborted_writer_without_a_previous_file_leaves_nothing(tmp_path: Path) -
 def valid_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small valid dataset from `rlcore collect` with the random policy (tests copy it, never change it)."""
     root = tmp_path_factory.mktemp("collect")
-    shutil.copy(PROJECT / "offline.yaml", root / "offline.yaml")
+    (root / "offline.yaml").write_text(preset_text("offline.yaml"))
     overrides = ["collect.policy=random", "collect.steps=1500", "collect.num_envs=4"]
     collected = run_in_process(["collect", "--params", "offline.yaml", *sets(overrides)], root, limit=120)
     assert collected.returncode == 0, collected
@@ -381,7 +381,7 @@ def valid_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def offline_project(project: Path) -> Path:
-    shutil.copy(PROJECT / "offline.yaml", project / "offline.yaml")
+    (project / "offline.yaml").write_text(preset_text("offline.yaml"))
     (project / DATASET).parent.mkdir(parents=True, exist_ok=True)
     return project
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_support import run_in_process
-from conftest import QUICK, RLCORE, sets
+from conftest import QUICK, RLCORE, outputs, sets
 from prefect_server import group_alive, pointed_at, prefect_server, stop
 
 from rlcore.common.files import read_json
@@ -76,10 +76,10 @@ def test_served_deployments_run_on_a_real_server_and_publish_artifacts(project: 
             table = next(a for a in artifacts if a.type == "table")
             rows = yaml.safe_load(table.data)  # the table artifact's data is JSON
             assert [row["checkpoint"] for row in rows] == [
-                c["checkpoint"] for c in read_json(project / "reports" / "evaluations.json")["candidates"]
+                c["checkpoint"] for c in read_json(outputs(project).evaluations)["candidates"]
             ]
             assert len(rows) >= 4
-            assert (project / "export" / "model_card.json").is_file()
+            assert (outputs(project).export / "model_card.json").is_file()
 
             flow_run, artifacts = asyncio.run(_run_and_wait("collect/quick", timeout=120))
             assert flow_run.state.is_completed(), (flow_run.state, (tmp_path / "serve.log").read_text()[-3000:])

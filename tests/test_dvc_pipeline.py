@@ -1,13 +1,16 @@
-"""The real DVC pipeline (dvc.yaml) on a small budget, in a temporary git + DVC repository.
+"""The real DVC pipeline (the generated dvc.yaml) on tiny budgets, in a temporary git + DVC repository.
 
-One module-scoped project runs the first ``dvc repro``; the tests then run in file order against it
-(no-op re-run, an eval-only change, metrics, plots, and an experiment with a param override).
+One module-scoped project runs the first ``dvc repro``; the tests then run in file order against it: which stages
+re-run for each kind of change (nothing, an eval key, an algo key, an env key; the last two as ``dvc exp run -S``),
+then the two experiments compared in ``dvc exp show`` (params, the selected model's test score, IQM, interval and
+validation score as numbers), their learning curves in ``dvc plots diff``, and one restored by ``dvc exp apply``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -18,7 +21,10 @@ from typing import Any
 import pytest
 import yaml
 from cli_support import run_in_process
-from conftest import GITIGNORE, PROJECT, tool_env
+from conftest import GITIGNORE, PROJECT, outputs, tool_env
+
+from rlcore.common.versions import rlcore_version
+from rlcore.project.pipeline_file import pipeline_yaml
 
 BIN = Path(sys.executable).parent
 DVC = str(BIN / "dvc")
@@ -28,7 +34,7 @@ OFFLINE_STAGES = ("collect", "train_offline", "evaluate_offline", "select_offlin
 _env = tool_env
 
 
-def run(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run(*args: str, cwd: Path, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=_env())
     if result.returncode != 0:
         raise AssertionError(f"{' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
@@ -48,7 +54,7 @@ def edit_params(root: Path, file: str = "params.yaml", **sections: Any) -> None:
     params = yaml.safe_load(path.read_text())
     for key, value in sections.items():
         if isinstance(value, dict):
-            params[key].update(value)
+            params.setdefault(key, {}).update(value)
         else:
             params[key] = value
     path.write_text(yaml.safe_dump(params, sort_keys=False))
@@ -58,169 +64,186 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+TINY_EVAL = {"episodes": 2, "test_episodes": 5}
+
+
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """A git + DVC copy of the project with the quick budget, after one ``dvc repro``."""
+    """A git + DVC project with both branches on tiny budgets (its dvc.yaml generated from its params files, as
+    ``rlcore dvc-yaml`` writes it), after one ``dvc repro``."""
     root = tmp_path_factory.mktemp("dvc-project")
-    for name in ("params.yaml", "offline.yaml", "dvc.yaml", ".dvcignore", "prefect.toml"):
+    for name in ("params.yaml", "offline.yaml", ".dvcignore", "prefect.toml"):
         shutil.copy(PROJECT / name, root / name)
-    # The stages depend on the `rlcore` directory; the code that runs is the editable install's.
-    shutil.copytree(PROJECT / "rlcore", root / "rlcore", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (root / ".gitignore").write_text(GITIGNORE)
     edit_params(
         root,
         name="quick",
-        train={"max_steps": 4096, "eval_every": 1024, "eval_episodes": 3, "target_return": None},
-        eval={"episodes": 3},
-        export={"parity_observations": 200},
+        train={"max_steps": 2048, "eval_every": 1024, "eval_episodes": 2, "target_return": None},
+        eval=TINY_EVAL,
+        export={"parity_observations": 50},
     )
     edit_params(
         root,
         "offline.yaml",
-        collect={"steps": 2000},
-        train={"max_steps": 400, "eval_every": 200, "eval_episodes": 3},
-        eval={"episodes": 3},
-        export={"parity_observations": 200},
+        collect={"steps": 500, "policy": "models/quick/policy.pt"},
+        train={"max_steps": 100, "eval_every": 50, "eval_episodes": 2},
+        eval=TINY_EVAL,
+        export={"parity_observations": 50},
     )
+    (root / "dvc.yaml").write_text(pipeline_yaml(root))
     git("init", "-q", cwd=root)
-    git("config", "user.email", "tests@rlcore.invalid", cwd=root)
-    git("config", "user.name", "rlcore tests", cwd=root)
     dvc("init", "-q", cwd=root)
     dvc("config", "core.analytics", "false", cwd=root)
     git("add", "-A", cwd=root)
     git("commit", "-q", "-m", "quick project", cwd=root)
     first = dvc("repro", cwd=root)
-    return {"root": root, "first": first}
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", "first repro", cwd=root)
+    return {"root": root, "first": first, "experiments": {}}
+
+
+def ran(result: subprocess.CompletedProcess[str]) -> set[str]:
+    """The stages a ``dvc repro`` or ``dvc exp run`` ran."""
+    return set(re.findall(r"Running stage '([^']+)'", result.stdout))
+
+
+def md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
 
 
 @pytest.mark.slow
 def test_dvc_repro_runs_every_stage_and_writes_the_outputs(repo: dict) -> None:
     root: Path = repo["root"]
-    for stage in STAGES + OFFLINE_STAGES:
-        assert f"Running stage '{stage}'" in repo["first"].stdout
-    assert sorted((root / "runs/quick/checkpoints").glob("*.pt"))
-    assert (root / "reports/evaluations.json").is_file()
+    assert ran(repo["first"]) == set(STAGES + OFFLINE_STAGES)
+    quick = outputs(root, "quick")
+    assert sorted(quick.checkpoints.glob("*.pt"))
+    assert quick.evaluations.is_file()
     # The selected model's TEST score (eval.test_episodes episodes nothing else ran), with its interval, and the
     # validation score that selection used.
-    metrics = read_json(root / "reports/metrics.json")
+    metrics = read_json(quick.metrics)
     test_keys = {"mean_return", "iqm_return", "ci95_low", "ci95_high", "std_return", "median_return", "min_return"}
     test_keys |= {"max_return", "episodes", "truncated", "step", "step_unit", "env_steps", "gradient_steps"}
     assert test_keys | {"checkpoint", "validation"} <= metrics.keys()
-    assert metrics["episodes"] == 100 and metrics["ci95_low"] <= metrics["mean_return"] <= metrics["ci95_high"]
+    assert metrics["episodes"] == 5 and metrics["ci95_low"] <= metrics["mean_return"] <= metrics["ci95_high"]
     validation = metrics["validation"]
     assert {"metric", "value", "episodes", "mean_return", "iqm_return", "ci95_low", "ci95_high"} <= validation.keys()
-    assert validation["episodes"] == 3 and validation["metric"] == "mean_return"
-    report = (root / "reports/report.md").read_text()
-    assert f"**Test score: {metrics['mean_return']:.1f}**" in report
-    assert f"95% CI [{metrics['ci95_low']:.1f}, {metrics['ci95_high']:.1f}]" in report
-    assert (root / "reports/learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (root / "models/best/policy.pt").is_file()
-    assert (root / "models/best/selection.json").is_file()
-    assert (root / "export/policy.onnx").is_file()
-    assert (root / "export/policy.pt2").is_file()
-    card = read_json(root / "export/model_card.json")
-    assert {"env", "algorithm", "params", "evaluation", "validation", "git", "command", "created"} <= card.keys()
+    assert validation["episodes"] == 2 and validation["metric"] == "mean_return"
+    assert read_json(quick.scores) == {
+        "test_mean_return": metrics["mean_return"],
+        "test_iqm_return": metrics["iqm_return"],
+        "test_ci95_low": metrics["ci95_low"],
+        "test_ci95_high": metrics["ci95_high"],
+        "test_episodes": 5,
+        "validation_mean_return": validation["value"],
+        "step": metrics["step"],
+    }
+    assert quick.learning_curve_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert quick.best_policy.is_file() and quick.selection.is_file()
+    assert (quick.export / "policy.onnx").is_file() and (quick.export / "policy.pt2").is_file()
+    card = read_json(quick.export / "model_card.json")
     assert card["evaluation"]["mean_return"] == metrics["mean_return"]
     assert card["validation"]["value"] == validation["value"]
-    assert (root / "dvc.lock").is_file()
+    # The stages do not depend on rlcore's sources; each run says which rlcore made it.
+    assert "rlcore" not in json.dumps(yaml.safe_load((root / "dvc.yaml").read_text())["stages"]["train"].get("deps"))
+    for made_by in (card["versions"]["rlcore"], read_json(quick.train_summary)["rlcore"]):
+        assert made_by["version"] == rlcore_version()["version"] is not None
+        assert re.fullmatch(r"[0-9a-f]{40}", made_by["revision"]), made_by  # this checkout's commit
+    # The offline branch, in its own run's folders: nothing of the main run's is overwritten.
+    offline = outputs(root, "bc-cartpole")
+    assert read_json(offline.metrics)["checkpoint"].startswith("runs/bc-cartpole/")
+    assert (offline.export / "policy.onnx").is_file()
 
 
 @pytest.mark.slow
-def test_second_repro_is_a_noop_within_5_seconds(repo: dict) -> None:
+def test_nothing_changed_nothing_reruns_within_5_seconds(repo: dict) -> None:
     root: Path = repo["root"]
     lock = (root / "dvc.lock").read_bytes()
+    assert "Data and pipelines are up to date" in dvc("status", cwd=root).stdout
     started = time.perf_counter()
     result = dvc("repro", cwd=root)
     elapsed = time.perf_counter() - started
-    for stage in STAGES + OFFLINE_STAGES:
-        assert f"Stage '{stage}' didn't change, skipping" in result.stdout
-    assert "Running stage" not in result.stdout
+    assert ran(result) == set()
     assert elapsed <= 5.0, f"no-op dvc repro took {elapsed:.1f} s"
     assert (root / "dvc.lock").read_bytes() == lock
 
 
 @pytest.mark.slow
-def test_python_bytecode_next_to_the_sources_does_not_invalidate_stages(repo: dict) -> None:
+def test_an_eval_key_reruns_evaluate_select_export_and_nothing_of_train_or_the_offline_branch(repo: dict) -> None:
+    """Issue 38: re-selecting the same checkpoint wrote a policy.pt with a new md5 (torch.save named its records after
+    the temporary file), so collect and the whole offline branch re-ran."""
     root: Path = repo["root"]
-    cache = root / "rlcore" / "__pycache__"
-    cache.mkdir()
-    (cache / "stages.cpython-312.pyc").write_bytes(b"bytecode")
-    try:
-        result = dvc("status", cwd=root)
-    finally:
-        shutil.rmtree(cache)
-    assert "up to date" in result.stdout
-
-
-@pytest.mark.slow
-def test_changing_an_eval_param_reruns_evaluate_but_not_train(repo: dict) -> None:
-    root: Path = repo["root"]
-    checkpoints = sorted((root / "runs/quick/checkpoints").glob("*.pt"))
-    before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in checkpoints}
-    edit_params(root, eval={"episodes": 4})
+    quick = outputs(root, "quick")
+    checkpoints = {path.name: md5(path) for path in quick.checkpoints.glob("*.pt")}
+    selected, selection = md5(quick.best_policy), read_json(quick.selection)["checkpoint"]
+    edit_params(root, eval={**TINY_EVAL, "episodes": 3})
     result = dvc("repro", cwd=root)
-    assert "Running stage 'evaluate'" in result.stdout
-    assert "Running stage 'train'" not in result.stdout
-    assert "Stage 'train' didn't change, skipping" in result.stdout
-    after = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in (root / "runs/quick/checkpoints").glob("*.pt")}
-    assert after == before
-    assert read_json(root / "reports/metrics.json")["validation"]["episodes"] == 4
-    assert read_json(root / "reports/evaluations.json")["episodes"] == 4
-
-
-@pytest.mark.slow
-def test_the_baseline_threshold_is_a_param_of_select(repo: dict) -> None:
-    """select draws ``train.target_return`` on its baseline comparison (issue 27: dvc.yaml did not list it, so a
-    new threshold left the report stale whenever train's re-run changed no checkpoint)."""
-    root: Path = repo["root"]
-    before = (root / "params.yaml").read_text()
-    edit_params(root, train={"target_return": 321})
-    try:
-        result = dvc("status", "select", cwd=root)
-    finally:
-        (root / "params.yaml").write_text(before)
-    assert "select:" in result.stdout, result.stdout  # before the fix: "Data and pipelines are up to date."
-    assert "train.target_return" in result.stdout[result.stdout.index("select:") :], result.stdout
-
-
-@pytest.mark.slow
-def test_dvc_metrics_show_reads_reports_metrics(repo: dict) -> None:
-    root: Path = repo["root"]
-    shown = json.loads(dvc("metrics", "show", "--json", cwd=root).stdout)
-    metrics = shown[""]["data"]["reports/metrics.json"]["data"]
-    assert metrics["mean_return"] == read_json(root / "reports/metrics.json")["mean_return"]
-    # the training curve's last values (dvclive), listed at the top of dvc.yaml: inside train's output, the run folder
-    curve = shown[""]["data"]["runs/quick/dvclive/metrics.json"]["data"]
-    assert curve["step"] == read_json(root / "runs/quick/dvclive/metrics.json")["step"] == 4096
-
-
-@pytest.mark.slow
-def test_dvc_plots_show_json_includes_the_learning_curve(repo: dict) -> None:
-    root: Path = repo["root"]
-    result = dvc("plots", "show", "--json", cwd=root)
-    plots = json.loads(result.stdout)["data"]
-    curve = "runs/quick/dvclive/plots/metrics/eval/mean_return.tsv"
-    assert curve in plots
-    assert "mean_return" in json.dumps(plots[curve])
-    assert "reports/learning_curve.png" in plots
-
-
-@pytest.mark.slow
-def test_dvc_exp_run_with_a_param_override_records_an_experiment(repo: dict) -> None:
-    root: Path = repo["root"]
+    assert ran(result) == {"evaluate", "select", "export"}, result.stdout
+    assert {path.name: md5(path) for path in quick.checkpoints.glob("*.pt")} == checkpoints
+    assert read_json(quick.evaluations)["episodes"] == 3
+    if read_json(quick.selection)["checkpoint"] == selection:  # the same checkpoint selected: the same bytes
+        assert md5(quick.best_policy) == selected
     git("add", "-A", cwd=root)
-    git("commit", "-q", "-m", "repro", cwd=root)
-    assert git("status", "--porcelain", cwd=root).stdout == ""
-    dvc("exp", "run", "--temp", "-S", "algo.lr=0.002", cwd=root)
-    # --temp runs in a temporary copy: the workspace keeps its params and lock file.
-    assert git("status", "--porcelain", cwd=root).stdout == ""
-    assert yaml.safe_load((root / "params.yaml").read_text())["algo"]["lr"] == 0.001
+    git("commit", "-q", "-m", "eval.episodes 3", cwd=root)
+
+
+@pytest.mark.slow
+def test_an_algo_key_reruns_train_and_everything_downstream_of_its_model(repo: dict) -> None:
+    """``dvc exp run -S algo.lr=...``: a new model, so the online branch, collect (it rolls the model out) and the
+    offline branch trained on the new dataset."""
+    root: Path = repo["root"]
+    result = dvc("exp", "run", "-n", "lr-high", "-S", "algo.lr=0.003", cwd=root)
+    assert ran(result) == set(STAGES + OFFLINE_STAGES), result.stdout
+    repo["experiments"]["lr-high"] = read_json(outputs(root, "quick").scores)
+
+
+@pytest.mark.slow
+def test_an_env_key_reruns_train_and_everything_downstream_of_its_model(repo: dict) -> None:
+    root: Path = repo["root"]
+    result = dvc("exp", "run", "-n", "few-envs", "-S", "algo.lr=0.001", "-S", "env.num_envs=8", cwd=root)
+    assert ran(result) == set(STAGES + OFFLINE_STAGES), result.stdout
+    repo["experiments"]["few-envs"] = read_json(outputs(root, "quick").scores)
+
+
+@pytest.mark.slow
+def test_dvc_exp_show_compares_the_experiments_on_their_test_scores(repo: dict) -> None:
+    """Both experiments with their params and the selected model's test score, IQM, interval and validation score,
+    as numbers (issue 38: reports/metrics.json was git-ignored and not cached, so no experiment held it)."""
+    root: Path = repo["root"]
     shown = json.loads(dvc("exp", "show", "--json", cwd=root).stdout)
-    experiments = [exp for commit in shown for group in commit.get("experiments") or [] for exp in group["revs"]]
-    lrs = [exp["data"]["params"]["params.yaml"]["data"]["algo"]["lr"] for exp in experiments]
-    assert 0.002 in lrs
-    recorded = next(exp for exp in experiments if exp["data"]["params"]["params.yaml"]["data"]["algo"]["lr"] == 0.002)
-    assert "reports/metrics.json" in recorded["data"]["metrics"]
+    experiments = {
+        exp["name"]: exp["data"]
+        for commit in shown
+        for group in commit.get("experiments") or []
+        for exp in group["revs"]
+    }
+    assert set(repo["experiments"]) <= experiments.keys(), list(experiments)
+    for name, scores in repo["experiments"].items():
+        data = experiments[name]
+        shown_scores = data["metrics"]["reports/quick/scores.json"]["data"]
+        assert shown_scores == scores
+        for key in ("test_mean_return", "test_iqm_return", "test_ci95_low", "test_ci95_high", "validation_mean_return"):
+            assert isinstance(shown_scores[key], float | int) and not isinstance(shown_scores[key], bool), key
+    params = {name: experiments[name]["params"]["params.yaml"]["data"] for name in repo["experiments"]}
+    assert params["lr-high"]["algo"]["lr"] == 0.003 and params["lr-high"]["env"]["num_envs"] == 16
+    assert params["few-envs"]["algo"]["lr"] == 0.001 and params["few-envs"]["env"]["num_envs"] == 8
+
+
+@pytest.mark.slow
+def test_dvc_plots_diff_draws_both_experiments_learning_curves(repo: dict) -> None:
+    root: Path = repo["root"]
+    result = dvc("plots", "diff", "lr-high", "few-envs", "--json", cwd=root)
+    curve = json.loads(result.stdout)["data"]["runs/quick/dvclive/plots/metrics/eval/mean_return.tsv"]
+    revisions = {point["rev"] for entry in curve for point in entry["content"]["data"]["values"]}
+    assert revisions == {"lr-high", "few-envs"}, revisions
+
+
+@pytest.mark.slow
+def test_dvc_exp_apply_restores_an_experiment_s_model_and_scores(repo: dict) -> None:
+    root: Path = repo["root"]
+    dvc("exp", "apply", "lr-high", cwd=root)
+    assert read_json(outputs(root, "quick").scores) == repo["experiments"]["lr-high"]
+    assert yaml.safe_load((root / "params.yaml").read_text())["algo"]["lr"] == 0.003
+    assert "Data and pipelines are up to date" in dvc("status", cwd=root).stdout
 
 
 @pytest.mark.slow

@@ -23,7 +23,6 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
     for name in ("offline.yaml", "dvc.yaml", ".dvcignore"):
         shutil.copy(PROJECT / name, root / name)
     shutil.copy(PROJECT / PRESET, root / "params.yaml")  # as the preset says: cp it to params.yaml, dvc repro
-    shutil.copytree(PROJECT / "rlcore", root / "rlcore", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (root / ".gitignore").write_text(GITIGNORE)
     edit_params(
         root,
@@ -50,11 +49,12 @@ def test_dvc_repro_trains_every_seed_in_one_stage_and_shows_the_aggregate(repo: 
         assert (run / f"seed_{seed}" / "train_summary.json").is_file()
     assert not (run / "checkpoints").exists()
     shown = json.loads(dvc("metrics", "show", "--json", cwd=root).stdout)
-    metrics = shown[""]["data"]["reports/metrics.json"]["data"]
-    assert metrics["aggregate"]["num_runs"] == 2 and "iqm_ci95_low" in metrics["aggregate"], metrics
-    assert metrics["mean_return"] == read_json(root / "reports" / "metrics.json")["mean_return"]
+    scores = shown[""]["data"]["reports/ppo-cartpole-seeds/scores.json"]["data"]
+    assert scores["seeds"] == 2 and scores["seeds_iqm_ci95_low"] <= scores["seeds_iqm"], scores
+    metrics = read_json(root / "reports" / "ppo-cartpole-seeds" / "metrics.json")
+    assert scores["test_mean_return"] == metrics["mean_return"]
     assert set(metrics["per_seed"]) == {"0", "1"}
-    assert (root / "export" / "model_card.json").is_file()
+    assert (root / "export" / "ppo-cartpole-seeds" / "model_card.json").is_file()
     assert "Data and pipelines are up to date" in dvc("repro", "export", cwd=root).stdout
 
 

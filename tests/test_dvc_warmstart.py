@@ -18,6 +18,7 @@ from test_dvc_pipeline import dvc, edit_params, git, read_json
 
 from rlcore.common.files import sha256_file
 from rlcore.params import load_params
+from rlcore.project.pipeline_file import pipeline_yaml
 from rlcore.stages import collect_stage, evaluate_stage, select_stage, train_stage
 
 PRESET = "configs/ppo-from-bc-cartpole.yaml"
@@ -29,18 +30,17 @@ QUICK_EVAL = {"episodes": 3, "test_episodes": 10}
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("dvc-warmstart")
-    for name in ("params.yaml", "offline.yaml", "dvc.yaml", ".dvcignore", "prefect.toml", PRESET):
+    for name in ("params.yaml", "offline.yaml", ".dvcignore", "prefect.toml", PRESET):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(PROJECT / name, root / name)
     shutil.copytree(PROJECT / "pipelines", root / "pipelines", ignore=shutil.ignore_patterns("dvc.lock"))
-    shutil.copytree(PROJECT / "rlcore", root / "rlcore", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (root / ".gitignore").write_text(GITIGNORE)
     quick_train = {"eval_every": 1024, "eval_episodes": 3, "target_return": None}
     edit_params(root, name="quick", train={"max_steps": 2048, **quick_train}, eval=QUICK_EVAL)
     edit_params(
         root,
         "offline.yaml",
-        collect={"steps": 1000, "num_envs": 4},
+        collect={"steps": 1000, "num_envs": 4, "policy": "models/quick/policy.pt"},
         train={"max_steps": 100, "eval_every": 100, "eval_episodes": 3},
         eval=QUICK_EVAL,
         export={"parity_observations": 200},
@@ -53,6 +53,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
         select={"baseline_run": "quick"},
         export={"parity_observations": 200},
     )
+    (root / "dvc.yaml").write_text(pipeline_yaml(root))
     git("init", "-q", cwd=root)
     dvc("init", "-q", cwd=root)
     dvc("config", "core.analytics", "false", cwd=root)
@@ -80,18 +81,18 @@ def test_warmstart_dag_trains_bc_then_ppo_from_the_bc_model(repo: dict) -> None:
     dag = dvc("dag", "--dot", "pipelines/warmstart/dvc.yaml", cwd=root).stdout
     for upstream in ("select_offline", "collect"):  # the BC model (init_from) and its dataset (the BC loss)
         assert f'"{upstream}" -> "pipelines/warmstart/dvc.yaml:train_warmstart"' in dag, dag
-    source = root / "models/offline/best/policy.pt"
+    source = root / "models/bc-cartpole/policy.pt"
     summary = read_json(root / "runs/ppo-from-bc-cartpole/train_summary.json")
-    assert summary["initialized_from"]["path"] == "models/offline/best/policy.pt"
+    assert summary["initialized_from"]["path"] == "models/bc-cartpole/policy.pt"
     assert summary["initialized_from"]["sha256"] == sha256_file(source)
     assert summary["initialized_from"]["algo"] == "bc"
-    card = read_json(root / "export/warmstart/model_card.json")
+    card = read_json(root / "export/ppo-from-bc-cartpole/model_card.json")
     assert card["training"]["initialized_from"]["sha256"] == sha256_file(source)
-    assert (root / "export/warmstart/policy.onnx").is_file()
-    assert (root / "reports/warmstart/baseline_comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    report = (root / "reports/warmstart/report.md").read_text()
+    assert (root / "export/ppo-from-bc-cartpole/policy.onnx").is_file()
+    assert (root / "reports/ppo-from-bc-cartpole/baseline_comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = (root / "reports/ppo-from-bc-cartpole/report.md").read_text()
     assert "![learning curves beside the baseline](baseline_comparison.png)" in report
-    assert "Initialized from `models/offline/best/policy.pt`" in report
+    assert "Initialized from `models/bc-cartpole/policy.pt`" in report
     # its training curves, listed at the top of its dvc.yaml (relative to that file, inside train's run folder)
     shown = json.loads(dvc("metrics", "show", "--json", cwd=root).stdout)[""]["data"]
     assert shown["runs/ppo-from-bc-cartpole/dvclive/metrics.json"]["data"]["step"] == summary["env_steps"]

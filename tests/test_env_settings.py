@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import PROJECT, QUICK
+from conftest import PROJECT, QUICK, outputs
 
 from rlcore.common.files import read_json
 from rlcore.envs.config import EnvConfig
@@ -241,24 +241,24 @@ def test_eval_settings_produce_the_settings_block(tmp_path: Path):
     train_stage(params, tmp_path)
     evaluate_stage(params, tmp_path)
     select_stage(params, tmp_path)
-    evaluations = read_json(tmp_path / "reports" / "evaluations.json")
+    evaluations = read_json(outputs(tmp_path).evaluations)
     assert [s["name"] for s in evaluations["settings"]] == ["long-pole", "heavy-cart"]
     for candidate in evaluations["candidates"]:
         assert set(candidate["settings"]) == {"long-pole", "heavy-cart"}
         assert candidate["settings"]["heavy-cart"]["episodes"] == 3
-    metrics = read_json(tmp_path / "reports" / "metrics.json")
+    metrics = read_json(outputs(tmp_path).metrics)
     assert set(metrics["settings"]) == {"long-pole", "heavy-cart"}
     for scores in metrics["settings"].values():
         assert set(scores) == {"mean_return", "ci95_low", "ci95_high", "episodes"} and scores["episodes"] == 6
         assert scores["ci95_low"] <= scores["mean_return"] <= scores["ci95_high"]
     assert metrics["validation"]["setting"] == "heavy-cart"
-    selection = read_json(tmp_path / "models" / "best" / "selection.json")
+    selection = read_json(outputs(tmp_path).selection)
     best = next(c for c in evaluations["candidates"] if c["checkpoint"] == selection["checkpoint"])
     assert metrics["validation"]["value"] == best["settings"]["heavy-cart"]["mean_return"]
     assert selection["settings"]["long-pole"]["parameters"] == {"length": 1.0}
-    report = (tmp_path / "reports" / "report.md").read_text()
+    report = (outputs(tmp_path).report).read_text()
     assert "| heavy-cart | masscart: 3.0 |" in report and "![scores under eval.settings](settings.png)" in report
-    assert (tmp_path / "reports" / "settings.png").stat().st_size > 1000
+    assert (outputs(tmp_path).reports / "settings.png").stat().st_size > 1000
 
 
 def test_the_stages_that_read_env_settings_list_them_in_dvc_yaml():

@@ -235,7 +235,7 @@ def test_env_kwargs_the_env_refuses_keep_the_finished_run(finished: Path) -> Non
 @pytest.mark.slow
 def test_bad_export_param_keeps_the_export(finished: Path) -> None:
     before = outputs(finished)
-    assert {"export/policy.onnx", "export/model_card.json", "reports/metrics.json"} <= before.keys()
+    assert {"export/quick/policy.onnx", "export/quick/model_card.json", "reports/quick/metrics.json"} <= before.keys()
     result = in_process("export", *sets([*QUICK, "export.parity_atol=-1"]), cwd=finished)
     one_line_error(result, "export.parity_atol", "must be > 0", "-1")
     assert outputs(finished) == before
@@ -244,7 +244,7 @@ def test_bad_export_param_keeps_the_export(finished: Path) -> None:
 @pytest.mark.slow
 def test_bad_select_metric_keeps_the_selected_model_and_metrics(finished: Path) -> None:
     before = outputs(finished)
-    assert {"models/best/policy.pt", "reports/metrics.json", "export/policy.onnx"} <= before.keys()
+    assert {"models/quick/policy.pt", "reports/quick/metrics.json", "export/quick/policy.onnx"} <= before.keys()
     result = in_process("select", *sets([*QUICK, "select.metric=bogus"]), cwd=finished)
     one_line_error(result, "select.metric", "'bogus'", "'mean_return'")
     assert outputs(finished) == before
@@ -252,11 +252,11 @@ def test_bad_select_metric_keeps_the_selected_model_and_metrics(finished: Path) 
 
 @pytest.mark.slow
 def test_export_names_a_truncated_best_policy_and_keeps_the_export(finished: Path) -> None:
-    truncate_to_half(finished / "models/best/policy.pt")
+    truncate_to_half(finished / "models/quick/policy.pt")
     before = outputs(finished)
-    assert {"export/policy.onnx", "export/policy.pt2", "export/model_card.json"} <= before.keys()
+    assert {"export/quick/policy.onnx", "export/quick/policy.pt2", "export/quick/model_card.json"} <= before.keys()
     result = in_process("export", *sets(QUICK), cwd=finished)
-    one_line_error(result, "models/best/policy.pt:", "truncated or corrupt")
+    one_line_error(result, "models/quick/policy.pt:", "truncated or corrupt")
     assert outputs(finished) == before
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import outputs
 
 from rlcore.common.errors import ConfigError
 from rlcore.common.files import read_json
@@ -66,7 +67,7 @@ def pipeline(root: Path, opponents: dict[str, str], **train: Any) -> dict[str, A
     train_stage(params, root)
     evaluate_stage(params, root)
     select_stage(params, root)
-    return read_json(root / "reports" / "metrics.json")
+    return read_json(outputs(root).metrics)
 
 
 def assert_rates_of(outcomes: dict[str, Any], episodes: int) -> None:
@@ -88,7 +89,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_selected_model_plays_every_named_opponent_on_the_test_episodes(run: Path) -> None:
-    metrics = read_json(run / "reports" / "metrics.json")
+    metrics = read_json(outputs(run).metrics)
     by_opponent = metrics["outcomes_by_opponent"]
     assert list(by_opponent) == list(OPPONENTS)
     for outcomes in by_opponent.values():
@@ -98,7 +99,7 @@ def test_the_selected_model_plays_every_named_opponent_on_the_test_episodes(run:
 def test_the_perfect_player_never_loses_and_beats_a_near_random_policy(run: Path) -> None:
     """The learner never wins against the minimax player, in either seat; a policy of 256 moves' training loses most
     games (against random_legal it wins most of them)."""
-    metrics = read_json(run / "reports" / "metrics.json")
+    metrics = read_json(outputs(run).metrics)
     perfect = metrics["outcomes_by_opponent"]["perfect"]
     assert perfect["win_rate"] == perfect["first"]["win_rate"] == perfect["second"]["win_rate"] == 0.0
     assert perfect["loss_rate"] > 0.5
@@ -107,17 +108,17 @@ def test_the_perfect_player_never_loses_and_beats_a_near_random_policy(run: Path
 
 def test_env_opponent_stays_the_opponent_of_outcomes_on_the_same_test_episodes(run: Path) -> None:
     """Named again under eval.opponents, env.opponent gives ``outcomes`` game for game: the same test seeds."""
-    metrics = read_json(run / "reports" / "metrics.json")
+    metrics = read_json(outputs(run).metrics)
     assert metrics["outcomes_by_opponent"]["random"] == metrics["outcomes"]
     assert metrics["outcomes_by_opponent"]["perfect"] != metrics["outcomes"]
-    selection = read_json(run / "models" / "best" / "selection.json")
+    selection = read_json(outputs(run).selection)
     assert {name: entry["opponent"] for name, entry in selection["opponents"].items()} == OPPONENTS
     assert selection["opponents"]["perfect"]["test"]["outcomes"] == metrics["outcomes_by_opponent"]["perfect"]
 
 
 def test_the_report_has_a_row_per_opponent_with_its_rates_by_seat(run: Path) -> None:
-    report = (run / "reports" / "report.md").read_text()
-    metrics = read_json(run / "reports" / "metrics.json")
+    report = (outputs(run).report).read_text()
+    metrics = read_json(outputs(run).metrics)
     for name, path in OPPONENTS.items():
         (row,) = [line for line in report.splitlines() if line.startswith(f"| {name} | `{path}` |")]
         cells = [cell.strip() for cell in row.strip("|").split("|")]
@@ -131,9 +132,9 @@ def test_the_report_has_a_row_per_opponent_with_its_rates_by_seat(run: Path) -> 
 def test_without_eval_opponents_metrics_and_params_have_no_opponents(tmp_path: Path) -> None:
     metrics = pipeline(tmp_path, {})
     assert "outcomes_by_opponent" not in metrics and "outcomes" in metrics
-    assert "opponents" not in read_json(tmp_path / "models" / "best" / "selection.json")
+    assert "opponents" not in read_json(outputs(tmp_path).selection)
     assert "opponents" not in validate_params(tree({})).to_dict()["eval"]
-    assert "against each of `eval.opponents`" not in (tmp_path / "reports" / "report.md").read_text()
+    assert "against each of `eval.opponents`" not in (outputs(tmp_path).report).read_text()
 
 
 def test_with_train_seeds_the_exported_seed_plays_the_named_opponents(tmp_path: Path) -> None:
@@ -153,5 +154,5 @@ def test_an_opponent_that_plays_an_illegal_move_in_a_test_episode_stops_the_sele
     evaluate_stage(params, tmp_path)
     with pytest.raises(ConfigError, match=r"^eval\.opponents\.sneaky: test_eval_opponents:\S+ played the illegal"):
         select_stage(params, tmp_path)
-    assert not (tmp_path / "reports" / "metrics.json").exists()
-    assert not (tmp_path / "models" / "best").exists()
+    assert not (outputs(tmp_path).metrics).exists()
+    assert not (outputs(tmp_path).best).exists()

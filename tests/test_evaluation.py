@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from cli_support import run_in_process
-from conftest import PROJECT, QUICK, one_line_error, sets
+from conftest import PROJECT, QUICK, one_line_error, outputs, sets
 from recording_env import RecordResets
 
 from rlcore.common import seeds
@@ -115,7 +115,7 @@ def test_a_run_resets_its_envs_only_with_seeds_of_its_own_range_per_stage(tmp_pa
         every_training_seed, range(min(periodic), max(periodic) + 1), range(min(validation), max(test) + 1)
     )
     assert not (periodic & validation or periodic & test or validation & test)
-    selection = read_json(tmp_path / "models" / "best" / "selection.json")
+    selection = read_json(outputs(tmp_path).selection)
     assert selection["test"]["seeds"] == {"first": min(test), "count": 20}
     assert selection["validation"]["seeds"] == {"first": min(validation), "count": 5}
 
@@ -152,7 +152,7 @@ def test_the_evaluate_stage_runs_100_distinct_episodes_on_pendulum(tmp_path: Pat
     initial = np.stack(RecordResets.observations[:100])
     assert len(np.unique(initial, axis=0)) == 100
     assert RecordResets.seeds[:100] == list(seeds.validation_seeds(params.eval.seed, 100))
-    for candidate in read_json(tmp_path / "reports" / "evaluations.json")["candidates"]:
+    for candidate in read_json(outputs(tmp_path).evaluations)["candidates"]:
         assert candidate["episodes"] == 100
         assert len(set(candidate["returns"])) == 100  # a deterministic policy: distinct starts, distinct returns
 
@@ -212,22 +212,22 @@ def test_select_reports_the_test_score_of_the_selected_model_beside_the_validati
     params = load_params(project / "params.yaml", [*QUICK, "eval.test_episodes=40", "train.progress_bar=off"])
     for stage in (train_stage, evaluate_stage, select_stage):
         stage(params, project)
-    metrics = read_json(project / "reports" / "metrics.json")
+    metrics = read_json(outputs(project).metrics)
     assert TEST_KEYS | STEP_KEYS | {"validation"} <= metrics.keys()
     assert metrics["validation"].keys() >= VALIDATION_KEYS
     assert metrics["episodes"] == 40 and metrics["validation"]["episodes"] == 3
     assert metrics["ci95_low"] <= metrics["mean_return"] <= metrics["ci95_high"]
-    evaluations = read_json(project / "reports" / "evaluations.json")
+    evaluations = read_json(outputs(project).evaluations)
     selected = next(c for c in evaluations["candidates"] if c["checkpoint"] == metrics["checkpoint"])
     assert (
         metrics["validation"]["value"]
         == selected["mean_return"]
         == max(c["mean_return"] for c in evaluations["candidates"])
     )
-    selection = read_json(project / "models" / "best" / "selection.json")
+    selection = read_json(outputs(project).selection)
     assert selection["test"]["mean_return"] == metrics["mean_return"]
     assert selection["validation"]["mean_return"] == selected["mean_return"]
-    report = (project / "reports" / "report.md").read_text()
+    report = (outputs(project).report).read_text()
     mean, low, high = score_with_interval(metrics["mean_return"], metrics["ci95_low"], metrics["ci95_high"])
     assert f"**Test score: {mean}**" in report and f"95% CI [{low}, {high}]" in report
     assert "over 40 test episodes" in report and "over 3 validation episodes" in report

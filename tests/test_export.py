@@ -7,7 +7,7 @@ import numpy as np
 import onnxruntime
 import pytest
 import torch
-from conftest import PROJECT, QUICK
+from conftest import PROJECT, QUICK, outputs
 from torch import nn
 
 from rlcore.common.checkpoints import load_checkpoint
@@ -39,14 +39,15 @@ def _pipeline(root: Path, overrides: list[str]) -> None:
 )
 def test_onnx_matches_torch_on_1000_raw_observations_with_normalization_inside(tmp_path: Path, env_overrides):
     _pipeline(tmp_path, [*env_overrides, "policy.normalize_obs=true", "export.parity_observations=1000"])
-    checkpoint = load_checkpoint(tmp_path / "models" / "best" / "policy.pt")
+    checkpoint = load_checkpoint(outputs(tmp_path).best_policy)
     policy = policy_from_checkpoint(checkpoint)
     normalizer = policy.obs_normalizer
     assert normalizer.enabled and normalizer.count.item() > 100  # real statistics, not the identity
 
     meta = checkpoint.meta["params"]["env"]
     obs = parity_observations(EnvConfig.model_validate(meta), policy, 1000, seed=12345)  # fresh observations
-    session = onnxruntime.InferenceSession(str(tmp_path / "export" / "policy.onnx"), providers=["CPUExecutionProvider"])
+    onnx = outputs(tmp_path).export / "policy.onnx"
+    session = onnxruntime.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
     action, scores = session.run(["action", "scores"], {"obs": obs})
     with torch.no_grad():
         expected_scores = policy.act_scores(torch.as_tensor(obs)).numpy()
@@ -63,18 +64,18 @@ def test_onnx_matches_torch_on_1000_raw_observations_with_normalization_inside(t
         unnormalized = policy.act_scores(torch.as_tensor(obs)).numpy()
     assert np.max(np.abs(scores - unnormalized)) > 1e-3
 
-    program = torch.export.load(tmp_path / "export" / "policy.pt2").module()
+    program = torch.export.load(outputs(tmp_path).export / "policy.pt2").module()
     with torch.no_grad():
         _, pt2_scores = program(torch.as_tensor(obs))
     np.testing.assert_allclose(pt2_scores.numpy(), expected_scores, rtol=1e-4, atol=1e-5)
 
-    card = read_json(tmp_path / "export" / "model_card.json")
+    card = read_json(outputs(tmp_path).export / "model_card.json")
     parity = card["parity"]
     assert parity["observations"] == 1000 and (parity["atol"], parity["rtol"]) == (1e-5, 1e-4)
     assert parity["onnx_max_abs_diff"] <= 1e-5 and parity["torch_export_max_abs_diff"] <= 1e-5
     assert {"onnx_max_rel_diff", "torch_export_max_rel_diff"} <= parity.keys()
     assert card["env"]["id"] == meta["id"]
-    assert card["evaluation"]["mean_return"] == read_json(tmp_path / "reports" / "metrics.json")["mean_return"]
+    assert card["evaluation"]["mean_return"] == read_json(outputs(tmp_path).metrics)["mean_return"]
     for key in ("observation_space", "action_space", "algorithm", "params", "git", "command", "created", "files"):
         assert key in card
 
@@ -102,9 +103,10 @@ def test_off_policy_exports_match_torch_greedy_actions(tmp_path: Path, preset: s
     )
     for stage in (train_stage, evaluate_stage, select_stage, export_stage):
         stage(params, tmp_path)
-    policy = policy_from_checkpoint(load_checkpoint(tmp_path / "models" / "best" / "policy.pt"))
+    policy = policy_from_checkpoint(load_checkpoint(outputs(tmp_path).best_policy))
     obs = parity_observations(params.env, policy, 500, seed=7)
-    session = onnxruntime.InferenceSession(str(tmp_path / "export" / "policy.onnx"), providers=["CPUExecutionProvider"])
+    onnx = outputs(tmp_path).export / "policy.onnx"
+    session = onnxruntime.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
     action, scores = session.run(["action", "scores"], {"obs": obs})
     with torch.no_grad():
         expected_action = policy.deterministic_action(torch.as_tensor(obs)).numpy()
@@ -114,7 +116,7 @@ def test_off_policy_exports_match_torch_greedy_actions(tmp_path: Path, preset: s
         assert np.array_equal(action, expected_action)
     else:  # SAC squashes into the bounds: the exported action is the tanh-squashed mean, within [-2, 2]
         assert np.max(np.abs(action - expected_action)) <= 1e-5 and np.all(np.abs(action) <= 2.0)
-    assert read_json(tmp_path / "export" / "model_card.json")["algorithm"] == params.algo.name
+    assert read_json(outputs(tmp_path).export / "model_card.json")["algorithm"] == params.algo.name
 
 
 # --- the parity rule: |exported - torch| <= parity_atol + parity_rtol * |torch| per element ----------------------

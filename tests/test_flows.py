@@ -4,7 +4,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from conftest import QUICK, rlcore, sets
+from conftest import QUICK, outputs, rlcore, sets
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect_server import client_of
@@ -45,9 +45,9 @@ def test_training_pipeline_runs_each_stage_as_a_task_run_and_publishes_artifacts
 
     assert {a.type for a in artifacts} == {"markdown", "table"}
     markdown = next(a for a in artifacts if a.type == "markdown")
-    metrics = read_json(project / "reports" / "metrics.json")
+    metrics = read_json(outputs(project).metrics)
     assert f"{metrics['mean_return']:.1f}" in markdown.data
-    assert (project / "export" / "policy.onnx").is_file()
+    assert (outputs(project).export / "policy.onnx").is_file()
 
 
 async def _latest_flow_run_task_names():
@@ -99,7 +99,7 @@ def test_retrain_offline_records_the_newest_dataset_version_in_each_model_card(p
         )
         dataset = project / "data" / "dataset.parquet"
         md5 = hashlib.md5(dataset.read_bytes(), usedforsecurity=False).hexdigest()
-        card = read_json(project / "export" / "offline" / "model_card.json")
+        card = read_json(outputs(project).export / "offline" / "model_card.json")
         assert card["training"]["dataset"]["md5"] == md5 == result["dataset_md5"]
         cards.append(card)
     assert cards[0]["training"]["dataset"]["md5"] != cards[1]["training"]["dataset"]["md5"]
@@ -128,11 +128,11 @@ def test_warm_start_flow_trains_bc_then_ppo_initialized_from_the_bc_model(projec
         offline_params=str(project / "offline.yaml"),
         offline_overrides=[*small, "collect.steps=1000", "train.max_steps=100", "train.eval_every=100"],
     )
-    bc_model = project / "models" / "offline" / "best" / "policy.pt"
+    bc_model = project / "models" / "bc-cartpole" / "policy.pt"
     assert result["initialized_from"]["sha256"] == sha256_file(bc_model)
-    card = read_json(project / "export" / "warmstart" / "model_card.json")
-    assert card["training"]["initialized_from"]["path"].endswith("models/offline/best/policy.pt")
-    assert (project / "reports" / "warmstart" / "baseline_comparison.png").is_file()
+    card = read_json(outputs(project, "ppo-from-bc-cartpole").export / "model_card.json")
+    assert card["training"]["initialized_from"]["path"].endswith("models/bc-cartpole/policy.pt")
+    assert (outputs(project, "ppo-from-bc-cartpole").reports / "baseline_comparison.png").is_file()
 
 
 def _pipeline_states(project: Path, overrides: list[str]) -> dict[str, str]:
@@ -164,11 +164,11 @@ def test_a_rerun_of_the_pipeline_runs_only_the_stages_whose_inputs_or_outputs_ch
 
     changed = _pipeline_states(project, [*overrides, "eval.episodes=4"])
     assert changed == {"train": "Cached", "evaluate": "Completed", "select-best": "Completed", "export": "Completed"}
-    assert read_json(project / "reports" / "evaluations.json")["episodes"] == 4
+    assert read_json(outputs(project).evaluations)["episodes"] == 4
     assert _mtimes(run) == trained
 
-    (project / "export" / "policy.onnx").unlink()
+    (outputs(project).export / "policy.onnx").unlink()
     again = _pipeline_states(project, [*overrides, "eval.episodes=4"])
     assert again == {"train": "Cached", "evaluate": "Cached", "select-best": "Cached", "export": "Completed"}, again
-    assert (project / "export" / "policy.onnx").is_file()
+    assert (outputs(project).export / "policy.onnx").is_file()
     assert _mtimes(run) == trained

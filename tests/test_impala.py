@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import PROJECT
+from conftest import PROJECT, outputs
 
 from rlcore.common.files import read_json
 from rlcore.data.rollouts import TrajectoryBatch
@@ -190,7 +190,7 @@ def test_impala_preset_with_two_actor_processes_reaches_475_on_the_test_score(tm
     train_stage(params, tmp_path)
     evaluate_stage(params, tmp_path)
     select_stage(params, tmp_path)
-    metrics = read_json(tmp_path / "reports" / "metrics.json")
+    metrics = read_json(outputs(tmp_path).metrics)
     assert metrics["episodes"] == 100
     assert metrics["env_steps"] <= params.train.max_steps + 2 * 8 * 8
     assert metrics["mean_return"] >= 475, metrics
@@ -241,5 +241,5 @@ def test_a_recurrent_impala_run_trains_evaluates_and_selects_through_the_dev_run
     assert np.isfinite(curve["policy_loss"]) and np.isfinite(curve["mean_rho"])
     evaluate_stage(params, tmp_path)
     select_stage(params, tmp_path)
-    metrics = read_json(tmp_path / "reports" / "metrics.json")
+    metrics = read_json(outputs(tmp_path).metrics)
     assert metrics["episodes"] == params.eval.test_episodes and np.isfinite(metrics["mean_return"])

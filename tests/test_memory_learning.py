@@ -9,7 +9,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import PROJECT
+from conftest import PROJECT, outputs
 
 from rlcore.common.files import read_json
 from rlcore.common.seeds import test_seeds
@@ -33,7 +33,7 @@ def pipeline(root: Path, *overrides: str) -> dict:
     params = load_params(PRESET, [*SETTINGS, *overrides])
     for stage in (train_stage, evaluate_stage, select_stage):
         stage(params, root)
-    return read_json(root / "reports" / "metrics.json")
+    return read_json(outputs(root).metrics)
 
 
 def onnx_episodes(path: Path, seeds: range) -> list[float]:

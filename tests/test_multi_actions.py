@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from cli_support import run_in_process
-from conftest import PROJECT, QUICK, one_line_error, sets
+from conftest import PROJECT, QUICK, one_line_error, outputs, sets
 from gymnasium import spaces
 from torch.distributions import Categorical
 
@@ -213,7 +213,7 @@ def _pipeline(root: Path, overrides: list[str]) -> None:
 @pytest.mark.parametrize("kwargs", [OFFSET_KWARGS, BINARY_KWARGS], ids=["multi_discrete_start", "multi_binary"])
 def test_exported_policy_returns_one_int64_action_row_per_observation_matching_torch(tmp_path: Path, kwargs):
     _pipeline(tmp_path, [kwargs, "collect.steps=200"])
-    checkpoint = load_checkpoint(tmp_path / "models" / "best" / "policy.pt")
+    checkpoint = load_checkpoint(outputs(tmp_path).best_policy)
     policy = policy_from_checkpoint(checkpoint)
     action_space = space_from_description(checkpoint.meta["spaces"]["action"])
     k = int(action_space.shape[0])
@@ -223,7 +223,8 @@ def test_exported_policy_returns_one_int64_action_row_per_observation_matching_t
         expected_scores = policy.act_scores(torch.as_tensor(obs)).numpy()
         expected_action = policy.deterministic_action(torch.as_tensor(obs)).numpy()
 
-    session = onnxruntime.InferenceSession(str(tmp_path / "export" / "policy.onnx"), providers=["CPUExecutionProvider"])
+    onnx = outputs(tmp_path).export / "policy.onnx"
+    session = onnxruntime.InferenceSession(str(onnx), providers=["CPUExecutionProvider"])
     action, scores = session.run(["action", "scores"], {"obs": obs})
     assert action.dtype == np.int64 and action.shape == (400, k)
     assert np.max(np.abs(scores - expected_scores)) <= 1e-5 and np.array_equal(action, expected_action)
@@ -232,11 +233,11 @@ def test_exported_policy_returns_one_int64_action_row_per_observation_matching_t
         assert np.array_equal(action, np.stack([chunk.argmax(1) for chunk in split], axis=1))
     else:
         assert np.array_equal(action, (scores > 0).astype(np.int64))
-    pt2_action, pt2_scores = torch.export.load(tmp_path / "export" / "policy.pt2").module()(torch.as_tensor(obs))
+    pt2_action, pt2_scores = torch.export.load(outputs(tmp_path).export / "policy.pt2").module()(torch.as_tensor(obs))
     assert pt2_action.dtype == torch.int64 and np.array_equal(pt2_action.numpy(), expected_action)
     assert np.max(np.abs(pt2_scores.detach().numpy() - expected_scores)) <= 1e-5
 
-    card = read_json(tmp_path / "export" / "model_card.json")
+    card = read_json(outputs(tmp_path).export / "model_card.json")
     assert card["action_space"] == describe_space(action_space)
     assert f"int64 (batch, {k})" in card["interface"]["outputs"]["action"]
     assert card["parity"]["onnx_max_abs_diff"] <= 1e-5
@@ -294,7 +295,7 @@ def _learn(root: Path, overrides: list[str]) -> dict:
     train_stage(params, root)
     evaluate_stage(params, root)
     select_stage(params, root)
-    return read_json(root / "reports" / "metrics.json")
+    return read_json(outputs(root).metrics)
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import numpy as np
 import onnxruntime
 import pytest
 import torch
+from conftest import outputs
 from gymnasium import spaces
 
 from rlcore.common.errors import ConfigError
@@ -128,9 +129,9 @@ def test_a_short_run_exports_the_actor_only(tmp_path: Path, monkeypatch: pytest.
     evaluate_stage(params, tmp_path)
     select_stage(params, tmp_path)
     export_stage(params, tmp_path)
-    card = json.loads((tmp_path / "export" / "model_card.json").read_text())
+    card = json.loads((outputs(tmp_path).export / "model_card.json").read_text())
     assert card["observation_space"]["shape"] == [3]  # [step, one-hot]: no state
-    session = onnxruntime.InferenceSession(str(tmp_path / "export" / "policy.onnx"))
+    session = onnxruntime.InferenceSession(str(outputs(tmp_path).export / "policy.onnx"))
     assert [tuple(i.shape)[1:] for i in session.get_inputs()] == [(3,)]
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import onnxruntime
 import pytest
 import torch
+from conftest import outputs
 from gymnasium import spaces
 
 import rlcore.trainers.on_policy_groups as on_policy_groups
@@ -233,18 +234,18 @@ def test_export_writes_one_model_per_group(tmp_path: Path, monkeypatch: pytest.M
     evaluate_stage(params, tmp_path)
     select_stage(params, tmp_path)
     export_stage(params, tmp_path)
-    index = json.loads((tmp_path / "export" / "model_card.json").read_text())
+    index = json.loads((outputs(tmp_path).export / "model_card.json").read_text())
     assert {name: entry["agents"] for name, entry in index["groups"].items()} == {
         "red": ["red_0", "red_1"],
         "blue": ["blue_0"],
     }
-    policy = policy_from_checkpoint(load_checkpoint(tmp_path / "models" / "best" / "policy.pt"))
+    policy = policy_from_checkpoint(load_checkpoint(outputs(tmp_path).best_policy))
     assert isinstance(policy, GroupedActorCritic)
     for name, width in (("red", 5), ("blue", 3)):
-        card = json.loads((tmp_path / "export" / name / "model_card.json").read_text())
+        card = json.loads((outputs(tmp_path).export / name / "model_card.json").read_text())
         assert card["group"]["agents"] == index["groups"][name]["agents"]
         assert card["observation_space"]["shape"] == [width]
-        session = onnxruntime.InferenceSession(str(tmp_path / "export" / name / "policy.onnx"))
+        session = onnxruntime.InferenceSession(str(outputs(tmp_path).export / name / "policy.onnx"))
         obs = np.random.default_rng(0).normal(size=(4, width)).astype(np.float32)
         (action, *_) = session.run(None, {"obs": obs})
         expected = policy.members[name].deterministic_action(torch.as_tensor(obs))  # type: ignore[operator]
@@ -252,7 +253,7 @@ def test_export_writes_one_model_per_group(tmp_path: Path, monkeypatch: pytest.M
     rows = np.random.default_rng(1).normal(size=(6, 6)).astype(np.float32)
     rows[:, 3:] = np.eye(3, dtype=np.float32)[[0, 1, 2, 2, 1, 0]]  # the env's one-hot: red_0, blue_0, red_1, ...
     rows[[1, 4], 2] = 0.0  # blue's padding
-    whole = onnxruntime.InferenceSession(str(tmp_path / "export" / "policy.onnx"))
+    whole = onnxruntime.InferenceSession(str(outputs(tmp_path).export / "policy.onnx"))
     (action, *_) = whole.run(None, {"obs": rows})
     red, blue = (policy.members[n].deterministic_action for n in ("red", "blue"))  # type: ignore[operator]
     columns = {"red": [0, 1, 2, 3, 5], "blue": [0, 1, 4]}

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT
+from conftest import PROJECT, outputs
 
 from rlcore.common.files import read_json
 from rlcore.params import load_params
@@ -15,7 +15,7 @@ def _selected_score(root: Path, preset: str, overrides: list[str]) -> dict:
     train_stage(params, root)
     evaluate_stage(params, root)
     select_stage(params, root)
-    return read_json(root / "reports" / "metrics.json")
+    return read_json(outputs(root).metrics)
 
 
 @pytest.mark.slow

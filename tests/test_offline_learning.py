@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import PROJECT
+from conftest import PROJECT, outputs
 from gymnasium import spaces
 
 from rlcore.algos.iql import IQL, IQLConfig, returns_reward_scale
@@ -34,7 +34,7 @@ def offline_params(**changes: Any) -> Params:
 def train_and_score(params: Params, root: Path) -> float:
     for stage in (train_stage, evaluate_stage, select_stage):
         stage(params, root)
-    return read_json(root / "reports" / "offline" / "metrics.json")["mean_return"]
+    return read_json(outputs(root, params.name).metrics)["mean_return"]
 
 
 def test_bc_on_20k_transitions_from_a_475_policy_reaches_475_on_cartpole(tmp_path: Path):
@@ -42,11 +42,11 @@ def test_bc_on_20k_transitions_from_a_475_policy_reaches_475_on_cartpole(tmp_pat
     online = load_params(PROJECT / "params.yaml", ["seed=0", "train.progress_bar=off"])
     for stage in (train_stage, evaluate_stage, select_stage):
         stage(online, tmp_path)
-    assert read_json(tmp_path / "reports" / "metrics.json")["mean_return"] >= 475
+    assert read_json(outputs(tmp_path).metrics)["mean_return"] >= 475
 
     # 20k transitions sampled from it (seed 2000000), then BC: seed 0, at most 5000 gradient steps of batch 256.
     params = offline_params(
-        collect={"policy": "models/best/policy.pt", "steps": 20_000, "row_group_size": 2000},
+        collect={"policy": "models/ppo-cartpole/policy.pt", "steps": 20_000, "row_group_size": 2000},
         train={"max_steps": 5000, "eval_every": 500, "target_return": 500},
     )
     dataset = collect_stage(params, tmp_path)
@@ -64,7 +64,7 @@ def test_bc_on_20k_transitions_from_a_475_policy_reaches_475_on_cartpole(tmp_pat
     # Discrete IQL on the same data, same budget.
     iql = offline_params(
         name="iql-cartpole",
-        collect={"policy": "models/best/policy.pt", "steps": 20_000},
+        collect={"policy": "models/ppo-cartpole/policy.pt", "steps": 20_000},
         dataset={"path": str(dataset)},
         algo={"name": "iql"},
         train={"max_steps": 5000, "eval_every": 500, "target_return": 500},

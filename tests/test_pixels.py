@@ -13,7 +13,7 @@ import onnx
 import onnxruntime
 import pytest
 import torch
-from conftest import PROJECT
+from conftest import PROJECT, outputs
 from PIL import Image
 
 from rlcore.common.files import read_json
@@ -37,7 +37,7 @@ def pipeline(root: Path, params_file: str, overrides: list[str]) -> tuple[dict, 
     evaluate_stage(params, root)
     select_stage(params, root)
     card = read_json(export_stage(params, root))
-    return read_json(root / "reports" / "metrics.json"), card
+    return read_json(outputs(root).metrics), card
 
 
 def onnx_input(path: Path) -> tuple[str, list]:
@@ -57,11 +57,11 @@ def test_ppo_on_minatar_breakout_learns_and_exports_an_onnx_model_taking_raw_boo
         ["train.max_steps=40960", "train.eval_every=20480", "eval.test_episodes=20", "eval.video=true"],
     )
     assert metrics["mean_return"] >= 2.0, metrics
-    assert "![first test episode](episode.gif)" in (tmp_path / "reports" / "report.md").read_text()
-    with Image.open(tmp_path / "reports" / "episode.gif") as gif:
+    assert "![first test episode](episode.gif)" in (outputs(tmp_path).report).read_text()
+    with Image.open(outputs(tmp_path).reports / "episode.gif") as gif:
         assert gif.size == (160, 160) and gif.n_frames > 1  # 10x10 frames enlarged 16x
     assert card["parity"]["onnx_max_abs_diff"] <= card["parity"]["atol"]
-    path = tmp_path / "export" / "policy.onnx"
+    path = outputs(tmp_path).export / "policy.onnx"
     assert onnx_input(path) == ("bool", [onnx_input(path)[1][0], 10, 10, 4])
     # The exported model acts on frames straight from the env, as torch does.
     env = make_vector_env(EnvConfig(id="MinAtar/Breakout-v1"), 8)
@@ -72,7 +72,7 @@ def test_ppo_on_minatar_breakout_learns_and_exports_an_onnx_model_taking_raw_boo
     from rlcore.common.checkpoints import load_checkpoint
     from rlcore.registry import policy_from_checkpoint
 
-    policy = policy_from_checkpoint(load_checkpoint(tmp_path / "models" / "best" / "policy.pt"))
+    policy = policy_from_checkpoint(load_checkpoint(outputs(tmp_path).best_policy))
     with torch.no_grad():
         assert np.array_equal(action, policy.deterministic_action(torch.as_tensor(frames)).numpy())
 
@@ -86,7 +86,7 @@ def test_dqn_on_minatar_breakout_trains_from_a_bool_frame_replay_and_exports(tmp
         ["train.max_steps=12000", "train.eval_every=6000", "algo.learning_starts=2000", "eval.test_episodes=5"],
     )
     assert metrics["env_steps"] > 0 and np.isfinite(metrics["mean_return"])
-    assert onnx_input(tmp_path / "export" / "policy.onnx")[0] == "bool"
+    assert onnx_input(outputs(tmp_path).export / "policy.onnx")[0] == "bool"
     assert card["parity"]["onnx_max_abs_diff"] <= card["parity"]["atol"]
 
 
@@ -117,7 +117,7 @@ def test_dict_observations_train_and_export_a_model_taking_the_packed_vector(
         [f"env.id={SIDE_FLIP}", "train.target_return=null", "eval.test_episodes=20", *overrides],
     )
     assert metrics["mean_return"] >= 18.0, metrics
-    assert onnx_input(tmp_path / "export" / "policy.onnx")[0] == "float32"  # the packed vector (image + floats)
+    assert onnx_input(outputs(tmp_path).export / "policy.onnx")[0] == "float32"  # the packed vector (image + floats)
     keys = card["interface"]["inputs"]["obs"]["keys"]
     assert [(key["key"], key["offset"], key["shape"]) for key in keys] == [("image", 0, [8, 8]), ("vector", 64, [3])]
     assert card["parity"]["onnx_max_abs_diff"] <= card["parity"]["atol"]
@@ -139,7 +139,7 @@ def test_uint8_frames_train_and_export_an_onnx_model_taking_uint8(tmp_path: Path
         ],
     )
     assert metrics["mean_return"] >= 18.0, metrics
-    path = tmp_path / "export" / "policy.onnx"
+    path = outputs(tmp_path).export / "policy.onnx"
     assert onnx_input(path)[0] == "uint8" and onnx_input(path)[1][1:] == [8, 8, 2]
     assert "uint8" in card["interface"]["inputs"]["obs"]
     assert card["parity"]["onnx_max_abs_diff"] <= card["parity"]["atol"]

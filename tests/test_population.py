@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import PROJECT
+from conftest import PROJECT, outputs
 
 from rlcore.algos.es import ES, centered_ranks, merge_moments
 from rlcore.algos.noise_table import noise_rows, noise_table
@@ -348,7 +348,7 @@ def _learn(preset: Path, tmp_path: Path) -> dict:
     train_stage(params, tmp_path)
     evaluate_stage(params, tmp_path)
     select_stage(params, tmp_path)
-    metrics = read_json(tmp_path / "reports" / "metrics.json")
+    metrics = read_json(outputs(tmp_path).metrics)
     assert metrics["episodes"] == 100
     return metrics
 
@@ -370,6 +370,6 @@ def test_svpg_preset_reaches_475_on_the_test_score_and_exports_its_best_particle
     assert metrics["mean_return"] >= 475, metrics
     params = load_params(SVPG_PRESET, ["train.progress_bar=off"])
     export_stage(params, tmp_path)
-    card = read_json(tmp_path / "export" / "model_card.json")
+    card = read_json(outputs(tmp_path).export / "model_card.json")
     assert card["algorithm"] == "svpg"
-    assert (tmp_path / "export" / "policy.onnx").is_file()
+    assert (outputs(tmp_path).export / "policy.onnx").is_file()

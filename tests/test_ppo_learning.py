@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PROJECT
+from conftest import PROJECT, outputs
 
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.common.files import read_json
@@ -20,7 +20,7 @@ def test_ppo_reaches_475_on_cartpole_within_100k_steps_seed_0(tmp_path: Path):
     train_stage(params, tmp_path)
     evaluate_stage(params, tmp_path)
     select_stage(params, tmp_path)
-    metrics = read_json(tmp_path / "reports" / "metrics.json")
+    metrics = read_json(outputs(tmp_path).metrics)
     assert metrics["episodes"] == 100 and metrics["validation"]["episodes"] == 10
     assert metrics["env_steps"] <= 100_000
     assert metrics["mean_return"] >= 475, metrics

@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import PROJECT
+from conftest import PROJECT, outputs
 from test_memory import collect, recurrent_policy
 
 from rlcore.algos.a2c import A2C, A2CConfig
@@ -333,7 +333,7 @@ def assert_default_run_reaches_475(project: Path, precision: str) -> None:
     params = load_params(PROJECT / "params.yaml", overrides)
     for stage in (train_stage, evaluate_stage, select_stage):
         stage(params, project)
-    metrics = read_json(project / "reports" / "metrics.json")
+    metrics = read_json(outputs(project).metrics)
     assert metrics["mean_return"] >= 475, metrics
 
 

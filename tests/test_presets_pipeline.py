@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from cli_support import Outcome, run_in_process
-from conftest import PROJECT, sets
+from conftest import PROJECT, outputs, preset_text, sets
 
 from rlcore.common.files import read_json
 from rlcore.envs.ids import check_env_id
@@ -29,7 +29,7 @@ ROLLOUT = 512
 
 
 def _tree(preset: str) -> dict[str, Any]:
-    return yaml.safe_load((PROJECT / preset).read_text())
+    return yaml.safe_load(preset_text(preset))
 
 
 def tiny_budget(tree: dict[str, Any]) -> list[str]:
@@ -79,8 +79,7 @@ def run_pipeline(preset: str, root: Path) -> dict[str, Any]:
     overrides = tiny_budget(_tree(preset))
     for command in ("train", "evaluate", "select", "export"):
         stage(command, preset, root, *overrides)
-    branch = _tree(preset).get("branch")
-    export = root / "export" / branch if branch else root / "export"
+    export = outputs(root, _tree(preset)["name"]).export
     assert (export / "policy.onnx").is_file() and (export / "policy.pt2").is_file()
     card = read_json(export / "model_card.json")
     assert card["params"]["name"] == _tree(preset)["name"]
@@ -91,7 +90,7 @@ def run_pipeline(preset: str, root: Path) -> dict[str, Any]:
 def new_project(root: Path, preset: str) -> Path:
     """An empty folder with the preset where the user has it (``configs/`` or the top level)."""
     (root / "configs").mkdir(parents=True)
-    shutil.copy(PROJECT / preset, root / preset)
+    (root / preset).write_text(preset_text(preset))
     return root
 
 
@@ -110,7 +109,7 @@ def made_project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[s
     model cards. ``configs/ppo-from-bc-cartpole.yaml`` starts from the BC model and its dataset, beside params.yaml's
     run (``select.baseline_run``)."""
     root = new_project(tmp_path_factory.mktemp("made") / "project", "params.yaml")
-    shutil.copy(PROJECT / "offline.yaml", root / "offline.yaml")
+    (root / "offline.yaml").write_text(preset_text("offline.yaml"))
     cards = {"params.yaml": run_pipeline("params.yaml", root)}
     stage("collect", "offline.yaml", root, "collect.steps=2000")
     cards["offline.yaml"] = run_pipeline("offline.yaml", root)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT, RLCORE, sets
+from conftest import PROJECT, RLCORE, outputs, sets
 from test_reward_signals import write_cartpole_expert
 
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
@@ -64,7 +64,7 @@ def test_gail_from_ten_expert_episodes_without_the_env_reward_reaches_475_on_car
     train_stage(params, tmp_path)
     evaluate_stage(params, tmp_path)
     select_stage(params, tmp_path)
-    metrics = read_json(tmp_path / "reports" / "metrics.json")
+    metrics = read_json(outputs(tmp_path).metrics)
     assert metrics["env_steps"] <= 100_000
     assert metrics["mean_return"] >= 475, metrics
     curve = tmp_path / "runs" / params.name / "dvclive" / "plots" / "metrics" / "train" / "gail"

@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from conftest import outputs, preset_text
 from test_presets_pipeline import tiny_budget
 
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.common.files import read_json
 from tests.cli_support import assert_refused, run_in_process
-from tests.conftest import PROJECT, sets
+from tests.conftest import sets
 
 TINY = [
     "name=seeds",
@@ -73,7 +74,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def preset_budget(preset: str, checkpoint_every: int) -> list[str]:
     """``tests/test_presets_pipeline.tiny_budget`` of ``preset`` (its replay warm-ups and buffers shrunk), with two
     checkpoints ``checkpoint_every`` steps apart, the first after the first update."""
-    overrides = dict(item.split("=", 1) for item in tiny_budget(yaml.safe_load((PROJECT / preset).read_text())))
+    overrides = dict(item.split("=", 1) for item in tiny_budget(yaml.safe_load(preset_text(preset))))
     overrides |= {"name": "seeds", "train.max_steps": str(2 * checkpoint_every)}
     overrides |= {"train.eval_every": str(checkpoint_every), "train.log_every": str(checkpoint_every)}
     overrides |= {"train.batch_seeds": "false"}  # one after another: bitwise the one-seed runs
@@ -108,7 +109,7 @@ def new_project(root: Path, algo: str, dataset: Path | None) -> Path:
     """``root`` with the case's params file (and the offline dataset for BC)."""
     preset = EQUIVALENCE[algo][0]
     (root / preset).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(PROJECT / preset, root / preset)
+    (root / preset).write_text(preset_text(preset))
     if dataset is not None:
         (root / "data").mkdir()
         shutil.copy(dataset, root / "data" / "dataset.parquet")
@@ -116,14 +117,14 @@ def new_project(root: Path, algo: str, dataset: Path | None) -> Path:
 
 
 def reports(root: Path, algo: str) -> Path:
-    return root / "reports" / "offline" if algo == "bc" else root / "reports"
+    return outputs(root).reports
 
 
 @pytest.fixture(scope="module")
 def random_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small CartPole dataset from ``rlcore collect`` with the random policy, for BC."""
     root = tmp_path_factory.mktemp("collect")
-    shutil.copy(PROJECT / "offline.yaml", root / "offline.yaml")
+    (root / "offline.yaml").write_text(preset_text("offline.yaml"))
     overrides = ["collect.policy=random", "collect.steps=1000", "collect.num_envs=4"]
     collected = run_in_process(["collect", "--params", "offline.yaml", *sets(overrides)], root, limit=120)
     assert collected.returncode == 0, collected
@@ -239,8 +240,8 @@ def test_select_reports_every_seed_and_their_aggregate(seeded: Path) -> None:
         assert (run / f"seed_{seed}" / "train_summary.json").is_file()
         assert (run / f"seed_{seed}" / "dvclive" / "plots" / "metrics" / "eval" / "mean_return.tsv").is_file()
     assert not (run / "checkpoints").exists() and not (run / "train_summary.json").exists()
-    metrics = read_json(seeded / "reports" / "metrics.json")
-    selection = read_json(seeded / "models" / "best" / "selection.json")
+    metrics = read_json(outputs(seeded).metrics)
+    selection = read_json(outputs(seeded).selection)
     assert set(metrics["per_seed"]) == {"0", "1"}
     aggregate = metrics["aggregate"]
     assert aggregate["num_runs"] == 2 and aggregate["seeds"] == [0, 1]
@@ -259,44 +260,44 @@ def test_select_reports_every_seed_and_their_aggregate(seeded: Path) -> None:
     for name, start in (("evaluate", "evaluated "), ("select", "test score of ")):
         lines = [line for line in (seeded / f"{name}.log").read_text().splitlines() if line.startswith(start)]
         assert lines and all(line.startswith((f"{start}seed 0 ", f"{start}seed 1 ")) for line in lines), lines
-    report = (seeded / "reports" / "report.md").read_text()
+    report = (outputs(seeded).report).read_text()
     assert "seed_curves.png" in report and "performance_profile.png" in report
     # The aggregate over seeds leads the report; the selected seed's own test score follows it.
     assert report.index("**Test score over 2 seeds: IQM") < report.index("**Test score:")
     assert f"## The selected seed: {best}" in report
     for picture in ("seed_curves.png", "performance_profile.png", "learning_curve.png"):
-        assert (seeded / "reports" / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    card = read_json(seeded / "export" / "model_card.json")
+        assert (outputs(seeded).reports / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    card = read_json(outputs(seeded).export / "model_card.json")
     assert card["train_seed"] == best and card["aggregate_over_seeds"]["num_runs"] == 2
     assert card["params"]["seed"] == best and card["params"]["train"]["seeds"] is None
 
 
 @pytest.mark.slow
 def test_select_gives_the_probability_of_improvement_over_a_baseline_with_seeds(seeded: Path, tmp_path: Path) -> None:
-    """``select.baseline_run`` naming a run of seeds (here a copy of this one, selected on branch ``base``, its test
-    scores lowered by 1000): metrics.json's ``baseline`` has P(X > Y) = 1 over 2 and 2 runs, the report says it."""
+    """``select.baseline_run`` naming a run of seeds (here a copy of this one, as if selected as run ``base``, its
+    test scores lowered by 1000): metrics.json's ``baseline`` has P(X > Y) = 1 over 2 and 2 runs, the report says it."""
     root = tmp_path / "project"
     shutil.copytree(seeded, root, ignore=shutil.ignore_patterns("export"))
     shutil.copytree(root / "runs" / "seeds", root / "runs" / "base")
-    record = read_json(root / "reports" / "metrics.json")
+    record = read_json(outputs(root, "seeds").metrics)
     record["checkpoint"] = record["checkpoint"].replace("runs/seeds/", "runs/base/")
     for entry in record["per_seed"].values():
         entry["test"]["mean_return"] -= 1000.0
-    (root / "reports" / "base").mkdir()
-    (root / "reports" / "base" / "metrics.json").write_text(json.dumps(record))
+    outputs(root, "base").reports.mkdir()
+    outputs(root, "base").metrics.write_text(json.dumps(record))
     stage(root, "select", "train.seeds=[0, 1]", "select.baseline_run=base")
-    metrics = read_json(root / "reports" / "metrics.json")
-    assert metrics["per_seed"] == read_json(seeded / "reports" / "metrics.json")["per_seed"]  # select is repeatable
+    metrics = read_json(outputs(root, "seeds").metrics)
+    assert metrics["per_seed"] == read_json(outputs(seeded).metrics)["per_seed"]  # select is repeatable
     baseline = metrics["baseline"]
     assert baseline["run"] == "base" and baseline["scores_from"] == "reports/base/metrics.json"
     assert (baseline["num_runs_x"], baseline["num_runs_y"]) == (2, 2)
     assert baseline["seeds_x"] == baseline["seeds_y"] == [0, 1]
     assert baseline["probability_of_improvement"] == 1.0
     assert baseline["probability_of_improvement_ci95"] == [1.0, 1.0]
-    report = (root / "reports" / "report.md").read_text()
+    report = (outputs(root, "seeds").report).read_text()
     assert "P(`seeds` > `base`): **1.00**, 95% CI [1.00, 1.00]" in report
     assert "over 2 runs of `seeds` and 2 runs of `base`" in report
-    assert (root / "reports" / "baseline_comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (outputs(root, "seeds").reports / "baseline_comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow

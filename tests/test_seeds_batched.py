@@ -21,7 +21,7 @@ from rlcore.evaluation.evaluator import EvalResult
 from rlcore.params import load_params
 from rlcore.stages.train import train_stage
 from tests.cli_support import assert_refused, run_in_process
-from tests.conftest import PROJECT, sets
+from tests.conftest import PROJECT, preset_text, sets
 
 TINY = [
     "name=seeds",
@@ -58,7 +58,7 @@ actions (the greedy action does not move), within a relative 1e-6 for Box action
 def train_project(root: Path, overrides: list[str], preset: str = "params.yaml") -> Path:
     """``rlcore train`` of ``preset`` (as params.yaml) with ``overrides`` in ``root`` (created); returns ``root``."""
     root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(PROJECT / preset, root / "params.yaml")
+    (root / "params.yaml").write_text(preset_text(preset))
     train_stage(load_params(root / "params.yaml", overrides), root)
     return root
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
+from conftest import preset_text
 from test_seeds import assert_identical
 
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
@@ -26,7 +27,6 @@ from rlcore.params import validate_params
 from rlcore.stages import collect_stage, train_stage
 from rlcore.trainers import offline_seeds
 from rlcore.trainers.sources import DatasetSource
-from tests.conftest import PROJECT
 
 BATCHED_CALLS: dict[str, list[int]] = {}
 """Per case: the number of seeds in each call of the batched trainer during the fixture's batched run."""
@@ -49,7 +49,7 @@ CASES: dict[str, dict[str, Any]] = {
 def bc_params(case: str, **changes: Any) -> Params:
     """offline.yaml at a tiny budget: 90 gradient steps of 64, a checkpoint every 30, one evaluation episode of at
     most 50 steps; ``changes`` merge into their sections."""
-    tree = yaml.safe_load((PROJECT / "offline.yaml").read_text())
+    tree = yaml.safe_load(preset_text("offline.yaml"))
     tree["name"] = "batched"
     tree["algo"] |= {"batch_size": 64}
     tree["collect"] |= {"policy": "random", "steps": 1500, "num_envs": 4}

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import preset_text
 from test_seeds_batched_off_policy import replay_arrays
 from test_seeds_batched_offline import checkpoints, differences
 
@@ -37,7 +37,6 @@ from rlcore.stages import train_stage
 from rlcore.trainers import off_policy_seeds
 from rlcore.trainers.off_policy import Collector
 from rlcore.trainers.sources import ReplaySource
-from tests.conftest import PROJECT
 
 PRESET = "configs/sac-pendulum.yaml"
 DISCRETE = "configs/sac-discrete-cartpole.yaml"
@@ -65,7 +64,7 @@ def train(root: Path, *overrides: str, preset: str = PRESET) -> None:
 def new_project(root: Path) -> Path:
     (root / "configs").mkdir(parents=True)
     for preset in (PRESET, DISCRETE):
-        shutil.copy(PROJECT / preset, root / preset)
+        (root / preset).write_text(preset_text(preset))
     return root
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from conftest import outputs
 
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.common.errors import ConfigError
@@ -317,7 +318,7 @@ def test_the_self_play_preset_meets_the_tictactoe_targets(tmp_path: Path) -> Non
     train_stage(params, tmp_path)
     evaluate_stage(params, tmp_path)
     select_stage(params, tmp_path)
-    metrics = json.loads((tmp_path / "reports" / "metrics.json").read_text())
+    metrics = json.loads((outputs(tmp_path).metrics).read_text())
     random, perfect = (metrics["outcomes_by_opponent"][name] for name in ("random", "perfect"))
     assert random["episodes"] == perfect["episodes"] == 1000
     seats = (random["first"]["win_or_draw_rate"], random["second"]["win_or_draw_rate"])

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from rlcore.config.inheritance import read_params_tree
 from rlcore.config.sections import Params
 from rlcore.stages import STAGE_PARAMS
 
@@ -47,19 +48,21 @@ def in_file(tree: dict[str, Any], key: str) -> bool:
 
 
 def declared_stages(dvc_file: Path) -> list[tuple[str, str, Path, list[str]]]:
-    """(stage name, rlcore stage its command runs, the params file it reads, the params keys dvc.yaml lists)."""
+    """(stage name, rlcore stage its command runs, the params file it reads, the params keys dvc.yaml lists: of a
+    file with a ``base``, those of both files)."""
     found = []
     for name, stage in yaml.safe_load(dvc_file.read_text())["stages"].items():
         wdir = (dvc_file.parent / stage.get("wdir", ".")).resolve()
         command = stage["cmd"].split()
         assert command[:1] == ["rlcore"], f"{dvc_file}: {name}: not an rlcore stage: {stage['cmd']}"
         params_file = command[command.index("--params") + 1] if "--params" in command else "params.yaml"
+        base = yaml.safe_load((wdir / params_file).read_text()).get("base")
         keys: list[str] = []
         for entry in stage.get("params", []):
             if isinstance(entry, str):  # DVC's default params file
                 entry = {"params.yaml": [entry]}
             for file, listed in entry.items():
-                assert file == params_file, f"{dvc_file}: {name}: lists keys of {file}, its command reads {params_file}"
+                assert file in (params_file, base), f"{dvc_file}: {name}: lists keys of {file}, it reads {params_file}"
                 keys += listed
         found.append((name, command[1], wdir / params_file, keys))
     return found
@@ -68,17 +71,26 @@ def declared_stages(dvc_file: Path) -> list[tuple[str, str, Path, list[str]]]:
 @pytest.mark.parametrize("dvc_file", PIPELINES, ids=lambda path: str(path.relative_to(PROJECT)))
 def test_every_dvc_stage_lists_the_params_of_the_table(dvc_file: Path) -> None:
     """Each stage's ``params`` are the table's keys for its command, those its params file has: DVC refuses a
-    key the file lacks (``branch`` in params.yaml), which then runs on its default, part of the code."""
+    key the file lacks, which then runs on its default, part of the code."""
     problems = []
     for name, stage, params_file, keys in declared_stages(dvc_file):
         assert stage in STAGE_PARAMS, f"{dvc_file}: {name}: `rlcore {stage}` has no row in STAGE_PARAMS"
-        tree = yaml.safe_load(params_file.read_text())
+        tree = read_params_tree(params_file)  # with a base file's keys (offline.yaml's base: params.yaml)
         expected = [key for key in STAGE_PARAMS[stage] if in_file(tree, key)]
-        missing = [key for key in expected if key not in keys]
-        extra = [key for key in keys if key not in expected]
+        # A section may be listed as its keys (some from each file): covered when every listed key is in it.
+        missing = [key for key in expected if key not in keys and not any(k.startswith(key + ".") for k in keys)]
+        extra = [key for key in keys if not covers(expected, key)]
         if missing or extra:
             problems.append(f"{name} ({stage}): missing {missing}, not in the table {extra}")
     assert not problems, f"{dvc_file.relative_to(PROJECT)}: " + "; ".join(problems)
+
+
+def test_this_repository_s_dvc_yaml_is_the_generator_s_output() -> None:
+    """This repository's dvc.yaml and every ``rlcore init`` project's come from one function, so the two stay one
+    design: regenerate with ``rlcore dvc-yaml`` after changing it (or the params files' keys)."""
+    from rlcore.project.pipeline_file import pipeline_yaml
+
+    assert (PROJECT / "dvc.yaml").read_text() == pipeline_yaml(PROJECT)
 
 
 def test_the_sweep_stage_lists_what_its_trials_read() -> None:

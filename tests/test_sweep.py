@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import PROJECT, RLCORE, rlcore, sets
+from conftest import PROJECT, RLCORE, outputs, rlcore, sets
 from optuna.distributions import CategoricalDistribution
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
@@ -123,10 +123,10 @@ def test_every_trial_records_its_command_params_git_revision_and_own_folder(prun
         assert sorted((folder / "seed_0" / "runs" / "ppo-cartpole" / "checkpoints").glob("*.pt"))
         if trial.state == TrialState.COMPLETE:
             # The value is the validation score selection used; the test score is recorded beside it.
-            metrics = yaml.safe_load((folder / "seed_0" / "reports" / "metrics.json").read_text())
+            metrics = yaml.safe_load((outputs(folder / "seed_0").metrics).read_text())
             assert metrics["validation"]["value"] == metrics["validation"]["mean_return"] == trial.value
             assert metrics["mean_return"] == attrs["test_value"] == attrs["test_scores"][0]
-            assert (folder / "seed_0" / "models" / "best" / "policy.pt").is_file()
+            assert (outputs(folder / "seed_0").best_policy).is_file()
 
 
 @pytest.mark.slow
@@ -209,7 +209,7 @@ def test_a_weak_trial_is_pruned_after_its_first_seed(project: Path, caplog: pyte
     assert trial.state == TrialState.PRUNED
     assert max(trial.intermediate_values) == 4  # the first seed's score, at the seed boundary
     folder = project / trial.user_attrs["folder"]
-    assert (folder / "seed_0" / "reports" / "metrics.json").is_file()
+    assert (outputs(folder / "seed_0").metrics).is_file()
     assert not (folder / "seed_1").exists()
 
 
@@ -324,7 +324,7 @@ def test_a_trial_over_two_envs_averages_scores_normalized_to_each_target(project
     (trial,) = load_study(project).trials
     folder = project / trial.user_attrs["folder"]
     metrics = {
-        env: yaml.safe_load((folder / env / "seed_0" / "reports" / "metrics.json").read_text())
+        env: yaml.safe_load((outputs(folder / env / "seed_0").metrics).read_text())
         for env in ("CartPole-v1", "Acrobot-v1")
     }
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import QUICK, rlcore, sets
+from conftest import QUICK, outputs, rlcore, sets
 from prefect_server import pointed_at
 
 from rlcore.common.files import read_json, sha256_file
@@ -54,7 +54,7 @@ def test_dask_local_cluster_evaluates_checkpoints_in_parallel_with_sequential_re
     train_stage(params, project)
     sequential = read_json(evaluate_stage(params, project))
     assert len(sequential["candidates"]) == 4
-    shutil.move(project / "reports" / "evaluations.json", project / "sequential.json")
+    shutil.move(outputs(project).evaluations, project / "sequential.json")
 
     runner = dask_task_runner(DeployConfig(task_runner="dask", dask_workers=2))
     assert runner.cluster_kwargs["n_workers"] == 2 and runner.cluster_kwargs["processes"] is True
@@ -62,7 +62,7 @@ def test_dask_local_cluster_evaluates_checkpoints_in_parallel_with_sequential_re
         params_path=params_path, overrides=overrides, root=str(project), return_state=True
     )
     assert state.is_completed(), state
-    assert read_json(project / "reports" / "evaluations.json") == sequential
+    assert read_json(outputs(project).evaluations) == sequential
 
     task_runs, _ = asyncio.run(_task_runs_and_logs(state.state_details.flow_run_id))
     assert len(task_runs) == 4 and all(run.state.is_completed() for run in task_runs)
@@ -160,8 +160,8 @@ def test_rlcore_pipeline_evaluates_on_dask_through_the_cli(project: Path, server
     evaluated = {line.split("'")[1] for line in output.splitlines() if "Task run 'evaluate-step_" in line}
     assert len(evaluated) == 4, output[-3000:]  # a task run per checkpoint, on the Dask workers
     assert "Flow run" in output and output.rstrip().endswith("Finished in state Completed()"), output[-3000:]
-    assert len(read_json(project / "reports" / "evaluations.json")["candidates"]) == 4
-    assert (project / "export" / "model_card.json").is_file()
+    assert len(read_json(outputs(project).evaluations)["candidates"]) == 4
+    assert (outputs(project).export / "model_card.json").is_file()
 
 
 def test_an_existing_dask_cluster_named_in_params_runs_collection_shards_and_sweep_trials(project: Path, server):

@@ -224,7 +224,7 @@ def test_ppo_with_a_categorical_value_head_solves_cartpole_seed_0(tmp_path):
     # CPU); 387.8 / 500.0 / 455.3 on seeds 0 / 1 / 2 (2026-11-28, an AVX512-FP16 Xeon), where seed 0 peaks at 12k env
     # steps (validation 365) and then falls to about 120 for good: the categorical critic is less stable than the
     # scalar one here (not investigated yet).
-    from conftest import PROJECT
+    from conftest import PROJECT, outputs
 
     from rlcore.common.files import read_json
     from rlcore.params import load_params
@@ -238,4 +238,4 @@ def test_ppo_with_a_categorical_value_head_solves_cartpole_seed_0(tmp_path):
     train_stage(params, tmp_path)
     evaluate_stage(params, tmp_path)
     select_stage(params, tmp_path)
-    assert read_json(tmp_path / "reports" / "metrics.json")["mean_return"] >= 300
+    assert read_json(outputs(tmp_path).metrics)["mean_return"] >= 300

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import PROJECT, QUICK, RLCORE, sets
+from conftest import PROJECT, QUICK, RLCORE, outputs, sets
 from prefect_server import PREFECT, group_alive, pointed_at, prefect_server, stop
 
 pytestmark = pytest.mark.server
@@ -206,7 +206,7 @@ def test_prefect_yaml_deploys_on_a_work_pool_and_a_process_worker_runs_it(server
             run = _poll(final, timeout=240, what="the triggered run finished", log=worker_log, process=worker)
             assert run.state.is_completed(), f"{run.state}\n{_tail(worker_log)}"
             assert run.parameters["overrides"] == QUICK and run.parameters["root"] == "."
-            assert (project / "export" / "model_card.json").is_file(), _tail(worker_log)
+            assert (outputs(project).export / "model_card.json").is_file(), _tail(worker_log)
 
             from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 

@@ -24,7 +24,8 @@ from flows.sweep.search import check_options, distributions
 from flows.sweep.storage import storage_files, storage_spec
 from rlcore.common.errors import ConfigError, RLCoreError, did_you_mean
 from rlcore.common.files import check_target
-from rlcore.config.reading import apply_overrides, read_yaml_mapping
+from rlcore.config.inheritance import read_params_tree
+from rlcore.config.reading import apply_overrides
 from rlcore.config.sections import Params
 from rlcore.config.sweep import SweepConfig, flatten, overrides_for, yaml_text
 from rlcore.envs.ids import check_env_id
@@ -82,7 +83,7 @@ class SweepPlan:
 def plan_sweep(params_file: str, overrides: list[str], root: Path) -> SweepPlan:
     """Load and check everything a sweep needs; raises a one-line :class:`ConfigError` before any trial."""
     path = Path(params_file) if Path(params_file).is_absolute() else root / params_file
-    tree = apply_overrides(read_yaml_mapping(path), list(overrides))
+    tree = apply_overrides(read_params_tree(path), list(overrides))
     params = validate_params(tree, params_file)
     sweep = params.sweep
     check_envs(sweep, params_file)

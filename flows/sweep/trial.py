@@ -2,7 +2,7 @@
 
 A trial trains one run per seed of ``sweep.seeds`` (per env of ``sweep.envs``, if given), each in its own
 stage root under the trial's folder (``<folder>/seed_<s>/`` or ``<folder>/<env>/seed_<s>/``, each with
-``runs/``, ``reports/``, ``models/best/``), through the same stage functions as the pipeline. A run's
+``runs/``, ``reports/``, ``models/<name>/``), through the same stage functions as the pipeline. A run's
 score is ``sweep.metric`` of its selected checkpoint on the **validation** episodes (the evaluate stage's, what
 selection used; normalized per env); the trial's value aggregates them. The selected model's **test** score
 (the select stage's test episodes) is recorded beside it (``test_scores``, ``test_value``) and never optimized.
@@ -276,7 +276,7 @@ def run_trial(job: TrialJob) -> TrialResult:
                 slot = evaluation_slot(params[0])
                 reporter = PruningReporter(trial, sweep, GroupSlot(g * slot, slot, len(group), group[0].env))
                 if len(group) == 1:
-                    train_stage(params[0], roots[0], on_evaluation=reporter)
+                    train_stage(params[0], roots[0], on_evaluation=reporter, replace=True)
                 else:
                     train_seed_roots(list(zip(params, roots, strict=True)), on_evaluation=reporter)
                 summaries = [

@@ -101,8 +101,11 @@ def save_checkpoint(
         "content_sha256": content_digest(meta_json, tensors),
         **tensors,
     }
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+    # Through a file object, not the path: torch.save names the zip's records after the file it writes (here the
+    # temporary name, which holds the PID), so the same checkpoint saved twice would differ in its bytes and DVC
+    # would see a new selected model (and re-run collect and the offline branch) when the same one is selected again.
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        torch.save(payload, handle)
 
 
 def load_problem(exc: BaseException) -> str:

@@ -1,5 +1,11 @@
-"""Where each stage reads and writes under the project root, per branch (the README's "What you get" table), and
-the check that a path from params stays inside the project."""
+"""Where each stage reads and writes under the project root, per run name (the README's "What you get" table), and
+the check that a path from params stays inside the project.
+
+Every output of a run is in a folder named after it: ``runs/<name>/`` (training), ``reports/<name>/`` (evaluations,
+report, metrics), ``models/<name>/`` (the selected model), ``export/<name>/`` (ONNX, torch.export, model card). Two
+runs with different names never write over each other's files, whichever pipeline (DVC stages, Prefect flows,
+sweeps) runs them.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +19,6 @@ from rlcore.common.errors import ConfigError
 class Layout:
     root: Path
     name: str = "default"
-    branch: str = ""
-    """``""`` for the main pipeline; e.g. ``offline`` puts reports, models and export in their own subfolders."""
     seed: int | None = None
     """One seed of a run with ``train.seeds``: its run directory is ``runs/<name>/seed_<seed>/``; None:
     ``runs/<name>/``."""
@@ -38,7 +42,7 @@ class Layout:
 
     @property
     def reports(self) -> Path:
-        return self.root / "reports" / self.branch if self.branch else self.root / "reports"
+        return self.root / "reports" / self.name
 
     @property
     def evaluations(self) -> Path:
@@ -47,6 +51,11 @@ class Layout:
     @property
     def metrics(self) -> Path:
         return self.reports / "metrics.json"
+
+    @property
+    def scores(self) -> Path:
+        """The headline numbers of ``metrics.json``, flat (one column each in ``dvc exp show``)."""
+        return self.reports / "scores.json"
 
     @property
     def report(self) -> Path:
@@ -93,6 +102,7 @@ class Layout:
             self.best_policy,
             self.selection,
             self.metrics,
+            self.scores,
             self.report,
             self.learning_curve_png,
             self.seed_curves_png,
@@ -105,7 +115,9 @@ class Layout:
 
     @property
     def best(self) -> Path:
-        return self.root / "models" / self.branch / "best" if self.branch else self.root / "models" / "best"
+        """The selected model: ``policy.pt`` (its weights, byte-identical when the same checkpoint is selected again)
+        and ``selection.json`` (what was selected, why, its scores)."""
+        return self.root / "models" / self.name
 
     @property
     def best_policy(self) -> Path:
@@ -117,7 +129,7 @@ class Layout:
 
     @property
     def export(self) -> Path:
-        return self.root / "export" / self.branch if self.branch else self.root / "export"
+        return self.root / "export" / self.name
 
 
 def export_files(folder: Path) -> tuple[Path, ...]:

@@ -15,7 +15,7 @@ from rlcore.envs.config import MAX_NUM_ENVS
 class CollectConfig(StrictModel):
     """The ``collect`` stage: roll out a policy and write a dataset (see ``rlcore.data.schema`` for the schema)."""
 
-    policy: str = "models/best/policy.pt"
+    policy: str = "models/ppo-cartpole/policy.pt"
     """A checkpoint or selected model (``.pt``) to roll out, or ``random`` for uniformly random actions."""
     steps: int | None = Field(20_000, ge=1)
     """Transitions to collect (episodes still running at the end are kept, marked truncated)."""

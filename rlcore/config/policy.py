@@ -97,7 +97,7 @@ class PolicyConfig(StrictModel):
         for name, patterns in groups.items():
             if not _GROUP_NAME.fullmatch(name) or name in (".", ".."):
                 raise ValueError(
-                    f"group name {short_repr(name)}: letters, digits, '.', '_', '-' (it names export/<group>/)"
+                    f"group name {short_repr(name)}: letters, digits, '.', '_', '-' (it names export/<name>/<group>/)"
                 )
             if not patterns or any(not pattern for pattern in patterns):
                 raise ValueError(

@@ -18,7 +18,6 @@ from pydantic import (
     AliasChoices,
     Field,
     SerializerFunctionWrapHandler,
-    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
@@ -97,9 +96,9 @@ class TrainConfig(StrictModel):
     """Null: one run with the top-level ``seed`` in ``runs/<name>/``. A list of distinct seeds in [0, 2**32) (at
     most 64): one independent run per seed in one process, each in ``runs/<name>/seed_<k>/`` and the same as the
     run with ``seed: k`` (batched or one after another: ``batch_seeds``); evaluate, select and the report then cover
-    every seed, ``reports/metrics.json`` adds each seed's test score and their aggregate, and ``models/best/`` is the
-    seed best on validation (``rlcore.stages.seeds``). A seed whose run finished with the same train params is kept,
-    an interrupted one resumes from its own checkpoint."""
+    every seed, ``reports/<name>/metrics.json`` adds each seed's test score and their aggregate, and ``models/<name>/``
+    is the seed best on validation (``rlcore.stages.seeds``). A seed whose run finished with the same train params is
+    kept, an interrupted one resumes from its own checkpoint."""
     batch_seeds: bool = True
     """With ``train.seeds``: train the seeds together as one batched program where the algorithm supports it
     (``batched_seeds`` in its capabilities: PPO, A2C, DQN, SAC and BC; ``rlcore.trainers.BATCHED_TRAINERS``): their
@@ -148,7 +147,7 @@ class EvalConfig(StrictModel):
     episodes: int = Field(10, ge=1, le=MAX_EVAL_EPISODES)
     """Validation episodes per checkpoint (the evaluate stage); select-best picks on their scores."""
     test_episodes: int = Field(100, ge=1, le=MAX_EVAL_EPISODES)
-    """Test episodes of the selected model (the select stage): the score ``reports/metrics.json`` reports."""
+    """Test episodes of the selected model (the select stage): the score ``reports/<name>/metrics.json`` reports."""
     deterministic: bool = True
     """Greedy actions (argmax, or the Gaussian's mean) instead of sampling."""
     seed: int = Field(0, ge=0, lt=SEED_LIMIT)
@@ -161,8 +160,8 @@ class EvalConfig(StrictModel):
     as truncated. Null: the env's time limit (``env.kwargs.max_episode_steps``, else gymnasium's registered one);
     required when the env has none."""
     video: bool = False
-    """The select stage records the selected model's first test episode to ``reports/episode.gif``, linked from the
-    report (``rlcore.evaluation.video``; the env must render ``rgb_array`` frames, else a warning and no video)."""
+    """The select stage records the selected model's first test episode to ``reports/<name>/episode.gif``, linked from
+    the report (``rlcore.evaluation.video``; the env must render ``rgb_array`` frames, else a warning and no video)."""
     return_reduction: str = "mean"
     """A multi-agent env's episode score from its agents' returns: ``mean``, ``sum``, ``min``, ``max`` or one agent's
     name (``rlcore.envs.return_reduction``). Every score (periodic evaluation, validation, test, selection, stop
@@ -171,15 +170,16 @@ class EvalConfig(StrictModel):
     settings: list[EvalSetting] = Field(default_factory=list)
     """Named settings ``{name, parameters}`` every evaluate and select stage also scores under, on the same
     validation and test episodes (the parameters apply on top of the env's own defaults, not ``env.parameters``):
-    ``reports/metrics.json``'s ``settings`` block, a table and a bar chart in the report."""
+    ``reports/<name>/metrics.json``'s ``settings`` block, a table and a bar chart in the report."""
     opponents: NamedOpponents = None
     """Two-player turn-based games (``env.opponent``) only: more fixed opponents the select stage plays the selected
     model against on the same test episodes, name -> import path of a function ``(observation, rng) -> action``
-    (``{perfect: rlcore.envs.opponents:perfect_tictactoe}``): ``reports/metrics.json``'s ``outcomes_by_opponent`` (by
-    name, as ``outcomes``: win/draw/loss rates, 95% Wilson intervals, by seat) and a table in the report;
-    ``env.opponent`` stays the opponent of evaluation, validation, selection and ``outcomes``. Names: a letter, then
-    letters, digits or ``_`` (at most 64); at most 16, each path once; each plays a test game against random legal
-    moves at load, within ``env.user_code_timeout_seconds`` (``rlcore.envs.turn_based``). Null or ``{}``: none."""
+    (``{perfect: rlcore.envs.opponents:perfect_tictactoe}``): ``reports/<name>/metrics.json``'s
+    ``outcomes_by_opponent`` (by name, as ``outcomes``: win/draw/loss rates, 95% Wilson intervals, by seat) and a
+    table in the report; ``env.opponent`` stays the opponent of evaluation, validation, selection and ``outcomes``.
+    Names: a letter, then letters, digits or ``_`` (at most 64); at most 16, each path once; each plays a test game
+    against random legal moves at load, within ``env.user_code_timeout_seconds`` (``rlcore.envs.turn_based``). Null
+    or ``{}``: none."""
 
     @field_validator("settings")
     @classmethod
@@ -206,10 +206,10 @@ class SelectConfig(StrictModel):
     ``eval.settings``; or ``mean``, the mean of the metric over ``eval.settings``."""
     baseline_run: str | None = None
     """The name of another run (``runs/<name>``), e.g. the same params trained from scratch beside a warm-started
-    run: the report draws both learning curves in one chart (``reports/baseline_comparison.png``); when either run
-    has several seeds (``train.seeds``), ``reports/metrics.json``'s ``baseline`` adds the probability that a seed of
-    this run scores higher than one of the baseline on the test episodes, with its 95% interval (the baseline's
-    scores: the ``metrics.json`` under ``reports/`` that its select stage wrote); null: none."""
+    run: the report draws both learning curves in one chart (``reports/<name>/baseline_comparison.png``); when either
+    run has several seeds (``train.seeds``), ``reports/<name>/metrics.json``'s ``baseline`` adds the probability that
+    a seed of this run scores higher than one of the baseline on the test episodes, with its 95% interval (the
+    baseline's scores: ``reports/<baseline_run>/metrics.json``, which its select stage wrote); null: none."""
 
     @field_validator("baseline_run")
     @classmethod
@@ -322,15 +322,18 @@ SECTIONS: dict[str, Any] = {
 class Params(StrictModel):
     """The whole params tree. ``algo`` is the registered algorithm's own config class."""
 
+    base: str | None = Field(None, exclude=True)
+    """A params file this one inherits from (relative to it, e.g. ``params.yaml``): this file's keys over the base's;
+    sections merge key by key, other values (lists too) replace, an ``algo`` naming another algorithm replaces the
+    base's whole (``rlcore.config.inheritance``). Null: none. Not part of the run's params (it says where they came
+    from)."""
     seed: int = 0
     """Seeds torch, NumPy and the training envs; in [0, 2**32) so training seeds stay below the evaluation seed
     ranges (``rlcore.common.seeds``)."""
     name: str = "default"
-    """Run name: training writes to ``runs/<name>/``. Letters, digits, ``.``, ``_``, ``-``; at most 100 characters,
-    not ``.`` or ``..``, not starting with ``-``."""
-    branch: str = ""
-    """Output branch: ``""`` writes reports/, models/best/, export/; ``offline`` writes reports/offline/,
-    models/offline/best/, export/offline/ (so a second pipeline can run beside the first)."""
+    """Run name: training writes to ``runs/<name>/``, the later stages to ``reports/<name>/``, ``models/<name>/`` and
+    ``export/<name>/``, so runs of different names never overwrite each other. Letters, digits, ``.``, ``_``, ``-``;
+    at most 100 characters, not ``.`` or ``..``, not starting with ``-``."""
     torch_threads: int = Field(1, ge=1, le=MAX_TORCH_THREADS)
     """Threads torch computes with in each stage (``torch.set_num_threads``), at most 1024. Small networks are fastest
     on one thread on a 2-core machine (two are 3-60x slower under load)."""
@@ -346,11 +349,9 @@ class Params(StrictModel):
     sweep: SweepConfig
     deploy: DeployConfig
 
-    @field_validator("name", "branch")
+    @field_validator("name")
     @classmethod
-    def _folder_name(cls, name: str, info: ValidationInfo) -> str:
-        if info.field_name == "branch" and name == "":
-            return name
+    def _folder_name(cls, name: str) -> str:
         if not _FOLDER_NAME.fullmatch(name) or set(name) == {"."}:
             raise ValueError(
                 "expected a folder name: 1 to 100 letters, digits, '.', '_' or '-', not '.' or '..', not starting "

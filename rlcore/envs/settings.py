@@ -273,8 +273,8 @@ class EvalSetting(StrictModel):
     ``env.parameters``), so models trained under any distribution are compared under the same setting."""
 
     name: str = Field(pattern=_NAME.pattern)
-    """Unique name of the setting (not ``mean``): its key in ``reports/metrics.json``, its row in the report, and a
-    value ``select.setting`` takes."""
+    """Unique name of the setting (not ``mean``): its key in ``reports/<name>/metrics.json``, its row in the report,
+    and a value ``select.setting`` takes."""
     parameters: Parameters = Field(default_factory=dict)
     """Env parameters of this setting (a number or a sampler, as ``env.parameters``), applied on top of the env's own
     defaults."""

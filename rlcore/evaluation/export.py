@@ -19,7 +19,6 @@ import logging
 import os
 import platform
 import shutil
-import subprocess
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from gymnasium import spaces
 
 from rlcore.common.errors import RLCoreError
 from rlcore.common.files import check_target, sha256_file, write_json
+from rlcore.common.versions import git_revision, rlcore_version
 from rlcore.envs.action_masks import mask_inputs
 from rlcore.envs.actions import sub_action_sizes
 from rlcore.envs.config import EnvConfig
@@ -350,21 +350,6 @@ def _check_onnx(
     return worst.worst(_check([e[:1] for e in expected], single, rule, "policy.onnx (batch 1)", action_space))
 
 
-def git_revision(cwd: Path) -> dict[str, Any]:
-    """The commit and whether the work tree had uncommitted changes; nulls outside a git repo."""
-
-    def git(*args: str) -> str | None:
-        try:
-            result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return result.stdout.strip() if result.returncode == 0 else None
-
-    revision = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no") if revision else None
-    return {"revision": revision, "dirty": None if status is None else bool(status)}
-
-
 def model_card(
     meta: dict[str, Any], selection: dict[str, Any], result: ExportResult, command: str, root: Path
 ) -> dict[str, Any]:
@@ -417,7 +402,7 @@ def model_card(
         "parity": result.parity,
         "git": git_revision(root),
         "command": command,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__},
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "rlcore": rlcore_version()},
     }
 
 

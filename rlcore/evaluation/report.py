@@ -128,8 +128,8 @@ def baseline_words(reached: dict[str, int | None], threshold: float | None, unit
 
 @dataclass(frozen=True)
 class ReportContent:
-    """What ``reports/report.md`` is written from: the run, its selection record and candidates, the train summary
-    (None when absent), and the names of the pictures beside the report (None: not drawn)."""
+    """What ``reports/<name>/report.md`` is written from: the run, its selection record and candidates, the train
+    summary (None when absent), and the names of the pictures beside the report (None: not drawn)."""
 
     name: str
     env_id: str
@@ -149,7 +149,7 @@ class ReportContent:
 
 
 def write_report(target: Path, content: ReportContent) -> None:
-    """``reports/report.md``: the test score with its interval, the validation score selection used (and which
+    """``reports/<name>/report.md``: the test score with its interval, the validation score selection used (and which
     is which), how training went (and when each curriculum lesson started), the learning curve (and ``video_name``,
     a video of the first test episode, when recorded), the scores under ``eval.settings`` (a table and
     ``settings_plot``), the comparison with a baseline run (``baseline``) and every candidate's validation scores."""
@@ -189,7 +189,7 @@ def write_report(target: Path, content: ReportContent) -> None:
         "",
         candidates_table(content.candidates, selection["checkpoint"]),
         "",
-        "Exported model: `export/policy.onnx`, `export/policy.pt2`, card `export/model_card.json` "
+        f"Exported model: `export/{content.name}/policy.onnx`, `policy.pt2`, card `model_card.json` "
         "(after the export stage).",
         "",
     ]

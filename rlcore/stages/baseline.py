@@ -1,10 +1,10 @@
 """The comparison with ``select.baseline_run``: both runs' learning curves in one chart and, when either run has
 several seeds (``train.seeds``), the probability that a seed of this run scores higher than a seed of the baseline.
 
-A run's score per seed is what ``reports/metrics.json`` reports of it: each seed's selected checkpoint on the test
-episodes (``per_seed.<k>.test.mean_return``; a one-seed run's ``mean_return``). The baseline's scores are read from
-the ``metrics.json`` under ``reports/`` (``reports/metrics.json`` or ``reports/<branch>/metrics.json``) whose
-selected checkpoint lies in ``runs/<baseline>/``: its select stage wrote them. P(X > Y) is rliable's probability of
+A run's score per seed is what ``reports/<name>/metrics.json`` reports of it: each seed's selected checkpoint on the
+test episodes (``per_seed.<k>.test.mean_return``; a one-seed run's ``mean_return``). The baseline's scores are read from
+``reports/<baseline>/metrics.json``, which its select stage wrote (its selected checkpoint lies in
+``runs/<baseline>/``). P(X > Y) is rliable's probability of
 improvement (the Mann-Whitney U statistic over ``n_x * n_y``, ties counted half) with its stratified bootstrap 95%
 interval (``rlcore.evaluation.aggregate.probability_of_improvement``).
 
@@ -71,7 +71,7 @@ def baseline_inputs(root: Path, name: str) -> list[Path]:
     or of each seed) and the ``metrics.json`` holding its scores (the flows' select cache key)."""
     curves = [Layout(root, name).learning_curve_tsv]
     curves += [Layout(root, name, seed=seed).learning_curve_tsv for seed in run_seed_folders(root, name)]
-    return [path for path in curves if path.is_file()] + [path for path, _ in _scoring(root, name)]
+    return [path for path in [*curves, Layout(root, name).metrics] if path.is_file()]
 
 
 def read_baseline(root: Path, name: str, needs_scores: bool) -> RunScores:
@@ -153,33 +153,19 @@ def improvement_words(run: RunScores, baseline: RunScores, result: dict[str, Any
     return lines
 
 
-def _scoring(root: Path, name: str) -> list[tuple[Path, dict[str, Any]]]:
-    """Every ``reports/metrics.json`` and ``reports/<branch>/metrics.json`` whose selected checkpoint is in
-    ``runs/<name>/``, with its record."""
-    reports, prefix = Layout(root).reports, f"runs/{name}/"
-    found = []
-    for path in [reports / "metrics.json", *sorted(reports.glob("*/metrics.json"))]:
-        try:
-            record = read_json(path)
-        except (OSError, ValueError):
-            continue  # absent, or not JSON: not a record this comparison can read
-        if isinstance(record, dict) and str(record.get("checkpoint", "")).startswith(prefix):
-            found.append((path, record))
-    return found
-
-
 def _find_metrics(root: Path, name: str) -> tuple[Path, dict[str, Any]]:
-    """The one ``metrics.json`` under ``reports/`` whose selected checkpoint is in ``runs/<name>/``."""
-    found = _scoring(root, name)
-    if not found:
+    """``reports/<name>/metrics.json``, which scores a checkpoint of ``runs/<name>/``."""
+    path = Layout(root, name).metrics
+    try:
+        record = read_json(path)
+    except (OSError, ValueError):
+        record = None  # absent, or not JSON: not a record this comparison can read
+    if not isinstance(record, dict) or not str(record.get("checkpoint", "")).startswith(f"runs/{name}/"):
         raise RLCoreError(
-            f"select.baseline_run: no metrics.json under {Layout(root).reports} scores a checkpoint of runs/{name}/; "
+            f"select.baseline_run: {path.relative_to(root)} does not score a checkpoint of runs/{name}/; "
             f"run `rlcore select` for {name} first (its test scores per seed are compared)"
         )
-    if len(found) > 1:
-        names = " and ".join(str(path.relative_to(root)) for path, _ in found)
-        raise RLCoreError(f"select.baseline_run: {names} both score runs/{name}/; remove the stale one")
-    return found[0]
+    return path, record
 
 
 def _seed_number(key: Any, where: str) -> int:

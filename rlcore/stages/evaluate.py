@@ -1,5 +1,5 @@
 """The evaluate stage: every checkpoint of a run (of each of ``train.seeds``) on the validation episodes ->
-``reports/evaluations.json``."""
+``reports/<name>/evaluations.json``."""
 
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ def evaluate_stage(params: Params, root: Path) -> Path:
     """Evaluate every checkpoint of ``runs/<name>/`` on ``eval.episodes`` validation episodes (``rlcore.common.seeds``),
     under the training distribution and under each of ``eval.settings`` (the same episode seeds).
 
-    Writes ``reports/evaluations.json``; returns its path.
+    Writes ``reports/<name>/evaluations.json``; returns its path.
     """
     torch.set_num_threads(params.torch_threads)
-    check_target(Layout(root, params.name, params.branch).evaluations)  # refused before any episode, not after
+    check_target(Layout(root, params.name).evaluations)  # refused before any episode, not after
     checkpoints = checkpoints_to_evaluate(params, root)
     evaluators = evaluators_for(params)
     try:
@@ -45,7 +45,7 @@ def evaluate_stage(params: Params, root: Path) -> Path:
 def checkpoints_to_evaluate(params: Params, root: Path) -> list[tuple[int | None, Path]]:
     """(training seed, checkpoint) of every checkpoint to evaluate, oldest first: the run's (seed None), or with
     ``train.seeds`` each seed's in the list's order. Refuses a run (a seed) without checkpoints."""
-    layouts: dict[int | None, Layout] = {None: Layout(root, params.name, params.branch)}
+    layouts: dict[int | None, Layout] = {None: Layout(root, params.name)}
     if run_seeds(params) is not None:
         layouts = {seed: layout for seed, layout in seed_layouts(params, root).items()}
     found: list[tuple[int | None, Path]] = []
@@ -72,9 +72,9 @@ def evaluate_checkpoint(params: Params, root: Path, path: Path, seed: int | None
 
 
 def write_evaluations(params: Params, root: Path, candidates: list[dict[str, Any]]) -> Path:
-    """Write ``reports/evaluations.json`` from per-checkpoint entries (oldest first; with ``train.seeds`` each entry
-    names its ``train_seed`` and the file lists ``train_seeds``); returns its path."""
-    layout = Layout(root, params.name, params.branch)
+    """Write ``reports/<name>/evaluations.json`` from per-checkpoint entries (oldest first; with ``train.seeds`` each
+    entry names its ``train_seed`` and the file lists ``train_seeds``); returns its path."""
+    layout = Layout(root, params.name)
     cfg = params.eval
     seeds = run_seeds(params)
     write_json(

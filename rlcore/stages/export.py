@@ -24,9 +24,9 @@ log = logging.getLogger("rlcore")
 
 
 def export_stage(params: Params, root: Path) -> Path:
-    """Export ``models/best/policy.pt`` to ``export/`` (ONNX, torch.export, model card); returns the card's path."""
+    """Export ``models/<name>/policy.pt`` to ``export/`` (ONNX, torch.export, model card); returns the card's path."""
     torch.set_num_threads(params.torch_threads)
-    layout = Layout(root, params.name, params.branch)
+    layout = Layout(root, params.name)
     for output in export_files(layout.export):  # a folder or a pipe in the way is refused before the model is read
         check_target(output)
     checkpoint = load_checkpoint(layout.best_policy)

@@ -1,7 +1,7 @@
-"""The export stage of a run with ``policy.groups``: one model per group, in ``export/<group>/`` (``policy.onnx``,
-``policy.pt2``, ``model_card.json``), and ``export/model_card.json`` listing the groups and their agents; with
-``env.agent_id`` also one model of the env's rows (``export/policy.onnx``, ``policy.pt2``: each row's group read
-from its one-hot), the file the pipeline's export stage promises.
+"""The export stage of a run with ``policy.groups``: one model per group, in ``export/<name>/<group>/``
+(``policy.onnx``, ``policy.pt2``, ``model_card.json``), and ``export/<name>/model_card.json`` listing the groups and
+their agents; with ``env.agent_id`` also one model of the env's rows (``export/<name>/policy.onnx``, ``policy.pt2``:
+each row's group read from its one-hot), the file the pipeline's export stage promises.
 
 Each group's model is its member of the grouped policy (``rlcore.nets.grouped``): it reads one agent's observation
 at its true width followed, with ``env.agent_id``, by the one-hot of the agent's index within the group (its card
@@ -81,7 +81,7 @@ def export_groups(
         index_card = {"name": meta["params"]["name"], "algorithm": meta["params"]["algo"]["name"], "groups": groups}
         return write_model_card(out_dir, index_card)
     # With env.agent_id: also one model of every row (each row's group read from its one-hot), what the pipeline's
-    # export/policy.onnx is: the env's padded rows in, each row's group's greedy action out.
+    # export/<name>/policy.onnx is: the env's padded rows in, each row's group's greedy action out.
     result = export_policy(policy, meta, out_dir, options)
     card = model_card(meta, selection, result, command, root)
     card["env"]["agents"] = {

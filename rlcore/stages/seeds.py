@@ -29,4 +29,4 @@ def seed_params(params: Params, seed: int) -> Params:
 
 def seed_layouts(params: Params, root: Path) -> dict[int, Layout]:
     """Each seed's layout (its run directory ``runs/<name>/seed_<k>/``), in ``train.seeds``' order."""
-    return {seed: Layout(root, params.name, params.branch, seed) for seed in run_seeds(params) or []}
+    return {seed: Layout(root, params.name, seed=seed) for seed in run_seeds(params) or []}

@@ -1,7 +1,7 @@
 """The select stage: the best checkpoint on the validation scores, scored on the test episodes, saved and reported.
 
-Selection reads ``reports/evaluations.json`` (the evaluate stage's validation episodes); the selected policy alone is
-then evaluated on ``eval.test_episodes`` test episodes that no other stage runs (``rlcore.common.seeds``): the
+Selection reads ``reports/<name>/evaluations.json`` (the evaluate stage's validation episodes); the selected policy
+alone is then evaluated on ``eval.test_episodes`` test episodes that no other stage runs (``rlcore.common.seeds``): the
 reported score. Choosing the best of N checkpoints on the same episodes it is reported on would overstate it. A
 two-player game's selected model also plays the test episodes against each of ``eval.opponents``.
 """
@@ -48,7 +48,8 @@ from rlcore.stages.shared import STEP_KEYS, check_trained_on, checkpoint_words
 log = logging.getLogger("rlcore")
 
 VALIDATION_KEYS = ("metric", "value", "episodes", "mean_return", "iqm_return", "ci95_low", "ci95_high")
-"""What ``reports/metrics.json`` keeps of the validation score selection used (and ``setting``, when one is chosen)."""
+"""What ``reports/<name>/metrics.json`` keeps of the validation score selection used (and ``setting``, when one is
+chosen)."""
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,12 @@ class Selected:
 def select_stage(params: Params, root: Path) -> Path:
     """Pick the best checkpoint on the validation scores, then score it on the test episodes (the module docstring).
 
-    Writes ``models/best/{policy.pt,selection.json}``, ``reports/{metrics.json,report.md,learning_curve.png}``
-    (with ``select.baseline_run``: ``reports/baseline_comparison.png``, and when either run has seeds
+    Writes ``models/<name>/{policy.pt,selection.json}``, ``reports/<name>/{metrics.json,report.md,learning_curve.png}``
+    (with ``select.baseline_run``: ``reports/<name>/baseline_comparison.png``, and when either run has seeds
     ``metrics.json``'s ``baseline``, P(this run > the baseline) over seeds).
     """
     torch.set_num_threads(params.torch_threads)
-    layout = Layout(root, params.name, params.branch)
+    layout = Layout(root, params.name)
     for output in layout.select_outputs:  # a folder or a pipe in the way is refused before any test episode
         check_target(output)
     baseline = _read_baseline(params, root)
@@ -100,7 +101,9 @@ def select_stage(params: Params, root: Path) -> Path:
     _save_policy(layout.best_policy, selected.checkpoint)
     selection = _selection_record(params, evaluations, selected)
     write_json(layout.selection, selection)
-    write_json(layout.metrics, {**_metrics_record(params, selected, selection), **comparison.metrics})
+    metrics = {**_metrics_record(params, selected, selection), **comparison.metrics}
+    write_json(layout.metrics, metrics)
+    write_json(layout.scores, headline_scores(metrics))
     _write_report(params, root, layout, evaluations, selected, selection, comparison)
     return layout.best
 
@@ -115,8 +118,8 @@ def _write_report(
     comparison: Comparison,
     seed_lines: list[str] | None = None,
 ) -> None:
-    """``reports/report.md`` and its pictures; ``layout`` is the selected run's (with ``train.seeds``: its seed's),
-    whose learning curve and train summary the report shows."""
+    """``reports/<name>/report.md`` and its pictures; ``layout`` is the selected run's (with ``train.seeds``: its
+    seed's), whose learning curve and train summary the report shows."""
     content = ReportContent(
         name=params.name,
         env_id=evaluations["env_id"],
@@ -150,10 +153,10 @@ def _write_report(
 def _select_seeds(
     params: Params, root: Path, evaluations: dict[str, Any], seeds: list[int], baseline: RunScores | None
 ) -> Path:
-    """``train.seeds``: each seed's best checkpoint on validation, scored on the test episodes; ``models/best/`` is
+    """``train.seeds``: each seed's best checkpoint on validation, scored on the test episodes; ``models/<name>/`` is
     the seed whose selected checkpoint is best on validation (ties: the earlier checkpoint, then the seed listed
     first); ``metrics.json`` and ``selection.json`` add each seed's scores and their aggregate over seeds."""
-    layout = Layout(root, params.name, params.branch)
+    layout = Layout(root, params.name)
     per_seed: dict[int, Selected] = {}
     for seed in seeds:
         candidates = [entry for entry in evaluations["candidates"] if entry.get("train_seed") == seed]
@@ -174,7 +177,7 @@ def _select_seeds(
     selected = _against_opponents(params, dataclasses.replace(chosen, reason=reason))
     seed_records = {str(seed): _seed_record(params, evaluations, one) for seed, one in per_seed.items()}
     scores = {seed: float(one.test.result.scores()["mean_return"]) for seed, one in per_seed.items()}
-    seed_layout = Layout(root, params.name, params.branch, best_seed)
+    seed_layout = Layout(root, params.name, seed=best_seed)
     run = RunScores(params.name, scores, several=True, curve=seed_layout.learning_curve_tsv, curve_seed=best_seed)
     comparison = _compare(run, baseline)
     across = aggregate(scores, params.train.target_return)
@@ -197,6 +200,7 @@ def _select_seeds(
         **comparison.metrics,
     }
     write_json(layout.metrics, metrics)
+    write_json(layout.scores, headline_scores(metrics))
     title = f"{selected.checkpoint.algo} on {evaluations['env_id']} ({params.name}, {len(seeds)} seeds)"
     curves = {
         seed: read_curve(seed_layout.learning_curve_tsv) for seed, seed_layout in seed_layouts(params, root).items()
@@ -231,7 +235,8 @@ def _seed_record(params: Params, evaluations: dict[str, Any], selected: Selected
 
 
 def _read_evaluations(params: Params, layout: Layout) -> dict[str, Any]:
-    """``reports/evaluations.json``, refused when it was evaluated on another env or under other ``eval.settings``."""
+    """``reports/<name>/evaluations.json``, refused when it was evaluated on another env or under other
+    ``eval.settings``."""
     if not layout.evaluations.is_file():
         raise RLCoreError(f"{layout.evaluations}: not found; run `rlcore evaluate` first")
     evaluations: dict[str, Any] = read_json(layout.evaluations)
@@ -306,7 +311,7 @@ def _save_policy(path: Path, checkpoint: Checkpoint) -> None:
 
 
 def _selection_record(params: Params, evaluations: dict[str, Any], selected: Selected) -> dict[str, Any]:
-    """``models/best/selection.json``: what was selected and why, its validation and test scores (and under each
+    """``models/<name>/selection.json``: what was selected and why, its validation and test scores (and under each
     of ``eval.settings``, and against each of ``eval.opponents``), and the evaluation settings."""
     best, test = selected.entry, selected.test
     settings = {
@@ -353,7 +358,7 @@ def _validation_record(params: Params, evaluations: dict[str, Any], best: dict[s
 
 
 def _metrics_record(params: Params, selected: Selected, selection: dict[str, Any]) -> dict[str, Any]:
-    """``reports/metrics.json``: the test scores, how far the model trained, and a short view of the validation
+    """``reports/<name>/metrics.json``: the test scores, how far the model trained, and a short view of the validation
     score, of the test scores under each of ``eval.settings`` and of the outcomes against each of ``eval.opponents``
     (``outcomes_by_opponent``)."""
     best, validation, settings = selected.entry, selection["validation"], selection.get("settings", {})
@@ -371,13 +376,36 @@ def _metrics_record(params: Params, selected: Selected, selection: dict[str, Any
     }
 
 
+HEADLINE_TEST_KEYS = ("mean_return", "iqm_return", "ci95_low", "ci95_high", "episodes")
+"""The selected model's test scores that ``scores.json`` keeps (as ``test_<key>``)."""
+
+
+def headline_scores(metrics: dict[str, Any]) -> dict[str, Any]:
+    """``reports/<name>/scores.json``: ``metrics.json``'s headline numbers, flat, so that ``dvc exp show`` has one
+    column for each and ``dvc exp show --json`` holds them as numbers: the selected model's test score (mean, IQM,
+    95% interval, episodes), the validation score selection used, how far it trained, and with ``train.seeds`` the
+    IQM over seeds with its interval and the number of seeds."""
+    validation = metrics["validation"]
+    flat: dict[str, Any] = {f"test_{key}": metrics[key] for key in HEADLINE_TEST_KEYS}
+    flat[f"validation_{validation['metric']}"] = validation["value"]
+    flat["step"] = metrics["step"]
+    across = metrics.get("aggregate")
+    if across is not None:
+        flat["seeds"] = across["num_runs"]
+        for key in ("iqm", "iqm_ci95_low", "iqm_ci95_high"):
+            flat[f"seeds_{key}"] = across[key]
+        flat["selected_seed"] = metrics["train_seed"]
+    return flat
+
+
 def _short_scores(scores: dict[str, Any]) -> dict[str, Any]:
-    """What ``reports/metrics.json`` keeps of a setting's test scores."""
+    """What ``reports/<name>/metrics.json`` keeps of a setting's test scores."""
     return {key: scores[key] for key in ("mean_return", "ci95_low", "ci95_high", "episodes")}
 
 
 def _plot_learning_curve(layout: Layout, content: ReportContent, best: dict[str, Any]) -> None:
-    """``reports/learning_curve.png``: training's periodic evaluations, every candidate, the selection's test score."""
+    """``reports/<name>/learning_curve.png``: training's periodic evaluations, every candidate, the selection's test
+    score."""
     lessons = (content.summary or {}).get("curriculum", {}).get("started")
     plot_learning_curve(
         layout.learning_curve_tsv,
@@ -391,8 +419,8 @@ def _plot_learning_curve(layout: Layout, content: ReportContent, best: dict[str,
 
 
 def _plot_elo(params: Params, layout: Layout, content: ReportContent) -> str | None:
-    """``reports/elo.png``, the learner's self-play ELO rating over training (``env.self_play``; removed otherwise):
-    its name, or None."""
+    """``reports/<name>/elo.png``, the learner's self-play ELO rating over training (``env.self_play``; removed
+    otherwise): its name, or None."""
     target = layout.elo_png
     remove_stale(target)
     tsv = layout.run_dir / "dvclive" / "plots" / "metrics" / "train" / "self_play_elo.tsv"
@@ -404,7 +432,7 @@ def _plot_elo(params: Params, layout: Layout, content: ReportContent) -> str | N
 
 
 def _plot_settings(layout: Layout, content: ReportContent) -> str | None:
-    """``reports/settings.png`` when ``eval.settings`` are declared (removed otherwise); its name, or None."""
+    """``reports/<name>/settings.png`` when ``eval.settings`` are declared (removed otherwise); its name, or None."""
     remove_stale(layout.settings_png)  # a chart of settings no longer declared
     if not content.selection.get("settings"):
         return None
@@ -432,7 +460,7 @@ class Comparison:
 
     @property
     def metrics(self) -> dict[str, Any]:
-        """What ``reports/metrics.json`` adds: ``baseline``, P(X > Y) over seeds, when it was computed."""
+        """What ``reports/<name>/metrics.json`` adds: ``baseline``, P(X > Y) over seeds, when it was computed."""
         return {} if self.improvement is None else {"baseline": self.improvement}
 
 
@@ -456,9 +484,9 @@ def _baseline_lines(
     params: Params, root: Path, what: str, summary: dict[str, Any] | None, comparison: Comparison
 ) -> list[str] | None:
     """This run's learning curve (with ``train.seeds``, the selected seed's) beside the baseline's (with seeds, its
-    exported seed's) in ``reports/baseline_comparison.png``, and the report's lines on it and on P(X > Y); None
+    exported seed's) in ``reports/<name>/baseline_comparison.png``, and the report's lines on it and on P(X > Y); None
     when no baseline is named."""
-    layout = Layout(root, params.name, params.branch)
+    layout = Layout(root, params.name)
     remove_stale(layout.baseline_png)  # a chart of a baseline no longer named
     run, baseline = comparison.run, comparison.baseline
     if run is None or baseline is None:

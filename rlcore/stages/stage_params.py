@@ -2,8 +2,8 @@
 
 A section (``eval``) stands for all of its keys; a dotted key (``eval.max_episode_steps``) for that key alone.
 ``tests/test_stage_params.py`` checks every ``dvc.yaml`` against this table, and the table against the keys each
-stage's module reads. A stage whose params file leaves a key out (``branch`` in ``params.yaml``) runs on its
-default, which is code: dvc.yaml lists only the keys the file has (DVC refuses a missing one).
+stage's module reads. A stage whose params file leaves a key out runs on its default, which is code: dvc.yaml lists
+only the keys the file has (DVC refuses a missing one).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ STAGE_PARAMS: dict[str, tuple[str, ...]] = {
     "train": (
         "seed",
         "name",
-        "branch",
         "torch_threads",
         "env",
         "policy",
@@ -25,12 +24,11 @@ STAGE_PARAMS: dict[str, tuple[str, ...]] = {
     # evaluate and select read train.seeds: which seeds' run folders they cover.
     # evaluate and select read policy.groups: each group's mean return, and the score when eval.return_reduction
     # names a group.
-    "evaluate": ("name", "branch", "torch_threads", "env", "policy.groups", "eval", "train.seeds"),
+    "evaluate": ("name", "torch_threads", "env", "policy.groups", "eval", "train.seeds"),
     # select scores the selection on the test episodes (env, eval) and draws select.baseline_run's curve beside
     # this run's with train.target_return as the threshold (and the optimality gap's target with train.seeds).
     "select": (
         "name",
-        "branch",
         "torch_threads",
         "env",
         "policy.groups",
@@ -39,6 +37,6 @@ STAGE_PARAMS: dict[str, tuple[str, ...]] = {
         "train.target_return",
         "train.seeds",
     ),
-    "export": ("name", "branch", "torch_threads", "export"),
+    "export": ("name", "torch_threads", "export"),
     "collect": ("torch_threads", "env", "policy.groups", "collect"),  # policy.groups: the dataset's group column
 }

@@ -4,25 +4,34 @@ in projects of their own trained together (:func:`train_seed_roots`, a sweep tri
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlcore.common.errors import ConfigError
+from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
+from rlcore.common.errors import CheckpointError, ConfigError
 from rlcore.common.stage_paths import Layout, project_path
 from rlcore.config.sections import Params
 from rlcore.stages.seeds import run_seeds, seed_layouts, seed_params
 from rlcore.trainers import SeedRun, batched_trainer, is_offline, train
 from rlcore.trainers.finished_runs import RunFinishedError
+from rlcore.trainers.run_directory import changed_key, trained_params
 from rlcore.trainers.stopping import EvaluationCallback
 
 log = logging.getLogger("rlcore")
 
 
 def train_stage(
-    params: Params, root: Path, on_evaluation: EvaluationCallback | None = None, resume_from: Path | None = None
+    params: Params,
+    root: Path,
+    on_evaluation: EvaluationCallback | None = None,
+    resume_from: Path | None = None,
+    replace: bool = False,
 ) -> Path:
-    """Train into ``runs/<name>/``; resumes an interrupted run. Returns the run directory.
+    """Train into ``runs/<name>/``; resumes an interrupted run. Returns the run directory. A finished run there
+    trained with other train params is refused (:func:`refuse_replacing_a_finished_run`) unless ``replace``: the
+    pipelines (dvc.yaml, whose cache keeps the previous run, and the Prefect flows) replace it.
 
     With ``train.seeds``: seed ``k``'s run (``rlcore.stages.seeds``) into ``runs/<name>/seed_<k>/``, all together by
     the family's batched trainer (``train.batch_seeds``, ``rlcore.trainers.batched_trainer``) or in the list's
@@ -31,6 +40,9 @@ def train_stage(
     """
     seeds = run_seeds(params)
     if seeds is not None:
+        if not replace:
+            for seed, layout in seed_layouts(params, root).items():
+                refuse_replacing_a_finished_run(seed_params(params, seed), layout.run_dir)
         if resume_from is not None:
             raise ConfigError(
                 "--resume-from: names one run's checkpoint; with train.seeds each seed resumes from its own folder "
@@ -41,10 +53,35 @@ def train_stage(
             for seed, layout in seed_layouts(params, root).items()
         ]
         _train_seed_runs(runs, on_evaluation)
-        return Layout(root, params.name, params.branch).run_dir
-    layout = Layout(root, params.name, params.branch)
+        return Layout(root, params.name).run_dir
+    layout = Layout(root, params.name)
+    if not replace and resume_from is None:
+        refuse_replacing_a_finished_run(params, layout.run_dir)
     train(_project_paths(params, root), layout.run_dir, on_evaluation=on_evaluation, resume_from=resume_from)
     return layout.run_dir
+
+
+def refuse_replacing_a_finished_run(params: Params, run_dir: Path) -> None:
+    """Refuse, in one line naming a key that changed, to replace the finished run in ``run_dir`` with a run of other
+    train params (``runs/<name>/`` is the run of that name: another name trains beside it). Interrupted runs are
+    not refused (the trainer starts fresh when their params changed), nor a finished run with the same params."""
+    if not (run_dir / "train_summary.json").is_file():
+        return
+    found = list_checkpoints(run_dir / "checkpoints")
+    if not found:
+        return
+    try:
+        trained = load_checkpoint(found[-1][1]).meta["params"]
+    except CheckpointError:
+        return  # unreadable: the trainer says so and keeps it aside
+    change = changed_key(trained_params(trained), trained_params(params.to_dict()))
+    if change is not None:
+        key, before, after = change
+        raise ConfigError(
+            f"{key}: {run_dir} holds a finished run trained with {key} {json.dumps(before)}, now "
+            f"{json.dumps(after)}; give this run another name (--set name=...) to keep both, or pass --replace to "
+            "replace it"
+        )
 
 
 def train_seed_roots(seeds: Sequence[tuple[Params, Path]], on_evaluation: EvaluationCallback | None = None) -> None:
@@ -54,7 +91,7 @@ def train_seed_roots(seeds: Sequence[tuple[Params, Path]], on_evaluation: Evalua
     finished run with the same train params is kept, an interrupted one resumes. ``on_evaluation`` is called after
     every seed's evaluations (a batched run evaluates its seeds at the same steps)."""
     runs = [
-        SeedRun(params.seed, _project_paths(params, root), Layout(root, params.name, params.branch).run_dir)
+        SeedRun(params.seed, _project_paths(params, root), Layout(root, params.name).run_dir)
         for params, root in seeds
     ]
     _train_seed_runs(runs, on_evaluation)

@@ -1,7 +1,7 @@
 """Warm starts (``train.init_from``): a fresh run that starts from another run's policy.
 
 The source is any rlcore checkpoint file: a training checkpoint (``runs/<name>/checkpoints/step_*.pt``) or a
-selected model (``models/best/policy.pt``, ``models/offline/best/policy.pt``). Only the policy's tensors are taken:
+selected model (``models/<name>/policy.pt``, ``models/bc-cartpole/policy.pt``). Only the policy's tensors are taken:
 its weights and its observation normalizer's statistics. The optimizer, the RNG states and every counter start
 fresh, as in any new run; a resumed run is never re-initialized (its checkpoint wins).
 

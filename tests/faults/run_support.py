@@ -18,6 +18,8 @@ import yaml
 from cli_support import run_in_process
 from conftest import GITIGNORE, PROJECT, RLCORE, tool_env
 
+from rlcore.project.pipeline_file import pipeline_yaml
+
 BIN = Path(sys.executable).parent
 DVC = str(BIN / "dvc")
 
@@ -105,15 +107,15 @@ def write_params(source: Path, target: Path, edits: dict[str, Any]) -> None:
 
 
 def make_dvc_repo(root: Path, files: dict[str, Path]) -> Path:
-    """A git + DVC project in ``root``: the project's dvc.yaml and its ``rlcore`` sources (a dependency of every
-    stage; the code that runs is the editable install's), plus ``files`` (name in the project -> file to copy)."""
+    """A git + DVC project in ``root``: ``files`` (name in the project -> file to copy) and the dvc.yaml generated
+    from its params files."""
     root.mkdir(parents=True, exist_ok=True)
-    for name in ("dvc.yaml", ".dvcignore", "prefect.toml"):
+    for name in (".dvcignore", "prefect.toml"):
         shutil.copy(PROJECT / name, root / name)
-    shutil.copytree(PROJECT / "rlcore", root / "rlcore", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name, source in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(source, root / name)
+    (root / "dvc.yaml").write_text(pipeline_yaml(root))  # from its params files, as `rlcore dvc-yaml` writes it
     (root / ".gitignore").write_text(GITIGNORE)
     run("git", "init", "-q", cwd=root)
     run("git", "config", "user.email", "tests@rlcore.invalid", cwd=root)

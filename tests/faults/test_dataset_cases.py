@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import PROJECT
+from conftest import preset_text
 
 from rlcore.data.collection import CollectionPlan, collect_dataset
 from rlcore.data.reader import iter_dataset, load_dataset, read_metadata
@@ -285,7 +285,7 @@ def collected(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def project(collected: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A project holding a finished offline run (BC, 200 gradient steps) on the valid dataset."""
     root = tmp_path_factory.mktemp("project")
-    shutil.copy(PROJECT / "offline.yaml", root / "offline.yaml")
+    (root / "offline.yaml").write_text(preset_text("offline.yaml"))
     (root / "data" / "bad").mkdir(parents=True)
     shutil.copy(collected, root / "data" / "dataset.parquet")
     status, stderr = train(root, "data/dataset.parquet", True, *FINISHED)
@@ -550,7 +550,7 @@ streamed; the finished run on ``[rest]`` stays byte for byte as it was."""
 def spread_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A project holding a finished BC run on the ``rest`` group's rows of a grouped simple_spread dataset."""
     root = tmp_path_factory.mktemp("spread-project")
-    tree = yaml.safe_load((PROJECT / "offline.yaml").read_text())
+    tree = yaml.safe_load(preset_text("offline.yaml"))
     tree |= {"name": "bc-spread", "env": {"id": SPREAD.id, "kwargs": SPREAD.kwargs}}
     (root / "offline-spread.yaml").write_text(yaml.safe_dump(tree))
     (root / "data" / "bad").mkdir(parents=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import assert_refused, run_in_process
-from conftest import PROJECT, RLCORE
+from conftest import PROJECT, RLCORE, outputs, preset_text
 
 from rlcore.common.checkpoints import load_checkpoint
 
@@ -79,8 +79,8 @@ def _finished_project(root: Path) -> Path:
     (run / "dvclive").mkdir()
     (run / "checkpoints" / checkpoint_name(4096)).write_bytes(os.urandom(256))
     (run / "train_summary.json").write_text(json.dumps({"env_steps": 4096}))
-    (root / "reports").mkdir()
-    (root / "reports" / "evaluations.json").write_text("{}")
+    outputs(root).reports.mkdir(parents=True)
+    (outputs(root).evaluations).write_text("{}")
     return root
 
 
@@ -106,7 +106,7 @@ def test_bad_env_settings_are_refused_in_one_line_and_nothing_is_written(
 @pytest.mark.parametrize("preset", ["configs/impala-cartpole.yaml", "offline.yaml"])
 def test_a_curriculum_is_refused_where_the_trainer_has_no_envs_of_its_own(tmp_path: Path, preset: str) -> None:
     root = _finished_project(tmp_path)
-    (root / Path(preset).name).write_text((PROJECT / preset).read_text())
+    (root / Path(preset).name).write_text(preset_text(preset))
     before = _snapshot(root)
     outcome = run_in_process(["train", "--params", Path(preset).name, "--set", "env.curriculum=[{name: only}]"], root)
     assert_refused(outcome, "env.curriculum:", "curricula work with on-policy and off-policy algorithms")

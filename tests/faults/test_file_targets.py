@@ -66,6 +66,10 @@ def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+RUN = "ppo-cartpole"
+"""The name of the run of the project's params.yaml: its reports, model and export are in folders of that name."""
+
+
 def refused(project: Path, target: InTheWay, args: list[str], *fragments: str) -> None:
     outcome = run_in_process(args, project)
     assert_refused(outcome, *fragments, target.said, EXPECTED)
@@ -262,12 +266,19 @@ def test_merging_datasets_into_a_pipe_or_folder_is_refused(tmp_path: Path, kind:
 
 
 def test_evaluations_json_not_a_regular_file_is_refused_before_any_episode(project: Path, kind: str) -> None:
-    target = InTheWay(project / "reports" / "evaluations.json", kind)
-    refused(project, target, ["evaluate"], "error: reports/evaluations.json ")
+    target = InTheWay(project / "reports" / RUN / "evaluations.json", kind)
+    refused(project, target, ["evaluate"], f"error: reports/{RUN}/evaluations.json ")
 
 
 @pytest.mark.parametrize(
-    "name", ["reports/report.md", "reports/metrics.json", "reports/learning_curve.png", "models/best/policy.pt"]
+    "name",
+    [
+        f"reports/{RUN}/report.md",
+        f"reports/{RUN}/metrics.json",
+        f"reports/{RUN}/scores.json",
+        f"reports/{RUN}/learning_curve.png",
+        f"models/{RUN}/policy.pt",
+    ],
 )
 def test_select_outputs_not_regular_files_are_refused_before_any_test_episode(
     project: Path, kind: str, name: str
@@ -277,22 +288,22 @@ def test_select_outputs_not_regular_files_are_refused_before_any_test_episode(
 
 
 def test_a_stale_chart_that_is_a_pipe_is_not_deleted(project: Path) -> None:
-    target = InTheWay(project / "reports" / "settings.png", "fifo")
-    refused(project, target, ["select"], "error: reports/settings.png ")
+    target = InTheWay(project / "reports" / RUN / "settings.png", "fifo")
+    refused(project, target, ["select"], f"error: reports/{RUN}/settings.png ")
 
 
 @pytest.mark.parametrize("name", ["policy.onnx", "policy.pt2", "model_card.json"])
 def test_export_targets_not_regular_files_are_refused_before_the_model_is_read(
     project: Path, kind: str, name: str
 ) -> None:
-    target = InTheWay(project / "export" / name, kind)
-    refused(project, target, ["export"], f"error: export/{name} ")
+    target = InTheWay(project / "export" / RUN / name, kind)
+    refused(project, target, ["export"], f"error: export/{RUN}/{name} ")
 
 
 def test_a_stale_export_that_is_a_pipe_is_neither_deleted_nor_replaced(project: Path) -> None:
     """export.onnx false: policy.onnx is a stale file the stage would delete; a pipe there is not ours."""
-    target = InTheWay(project / "export" / "policy.onnx", "fifo")
-    refused(project, target, ["export", "--set", "export.onnx=false"], "error: export/policy.onnx ")
+    target = InTheWay(project / "export" / RUN / "policy.onnx", "fifo")
+    refused(project, target, ["export", "--set", "export.onnx=false"], f"error: export/{RUN}/policy.onnx ")
 
 
 # --- sweep, train, error.log ------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from conftest import PROJECT, RLCORE, sets
+from conftest import PROJECT, RLCORE, preset_text, sets
 
 from .kill_support import (
     KILLS,
@@ -160,7 +160,7 @@ ORPHAN_CASES = {
 @pytest.mark.parametrize("case", list(ORPHAN_CASES))
 def test_a_killed_learner_leaves_no_process_behind(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     preset, overrides, when = ORPHAN_CASES[case]
-    shutil.copy(PROJECT / preset, tmp_path / "params.yaml")
+    (tmp_path / "params.yaml").write_text(preset_text(preset))
     run_dir = tmp_path / "runs" / case
     command = [RLCORE, "train", *sets([f"name={case}", "train.progress_bar=off", *overrides])]
     marker = tmp_path / "stepping"
@@ -196,7 +196,7 @@ def test_a_killed_pipeline_leaves_no_process_behind(tmp_path: Path, monkeypatch:
         shutil.copy(PROJECT / name, tmp_path / name)
     for case, (preset, overrides) in PIPELINE_KILLS.items():
         params = tmp_path / f"{case}.yaml"
-        shutil.copy(PROJECT / preset, params)
+        (params).write_text(preset_text(preset))
         run_dir = tmp_path / "runs" / case
         command = [RLCORE, "pipeline", "--params", params.name]
         command += sets([f"name={case}", "train.progress_bar=off", *overrides])

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import QUICK, RLCORE, rlcore, sets
+from conftest import QUICK, RLCORE, outputs, rlcore, sets
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect_server import client_of
@@ -70,7 +70,7 @@ def test_a_pipeline_killed_after_a_stage_reruns_only_the_stages_after_it(
     assert wait_until(committed, proc, timeout=600), log.read_text()
     assert kill(proc), "the pipeline ended before the kill"
     later = STAGES[STAGES.index(boundary) + 1 :]
-    assert not (project / "export" / "model_card.json").exists()
+    assert not (outputs(project).export / "model_card.json").exists()
     run = project / "runs" / "resumed"
     trained = _mtimes(run)
 
@@ -81,4 +81,4 @@ def test_a_pipeline_killed_after_a_stage_reruns_only_the_stages_after_it(
     done = STAGES[: STAGES.index(boundary) + 1]
     assert states == {**dict.fromkeys(done, "Cached"), **dict.fromkeys(later, "Completed")}, states
     assert _mtimes(run) == trained  # train did not run again
-    assert (project / "export" / "model_card.json").is_file()
+    assert (outputs(project).export / "model_card.json").is_file()

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import PROJECT, QUICK, one_line_error, rlcore, sets
+from conftest import PROJECT, QUICK, one_line_error, outputs, rlcore, sets
 
 from rlcore.common.checkpoints import load_checkpoint, save_checkpoint
 from rlcore.common.errors import CheckpointError
@@ -219,7 +219,7 @@ def selected(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copy(PROJECT / name, root / name)
     for stage in ("train", "evaluate", "select"):
         rlcore_here(stage, *sets(RUN), cwd=root)
-    assert (root / "models" / "best" / "policy.pt").is_file()
+    assert (outputs(root).best_policy).is_file()
     return root
 
 
@@ -235,8 +235,8 @@ def test_resume_from_a_selected_model_is_refused_and_the_run_folder_is_untouched
 ) -> None:
     project = copy_of(selected, tmp_path)
     before, model = snapshot(run_dir(project)), snapshot(project / "models")
-    result = train(project, "--resume-from", "models/best/policy.pt", check=False)
-    one_line_error(result, "models/best/policy.pt", "selected model")
+    result = train(project, "--resume-from", "models/quick/policy.pt", check=False)
+    one_line_error(result, "models/quick/policy.pt", "selected model")
     assert snapshot(run_dir(project)) == before  # the lock file aside (it records the PID of the last trainer)
     assert snapshot(project / "models") == model
 
@@ -248,7 +248,7 @@ def in_place(project: Path) -> dict[str, bytes]:
 
 def evaluated_checkpoints(project: Path) -> list[str]:
     rlcore_here("evaluate", *sets(RUN), cwd=project)
-    return [Path(c["checkpoint"]).name for c in read_json(project / "reports" / "evaluations.json")["candidates"]]
+    return [Path(c["checkpoint"]).name for c in read_json(outputs(project).evaluations)["candidates"]]
 
 
 NAN_AFTER = "env.wrappers=[{wrapper: nan_after.NaNRewardAfter, kwargs: {steps: 1500}}]"
@@ -268,8 +268,8 @@ def test_a_replacement_that_fails_after_writing_checkpoints_leaves_the_finished_
     assert old_checkpoints == [checkpoint_name(step) for step in STEPS]
 
     failed = rlcore(
-        "train", *sets(RUN), "--set", "seed=1", "--set", NAN_AFTER, "--set", "train.max_steps=30000", cwd=project,
-        check=False,
+        "train", *sets(RUN), "--replace", "--set", "seed=1", "--set", NAN_AFTER, "--set", "train.max_steps=30000",
+        cwd=project, check=False,
         env={"PYTHONPATH": f"{os.environ.get('PYTHONPATH', '')}{os.pathsep}{Path(__file__).parent}"},
     )  # fmt: skip
     assert failed.returncode != 0, failed.stderr
@@ -277,9 +277,9 @@ def test_a_replacement_that_fails_after_writing_checkpoints_leaves_the_finished_
     assert checkpoint_steps(folder / ".next" / "checkpoints"), failed.stderr  # it failed after a checkpoint
     assert in_place(project) == old  # the finished run, byte for byte
     assert evaluated_checkpoints(project) == old_checkpoints
-    assert read_json(project / "reports" / "evaluations.json")["candidates"][0]["checkpoint"].startswith("runs/quick/")
+    assert read_json(outputs(project).evaluations)["candidates"][0]["checkpoint"].startswith("runs/quick/")
 
-    result = train(project, "--set", "seed=1")  # other train params: the failed replacement is discarded
+    result = train(project, "--replace", "--set", "seed=1")  # other train params: the failed replacement is discarded
     assert "discarding the unfinished replacement" in result.stderr, result.stderr
     assert_finished(project)
     assert not (folder / ".next").exists()
@@ -294,7 +294,7 @@ def test_a_killed_replacement_leaves_the_finished_run_in_place_and_resumes_until
     project = copy_of(selected, tmp_path)
     folder = run_dir(project)
     old = in_place(project)
-    proc = start_train(project, tmp_path / "killed.log", "--set", "seed=1")
+    proc = start_train(project, tmp_path / "killed.log", "--replace", "--set", "seed=1")
     assert wait_until((folder / ".next" / "checkpoints" / checkpoint_name(2048)).exists, proc), (
         tmp_path / "killed.log"
     ).read_text()
@@ -304,7 +304,7 @@ def test_a_killed_replacement_leaves_the_finished_run_in_place_and_resumes_until
     assert evaluated_checkpoints(project) == [checkpoint_name(step) for step in STEPS]
     assert seeds(folder) == [0] * len(STEPS)
 
-    result = train(project, "--set", "seed=1")
+    result = train(project, "--replace", "--set", "seed=1")
     assert "resuming the unfinished replacement" in result.stderr, result.stderr
     assert f"from {checkpoint_name(2048)}" in result.stderr
     assert_finished(project)
@@ -322,7 +322,7 @@ def test_init_from_inside_the_run_folder_it_replaces_is_refused_and_a_copy_outsi
     source = f"runs/quick/checkpoints/{checkpoint_name(2048)}"
     before, models = snapshot(run_dir(project)), snapshot(project / "models")
     for path in (source, f"runs/quick/.next/checkpoints/{checkpoint_name(1024)}"):
-        result = train(project, "--set", "seed=1", "--set", f"train.init_from={path}", check=False)
+        result = train(project, "--replace", "--set", "seed=1", "--set", f"train.init_from={path}", check=False)
         one_line_error(result, "train.init_from", path, "runs/quick/")
         assert snapshot(run_dir(project)) == before and snapshot(project / "models") == models
 
@@ -331,7 +331,7 @@ def test_init_from_inside_the_run_folder_it_replaces_is_refused_and_a_copy_outsi
     shutil.copy(project / source, copy)
     digest = hashlib.sha256(copy.read_bytes()).hexdigest()
     for _ in range(2):  # the second run replaces the first; its source is still there
-        train(project, "--set", "seed=1", "--set", "train.init_from=models/init/policy.pt")
+        train(project, "--replace", "--set", "seed=1", "--set", "train.init_from=models/init/policy.pt")
         record = read_json(run_dir(project) / "train_summary.json")["initialized_from"]
         assert record["path"] == "models/init/policy.pt" and record["sha256"] == digest
         assert hashlib.sha256(copy.read_bytes()).hexdigest() == digest
@@ -355,7 +355,7 @@ def test_the_offline_branch_under_dvc_repro_retrains_on_a_recollected_dataset(tm
         PROJECT / "offline.yaml",
         sources / "offline.yaml",
         {
-            "collect": {"steps": 2000},
+            "collect": {"steps": 2000, "policy": "models/quick/policy.pt"},
             "train": {**small, "max_steps": 400, "eval_every": 200, "log_every": 200},
             **evaluation,
         },
@@ -396,7 +396,7 @@ def dataset_md5(root: Path) -> str:
 
 
 def card_dataset(root: Path) -> dict:
-    return read_json(root / "export" / "offline" / "model_card.json")["training"]["dataset"]
+    return read_json(outputs(root, "bc-cartpole").export / "model_card.json")["training"]["dataset"]
 
 
 KILLED_AT = Path(__file__).with_name("rlcore_killed_at.py")
@@ -428,7 +428,7 @@ def test_a_replacement_killed_at_any_change_of_its_finish_loses_nothing(selected
     traced = tmp_path / "traced"
     shutil.copytree(template, traced)
     trace = tmp_path / "trace.txt"
-    assert killed_at_change(traced, 0, "--set", "seed=1", trace=trace).returncode == 0
+    assert killed_at_change(traced, 0, "--replace", "--set", "seed=1", trace=trace).returncode == 0
     changes = trace.read_text().splitlines()
     finished = next(i for i, line in enumerate(changes, 1) if line.endswith("/.next/train_summary.json"))
     first_checkpoint = next(i for i, line in enumerate(changes, 1) if "/.next/checkpoints/step_" in line)
@@ -437,9 +437,9 @@ def test_a_replacement_killed_at_any_change_of_its_finish_loses_nothing(selected
     for number in [first_checkpoint, finished - 1, *kill_points(changes, finished)]:
         project = tmp_path / f"try-{number}"
         shutil.copytree(template, project)
-        result = killed_at_change(project, number, "--set", "seed=1")
+        result = killed_at_change(project, number, "--replace", "--set", "seed=1")
         assert result.returncode == -signal.SIGKILL, f"change {number}: exit {result.returncode}\n{result.stderr}"
-        refused = train(project, "--set", "seed=1", "--resume-from", "models/best/policy.pt", check=False)
+        refused = train(project, "--replace", "--set", "seed=1", "--resume-from", "models/quick/policy.pt", check=False)
         assert refused.returncode == 2, refused.stderr
         after = {name: data for name, data in snapshot(run_dir(project)).items() if not name.startswith(".next/")}
         where = f"killed after change {number} ({changes[number - 1]}):\n{result.stderr}"

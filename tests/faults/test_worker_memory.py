@@ -3,7 +3,6 @@ one line naming the key, before anything is written or any process starts."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import gymnasium as gym
 import psutil
 import pytest
-from conftest import PROJECT, RLCORE, one_line_error, sets
+from conftest import PROJECT, RLCORE, one_line_error, preset_text, sets
 
 from rlcore.params import load_params
 from rlcore.trainers.memory_estimate import DASK_PROCESS_BYTES, PROCESS_BYTES, available_memory, estimate
@@ -34,7 +33,7 @@ def _space_estimate(preset: Path, overrides: list[str]) -> int:
 @pytest.mark.parametrize("case", list(CASES))
 def test_too_many_worker_processes_are_refused_before_any_starts(case: str, tmp_path: Path) -> None:
     preset, override, key, what = CASES[case]
-    shutil.copy(PROJECT / preset, tmp_path / "params.yaml")
+    (tmp_path / "params.yaml").write_text(preset_text(preset))
     available = available_memory()
     if available is None or _space_estimate(tmp_path / "params.yaml", [override]) <= available:
         pytest.skip(f"this machine has {available} bytes available: 256 worker processes would fit")
@@ -98,7 +97,7 @@ def test_reward_signal_networks_too_large_for_memory_are_refused_not_allocated(
 ) -> None:
     """A signal's widths count in the estimate: [1e9] was a 16 GB allocation (a traceback, or the OOM killer
     taking the process), found by the fuzzer of the newer sections."""
-    shutil.copy(PROJECT / preset, tmp_path / "params.yaml")
+    (tmp_path / "params.yaml").write_text(preset_text(preset))
     before = snapshot(tmp_path)
     result = subprocess.run(
         [RLCORE, "train", *sets([override])], cwd=tmp_path, capture_output=True, text=True, env=env(), timeout=120
