@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import yaml
 from cli_support import run_in_process
-from conftest import PROJECT, sets
+from conftest import PROJECT, outputs, sets, tool_env
 
 from rlcore.common.project import use_project_folder
 from rlcore.envs.ids import env_spec
@@ -69,29 +69,101 @@ def merged(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def own_project(root: Path) -> Path:
-    """The page's project: this repository's params.yaml with the page's changes, and reach_env.py beside it."""
-    params = merged(yaml.safe_load((PROJECT / "params.yaml").read_text()), yaml.safe_load(page_block("params.yaml")))
+def own_project(folder: Path, budget: list[str]) -> Path:
+    """The page's project: ``rlcore init`` (the page's first command, in process), the page's changes to its
+    params.yaml (and ``budget``, ``key=value`` overrides, written into it: ``dvc repro`` takes no ``--set``), and
+    reach_env.py beside it."""
+    init = page_commands()[0]
+    assert init == ["init", "reach"], init
+    outcome = run_in_process(init, folder, limit=120)
+    assert outcome.returncode == 0, outcome
+    root = folder / "reach"
+    params = merged(yaml.safe_load((root / "params.yaml").read_text()), yaml.safe_load(page_block("params.yaml")))
+    for override in budget:
+        key, value = override.split("=", 1)
+        *sections, leaf = key.split(".")
+        node = params
+        for section in sections:
+            node = node[section]
+        node[leaf] = yaml.safe_load(value)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (root / "reach_env.py").write_text(page_block("reach_env.py"))
+    (root / "run_onnx.py").write_text(page_block("run_onnx.py"))
     assert importlib.util.find_spec("reach_env") is None  # only the command run in root can import it
     return root
 
 
-def test_the_pages_own_env_trains_evaluates_selects_exports_and_runs_in_onnxruntime(tmp_path: Path) -> None:
-    root = own_project(tmp_path)
-    commands = page_commands()
-    assert [command[0] for command in commands] == ["train", "evaluate", "select", "export"]
-    for command in commands:
-        outcome = run_in_process([*command, *sets(TINY)], root, limit=300)
-        assert outcome.returncode == 0, outcome
-    card = json.loads((root / "export" / "model_card.json").read_text())
-    assert card["env"]["id"] == "reach_env:ReachEnv"
-    assert card["parity"]["onnx_max_abs_diff"] <= 1e-5
-    (root / "run_onnx.py").write_text(page_block("run_onnx.py"))
+def runs_on_the_env(root: Path) -> None:
+    """The page's ``run_onnx.py``: the exported model on the user's env, with onnxruntime and without rlcore."""
     shown = subprocess.run([sys.executable, "run_onnx.py"], cwd=root, capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert re.fullmatch(r"return -?\d+\.\d\d\n", shown.stdout), shown.stdout
+
+
+def test_the_pages_own_env_trains_evaluates_selects_exports_and_runs_in_onnxruntime(tmp_path: Path) -> None:
+    root = own_project(tmp_path, TINY)
+    commands = page_commands()[1:]
+    assert [command[0] for command in commands] == ["dvc-yaml", "train", "evaluate", "select", "export"]
+    for command in commands:
+        outcome = run_in_process(command, root, limit=300)
+        assert outcome.returncode == 0, outcome
+    assert "reach_env.py" in yaml.safe_load((root / "dvc.yaml").read_text())["stages"]["train"]["deps"]
+    card = json.loads((outputs(root, "reach").export / "model_card.json").read_text())
+    assert card["env"]["id"] == "reach_env:ReachEnv"
+    assert card["parity"]["onnx_max_abs_diff"] <= 1e-5
+    runs_on_the_env(root)
+
+
+def dvc(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("dvc")), *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=tool_env(),
+    )
+    assert result.returncode == 0, f"dvc {' '.join(args)}: {result.stdout}\n{result.stderr}"
+    return result
+
+
+def ran(result: subprocess.CompletedProcess[str]) -> set[str]:
+    return set(re.findall(r"Running stage '([^']+)'", result.stdout))
+
+
+@pytest.mark.slow
+def test_a_new_project_with_its_own_env_runs_in_dvc_compares_experiments_and_reruns_only_what_changed(
+    tmp_path: Path,
+) -> None:
+    """Issue 38's user, in a folder outside this repository: ``rlcore init``, the page's reach_env.py (a class, not
+    registered) named by ``env.id``, ``dvc repro`` -> an ONNX model onnxruntime runs on the env; two ``dvc exp run
+    -S algo.lr=...`` -> ``dvc exp show --json`` holds both experiments' test scores as numbers; an ``eval.episodes``
+    change re-runs evaluate, select and export and nothing else."""
+    root = own_project(tmp_path, TINY)
+    assert run_in_process(["dvc-yaml"], root).returncode == 0
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True, env=tool_env())
+    subprocess.run(["git", "commit", "-qm", "reach"], cwd=root, check=True, env=tool_env())
+    assert ran(dvc(root, "repro")) == {"train", "evaluate", "select", "export"}
+    runs_on_the_env(root)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True, env=tool_env())
+    subprocess.run(["git", "commit", "-qm", "dvc.lock"], cwd=root, check=True, env=tool_env())
+    for lr in ("0.0003", "0.003"):
+        assert "train" in ran(dvc(root, "exp", "run", "-S", f"algo.lr={lr}"))
+    shown = json.loads(dvc(root, "exp", "show", "--json").stdout)
+    scores = {}
+    for commit in shown:
+        for experiment in commit.get("experiments") or []:
+            data = experiment["revs"][0]["data"]
+            lr = data["params"]["params.yaml"]["data"]["algo"]["lr"]
+            scores[lr] = data["metrics"]["reports/reach/scores.json"]["data"]
+    assert set(scores) == {0.0003, 0.003}, scores
+    for numbers in scores.values():
+        assert all(isinstance(numbers[key], float) for key in ("test_mean_return", "test_ci95_low", "test_ci95_high"))
+        assert numbers["test_ci95_low"] <= numbers["test_mean_return"] <= numbers["test_ci95_high"]
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["eval"]["episodes"] += 1
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert ran(dvc(root, "repro")) == {"evaluate", "select", "export"}
 
 
 ES_TINY = [

@@ -81,16 +81,46 @@ def pipeline_yaml(root: Path) -> str:
     """The text of ``root``'s ``dvc.yaml`` (the module docstring)."""
     branches = [Branch.read(root, PARAMS, "")]
     lines = [HEADER.rstrip("\n"), "stages:"]
-    lines += _run_stages(branches[0], train_deps=[])
+    lines += _run_stages(branches[0], train_deps=project_modules(root, branches[0].merged))
     if (root / OFFLINE).is_file():
         offline = Branch.read(root, OFFLINE, "_offline")
         branches.append(offline)
         lines += ["", *["  " + line if line else "" for line in OFFLINE_HEADER.rstrip("\n").split("\n")]]
         lines += _collect_stage(offline)
         dataset = str(offline.merged.get("dataset", {}).get("path", "data/dataset.parquet"))
-        lines += _run_stages(offline, train_deps=[dataset])
+        lines += _run_stages(offline, train_deps=[*project_modules(root, offline.merged), dataset])
     lines += ["", *_curves(branches)]
     return "\n".join(lines) + "\n"
+
+
+def project_modules(root: Path, tree: dict[str, Any]) -> list[str]:
+    """The project's own source files that the params name by import path (``env.id: reach_env:ReachEnv``,
+    ``env.wrappers``, ``env.parameters_adapter``, ``env.opponent``, ``env.self_play.fixed_opponents``,
+    ``eval.opponents``): ``reach_env.py``, or a package's folder, relative to ``root``; train depends on them, so
+    changing your env re-trains. Modules outside the project (gymnasium's, rlcore's, an installed package's) are not
+    the project's and not listed."""
+    env, evaluation = tree.get("env") or {}, tree.get("eval") or {}
+    self_play = env.get("self_play") or {}
+    paths: list[str] = []
+    env_id = str(env.get("id", ""))
+    if ":" in env_id and not env_id.startswith("pettingzoo:"):
+        paths.append(env_id.split(":", 1)[0])
+    for wrapper in env.get("wrappers") or []:
+        if isinstance(wrapper, dict) and "." in str(wrapper.get("wrapper", "")):
+            paths.append(str(wrapper["wrapper"]).rsplit(".", 1)[0])
+    named = [env.get("parameters_adapter"), env.get("opponent"), *(self_play.get("fixed_opponents") or {})]
+    named += list((evaluation.get("opponents") or {}).values())
+    for entry in named:
+        path = entry.get("opponent") if isinstance(entry, dict) else entry
+        if isinstance(path, str) and ":" in path:
+            paths.append(path.split(":", 1)[0])
+    files: set[str] = set()
+    for module in paths:
+        top = module.split(".")[0]  # a package's whole folder: any of its files may change the env
+        for candidate in (root / top, root / f"{top}.py"):
+            if (candidate / "__init__.py").is_file() or candidate.is_file():
+                files.add(candidate.relative_to(root).as_posix())
+    return sorted(files)
 
 
 def _run_stages(branch: Branch, train_deps: list[str]) -> list[str]:
