@@ -24,8 +24,9 @@ def base_path(path: Path, tree: dict[str, Any]) -> Path | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{path}: {BASE_KEY}: expected the path of a params file (e.g. params.yaml), got "
-                          f"{short_repr(value)}")
+        raise ConfigError(
+            f"{path}: {BASE_KEY}: expected the path of a params file (e.g. params.yaml), got {short_repr(value)}"
+        )
     return Path(path).parent / value
 
 
@@ -93,3 +94,8 @@ def _at(tree: dict[str, Any], key: str) -> Any:
             return _MISSING
         node = node[part]
     return node
+
+
+def has_key(tree: dict[str, Any], key: str) -> bool:
+    """Whether the dotted ``key`` (``eval.episodes``) is in ``tree``."""
+    return _at(tree, key) is not _MISSING

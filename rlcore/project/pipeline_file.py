@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlcore.config.inheritance import BASE_KEY, base_path, merge, own_and_inherited, read_params_tree
+from rlcore.config.inheritance import BASE_KEY, base_path, has_key, merge, own_and_inherited, read_params_tree
 from rlcore.config.reading import read_yaml_mapping
 from rlcore.stages.stage_params import STAGE_PARAMS
 
@@ -186,7 +186,7 @@ def _params_entries(branch: Branch, stage: str) -> list[str]:
     own: list[str] = []
     inherited: list[str] = []
     if branch.base_tree is None:
-        own = [key for key in STAGE_PARAMS[stage] if _in_tree(branch.tree, key)]
+        own = [key for key in STAGE_PARAMS[stage] if has_key(branch.tree, key)]
     else:
         for key in STAGE_PARAMS[stage]:
             more_own, more_inherited = own_and_inherited(key, branch.tree, branch.base_tree)
@@ -201,15 +201,6 @@ def _params_entries(branch: Branch, stage: str) -> list[str]:
         else:
             lines += [f"      - {file}:", *(f"          - {key}" for key in keys)]
     return lines
-
-
-def _in_tree(tree: dict[str, Any], key: str) -> bool:
-    node: Any = tree
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
 
 
 def _curves(branches: list[Branch]) -> list[str]:
