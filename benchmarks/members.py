@@ -173,8 +173,9 @@ class Batched(Learner):
         self.members = algorithms(kind, make_policy, cfg, count)
         self.net = self.members[0].policy
         policies = [member.policy for member in self.members]
-        loss_fn = {"ppo": mf.ppo_loss, "dqn": mf.dqn_member_loss, "bc": mf.bc_member_loss, "sac": None}[algo]
-        self.loss_fn = torch.compile(loss_fn) if compiled and loss_fn is not None else loss_fn
+        loss_fn = {"ppo": mf.ppo_loss, "dqn": mf.dqn_member_loss, "bc": mf.bc_member_loss, "sac": mf.sac_actor_loss}
+        self.loss_fn = torch.compile(loss_fn[algo]) if compiled else loss_fn[algo]
+        self.critic_loss = torch.compile(mf.sac_critic_loss) if compiled else mf.sac_critic_loss
         if algo == "ppo":
             reference = Loop("ppo", count)
             self.rollouts, self.steps_per_call = reference.rollouts, reference.steps_per_call
@@ -194,9 +195,9 @@ class Batched(Learner):
             self.actor, self.critic = mf.stacked(policies), mf.stacked([m.critic for m in self.members])
             self.target = {f"target.{n}": v.detach().clone() for n, v in self.critic.items()}
             self.log_alpha = torch.stack([m.log_alpha.detach() for m in self.members]).requires_grad_(True)
-            self.critic_step = mf.Step(self.critic.values(), cfg.max_grad_norm, lr=cfg.lr)
-            self.actor_step = mf.Step(self.actor.values(), cfg.max_grad_norm, lr=cfg.actor_lr or cfg.lr)
-            self.alpha_step = mf.Step([self.log_alpha], None, lr=cfg.lr)
+            self.critic_step = mf.Step(self.critic.values(), cfg.max_grad_norm, compiled, lr=cfg.lr)
+            self.actor_step = mf.Step(self.actor.values(), cfg.max_grad_norm, compiled, lr=cfg.actor_lr or cfg.lr)
+            self.alpha_step = mf.Step([self.log_alpha], None, compiled, lr=cfg.lr)
             self.nets = (self.net, self.members[0].critic)
             self.target_entropy = self.members[0].target_entropy
             return
@@ -204,9 +205,7 @@ class Batched(Learner):
         adam: dict[str, Any] = {"lr": lr, "eps": cfg.adam_eps} if algo == "ppo" else {"lr": lr}
         if algo == "bc":
             adam["weight_decay"] = cfg.weight_decay
-        self.opt_step = mf.Step(self.params.values(), getattr(cfg, "max_grad_norm", None), **adam)
-        if compiled:
-            self.opt_step = torch.compile(self.opt_step)
+        self.opt_step = mf.Step(self.params.values(), getattr(cfg, "max_grad_norm", None), compiled, **adam)
         if algo == "dqn":
             self.target_params = {n: v.detach().clone() for n, v in self.params.items()}
 
@@ -293,10 +292,10 @@ class Batched(Learner):
     def _new_sac(self, batch: dict[str, torch.Tensor]) -> None:
         cfg, log_alpha = self.cfg, self.log_alpha.detach()
         frozen = {**{n: v.detach() for n, v in self.actor.items()}, **self.target, "log_alpha": log_alpha}
-        mf.backward(self.form, mf.sac_critic_loss, self.critic, batch, frozen, self.nets, cfg)
+        mf.backward(self.form, self.critic_loss, self.critic, batch, frozen, self.nets, cfg)
         self.critic_step()
         frozen = {**{n: v.detach() for n, v in self.critic.items()}, "log_alpha": log_alpha}
-        entropy = mf.backward(self.form, mf.sac_actor_loss, self.actor, batch, frozen, self.nets, cfg)
+        entropy = mf.backward(self.form, self.loss_fn, self.actor, batch, frozen, self.nets, cfg)
         self.actor_step()
         mf.alpha_backward(self.log_alpha, self.target_entropy, entropy.squeeze(-1))
         self.alpha_step()
@@ -330,21 +329,25 @@ def make(algo: str, form: str, count: int, *, reseed: bool = False) -> Learner:
     return learner
 
 
-def equality(algo: str, form: str, count: int) -> tuple[float, bool]:
-    """(max |difference|, allclose) of every member's weights after 3 steps (PPO: one update) against ``loop``."""
+def equality(algo: str, form: str, count: int) -> tuple[float, bool, float]:
+    """(max |difference|, allclose) of every member's weights after 3 steps (PPO: one update) against ``loop``, and
+    the wall seconds of ``form``'s first step (for ``compiled``: the compile, from inductor's on-disk cache if warm)."""
     calls = 1 if algo == "ppo" else 3
-    results = []
+    results, first = [], 0.0
     for which in ("loop", form):
         learner = make(algo, which, count, reseed=True)
+        start = time.perf_counter()
         for _ in range(calls):
             learner.step()
+            if which != "loop" and not first:
+                first = time.perf_counter() - start
         results.append(learner.weights())
     worst, close = 0.0, True
     for expected, actual in zip(*results, strict=True):
         for name, value in expected.items():
             worst = max(worst, float((actual[name] - value).abs().max()))
             close &= torch.allclose(actual[name], value, rtol=1e-4, atol=1e-6)
-    return worst, close
+    return worst, close, first
 
 
 def timed(learner: Learner, steps: int, repeats: int) -> dict[str, float]:
@@ -382,8 +385,9 @@ def main() -> None:
             for form in forms:
                 row: dict[str, Any] = {"algo": algo, "form": form, "members": count}
                 if form != "loop":
-                    worst, close = equality(algo, form, count)
-                    row.update(max_abs_diff=worst, equal=close)
+                    worst, close, first = equality(algo, form, count)
+                    row.update(max_abs_diff=worst, equal=close, check_first_step_seconds=round(first, 3))
+                torch._dynamo.reset()  # the compiled form's first timed call compiles: its compile time
                 row.update({k: round(v, 4) for k, v in timed(make(algo, form, count), args.steps, args.repeats).items()})
                 row["ms_per_member_step"] = round(row["ms_per_step"] / count, 4)
                 row["load_average_1min"] = round(os.getloadavg()[0], 2)

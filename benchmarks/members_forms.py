@@ -175,19 +175,28 @@ def backward(form: str, loss_fn: LossFn, params: Params, batch: Batch, *constant
 
 
 class Step:
-    """What follows the backward pass in both forms: per-member gradient-norm clipping and one fused optimizer step
-    over the stacked tensors (Adam is elementwise, so each member steps as its own optimizer would)."""
+    """What follows the backward pass in both forms: per-member gradient-norm clipping and one optimizer step over
+    the stacked tensors (Adam is elementwise, so each member steps as its own optimizer would). Eager: torch's fused
+    Adam; ``compiled``: the clipping and a foreach Adam's step under ``torch.compile`` (inductor fuses them)."""
 
-    def __init__(self, params: Sequence[torch.Tensor], max_grad_norm: float | None, **adam: Any) -> None:
+    def __init__(
+        self, params: Sequence[torch.Tensor], max_grad_norm: float | None, compiled: bool = False, **adam: Any
+    ) -> None:
         self.params, self.max_grad_norm = list(params), max_grad_norm
         kind = torch.optim.AdamW if "weight_decay" in adam else torch.optim.Adam
-        self.optimizer = kind(self.params, fused=True, **adam)
+        self.optimizer = kind(self.params, **({"foreach": True} if compiled else {"fused": True}), **adam)
+        self._clip_and_step = torch.compile(self._eager) if compiled else self._eager
 
     def __call__(self) -> torch.Tensor | None:
-        """Clip each member's gradient to its own global norm (``clip_grad_norm_``'s arithmetic), step, zero the
-        gradients; returns the norms before clipping (M,), the step's finiteness mask for the caller."""
+        """Clip each member's gradient to its own global norm, step, zero the gradients; returns the norms before
+        clipping (M,) (a non-finite one marks a member whose step a single-seed run skips: the design's mask)."""
+        norms = self._clip_and_step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norms
+
+    def _eager(self) -> torch.Tensor | None:
         norms = None
-        if self.max_grad_norm is not None:
+        if self.max_grad_norm is not None:  # clip_grad_norm_'s arithmetic, every member's norm at once
             grads = [param.grad for param in self.params if param.grad is not None]
             per_tensor = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads])
             norms = torch.linalg.vector_norm(per_tensor, dim=0)
@@ -195,5 +204,4 @@ class Step:
             for g in grads:
                 g.mul_(coefficients.view(-1, *([1] * (g.dim() - 1))))
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
         return norms
