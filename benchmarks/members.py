@@ -233,8 +233,9 @@ class Batched(Learner):
     # today's batched steps
     def _today_ppo(self, _: Any) -> None:
         seeds_rollout = SeedsRollout(**self.data, valid=self.valid)
-        update_seeds(self.members, self.stacked_ac, self.optimizer, seeds_rollout, [PROGRESS] * self.count,
-                     self.generators)
+        update_seeds(
+            self.members, self.stacked_ac, self.optimizer, seeds_rollout, [PROGRESS] * self.count, self.generators
+        )
 
     def _today_sac(self, batch: dict[str, torch.Tensor]) -> None:
         self.stacked_sac.update(self.pool_lists[self.t % POOL], batch["noise"])
@@ -271,7 +272,9 @@ class Batched(Learner):
         cfg, rows = self.cfg, torch.arange(self.count).unsqueeze(1)
         clip = scheduled(cfg.clip_range, cfg.clip_range_schedule, PROGRESS)
         for _ in range(cfg.n_epochs):
-            orders = [list(b.minibatches(cfg.batch_size, g)) for b, g in zip(self.rollouts, self.generators)]
+            orders = [
+                list(b.minibatches(cfg.batch_size, g)) for b, g in zip(self.rollouts, self.generators, strict=True)
+            ]
             for indices in zip(*orders, strict=True):
                 idx = torch.stack(indices)
                 batch = {name: tensor[rows, idx] for name, tensor in self.data.items()}
@@ -305,15 +308,19 @@ class Batched(Learner):
     def weights(self) -> list[dict[str, torch.Tensor]]:
         if self.form == "today":
             if self.algo == "ppo":
-                return [{f"policy.{n}": v for n, v in s.items() if n in dict(self.members[0].policy.named_parameters())}
-                        for s in self.stacked_ac.stacked.state_dicts()]
+                return [
+                    {f"policy.{n}": v for n, v in s.items() if n in dict(self.members[0].policy.named_parameters())}
+                    for s in self.stacked_ac.stacked.state_dicts()
+                ]
             if self.algo == "sac":
                 self.stacked_sac.write_back()
                 return Loop.weights(self)  # type: ignore[arg-type]
             stacked = {f"policy.{n}": v.detach() for n, v in self.online.params.items()}
         elif self.algo == "sac":
-            stacked = {**{f"policy.{n}": v.detach() for n, v in self.actor.items()},
-                       **{f"critic.{n}": v.detach() for n, v in self.critic.items()}}
+            stacked = {
+                **{f"policy.{n}": v.detach() for n, v in self.actor.items()},
+                **{f"critic.{n}": v.detach() for n, v in self.critic.items()},
+            }
         else:
             stacked = {f"policy.{n}": v.detach() for n, v in self.params.items()}
         return [{n: v[k].clone() for n, v in stacked.items()} for k in range(self.count)]
@@ -365,8 +372,11 @@ def timed(learner: Learner, steps: int, repeats: int) -> dict[str, float]:
         per_step = calls * learner.steps_per_call
         walls.append((time.perf_counter() - wall) / per_step)
         cpus.append((time.process_time() - cpu) / per_step)
-    return {"ms_per_step": 1e3 * statistics.median(walls), "cpu_ms_per_step": 1e3 * statistics.median(cpus),
-            "first_call_seconds": first}
+    return {
+        "ms_per_step": 1e3 * statistics.median(walls),
+        "cpu_ms_per_step": 1e3 * statistics.median(cpus),
+        "first_call_seconds": first,
+    }
 
 
 def main() -> None:
@@ -388,7 +398,9 @@ def main() -> None:
                     worst, close, first = equality(algo, form, count)
                     row.update(max_abs_diff=worst, equal=close, check_first_step_seconds=round(first, 3))
                 torch._dynamo.reset()  # the compiled form's first timed call compiles: its compile time
-                row.update({k: round(v, 4) for k, v in timed(make(algo, form, count), args.steps, args.repeats).items()})
+                row.update(
+                    {k: round(v, 4) for k, v in timed(make(algo, form, count), args.steps, args.repeats).items()}
+                )
                 row["ms_per_member_step"] = round(row["ms_per_step"] / count, 4)
                 row["load_average_1min"] = round(os.getloadavg()[0], 2)
                 emit(row)
