@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import emit  # noqa: E402
 
+from rlcore.config.reading import read_yaml_mapping  # noqa: E402
+
 BIN = Path(sys.executable).parent
 TINY = {"max_steps": 1024, "eval_every": 512, "eval_episodes": 2, "target_return": None}
 
@@ -49,7 +51,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp) / "project"
         init_seconds = timed([str(BIN / "rlcore"), "init", str(project)], Path(tmp), "init")
-        params = yaml.safe_load((project / "params.yaml").read_text())
+        params = read_yaml_mapping(project / "params.yaml")
         params["train"].update(TINY)
         params["eval"].update(episodes=2, test_episodes=3)
         params["export"]["parity_observations"] = 20
