@@ -7,6 +7,7 @@ actors run in other processes."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import pickle
 import sys
 from collections.abc import Iterator
@@ -295,3 +296,27 @@ def test_an_env_that_raises_during_evaluate_is_one_error_line(hostile: Path):
     outcome = run_in_process(args, hostile, limit=120)
     assert_refused(outcome, "env.id: CartPole-v1 (or one of env.wrappers) raised in step 6: RuntimeError")
     logged_traceback(hostile, "runs/uc/error.log", "RaisesInStep")
+
+
+def test_the_load_time_check_of_user_code_works_when_the_process_holds_over_1024_descriptors(tmp_path: Path) -> None:
+    """A long-lived process (a test session, a sweep driver) reaches descriptor numbers past select()'s FD_SETSIZE
+    (1024): the check's pipe must still be read (it was refused: "filedescriptor out of range in select()")."""
+    import resource
+
+    from rlcore.envs.user_code import UserCode, run_bounded
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the descriptor limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(tmp_path, os.O_RDONLY) for _ in range(1100)]
+    try:
+        run_bounded(lambda: None, [UserCode("env.opponent", "mine:player", "playing its test game")], seconds=30)
+        with pytest.raises(ValueError, match=r"env\.opponent: mine:player called sys\.exit\(3\)"):
+            run_bounded(
+                lambda: sys.exit(3), [UserCode("env.opponent", "mine:player", "playing its test game")], seconds=30
+            )
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

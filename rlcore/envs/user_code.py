@@ -148,12 +148,15 @@ def _is_json(line: str) -> bool:
 def _read_until(fd: int, deadline: float) -> tuple[bytes, bool]:
     """Everything written to ``fd`` until its writer closes it (True) or ``deadline`` passes (False)."""
     chunks: list[bytes] = []
+    # poll, not select: select() refuses descriptors from 1024 up (FD_SETSIZE), which a long-lived process (a test
+    # session, a sweep driver) reaches.
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             return b"".join(chunks), False
-        ready, _, _ = select.select([fd], [], [], left)
-        if ready:
+        if poller.poll(max(1, int(left * 1000))):
             chunk = os.read(fd, 65536)
             if not chunk:
                 return b"".join(chunks), True
