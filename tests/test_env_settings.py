@@ -267,7 +267,13 @@ def test_the_stages_that_read_env_settings_list_them_in_dvc_yaml():
     stages = yaml.safe_load((PROJECT / "dvc.yaml").read_text())["stages"]
     for name in ("train", "evaluate", "select"):
         assert "env" in stages[name]["params"], name
-    assert "env" in stages["collect"]["params"][0]["offline.yaml"]  # datasets are collected under env.parameters
+    # Datasets are collected under env.parameters: offline.yaml's own env keys, the rest inherited from params.yaml.
+    collect = [
+        key
+        for entry in stages["collect"]["params"]
+        for key in ([entry] if isinstance(entry, str) else next(iter(entry.values())))
+    ]
+    assert {"env.parameters", "env.curriculum", "env.id"} <= set(collect), collect
     for name in ("evaluate", "select"):
         assert "eval" in stages[name]["params"], name
     assert "eval" not in stages["train"]["params"]  # eval.settings never re-run training

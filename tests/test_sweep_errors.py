@@ -32,7 +32,8 @@ CASES = {
     ),
     "float_range_on_an_int_key": (
         "{algo: {n_steps: {type: float, low: 16, high: 64}}}",
-        "sweep.space.algo.n_steps: float value 34.336 does not fit: algo.n_steps: input should be a valid integer",
+        # The range's low end first: a whole float (16.0) is refused for an integer key as 34.336 is.
+        "sweep.space.algo.n_steps: float value 16.0 does not fit: algo.n_steps: expected an integer, got a float",
     ),
     "string_choice_on_a_float_key": (
         "{algo: {lr: {type: categorical, choices: [0.001, fast]}}}",
