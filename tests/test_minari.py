@@ -83,7 +83,7 @@ def test_a_minari_dataset_converts_row_for_row_and_trains(project: Path, minari_
 def test_unsupported_or_unknown_minari_datasets_are_refused_in_one_line(project: Path, minari_home: Path) -> None:
     good = project / "data" / "dataset.parquet"
     good.parent.mkdir()
-    good.write_bytes(b"a dataset the user wants kept")
+    good.write_bytes(b"PAR1 a dataset the user wants kept")  # a Parquet file's magic: the writer may replace it
     before = hashlib.sha256(good.read_bytes()).hexdigest()
 
     result = rlcore("import-minari", "nowhere/nothing-v0", cwd=project, check=False)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import PROJECT, outputs
+from conftest import PROJECT, outputs, preset_text
 from gymnasium import spaces
 
 from rlcore.algos.iql import IQL, IQLConfig, returns_reward_scale
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 def offline_params(**changes: Any) -> Params:
     """offline.yaml with some keys changed: a dict merges into its section, except ``algo`` which replaces it."""
-    tree = yaml.safe_load((PROJECT / "offline.yaml").read_text())
+    tree = yaml.safe_load(preset_text("offline.yaml"))  # with params.yaml's keys it inherits (base)
     for key, value in changes.items():
         tree[key] = {**tree[key], **value} if isinstance(value, dict) and key != "algo" else value
     tree["train"]["progress_bar"] = "off"
