@@ -204,7 +204,15 @@ def test_dqn_on_a_multi_discrete_env_is_refused_by_the_command_before_any_output
 def _pipeline(root: Path, overrides: list[str]) -> None:
     params = load_params(
         PROJECT / "params.yaml",
-        [*QUICK, "train.progress_bar=off", f"env.id={ENV}", "train.max_steps=2048", "env.num_envs=8", *overrides],
+        [
+            *QUICK,
+            "train.progress_bar=off",
+            f"env.id={ENV}",
+            "train.max_steps=2048",
+            "env.num_envs=8",
+            "collect.policy=models/quick/policy.pt",
+            *overrides,
+        ],
     )
     for stage in (train_stage, evaluate_stage, select_stage, export_stage, collect_stage):
         stage(params, root)
