@@ -155,3 +155,20 @@ def test_off_policy_resume_after_kill_keeps_replay_and_step_counter(project: Pat
     summary = read_json(run_dir / "train_summary.json")
     assert summary["env_steps"] == 16384
     assert load_checkpoint(list_checkpoints(run_dir / "checkpoints")[-1][1]).meta["updates"] > 0
+
+
+def test_a_foreign_pickle_is_one_error_without_torch_s_protocol_warning(tmp_path: Path) -> None:
+    """A file that opens like a pickle of a protocol torch does not know (the fault fuzzer's fake run folders): the
+    one-line error, and no UserWarning that would reach the user's stderr beside it."""
+    import warnings
+
+    from rlcore.common.checkpoints import load_checkpoint
+    from rlcore.common.errors import CheckpointError
+
+    path = tmp_path / "step_0000000001.pt"
+    path.write_bytes(b"\x80\x97 not a checkpoint at all")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+            load_checkpoint(path)
+    assert not [w for w in caught if "pickle protocol" in str(w.message)], [str(w.message) for w in caught]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -132,7 +133,11 @@ def load_checkpoint(path: Path, expected_algo: str | None = None) -> Checkpoint:
     if problem is not None:
         raise CheckpointError(f"{path}: {problem}")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # A foreign or corrupt file may announce a pickle protocol torch warns about on stderr; the one-line
+            # error below (or the file loading after all) says what matters.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for truncated or foreign files
         raise CheckpointError(
             f"{path}: not a readable checkpoint (truncated or corrupt?): {load_problem(exc)}"
