@@ -151,6 +151,7 @@ def test_an_infinite_reward_stops_training_in_one_line_and_the_finished_run_stay
         [
             "-q",
             "train",
+            "--replace",  # the finished run, trained without the wrapper, may be replaced (it stays: training fails)
             *sets([*QUICK, "train.target_return=500", "env.wrappers=[{wrapper: nonfinite_wrappers.InfReward}]"]),
         ],
         project,

@@ -366,7 +366,7 @@ def test_a_seed_of_train_seeds_has_the_fingerprint_of_the_one_seed_run() -> None
     of the fingerprint (so the runs from before the key existed keep theirs), ``seed`` is."""
     from rlcore.params import load_params
     from rlcore.stages.seeds import seed_params
-    from rlcore.trainers.run_directory import train_fingerprint
+    from rlcore.trainers.fingerprint import train_fingerprint
 
     params_file = Path(__file__).parents[1] / "params.yaml"
     several = load_params(params_file, ["train.seeds=[0, 3]"])

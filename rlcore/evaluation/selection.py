@@ -1,4 +1,5 @@
-"""Best-model selection over evaluated checkpoints, on the training distribution or under ``eval.settings``."""
+"""Best-model selection over evaluated checkpoints, on the training distribution or under ``eval.settings``, and the
+selected model's headline scores as ``dvc exp show`` reads them."""
 
 from __future__ import annotations
 
@@ -91,3 +92,25 @@ def select_best(
     if ties:
         reason += f"; {len(ties)} later checkpoint(s) tied and the earliest was kept"
     return best, reason
+
+
+HEADLINE_TEST_KEYS = ("mean_return", "iqm_return", "ci95_low", "ci95_high", "episodes")
+"""The selected model's test scores that ``scores.json`` keeps (as ``test_<key>``)."""
+
+
+def headline_scores(metrics: dict[str, Any]) -> dict[str, Any]:
+    """``reports/<name>/scores.json``: ``metrics.json``'s headline numbers, flat, so that ``dvc exp show`` has one
+    column for each and ``dvc exp show --json`` holds them as numbers: the selected model's test score (mean, IQM,
+    95% interval, episodes), the validation score selection used, how far it trained, and with ``train.seeds`` the
+    IQM over seeds with its interval and the number of seeds."""
+    validation = metrics["validation"]
+    flat: dict[str, Any] = {f"test_{key}": metrics[key] for key in HEADLINE_TEST_KEYS}
+    flat[f"validation_{validation['metric']}"] = validation["value"]
+    flat["step"] = metrics["step"]
+    across = metrics.get("aggregate")
+    if across is not None:
+        flat["seeds"] = across["num_runs"]
+        for key in ("iqm", "iqm_ci95_low", "iqm_ci95_high"):
+            flat[f"seeds_{key}"] = across[key]
+        flat["selected_seed"] = metrics["train_seed"]
+    return flat

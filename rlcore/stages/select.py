@@ -37,7 +37,7 @@ from rlcore.evaluation.report import (
     seeds_words,
     write_report,
 )
-from rlcore.evaluation.selection import select_best, view_scores
+from rlcore.evaluation.selection import headline_scores, select_best, view_scores
 from rlcore.evaluation.video import record_episode
 from rlcore.registry import policy_from_checkpoint
 from rlcore.stages.baseline import RunScores, improvement, improvement_words, read_baseline
@@ -374,28 +374,6 @@ def _metrics_record(params: Params, selected: Selected, selection: dict[str, Any
         # Outcomes of the selected model against each of eval.opponents (the same test episode seeds).
         **({"outcomes_by_opponent": by_opponent} if by_opponent else {}),
     }
-
-
-HEADLINE_TEST_KEYS = ("mean_return", "iqm_return", "ci95_low", "ci95_high", "episodes")
-"""The selected model's test scores that ``scores.json`` keeps (as ``test_<key>``)."""
-
-
-def headline_scores(metrics: dict[str, Any]) -> dict[str, Any]:
-    """``reports/<name>/scores.json``: ``metrics.json``'s headline numbers, flat, so that ``dvc exp show`` has one
-    column for each and ``dvc exp show --json`` holds them as numbers: the selected model's test score (mean, IQM,
-    95% interval, episodes), the validation score selection used, how far it trained, and with ``train.seeds`` the
-    IQM over seeds with its interval and the number of seeds."""
-    validation = metrics["validation"]
-    flat: dict[str, Any] = {f"test_{key}": metrics[key] for key in HEADLINE_TEST_KEYS}
-    flat[f"validation_{validation['metric']}"] = validation["value"]
-    flat["step"] = metrics["step"]
-    across = metrics.get("aggregate")
-    if across is not None:
-        flat["seeds"] = across["num_runs"]
-        for key in ("iqm", "iqm_ci95_low", "iqm_ci95_high"):
-            flat[f"seeds_{key}"] = across[key]
-        flat["selected_seed"] = metrics["train_seed"]
-    return flat
 
 
 def _short_scores(scores: dict[str, Any]) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from rlcore.common.stage_paths import Layout, project_path
 from rlcore.config.sections import Params
 from rlcore.stages.seeds import run_seeds, seed_layouts, seed_params
 from rlcore.trainers import SeedRun, batched_trainer, is_offline, train
+from rlcore.trainers.fingerprint import changed_key, trained_params
 from rlcore.trainers.finished_runs import RunFinishedError
-from rlcore.trainers.run_directory import changed_key, trained_params
 from rlcore.trainers.stopping import EvaluationCallback
 
 log = logging.getLogger("rlcore")
@@ -91,8 +91,7 @@ def train_seed_roots(seeds: Sequence[tuple[Params, Path]], on_evaluation: Evalua
     finished run with the same train params is kept, an interrupted one resumes. ``on_evaluation`` is called after
     every seed's evaluations (a batched run evaluates its seeds at the same steps)."""
     runs = [
-        SeedRun(params.seed, _project_paths(params, root), Layout(root, params.name).run_dir)
-        for params, root in seeds
+        SeedRun(params.seed, _project_paths(params, root), Layout(root, params.name).run_dir) for params, root in seeds
     ]
     _train_seed_runs(runs, on_evaluation)
 

@@ -30,10 +30,11 @@ from rlcore.nets.precision import Precision, copy_weights, learner_copy, trainin
 from rlcore.objectives.bc_regularizer import check_demonstrations
 from rlcore.registry import algorithm_class, build_algorithm, build_policy, check_action_space
 from rlcore.reward_signals import check_reward_signals
+from rlcore.trainers.fingerprint import train_fingerprint
 from rlcore.trainers.memory_estimate import check_resources
 from rlcore.trainers.metrics import EpisodeStats, MetricsLog
 from rlcore.trainers.progress import Progress
-from rlcore.trainers.run_directory import RunDirectory, RunState, log, train_fingerprint
+from rlcore.trainers.run_directory import RunDirectory, RunState, log
 from rlcore.trainers.sources import DataSource, EnvSource
 from rlcore.trainers.stopping import EvaluationCallback, StopConditions
 from rlcore.trainers.warm_start import warm_start_of

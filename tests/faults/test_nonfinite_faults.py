@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import run_in_process
-from conftest import PROJECT, sets
+from conftest import PROJECT, preset_text, sets
 
 TESTS = PROJECT / "tests"
 
@@ -65,7 +65,7 @@ def test_a_non_finite_value_from_the_env_stops_every_family_in_one_line(
     tmp_path: Path, case: tuple[str, str, str, list[str], tuple[str, ...]]
 ) -> None:
     _, params_file, command, overrides, fragments = case
-    shutil.copy(PROJECT / params_file, tmp_path / "params.yaml")
+    (tmp_path / "params.yaml").write_text(preset_text(params_file))  # offline.yaml with what it inherits
     shutil.copy(TESTS / "nonfinite_wrappers.py", tmp_path / "nonfinite_wrappers.py")
     wrapper, *rest = overrides
     given = [f"env.wrappers=[{{wrapper: nonfinite_wrappers.{wrapper}}}]", *rest]
