@@ -86,6 +86,7 @@ def test_retrain_offline_records_the_newest_dataset_version_in_each_model_card(p
     shutil.copy(Path(__file__).resolve().parents[1] / "offline.yaml", project / "offline.yaml")
     small = [
         "collect.steps=1000",
+        "collect.policy=models/quick/policy.pt",  # the online run above is named quick (QUICK)
         "train.max_steps=200",
         "train.eval_every=100",
         "train.eval_episodes=2",
@@ -126,7 +127,13 @@ def test_warm_start_flow_trains_bc_then_ppo_initialized_from_the_bc_model(projec
         base_params=str(project / "params.yaml"),
         base_overrides=[*QUICK, "train.progress_bar=off"],
         offline_params=str(project / "offline.yaml"),
-        offline_overrides=[*small, "collect.steps=1000", "train.max_steps=100", "train.eval_every=100"],
+        offline_overrides=[
+            *small,
+            "collect.steps=1000",
+            "collect.policy=models/quick/policy.pt",
+            "train.max_steps=100",
+            "train.eval_every=100",
+        ],
     )
     bc_model = project / "models" / "bc-cartpole" / "policy.pt"
     assert result["initialized_from"]["sha256"] == sha256_file(bc_model)

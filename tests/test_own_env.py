@@ -185,7 +185,7 @@ ES_TINY = [
 
 @pytest.mark.serial  # ES's workers are processes
 def test_es_worker_processes_build_the_own_env_of_the_project_folder(tmp_path: Path) -> None:
-    root = own_project(tmp_path)
+    root = own_project(tmp_path, [])
     params = ["--params", str(PROJECT / "configs" / "es-cartpole.yaml")]
     outcome = run_in_process(["train", *params, *sets(ES_TINY)], root, limit=300)
     assert outcome.returncode == 0, outcome
