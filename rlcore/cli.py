@@ -1,6 +1,6 @@
 """The command line of the stages: ``rlcore train|evaluate|select|export|collect`` as dvc.yaml calls them,
-``rlcore import-minari`` and ``rlcore params-schema``; the console command (``flows.cli``) adds the Prefect and sweep
-subcommands.
+``rlcore import-minari|init|dvc-yaml|compare|params-schema``; the console command (``flows.cli``) adds the Prefect and
+sweep subcommands.
 
 Every stage subcommand takes ``--params FILE`` (default ``params.yaml``) and repeated ``--set KEY=VALUE``. Each
 subcommand's help says in one line what it does and names its docs page.
@@ -200,6 +200,25 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> CommandParser:
     pipeline = add_command(commands, "dvc-yaml", help_text, "docs/getting-started.md")
     pipeline.add_argument("--check", action="store_true", help="write nothing; exit 2 when dvc.yaml differs")
     pipeline.set_defaults(run=_dvc_yaml)
+    help_text = "draw DVC experiments' learning curves into one PNG (offline) and print a table of them"
+    compare = add_command(commands, "compare", help_text, "docs/own-project.md")
+    compare.add_argument(
+        "revisions",
+        nargs="*",
+        metavar="REV",
+        help="experiments (as `dvc exp show` names them), `workspace`, branches, tags or commits (default: the "
+        "workspace, the baseline commit and every experiment of it)",
+    )
+    compare.add_argument(
+        "--metric",
+        default="eval/mean_return",
+        metavar="KEY",
+        help="the dvclive curve to draw (default: eval/mean_return, the periodic evaluation's mean return)",
+    )
+    compare.add_argument(
+        "--output", type=Path, default=Path("reports/compare.png"), metavar="FILE", help="the PNG to write"
+    )
+    compare.set_defaults(run=_compare)
     help_text = "write the JSON Schema of params files, for editors that complete and check them"
     schema = add_command(commands, "params-schema", help_text, "docs/schema.md")
     schema.add_argument("--output", type=Path, default=None, metavar="FILE", help="write here (default: stdout)")
@@ -230,6 +249,16 @@ def _dvc_yaml(args: argparse.Namespace) -> Any:
         return text
     write_text(target, text)
     return text
+
+
+def _compare(args: argparse.Namespace) -> Any:
+    from rlcore.common.files import shown_path
+    from rlcore.project.compare import compare_experiments, table
+
+    curves = compare_experiments(Path.cwd(), args.revisions, args.output, args.metric)
+    print(f"wrote {shown_path(args.output.resolve())}: {args.metric} of {len(curves)} revisions over env steps")
+    print(table(curves))
+    return curves
 
 
 def _import_minari(args: argparse.Namespace) -> Any:

@@ -8,14 +8,12 @@ default run, commented, checked by editors against ``params.schema.json`` beside
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 from importlib import resources
 from pathlib import Path
 
 from rlcore.common.errors import RLCoreError
 from rlcore.project.pipeline_file import PARAMS, pipeline_yaml
+from rlcore.project.tools import dvc_command, run_tool
 
 GITIGNORE = """\
 # What the stages write (DVC tracks it in its cache; `dvc exp show` and `dvc exp apply` read it from there)
@@ -78,13 +76,13 @@ def init_project(folder: Path, force: bool = False) -> list[str]:
         done.append(name)
     (folder / "dvc.yaml").write_text(pipeline_yaml(folder))
     done.append("dvc.yaml")
-    if _run(["git", "rev-parse", "--show-toplevel"], folder, check=False).returncode != 0:
-        _run(["git", "init", "-q"], folder)
+    if run_tool(["git", "rev-parse", "--show-toplevel"], folder, check=False).returncode != 0:
+        run_tool(["git", "init", "-q"], folder)
         done.append("git init")
     if not (folder / ".dvc").is_dir():
-        top = Path(_run(["git", "rev-parse", "--show-toplevel"], folder).stdout.strip()).resolve()
+        top = Path(run_tool(["git", "rev-parse", "--show-toplevel"], folder).stdout.strip()).resolve()
         subdir = ["--subdir"] if top != folder.resolve() else []
-        _run([_dvc(), "init", "-q", *subdir], folder)
+        run_tool([dvc_command(), "init", "-q", *subdir], folder)
         with open(folder / ".dvc" / "config", "a") as config:  # `dvc config core.analytics false`, one process less
             config.write("[core]\n    analytics = false\n")
         done.append("dvc init")
@@ -100,24 +98,3 @@ def _check_writable(folder: Path) -> None:
         raise RLCoreError(f"{folder}: not a folder")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise RLCoreError(f"{folder}: cannot write here (permission denied); nothing changed")
-
-
-def _dvc() -> str:
-    """The ``dvc`` command installed beside this Python (rlcore depends on DVC), else the one on PATH."""
-    beside = Path(sys.executable).parent / "dvc"
-    found = str(beside) if beside.is_file() else shutil.which("dvc")
-    if found is None:
-        raise RLCoreError("dvc: command not found; install DVC (`pip install dvc`), which the pipeline runs on")
-    return found
-
-
-def _run(command: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
-    try:
-        result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
-    except OSError as exc:
-        raise RLCoreError(f"{command[0]}: cannot run it ({exc.strerror})") from None
-    if check and result.returncode != 0:
-        problem = " ".join((result.stderr or result.stdout).split())[:300]
-        raise RLCoreError(f"`{' '.join(Path(command[0]).name.split() + command[1:])}` in {cwd} failed: {problem}")
-    return result
