@@ -103,20 +103,26 @@ def compare_experiments(
         raise RLCoreError(f"--metric: no curve {metric}; {known_text(listing.workspace, known)}")
     chosen = named_revisions(root, listing, revisions) if revisions else default_revisions(listing)
     curves = read_curves(root, chosen, metric)
-    drawn = [revision for revision in chosen if revision.name in curves]
+    drawn = with_curves(chosen, curves, metric, named=bool(revisions))
     if not drawn:
         names = ", ".join(revision.name for revision in chosen)
         raise RLCoreError(f"--metric: no {metric} curve in {names}; {known_text(listing.workspace, known)}")
-    for revision in chosen:
-        if revision not in drawn:
-            where = f"runs/{revision.run_name}/dvclive/"
-            if revisions:
-                raise RLCoreError(f"{revision.name}: no {metric} curve in {where} at that revision (never run there?)")
-            log.info("%s: no %s curve in %s (not run at that revision); left out", revision.name, metric, where)
     changed = changed_params([revision.params for revision in drawn])
     compared = [ComparedCurve(rev.name, changed[i], *curves[rev.name]) for i, rev in enumerate(drawn)]
     draw(compared, metric, output)
     return compared
+
+
+def with_curves(chosen: list[Revision], curves: dict[str, Any], metric: str, named: bool) -> list[Revision]:
+    """The revisions of ``chosen`` that have a curve; one the user ``named`` without it is refused, one of the
+    default's is left out with a log line (a baseline committed before it was ever run)."""
+    for revision in chosen:
+        if revision.name not in curves:
+            where = f"runs/{revision.run_name}/dvclive/"
+            if named:
+                raise RLCoreError(f"{revision.name}: no {metric} curve in {where} at that revision (never run there?)")
+            log.info("%s: no %s curve in %s (not run at that revision); left out", revision.name, metric, where)
+    return [revision for revision in chosen if revision.name in curves]
 
 
 def dvc_root(folder: Path) -> Path:
@@ -182,9 +188,7 @@ def named_revisions(root: Path, listing: Listing, names: Sequence[str]) -> list[
     commit, branch or tag (its params read by another ``dvc exp show``); an unknown one is refused in one line."""
     chosen: dict[str, Revision] = {}
     for name in names:
-        found = next((rev for rev in listing.revisions if name in (rev.name, rev.commit)), None)
-        if found is None and len(name) >= 4:
-            found = next((rev for rev in listing.revisions if rev.commit.startswith(name)), None)
+        found = next((rev for rev in listing.revisions if rev.name == name), None)
         if found is None:
             verified = run_tool(["git", "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"], root, check=False)
             if verified.returncode != 0:
@@ -192,7 +196,9 @@ def named_revisions(root: Path, listing: Listing, names: Sequence[str]) -> list[
                     f"{name}: unknown revision: not in `dvc exp show` ({', '.join(r.name for r in listing.revisions)})"
                     " and no git branch, tag or commit"
                 )
-            found = read_listing(root, name).baseline
+            commit = verified.stdout.strip()
+            found = next((rev for rev in listing.revisions if rev.commit == commit), None)
+            found = found or read_listing(root, commit).baseline
         chosen.setdefault(name, Revision(name, found.params, found.metrics, found.commit))
     return list(chosen.values())
 
