@@ -25,10 +25,13 @@ import yaml
 from cli_support import run_in_process
 from conftest import PROJECT, outputs, sets, tool_env
 
+from rlcore.common.numbers import score
 from rlcore.common.project import use_project_folder
 from rlcore.envs.ids import env_spec
 from rlcore.envs.vector import make_vector_env
+from rlcore.evaluation.report import read_curve
 from rlcore.params import validate_params
+from rlcore.project.compare import compare_experiments
 
 PAGE = (PROJECT / "docs" / "own-project.md").read_text()
 
@@ -102,7 +105,7 @@ def runs_on_the_env(root: Path) -> None:
 
 def test_the_pages_own_env_trains_evaluates_selects_exports_and_runs_in_onnxruntime(tmp_path: Path) -> None:
     root = own_project(tmp_path, TINY)
-    commands = page_commands()[1:]
+    commands = page_commands()[1:-1]  # the last, compare, draws DVC experiments: the DVC test below runs it
     assert [command[0] for command in commands] == ["dvc-yaml", "train", "evaluate", "select", "export"]
     for command in commands:
         outcome = run_in_process(command, root, limit=300)
@@ -137,33 +140,62 @@ def test_a_new_project_with_its_own_env_runs_in_dvc_compares_experiments_and_rer
 ) -> None:
     """Issue 38's user, in a folder outside this repository: ``rlcore init``, the page's reach_env.py (a class, not
     registered) named by ``env.id``, ``dvc repro`` -> an ONNX model onnxruntime runs on the env; two ``dvc exp run
-    -S algo.lr=...`` -> ``dvc exp show --json`` holds both experiments' test scores as numbers; an ``eval.episodes``
-    change re-runs evaluate, select and export and nothing else."""
+    -S algo.lr=...`` -> ``dvc exp show --json`` holds both experiments' test scores as numbers and ``rlcore compare``
+    draws their curves together; an ``eval.episodes`` change re-runs evaluate, select and export and nothing else."""
     root = own_project(tmp_path, TINY)
     assert run_in_process(["dvc-yaml"], root).returncode == 0
     subprocess.run(["git", "add", "-A"], cwd=root, check=True, env=tool_env())
     subprocess.run(["git", "commit", "-qm", "reach"], cwd=root, check=True, env=tool_env())
     assert ran(dvc(root, "repro")) == {"train", "evaluate", "select", "export"}
     runs_on_the_env(root)
+    curve = root / "runs" / "reach" / "dvclive" / "plots" / "metrics" / "eval" / "mean_return.tsv"
+    curves = {yaml.safe_load((root / "params.yaml").read_text())["algo"]["lr"]: read_curve(curve)}
     subprocess.run(["git", "add", "-A"], cwd=root, check=True, env=tool_env())
     subprocess.run(["git", "commit", "-qm", "dvc.lock"], cwd=root, check=True, env=tool_env())
     for lr in ("0.0003", "0.003"):
         assert "train" in ran(dvc(root, "exp", "run", "-S", f"algo.lr={lr}"))
+        curves[float(lr)] = read_curve(curve)  # the experiment's, in the workspace until the next one runs
     shown = json.loads(dvc(root, "exp", "show", "--json").stdout)
-    scores = {}
+    scores, names = {}, {}
     for commit in shown:
         for experiment in commit.get("experiments") or []:
             data = experiment["revs"][0]["data"]
             lr = data["params"]["params.yaml"]["data"]["algo"]["lr"]
             scores[lr] = data["metrics"]["reports/reach/scores.json"]["data"]
+            names[experiment["name"]] = lr
     assert set(scores) == {0.0003, 0.003}, scores
     for numbers in scores.values():
         assert all(isinstance(numbers[key], float) for key in ("test_mean_return", "test_ci95_low", "test_ci95_high"))
         assert numbers["test_ci95_low"] <= numbers["test_mean_return"] <= numbers["test_ci95_high"]
+    compares_the_experiments_curves(root, shown[-1]["name"], names, curves)
     params = yaml.safe_load((root / "params.yaml").read_text())
     params["eval"]["episodes"] += 1
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert ran(dvc(root, "repro")) == {"evaluate", "select", "export"}
+
+
+def compares_the_experiments_curves(
+    root: Path, baseline: str, experiments: dict[str, float], curves: dict[float, tuple[list[int], list[float]]]
+) -> None:
+    """The page's ``rlcore compare``: the baseline's and both experiments' curves (the workspace is the last
+    experiment) in one PNG, a row each naming the learning rate; then two experiments named, read through DVC
+    (git and its cache) exactly as dvclive wrote them."""
+    command = page_commands()[-1]
+    assert command == ["compare"], command
+    outcome = run_in_process(command, root, limit=120)
+    assert outcome.returncode == 0, outcome
+    assert (root / "reports" / "compare.png").read_bytes()[:4] == b"\x89PNG"
+    rows = [line.split("|")[1:-1] for line in outcome.stdout.splitlines() if line.startswith("| ")][1:]
+    lrs = {baseline: curves.keys() - set(experiments.values()), **{name: {lr} for name, lr in experiments.items()}}
+    assert [row[0].strip() for row in rows] == list(lrs), outcome.stdout
+    for name, params, final, best in rows:
+        (lr,) = lrs[name.strip()]
+        assert params.strip() == f"algo.lr={lr}"
+        assert (final.strip(), best.strip()) == (score(curves[lr][1][-1]), score(max(curves[lr][1])))
+    named = compare_experiments(root, list(experiments), root / "reports" / "two.png")
+    assert [(row.revision, row.changed) for row in named] == [(n, {"algo.lr": lr}) for n, lr in experiments.items()]
+    assert [(row.env_steps, row.values) for row in named] == [curves[lr] for lr in experiments.values()]
+    assert (root / "reports" / "two.png").is_file()
 
 
 ES_TINY = [
