@@ -1,5 +1,6 @@
 """``rlcore compare`` (issue 38): what it refuses, in one line each, and how it names what differs between experiments.
-Its drawing of real ``dvc exp run`` experiments is in the Done-when test of tests/test_own_env.py."""
+Its drawing of real ``dvc exp run`` experiments is in the Done-when test of tests/test_own_env.py; an ``--output`` that
+is a folder or a pipe, in tests/faults/test_file_targets.py."""
 
 from __future__ import annotations
 
@@ -48,12 +49,6 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def test_a_folder_outside_a_dvc_project_is_refused(tmp_path: Path) -> None:
     one_line_error(run_in_process(["compare"], tmp_path), f"{tmp_path.resolve()}: not a DVC project", "rlcore init")
-
-
-def test_an_output_that_is_a_directory_is_refused_before_dvc_runs(tmp_path: Path) -> None:
-    (tmp_path / "reports").mkdir()
-    line = one_line_error(run_in_process(["compare", "--output", "reports"], tmp_path))
-    assert line == "error: --output: reports is a directory; expected a file path (absent or a regular file)"
 
 
 def test_a_project_without_experiments_is_refused_and_says_how_to_make_one(project: Path) -> None:

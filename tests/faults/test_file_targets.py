@@ -195,6 +195,14 @@ def test_params_schema_empty_output_and_impossible_folder_are_one_line(project: 
     assert_refused(outcome, "--output: docs/schema.json cannot be created: docs is a file, not a folder")
 
 
+# --- compare ----------------------------------------------------------------------------------------------------
+
+
+def test_compare_output_not_a_regular_file_is_refused_before_dvc_runs(project: Path, kind: str) -> None:
+    target = InTheWay(project / "reports" / "compare.png", kind)
+    refused(project, target, ["compare", "--output", "reports/compare.png"], "error: --output: reports/compare.png ")
+
+
 # --- collect, import-minari and the dataset writer --------------------------------------------------------------
 
 COLLECT = ["collect", *sets(["collect.policy=random", "collect.steps=64", "collect.num_envs=2"])]
