@@ -207,7 +207,7 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> CommandParser:
         nargs="*",
         metavar="REV",
         help="experiments (as `dvc exp show` names them), `workspace`, branches, tags or commits (default: the "
-        "workspace, the baseline commit and every experiment of it)",
+        "baseline commit, every experiment of it, and the workspace unless it is one of them)",
     )
     compare.add_argument(
         "--metric",
@@ -216,7 +216,11 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> CommandParser:
         help="the dvclive curve to draw (default: eval/mean_return, the periodic evaluation's mean return)",
     )
     compare.add_argument(
-        "--output", type=Path, default=Path("reports/compare.png"), metavar="FILE", help="the PNG to write"
+        "--output",
+        type=Path,
+        default=Path("reports/compare.png"),
+        metavar="FILE",
+        help="the PNG to write (default: reports/compare.png)",
     )
     compare.set_defaults(run=_compare)
     help_text = "write the JSON Schema of params files, for editors that complete and check them"

@@ -192,7 +192,7 @@ def compares_the_experiments_curves(
         (lr,) = lrs[name.strip()]
         assert params.strip() == f"algo.lr={lr}"
         assert (final.strip(), best.strip()) == (score(curves[lr][1][-1]), score(max(curves[lr][1])))
-    named = compare_experiments(root, list(experiments), root / "reports" / "two.png")
+    named = compare_experiments(root, list(experiments), root / "reports" / "two.png", "eval/mean_return")
     assert [(row.revision, row.changed) for row in named] == [(n, {"algo.lr": lr}) for n, lr in experiments.items()]
     assert [(row.env_steps, row.values) for row in named] == [curves[lr] for lr in experiments.values()]
     assert (root / "reports" / "two.png").is_file()

@@ -27,9 +27,6 @@ log = logging.getLogger("rlcore")
 WORKSPACE = "workspace"
 """DVC's name for the files as they are on disk."""
 
-DEFAULT_METRIC = "eval/mean_return"
-DEFAULT_OUTPUT = Path("reports/compare.png")
-
 DVC_SECONDS = 600
 """How long one dvc command may take (it may read a large cache)."""
 
@@ -88,9 +85,7 @@ class ComparedCurve:
         return f"{self.revision}: {changed_text(self.changed)}" if self.changed else self.revision
 
 
-def compare_experiments(
-    root: Path, revisions: Sequence[str], output: Path, metric: str = DEFAULT_METRIC
-) -> list[ComparedCurve]:
+def compare_experiments(root: Path, revisions: Sequence[str], output: Path, metric: str) -> list[ComparedCurve]:
     """Draw the curves of ``metric`` of ``revisions`` (none: the module docstring's default) of the DVC project
     ``root`` into the PNG ``output``; returns them in the legend's order. Refused in one line: an ``output`` that is
     no file path, a folder outside a DVC project, an unknown revision, no experiments, a named revision without the
@@ -142,7 +137,7 @@ def read_listing(root: Path, commit: str | None = None) -> Listing:
     experiments = [
         _revision(experiment.get("name") or experiment["revs"][0]["rev"][:7], experiment["revs"][0])
         for experiment in baseline.get("experiments") or []
-        if experiment.get("revs")
+        if experiment.get("revs") and experiment["revs"][0].get("data")  # not a queued or failed one
     ]
     return Listing(
         _revision(WORKSPACE, workspace), _revision(baseline.get("name") or baseline["rev"][:7], baseline), experiments
