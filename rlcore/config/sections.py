@@ -82,7 +82,8 @@ class TrainConfig(StrictModel):
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """The losses' forward passes under ``torch.autocast``: ``bf16``, or ``fp16`` with a dynamic loss scale (a
     gradient scaler; meant for CUDA, slow on a CPU). Weights, optimizer state, rollouts and acting stay float32.
-    PPO and A2C only (``rlcore.nets.precision``)."""
+    PPO and A2C only. An LSTM core (``policy.memory``) on a CPU whose oneDNN has no bfloat16 or float16 LSTM is
+    refused in one line when training starts, naming what runs instead (``rlcore.nets.precision``)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the networks learn: ``auto`` and ``cpu`` the CPU; ``cuda`` a copy of the policy on the GPU, fed whole
     rollouts, while envs, acting, evaluation and checkpoints stay on the CPU (PPO and A2C; training is refused in
