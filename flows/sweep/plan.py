@@ -24,6 +24,7 @@ from flows.sweep.search import check_options, distributions
 from flows.sweep.storage import storage_files, storage_spec
 from rlcore.common.errors import ConfigError, RLCoreError, did_you_mean
 from rlcore.common.files import check_target
+from rlcore.common.stage_paths import sweep_reports, sweep_trials
 from rlcore.config.inheritance import read_params_tree
 from rlcore.config.reading import apply_overrides
 from rlcore.config.sections import Params
@@ -65,11 +66,11 @@ class SweepPlan:
     @property
     def folder(self) -> Path:
         """Trials write under ``runs/sweeps/<study>/trial_<number>/``."""
-        return self.root / "runs" / "sweeps" / self.study_name
+        return sweep_trials(self.root, self.study_name)
 
     @property
     def reports(self) -> Path:
-        return self.root / "reports" / "sweep"
+        return sweep_reports(self.root)
 
     @property
     def report_files(self) -> tuple[Path, ...]:

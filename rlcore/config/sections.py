@@ -25,6 +25,7 @@ from pydantic import (
 
 from rlcore.common.errors import did_you_mean
 from rlcore.common.seeds import MAX_EVAL_EPISODES, MAX_TRAIN_STEPS, PERIODIC_EPISODES_PER_SEED, SEED_LIMIT
+from rlcore.common.stage_paths import RESERVED_NAMES
 from rlcore.common.strict_model import StrictModel
 from rlcore.common.validation_errors import short_repr
 from rlcore.config.data import CollectConfig as CollectConfig
@@ -334,7 +335,8 @@ class Params(StrictModel):
     name: str = "default"
     """Run name: training writes to ``runs/<name>/``, the later stages to ``reports/<name>/``, ``models/<name>/`` and
     ``export/<name>/``, so runs of different names never overwrite each other. Letters, digits, ``.``, ``_``, ``-``;
-    at most 100 characters, not ``.`` or ``..``, not starting with ``-``."""
+    at most 100 characters, not ``.`` or ``..``, not starting with ``-``; not ``sweep`` or ``sweeps``, the folders of
+    sweeps (``reports/sweep/``, ``runs/sweeps/``)."""
     torch_threads: int = Field(1, ge=1, le=MAX_TORCH_THREADS)
     """Threads torch computes with in each stage (``torch.set_num_threads``), at most 1024. Small networks are fastest
     on one thread on a 2-core machine (two are 3-60x slower under load)."""
@@ -358,6 +360,8 @@ class Params(StrictModel):
                 "expected a folder name: 1 to 100 letters, digits, '.', '_' or '-', not '.' or '..', not starting "
                 f"with '-', got {short_repr(name)}"
             )
+        if name in RESERVED_NAMES:
+            raise ValueError(f"{name!r} is not a run's name ({RESERVED_NAMES[name]}); give the run another name")
         return name
 
     @field_validator("seed")
