@@ -35,11 +35,11 @@ from rlcore.config.policy import PolicyConfig
 from rlcore.config.sweep import SweepConfig
 from rlcore.envs.agent_groups import group_layout
 from rlcore.envs.config import MAX_NUM_ENVS, EnvConfig
+from rlcore.envs.game_checks import NamedOpponents, check_named_opponents
 from rlcore.envs.multiagent import check_shared_spaces, state_width
 from rlcore.envs.return_reduction import check_reduction
 from rlcore.envs.self_play import check_self_play
 from rlcore.envs.settings import MEAN_OVER_SETTINGS, EvalSetting, check_eval_settings
-from rlcore.envs.turn_based import NamedOpponents, check_named_opponents
 
 _FOLDER_NAME = re.compile(r"(?!-)[A-Za-z0-9._-]{1,100}")
 MAX_TORCH_THREADS = 1024
@@ -180,8 +180,8 @@ class EvalConfig(StrictModel):
     ``outcomes_by_opponent`` (by name, as ``outcomes``: win/draw/loss rates, 95% Wilson intervals, by seat) and a
     table in the report; ``env.opponent`` stays the opponent of evaluation, validation, selection and ``outcomes``.
     Names: a letter, then letters, digits or ``_`` (at most 64); at most 16, each path once; each plays a test game
-    against random legal moves at load, within ``env.user_code_timeout_seconds`` (``rlcore.envs.turn_based``). Null
-    or ``{}``: none."""
+    against random legal moves at load, within ``env.user_code_timeout_seconds`` (``rlcore.envs.game_checks``).
+    Null or ``{}``: none."""
 
     @field_validator("settings")
     @classmethod

@@ -14,12 +14,13 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from rlcore.common.strict_model import StrictModel
 from rlcore.envs.action_masks import check_mask_applied
+from rlcore.envs.game_checks import check_board_frames, check_game
 from rlcore.envs.ids import check_env_id, check_env_kwargs, env_spec, import_object
 from rlcore.envs.multiagent import Agents, agents_of, check_parallel_masks, is_multiagent, with_agent_id
 from rlcore.envs.parameters import check_parameters as check_env_parameters
 from rlcore.envs.self_play import SelfPlayConfig
 from rlcore.envs.settings import Lesson, Parameters, check_curriculum, check_parameter_names
-from rlcore.envs.turn_based import check_board_frames, check_game, load_opponent, seats_of
+from rlcore.envs.turn_based import load_opponent, seats_of
 from rlcore.envs.user_code import DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS, check_first_import, check_wrappers
 from rlcore.envs.user_envs import check_user_env
 
