@@ -76,9 +76,10 @@ def _sweep(args: argparse.Namespace) -> Any:
     root = Path.cwd()
     if args.apply:
         from flows.sweep.apply import apply_fragment
+        from rlcore.common.stage_paths import sweep_reports
 
         params_file = Path(args.params)
-        values = apply_fragment(params_file, root / "reports" / "sweep" / "best_params.yaml")
+        values = apply_fragment(params_file, sweep_reports(root) / "best_params.yaml")
         print(f"{params_file}: applied the sweep's best params: {', '.join(f'{k}={v}' for k, v in values.items())}")
         return values
     from flows.sweep.plan import plan_sweep

@@ -10,6 +10,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.task_runners import dask_task_runner, retry_options
 from rlcore.common.files import sha256_file
+from rlcore.common.numbers import score
 from rlcore.data.reader import read_metadata
 from rlcore.params import load_params
 from rlcore.stages import collect_shard, collect_stage, merge_collected_shards
@@ -94,7 +95,8 @@ def publish_collect_artifacts(dataset: Path, name: str) -> None:
             f"# Dataset `{dataset.name}` from {meta.get('env', {}).get('id', '?')}\n\n"
             f"{meta.get('transitions')} transitions in {meta.get('episodes')} episodes, policy `{source}` "
             f"(epsilon {policy.get('epsilon')}, deterministic {policy.get('deterministic')}).\n\n"
-            f"Episode return **{returns.get('mean', float('nan')):.1f}** ± {returns.get('std', float('nan')):.1f}.\n\n"
+            f"Episode return **{score(returns.get('mean', float('nan')))}** "
+            f"± {score(returns.get('std', float('nan')))}.\n\n"
             f"Written to `{dataset}`."
         ),
         description="What was collected, by which policy",

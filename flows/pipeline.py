@@ -17,6 +17,7 @@ from flows.caching import StageInputs, file_digests
 from flows.task_runners import retry_options
 from rlcore.common.checkpoints import list_checkpoints
 from rlcore.common.files import read_json, sha256_file
+from rlcore.common.numbers import interval_decimals, score
 from rlcore.common.project import use_project_folder
 from rlcore.common.stage_paths import Layout
 from rlcore.params import load_params
@@ -110,14 +111,15 @@ def publish_artifacts(root: Path, name: str) -> None:
     selection = read_json(layout.selection)
     card = read_json(layout.export / "model_card.json")
     test, validation = selection["test"], selection["validation"]
+    places = interval_decimals(test["mean_return"], test["ci95_low"], test["ci95_high"])
+    mean, low, high, iqm = (score(test[key], places) for key in ("mean_return", "ci95_low", "ci95_high", "iqm_return"))
     create_markdown_artifact(
         key=f"training-summary-{name}".lower().replace("_", "-").replace(".", "-"),
         markdown=(
             f"# {card['algorithm']} on {card['env']['id']} (`{name}`)\n\n"
-            f"Selected `{selection['checkpoint']}`: test mean return **{test['mean_return']:.1f}** "
-            f"(95% CI {test['ci95_low']:.1f} to {test['ci95_high']:.1f}, IQM {test['iqm_return']:.1f}) over "
-            f"{test['episodes']} test episodes; validation {validation['metric']} {validation['value']:.2f} over "
-            f"{validation['episodes']} episodes (selection used validation, the score is reported on test).\n\n"
+            f"Selected `{selection['checkpoint']}`: test mean return **{mean}** (95% CI {low} to {high}, IQM {iqm}) "
+            f"over {test['episodes']} test episodes; validation {validation['metric']} {score(validation['value'])} "
+            f"over {validation['episodes']} episodes (selection used validation, the score is reported on test).\n\n"
             f"Reason: {selection['reason']}.\n\nExported: {', '.join(card['files'])} in `{layout.export}`."
         ),
         description="What was trained, the selected model and its score",

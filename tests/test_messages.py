@@ -9,7 +9,9 @@ import pytest
 from cli_support import run_in_process
 from conftest import PROJECT, QUICK, sets
 
-from rlcore.common.numbers import decimals_for, score, score_with_interval
+from rlcore.common.numbers import decimals_for, interval_decimals, score, score_with_interval
+from rlcore.evaluation.evaluator import EvalResult
+from rlcore.evaluation.report import candidates_table
 from rlcore.stages.export import parity_words
 
 
@@ -32,7 +34,7 @@ def test_a_score_keeps_three_significant_digits_and_at_least_one_decimal(value: 
     assert score(value) == shown
 
 
-def test_an_interval_prints_with_its_value_s_decimals_and_never_as_a_point_it_is_not():
+def test_an_interval_never_reads_as_a_point_it_is_not():
     # One decimal hid a reward of 0.91 and its interval ("0.9 (95% CI 0.9 to 0.9)").
     assert score_with_interval(0.91, 0.905, 0.915) == ("0.910", "0.905", "0.915")
     assert score_with_interval(500.0, 497.9, 500.0) == ("500.0", "497.9", "500.0")
@@ -41,6 +43,51 @@ def test_an_interval_prints_with_its_value_s_decimals_and_never_as_a_point_it_is
     # Ends that differ in the fifth digit of a large return: as many decimals as tell them apart.
     assert score_with_interval(499.97, 499.96, 499.98) == ("499.97", "499.96", "499.98")
     assert decimals_for(float("inf")) == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "low", "high", "shown"),
+    [
+        # The value's own decimals printed -0.0500 beside -0.3000: the largest magnitude (0.3) sets them.
+        (-0.05, -0.3, 0.2, ("-0.050", "-0.300", "0.200")),
+        (0.05, -0.3, 0.2, ("0.050", "-0.300", "0.200")),
+        # A small mean between large ends: the ends' magnitude, not the mean's.
+        (0.4, -120.0, 130.0, ("0.4", "-120.0", "130.0")),
+        (3.0, 2.5, 12.0, ("3.0", "2.5", "12.0")),
+        # Ends that the largest magnitude's decimals would collapse get more, up to the cap.
+        (0.91, 0.905, 0.915, ("0.910", "0.905", "0.915")),
+        (0.5, 0.5 - 1e-9, 0.5 + 1e-9, ("0.500000", "0.500000", "0.500000")),
+        # A non-finite end takes no part in the magnitude.
+        (0.05, float("nan"), 0.2, ("0.050", "nan", "0.200")),
+    ],
+)
+def test_an_interval_takes_the_decimals_of_its_largest_magnitude(
+    value: float, low: float, high: float, shown: tuple[str, str, str]
+):
+    assert score_with_interval(value, low, high) == shown
+
+
+def test_an_evaluation_summary_prints_its_iqm_with_the_interval_s_decimals():
+    # Mean -0.05, IQM -0.0175, interval about -0.176..0.069 (seeded bootstrap): all with 0.176's three decimals.
+    result = EvalResult.from_episodes([-0.3, -0.1, -0.05, 0.0, 0.08, 0.1, 0.2, -0.33], [5] * 8)
+    assert interval_decimals(result.mean_return, result.ci95_low, result.ci95_high) == 3
+    assert result.summary() == "-0.050 (95% CI -0.176 to 0.069; IQM -0.018) over 8 episodes"
+
+
+def test_a_candidate_row_prints_its_mean_interval_and_iqm_with_one_count_of_decimals():
+    candidate = {
+        "checkpoint": "checkpoints/step_1000.pt",
+        "step": 1000,
+        "mean_return": -0.05,
+        "ci95_low": -0.3,
+        "ci95_high": 0.2,
+        "iqm_return": -0.0175,
+        "std_return": 0.2,
+        "min_return": -0.33,
+        "max_return": 0.2,
+    }
+    row = candidates_table([candidate], selected="checkpoints/step_1000.pt").splitlines()[-1]
+    assert [cell.strip() for cell in row.strip("|").split("|")][2:5] == ["-0.050", "[-0.300, 0.200]", "-0.018"]
 
 
 @pytest.fixture

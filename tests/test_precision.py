@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import PROJECT, outputs
+from cli_support import run_in_process
+from conftest import PROJECT, one_line_error, outputs, sets
+from faults.run_support import snapshot
 from test_memory import collect, recurrent_policy
 
 from rlcore.algos.a2c import A2C, A2CConfig
@@ -296,25 +299,15 @@ def test_ppo_learns_on_cuda_in_fp16_and_its_checkpoints_load_on_the_cpu(tmp_path
     assert all(np.isfinite(e["mean_return"]) for e in summary["evaluations"])
 
 
-def cpu_runs_a_bf16_lstm() -> bool:
-    """Whether this CPU's oneDNN has a bfloat16 LSTM: on some (an AVX512-FP16 Xeon, 2026-11-29) it raises "could not
-    create a primitive descriptor for the LSTM forward propagation primitive", at the base commit too."""
-    lstm = torch.nn.LSTM(4, 8)
-    try:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            lstm(torch.zeros(3, 2, 4))
-    except RuntimeError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("recurrent", [False, True], ids=["mlp", "lstm-burn-in"])
-def test_bf16_runs_the_losses_in_bfloat16_and_keeps_the_weights_float32(recurrent: bool):
-    from rlcore.nets.precision import Precision
+def test_bf16_runs_the_losses_in_bfloat16_and_keeps_the_weights_float32(recurrent: bool, tmp_path: Path):
+    from rlcore.nets.precision import Precision, autocast_runs
 
     torch.manual_seed(0)
-    if recurrent and not cpu_runs_a_bf16_lstm():
-        pytest.skip("this CPU's oneDNN has no bfloat16 LSTM")
+    if recurrent and not autocast_runs("lstm", "bf16", "cpu"):
+        # This CPU's oneDNN has no bfloat16 LSTM: training it is refused up front instead (it failed mid-training).
+        assert_bf16_lstm_training_is_refused_in_one_line(tmp_path)
+        return
     if recurrent:
         policy = recurrent_policy(sequence_length=8, burn_in=2)
         rollout = filled(collect(policy, steps=32, envs=4)[0])
@@ -329,6 +322,22 @@ def test_bf16_runs_the_losses_in_bfloat16_and_keeps_the_weights_float32(recurren
     assert seen and set(seen) == {torch.bfloat16}
     assert all(p.dtype == torch.float32 for p in policy.parameters())
     assert all(np.isfinite(value) for value in metrics.values())
+
+
+def assert_bf16_lstm_training_is_refused_in_one_line(project: Path) -> None:
+    """``rlcore train`` with bf16 and an LSTM core where torch has no bfloat16 LSTM: one line naming both keys, exit
+    2, and the previous run's folder as it was (measured on an AMD EPYC, 2026-11-29: a RuntimeError from oneDNN at
+    the first burn-in or the first minibatch without an episode start, after the run folder was replaced)."""
+    shutil.copy(PROJECT / "params.yaml", project / "params.yaml")
+    previous = project / "runs" / "bf16-lstm"
+    previous.mkdir(parents=True)
+    (previous / "train_summary.json").write_text('{"env_steps": 2048}')
+    before = snapshot(project)
+    memory = "policy.memory={type: lstm, size: 16, sequence_length: 8, burn_in: 2}"
+    args = ["train", *sets([*SMALL_RUN, "name=bf16-lstm", "train.precision=bf16", memory])]
+    refused = run_in_process(args, project)
+    one_line_error(refused, "train.precision: bf16 with policy.memory.type: lstm", "set policy.memory.type: gru")
+    assert snapshot(project) == before
 
 
 @pytest.mark.slow

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
-from rlcore.config.inheritance import read_params_tree
+from rlcore.config.inheritance import has_key, read_params_tree
 from rlcore.config.sections import Params
 from rlcore.stages import STAGE_PARAMS
 
@@ -33,15 +32,6 @@ the train stage lists (the static reading below cannot follow it there)."""
 def covers(table: tuple[str, ...] | list[str], key: str) -> bool:
     """A table entry covers ``key`` when it is the key or one of its sections (``eval`` covers ``eval.seed``)."""
     return any(key == entry or key.startswith(entry + ".") for entry in table)
-
-
-def in_file(tree: dict[str, Any], key: str) -> bool:
-    node: Any = tree
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
 
 
 # --- dvc.yaml against the table -----------------------------------------------------------------------------
@@ -76,7 +66,7 @@ def test_every_dvc_stage_lists_the_params_of_the_table(dvc_file: Path) -> None:
     for name, stage, params_file, keys in declared_stages(dvc_file):
         assert stage in STAGE_PARAMS, f"{dvc_file}: {name}: `rlcore {stage}` has no row in STAGE_PARAMS"
         tree = read_params_tree(params_file)  # with a base file's keys (offline.yaml's base: params.yaml)
-        expected = [key for key in STAGE_PARAMS[stage] if in_file(tree, key)]
+        expected = [key for key in STAGE_PARAMS[stage] if has_key(tree, key)]
         # A section may be listed as its keys (some from each file): covered when every listed key is in it.
         missing = [key for key in expected if key not in keys and not any(k.startswith(key + ".") for k in keys)]
         extra = [key for key in keys if not covers(expected, key)]
@@ -98,7 +88,7 @@ def test_the_sweep_stage_lists_what_its_trials_read() -> None:
     (name, command, params_file, keys), *others = declared_stages(PROJECT / "sweeps" / "dvc.yaml")
     assert (command, others) == ("sweep", [])
     tree = yaml.safe_load(params_file.read_text())
-    read = {key for stage in ("train", "evaluate", "select") for key in STAGE_PARAMS[stage] if in_file(tree, key)}
+    read = {key for stage in ("train", "evaluate", "select") for key in STAGE_PARAMS[stage] if has_key(tree, key)}
     assert "sweep" in keys
     assert [key for key in sorted(read) if not covers(keys, key)] == []
 

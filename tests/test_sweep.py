@@ -407,3 +407,18 @@ def test_a_trial_s_iqm_aggregate_trims_a_quarter_of_its_runs_at_each_end() -> No
     assert AGGREGATES["iqm"]([100.0, 2.0, 3.0, -50.0]) == 2.5  # the middle two of four
     assert AGGREGATES["iqm"]([1.0, 2.0, 6.0]) == 3.0  # fewer than four runs: nothing trimmed
     assert SweepConfig.model_validate({"aggregate": "iqm"}).aggregate == "iqm"
+
+
+def test_the_plan_records_the_project_s_commit_and_whether_tracked_files_changed(tmp_path: Path) -> None:
+    """The study's and each trial's ``git_revision`` (``rlcore.common.versions.revision_label``): the commit, with
+    ``+dirty`` after a tracked file changed; None outside a git repository."""
+    shutil.copy(PROJECT / "params.yaml", tmp_path / "params.yaml")
+    assert plan_sweep("params.yaml", [], tmp_path).git_revision is None
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    for args in (["init", "-q"], ["add", "params.yaml"], ["commit", "-q", "-m", "params"]):
+        subprocess.run([*git, *args], cwd=tmp_path, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    assert plan_sweep("params.yaml", [], tmp_path).git_revision == head
+    with (tmp_path / "params.yaml").open("a") as params:
+        params.write("# edited\n")
+    assert plan_sweep("params.yaml", [], tmp_path).git_revision == f"{head}+dirty"

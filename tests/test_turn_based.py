@@ -16,8 +16,9 @@ from rlcore.common.errors import ConfigError
 from rlcore.config.sections import PolicyConfig
 from rlcore.envs.action_masks import mask_inputs
 from rlcore.envs.config import EnvConfig
+from rlcore.envs.game_checks import check_game, check_named_opponents
 from rlcore.envs.opponents import perfect_tictactoe, random_legal, tictactoe_board, tictactoe_value
-from rlcore.envs.turn_based import TurnBasedGame, check_game, check_named_opponents
+from rlcore.envs.turn_based import TurnBasedGame
 from rlcore.envs.vector import describe_space, make_vector_env
 from rlcore.evaluation.evaluator import Evaluator, game_outcomes
 from rlcore.evaluation.export import ExportOptions, export_policy

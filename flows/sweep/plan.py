@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import math
 import shlex
-import subprocess
 import sys
 import typing
 from dataclasses import dataclass
@@ -24,6 +23,8 @@ from flows.sweep.search import check_options, distributions
 from flows.sweep.storage import storage_files, storage_spec
 from rlcore.common.errors import ConfigError, RLCoreError, did_you_mean
 from rlcore.common.files import check_target
+from rlcore.common.stage_paths import sweep_reports, sweep_trials
+from rlcore.common.versions import revision_label
 from rlcore.config.inheritance import read_params_tree
 from rlcore.config.reading import apply_overrides
 from rlcore.config.sections import Params
@@ -65,11 +66,11 @@ class SweepPlan:
     @property
     def folder(self) -> Path:
         """Trials write under ``runs/sweeps/<study>/trial_<number>/``."""
-        return self.root / "runs" / "sweeps" / self.study_name
+        return sweep_trials(self.root, self.study_name)
 
     @property
     def reports(self) -> Path:
-        return self.root / "reports" / "sweep"
+        return sweep_reports(self.root)
 
     @property
     def report_files(self) -> tuple[Path, ...]:
@@ -104,7 +105,7 @@ def plan_sweep(params_file: str, overrides: list[str], root: Path) -> SweepPlan:
         storage=storage_spec(sweep, root),
         study_name=name,
         command=shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        git_revision=git_revision(root),
+        git_revision=revision_label(root),
     )
     check_outputs(plan)
     return plan
@@ -173,17 +174,3 @@ def _key_kind(model: type[BaseModel], parts: list[str]) -> Literal["value", "sec
             return "unknown"
         node = field.annotation
     return "section" if isinstance(node, type) and issubclass(node, BaseModel) else "value"
-
-
-def git_revision(root: Path) -> str | None:
-    """``HEAD``'s commit, with ``+dirty`` when tracked files changed; None outside a git repository."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        if head.returncode != 0:
-            return None
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head.stdout.strip() + ("+dirty" if status.stdout.strip() else "")

@@ -4,7 +4,8 @@ the check that a path from params stays inside the project.
 Every output of a run is in a folder named after it: ``runs/<name>/`` (training), ``reports/<name>/`` (evaluations,
 report, metrics), ``models/<name>/`` (the selected model), ``export/<name>/`` (ONNX, torch.export, model card). Two
 runs with different names never write over each other's files, whichever pipeline (DVC stages, Prefect flows,
-sweeps) runs them.
+sweeps) runs them. A sweep writes its trials in ``runs/sweeps/<study>/`` and its results in ``reports/sweep/``, so
+``sweeps`` and ``sweep`` are no run's name (:data:`RESERVED_NAMES`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlcore.common.errors import ConfigError
+
+SWEEP_RUNS = "sweeps"
+"""``runs/sweeps/<study>/trial_<number>/``: a sweep's trials (``flows/sweep``)."""
+SWEEP_REPORTS = "sweep"
+"""``reports/sweep/``: a sweep's best params, trials table, plots and summary (``flows/sweep/report.py``)."""
+RESERVED_NAMES = {
+    SWEEP_RUNS: f"runs/{SWEEP_RUNS}/ holds the sweeps' trials",
+    SWEEP_REPORTS: f"reports/{SWEEP_REPORTS}/ holds the sweep's results",
+}
+"""Folder names of ``runs/`` and ``reports/`` that are not a run's, so no run is named so: name -> why."""
+
+
+def sweep_trials(root: Path, study: str) -> Path:
+    """Where study ``study``'s trials write: ``runs/sweeps/<study>/``."""
+    return root / "runs" / SWEEP_RUNS / study
+
+
+def sweep_reports(root: Path) -> Path:
+    """Where a sweep writes its results: ``reports/sweep/``."""
+    return root / "reports" / SWEEP_REPORTS
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,15 @@ def git_revision(cwd: Path) -> dict[str, Any]:
     return {"revision": revision, "dirty": None if status is None else bool(status)}
 
 
+def revision_label(cwd: Path) -> str | None:
+    """:func:`git_revision` in one string, ``<commit>`` or ``<commit>+dirty``; None outside a git repo (what a
+    sweep records with its study and each trial)."""
+    found = git_revision(cwd)
+    if found["revision"] is None:
+        return None
+    return str(found["revision"]) + ("+dirty" if found["dirty"] else "")
+
+
 @functools.cache
 def rlcore_version() -> dict[str, Any]:
     """``{"version": the installed package's version, "revision": ..., "dirty": ...}``: the revision of the git

@@ -25,6 +25,7 @@ from pydantic import (
 
 from rlcore.common.errors import did_you_mean
 from rlcore.common.seeds import MAX_EVAL_EPISODES, MAX_TRAIN_STEPS, PERIODIC_EPISODES_PER_SEED, SEED_LIMIT
+from rlcore.common.stage_paths import RESERVED_NAMES
 from rlcore.common.strict_model import StrictModel
 from rlcore.common.validation_errors import short_repr
 from rlcore.config.data import CollectConfig as CollectConfig
@@ -34,11 +35,11 @@ from rlcore.config.policy import PolicyConfig
 from rlcore.config.sweep import SweepConfig
 from rlcore.envs.agent_groups import group_layout
 from rlcore.envs.config import MAX_NUM_ENVS, EnvConfig
+from rlcore.envs.game_checks import NamedOpponents, check_named_opponents
 from rlcore.envs.multiagent import check_shared_spaces, state_width
 from rlcore.envs.return_reduction import check_reduction
 from rlcore.envs.self_play import check_self_play
 from rlcore.envs.settings import MEAN_OVER_SETTINGS, EvalSetting, check_eval_settings
-from rlcore.envs.turn_based import NamedOpponents, check_named_opponents
 
 _FOLDER_NAME = re.compile(r"(?!-)[A-Za-z0-9._-]{1,100}")
 MAX_TORCH_THREADS = 1024
@@ -82,7 +83,8 @@ class TrainConfig(StrictModel):
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """The losses' forward passes under ``torch.autocast``: ``bf16``, or ``fp16`` with a dynamic loss scale (a
     gradient scaler; meant for CUDA, slow on a CPU). Weights, optimizer state, rollouts and acting stay float32.
-    PPO and A2C only (``rlcore.nets.precision``)."""
+    PPO and A2C only. An LSTM core (``policy.memory``) on a CPU whose oneDNN has no bfloat16 or float16 LSTM is
+    refused in one line when training starts, naming what runs instead (``rlcore.nets.precision``)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the networks learn: ``auto`` and ``cpu`` the CPU; ``cuda`` a copy of the policy on the GPU, fed whole
     rollouts, while envs, acting, evaluation and checkpoints stay on the CPU (PPO and A2C; training is refused in
@@ -178,8 +180,8 @@ class EvalConfig(StrictModel):
     ``outcomes_by_opponent`` (by name, as ``outcomes``: win/draw/loss rates, 95% Wilson intervals, by seat) and a
     table in the report; ``env.opponent`` stays the opponent of evaluation, validation, selection and ``outcomes``.
     Names: a letter, then letters, digits or ``_`` (at most 64); at most 16, each path once; each plays a test game
-    against random legal moves at load, within ``env.user_code_timeout_seconds`` (``rlcore.envs.turn_based``). Null
-    or ``{}``: none."""
+    against random legal moves at load, within ``env.user_code_timeout_seconds`` (``rlcore.envs.game_checks``).
+    Null or ``{}``: none."""
 
     @field_validator("settings")
     @classmethod
@@ -333,7 +335,8 @@ class Params(StrictModel):
     name: str = "default"
     """Run name: training writes to ``runs/<name>/``, the later stages to ``reports/<name>/``, ``models/<name>/`` and
     ``export/<name>/``, so runs of different names never overwrite each other. Letters, digits, ``.``, ``_``, ``-``;
-    at most 100 characters, not ``.`` or ``..``, not starting with ``-``."""
+    at most 100 characters, not ``.`` or ``..``, not starting with ``-``; not ``sweep`` or ``sweeps``, the folders of
+    sweeps (``reports/sweep/``, ``runs/sweeps/``)."""
     torch_threads: int = Field(1, ge=1, le=MAX_TORCH_THREADS)
     """Threads torch computes with in each stage (``torch.set_num_threads``), at most 1024. Small networks are fastest
     on one thread on a 2-core machine (two are 3-60x slower under load)."""
@@ -357,6 +360,8 @@ class Params(StrictModel):
                 "expected a folder name: 1 to 100 letters, digits, '.', '_' or '-', not '.' or '..', not starting "
                 f"with '-', got {short_repr(name)}"
             )
+        if name in RESERVED_NAMES:
+            raise ValueError(f"{name!r} is not a run's name ({RESERVED_NAMES[name]}); give the run another name")
         return name
 
     @field_validator("seed")

@@ -15,6 +15,7 @@ import torch
 from gymnasium import spaces
 from tqdm import tqdm
 
+from rlcore.common.numbers import score
 from rlcore.data.writer import DatasetWriter
 from rlcore.envs.action_masks import legal_actions, random_legal_actions
 from rlcore.envs.actions import random_actions, sub_action_sizes
@@ -127,10 +128,10 @@ def collect_dataset(
         env.close()
     result = writer.close()
     log.info(
-        "collected %d transitions in %d episodes (mean return %.1f) -> %s",
+        "collected %d transitions in %d episodes (mean return %s) -> %s",
         result["transitions"],
         result["episodes"],
-        result["episode_return"]["mean"],
+        score(result["episode_return"]["mean"]),
         path,
     )
     return result

@@ -14,13 +14,14 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from rlcore.common.strict_model import StrictModel
 from rlcore.envs.action_masks import check_mask_applied
+from rlcore.envs.game_checks import check_board_frames, check_game
 from rlcore.envs.ids import check_env_id, check_env_kwargs, env_spec, import_object
 from rlcore.envs.multiagent import Agents, agents_of, check_parallel_masks, is_multiagent, with_agent_id
 from rlcore.envs.parameters import check_parameters as check_env_parameters
 from rlcore.envs.self_play import SelfPlayConfig
 from rlcore.envs.settings import Lesson, Parameters, check_curriculum, check_parameter_names
-from rlcore.envs.turn_based import check_board_frames, check_game, load_opponent, seats_of
-from rlcore.envs.user_code import DEFAULT_TIMEOUT_SECONDS, check_wrappers
+from rlcore.envs.turn_based import load_opponent, seats_of
+from rlcore.envs.user_code import DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS, check_first_import, check_wrappers
 from rlcore.envs.user_envs import check_user_env
 
 MAX_NUM_ENVS = 4096
@@ -124,11 +125,25 @@ class EnvConfig(StrictModel):
     swap_steps, window, play_against_latest_model_ratio, initial_elo}``, ML-Agents' settings; ``rlcore.envs.self_play``)
     instead of ``opponent``, which evaluation, validation and test still play against. PPO and A2C; null: train
     against ``opponent``."""
-    user_code_timeout_seconds: float = Field(DEFAULT_TIMEOUT_SECONDS, gt=0, le=3600)
-    """Seconds each load-time check of the user's code may take in all: the test games of ``opponent`` and of each
-    of ``self_play.fixed_opponents`` (one check), those of ``eval.opponents`` (another), and the test reset and step
-    of ``wrappers`` (a third). Each runs in a child process (``rlcore.envs.user_code``): code that takes longer,
-    raises, calls ``sys.exit`` or ends or crashes its process is refused in one line naming its key."""
+    user_code_timeout_seconds: float = Field(DEFAULT_TIMEOUT_SECONDS, gt=0, le=MAX_TIMEOUT_SECONDS)
+    """Seconds each load-time check of the user's code may take in all: the first import of ``id``'s module (one of
+    the project's), the test games of ``opponent`` and of each of ``self_play.fixed_opponents`` (one check), those
+    of ``eval.opponents`` (another), and the test reset and step of ``wrappers`` (a fourth). Each runs in a child
+    process (``rlcore.envs.user_code``): code that takes longer, raises, calls ``sys.exit`` or ends or crashes its
+    process is refused in one line naming its key."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _module_imports_in_time(cls, data: Any) -> Any:
+        """The user's module of ``id`` imported first in a child bounded by ``user_code_timeout_seconds``, before the
+        field validators import it here (``rlcore.envs.user_code.check_first_import``); an invalid bound is the
+        default's here and refused by its own field."""
+        if isinstance(data, dict) and isinstance(data.get("id"), str):
+            seconds = data.get("user_code_timeout_seconds", DEFAULT_TIMEOUT_SECONDS)
+            number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+            valid = number and 0 < seconds <= MAX_TIMEOUT_SECONDS
+            check_first_import(data["id"], float(seconds) if valid else DEFAULT_TIMEOUT_SECONDS)
+        return data
 
     @field_validator("id")
     @classmethod

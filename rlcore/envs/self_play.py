@@ -87,7 +87,7 @@ class SelfPlayConfig(StrictModel):
 def check_self_play(algorithm: str, recurrent: bool) -> None:
     """``ValueError`` (one line, naming ``env.self_play``) for an algorithm other than PPO and A2C, or a recurrent
     policy (snapshots act move by move without a memory). The env section refuses the rest itself: self-play on a
-    game that is not turn-based or not zero-sum (``rlcore.envs.turn_based.check_game``), or with async
+    game that is not turn-based or not zero-sum (``rlcore.envs.game_checks.check_game``), or with async
     vectorization (the snapshots live in the trainer's process)."""
     if algorithm not in SELF_PLAY_ALGORITHMS:
         raise ValueError(

@@ -1,7 +1,8 @@
-"""The user's code exercised at load (opponents' test games, wrappers' test reset and step) in a forked child process
-under a time bound, so that whatever it does to its process is reported in one line naming its params key instead of
-being done to rlcore's: an exception, ``sys.exit(n)``, a hang past the bound (the child is killed), and ``os._exit(n)``
-or a crash (a process that ends without sending its result is an error, never a success).
+"""The user's code exercised at load (an env module's first import, opponents' test games, wrappers' test reset and
+step) in a forked child process under a time bound, so that whatever it does to its process is reported in one line
+naming its params key instead of being done to rlcore's: an exception, ``sys.exit(n)``, a hang past the bound (the
+child is killed), and ``os._exit(n)`` or a crash (a process that ends without sending its result is an error, never
+a success).
 
 One child runs a whole check, which may exercise several pieces of user code in turn (every wrapper of
 ``env.wrappers``; ``env.opponent`` then each of ``env.self_play.fixed_opponents``): it says which one it is on
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
+import importlib.machinery
 import json
 import os
 import select
@@ -39,11 +42,16 @@ from rlcore.common.errors import (
     format_traceback,
     raised_at,
 )
+from rlcore.common.project import searched_folders
+from rlcore.envs.ids import PREFIX as PETTINGZOO_PREFIX
 from rlcore.envs.ids import env_spec, import_object
+from rlcore.envs.user_envs import MODULE_PATH
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 """``env.user_code_timeout_seconds``' default: the most one load-time check of user code may take (a test game
 of tic-tac-toe or connect four against rlcore's opponents takes milliseconds)."""
+MAX_TIMEOUT_SECONDS = 3600.0
+"""The largest ``env.user_code_timeout_seconds`` taken (an hour)."""
 TIMEOUT_KEY = "env.user_code_timeout_seconds"
 
 
@@ -187,6 +195,38 @@ def _outcome(check: Callable[[], None], codes: Sequence[UserCode], stage: list[i
 def _raise(outcome: dict[str, str]) -> None:
     if "error" in outcome:
         raise UserCodeValueError(str(outcome["error"]), str(outcome.get("details", "")))
+
+
+def env_module(env_id: str) -> str | None:
+    """The module an ``env.id`` imports: ``module`` of ``module:Name`` and of ``pettingzoo:module[:function]``;
+    None for a registered id (``CartPole-v1``, ``ALE/Pong-v5``) or one that is not an import path."""
+    path = env_id.removeprefix(PETTINGZOO_PREFIX)
+    if path == env_id and ":" not in env_id:
+        return None
+    module = path.partition(":")[0]
+    return module if MODULE_PATH.fullmatch(module) else None
+
+
+def check_first_import(env_id: str, seconds: float) -> None:
+    """Import the user's module of ``env_id`` (:func:`env_module`; one of the project's folders, not imported yet)
+    once in a forked child (:func:`run_bounded`), so that an import that hangs past ``seconds`` or ends or crashes
+    its process is refused in one line naming ``env.id`` and :data:`TIMEOUT_KEY`. What the import raises is left to
+    the import that follows in this process, whose messages name the missing module or the user's file and line.
+    Installed packages are imported without the child: their imports are not the user's code."""
+    module = env_module(env_id)
+    if module is None or module in sys.modules:
+        return
+    top = module.partition(".")[0]
+    found = importlib.machinery.PathFinder.find_spec(top, searched_folders())  # executes nothing of the user's
+    if found is None:
+        return
+    code = UserCode("env.id", env_id, f"importing its module {module}")
+    run_bounded(functools.partial(_import_quietly, module), [code], seconds)
+
+
+def _import_quietly(module: str) -> None:
+    with contextlib.suppress(BaseException):  # raised, or sys.exit: the parent's own import reports it
+        importlib.import_module(module)
 
 
 class UserWrapper:

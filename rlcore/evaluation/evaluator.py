@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from rlcore.common.errors import ConfigError
-from rlcore.common.numbers import score, score_with_interval
+from rlcore.common.numbers import interval_decimals, score
 from rlcore.envs.actions import to_env_actions
 from rlcore.envs.agent_groups import group_layout
 from rlcore.envs.config import EnvConfig
@@ -210,8 +210,11 @@ class EvalResult:
         return scores
 
     def summary(self) -> str:
-        mean, low, high = score_with_interval(self.mean_return, self.ci95_low, self.ci95_high)
-        return f"{mean} (95% CI {low} to {high}; IQM {score(self.iqm_return)}) over {self.episodes} episodes"
+        places = interval_decimals(self.mean_return, self.ci95_low, self.ci95_high)
+        mean, low, high, iqm = (
+            score(x, places) for x in (self.mean_return, self.ci95_low, self.ci95_high, self.iqm_return)
+        )
+        return f"{mean} (95% CI {low} to {high}; IQM {iqm}) over {self.episodes} episodes"
 
 
 def episode_cap(env: EnvConfig, max_episode_steps: int | None) -> int:

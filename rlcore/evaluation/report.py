@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rlcore.common.files import write_text
-from rlcore.common.numbers import score, score_with_interval
+from rlcore.common.numbers import decimals_for, interval_decimals, score, score_with_interval
 from rlcore.evaluation.plots import new_figure
 
 
@@ -283,12 +283,13 @@ def _outcome_lines(outcomes: dict[str, Any] | None, opponents: dict[str, Any] | 
 def _score_lines(selection: dict[str, Any]) -> list[str]:
     """The report's head: the test score, the validation score selection used, and which checkpoint and why."""
     test, validation = selection["test"], selection["validation"]
-    mean, low, high = score_with_interval(test["mean_return"], test["ci95_low"], test["ci95_high"])
+    places = interval_decimals(test["mean_return"], test["ci95_low"], test["ci95_high"])
+    mean, low, high, iqm = (score(test[key], places) for key in ("mean_return", "ci95_low", "ci95_high", "iqm_return"))
     valid_mean, valid_low, valid_high = score_with_interval(
         validation["mean_return"], validation["ci95_low"], validation["ci95_high"]
     )
     return [
-        f"**Test score: {mean}** mean return, 95% CI [{low}, {high}], IQM {score(test['iqm_return'])}, over "
+        f"**Test score: {mean}** mean return, 95% CI [{low}, {high}], IQM {iqm}, over "
         f"{test['episodes']} test episodes (std {score(test['std_return'])}, min {score(test['min_return'])}, max "
         f"{score(test['max_return'])}; {test['truncated']} truncated).",
         "",
@@ -393,6 +394,13 @@ def candidates_table(candidates: list[dict[str, Any]], selected: str) -> str:
 
     ordered = sorted(candidates, key=lambda c: c["step"])
     unit = _unit(ordered[0]) if ordered else "env steps"
+    # A row's mean, interval and IQM share its interval's decimals; a row without an interval, its mean's.
+    decimals = [
+        interval_decimals(c["mean_return"], c["ci95_low"], c["ci95_high"])
+        if "ci95_low" in c
+        else decimals_for(c["mean_return"])
+        for c in ordered
+    ]
     frame = pd.DataFrame(
         {
             "checkpoint": [
@@ -400,14 +408,14 @@ def candidates_table(candidates: list[dict[str, Any]], selected: str) -> str:
                 for c in ordered
             ],
             unit: [f"{c['step']:,}" for c in ordered],
-            "mean": [score(c["mean_return"]) for c in ordered],
+            "mean": [score(c["mean_return"], places) for c, places in zip(ordered, decimals, strict=True)],
             "95% CI": [
-                "[{1}, {2}]".format(*score_with_interval(c["mean_return"], c["ci95_low"], c["ci95_high"]))
-                if "ci95_low" in c
-                else ""
-                for c in ordered
+                f"[{score(c['ci95_low'], places)}, {score(c['ci95_high'], places)}]" if "ci95_low" in c else ""
+                for c, places in zip(ordered, decimals, strict=True)
             ],
-            "IQM": [score(c.get("iqm_return", float("nan"))) for c in ordered],
+            "IQM": [
+                score(c.get("iqm_return", float("nan")), places) for c, places in zip(ordered, decimals, strict=True)
+            ],
             "std": [score(c["std_return"]) for c in ordered],
             "min": [score(c["min_return"]) for c in ordered],
             "max": [score(c["max_return"]) for c in ordered],

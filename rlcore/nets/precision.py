@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 from typing import Any
 
 import torch
 from torch import nn
 
 from rlcore.common.errors import ConfigError
-from rlcore.config.sections import TrainConfig
+from rlcore.config.sections import MemoryConfig, TrainConfig
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -33,6 +34,37 @@ def training_device(train: TrainConfig) -> torch.device:
     if train.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("train.device: cuda, but torch sees no CUDA GPU on this machine (use auto or cpu)")
     return torch.device("cuda" if train.device == "cuda" else "cpu")
+
+
+@functools.cache
+def autocast_runs(cell: str, precision: str, device_type: str) -> bool:
+    """Whether torch on this machine runs a recurrent ``cell`` (``lstm``, ``gru``) under ``precision``'s autocast on
+    ``device_type``. Some CPUs' oneDNN has no bfloat16 or float16 LSTM ("could not create a primitive descriptor for
+    the LSTM forward propagation primitive": an AVX512-FP16 Xeon and an AMD EPYC, torch 2.13, 2026-11-29). It fails
+    only on a batch whose sequences all have one length (packed sequences of unequal lengths take another kernel),
+    so in training it struck at the first minibatch without an episode start, or the first burn-in, not at once."""
+    module = (nn.LSTM if cell == "lstm" else nn.GRU)(4, 8).to(device_type)
+    try:
+        with torch.autocast(device_type, dtype=AUTOCAST_DTYPES[precision]):
+            module(torch.zeros(3, 2, 4, device=device_type))
+    except RuntimeError:
+        return False
+    return True
+
+
+def check_precision_support(train: TrainConfig, memory: MemoryConfig | None, device: torch.device) -> None:
+    """Refuse in one line, before a run starts, mixed precision with a recurrent core that torch cannot run in it on
+    ``device`` (:func:`autocast_runs`): the training session's check, as ``train.device: cuda`` without a GPU is, so
+    evaluate, select and export of the run (which act in float32) work on any machine."""
+    if train.precision == "fp32" or memory is None or autocast_runs(memory.type, train.precision, device.type):
+        return
+    other = "gru" if memory.type == "lstm" else "lstm"
+    instead = f"policy.memory.type: {other}, or " if autocast_runs(other, train.precision, device.type) else ""
+    raise ConfigError(
+        f"train.precision: {train.precision} with policy.memory.type: {memory.type}: torch on this "
+        f"{device.type.upper()} has no {str(AUTOCAST_DTYPES[train.precision]).removeprefix('torch.')} "
+        f"{memory.type.upper()} (its oneDNN cannot build one); set {instead}train.precision: fp32"
+    )
 
 
 def learner_copy(policy: nn.Module, device: torch.device) -> nn.Module:

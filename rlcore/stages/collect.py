@@ -13,6 +13,7 @@ import torch
 from rlcore.common.checkpoints import load_checkpoint
 from rlcore.common.errors import ConfigError, RLCoreError
 from rlcore.common.files import EXPECTED_TARGET, refuse_same_file, sha256_file
+from rlcore.common.numbers import score
 from rlcore.common.stage_paths import project_path
 from rlcore.config.sections import Params
 from rlcore.data.collection import CollectionPlan, collect_dataset, env_record, group_members
@@ -129,11 +130,11 @@ def merge_collected_shards(params: Params, root: Path) -> Path:
     merged = merge_datasets(paths, output, metadata, cfg.row_group_size)
     shutil.rmtree(paths[0].parent)
     log.info(
-        "merged %d shards: %d transitions in %d episodes (mean return %.1f) -> %s",
+        "merged %d shards: %d transitions in %d episodes (mean return %s) -> %s",
         cfg.shards,
         merged["transitions"],
         merged["episodes"],
-        merged["episode_return"]["mean"],
+        score(merged["episode_return"]["mean"]),
         output,
     )
     return output

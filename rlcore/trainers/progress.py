@@ -6,6 +6,7 @@ import logging
 import sys
 import time
 
+from rlcore.common.numbers import score
 from rlcore.evaluation.evaluator import EvalResult
 
 log = logging.getLogger("rlcore")
@@ -36,7 +37,7 @@ class Progress:
 
     def evaluation(self, steps: int, result: EvalResult, steps_per_second: float) -> None:
         if self.bar is not None:
-            self.bar.set_postfix(eval=f"{result.mean_return:.1f}", refresh=False)
+            self.bar.set_postfix(eval=score(result.mean_return), refresh=False)
         else:
             log.info(
                 "%s%s %d | eval %s | %.0f %s/s",

@@ -26,7 +26,7 @@ from rlcore.config.sections import Params
 from rlcore.envs.curriculum import Curriculum
 from rlcore.envs.vector import describe_space, settings_for
 from rlcore.evaluation.evaluator import EvalResult, Evaluator
-from rlcore.nets.precision import Precision, copy_weights, learner_copy, training_device
+from rlcore.nets.precision import Precision, check_precision_support, copy_weights, learner_copy, training_device
 from rlcore.objectives.bc_regularizer import check_demonstrations
 from rlcore.registry import algorithm_class, build_algorithm, build_policy, check_action_space
 from rlcore.reward_signals import check_reward_signals
@@ -137,6 +137,7 @@ class TrainingSession(Generic[SourceT]):
         try:
             self.device = training_device(params.train)  # cuda on a machine without a GPU is refused here
             check_device_support(params, algo_cls, self.device)
+            check_precision_support(params.train, params.policy.memory, self.device)  # bf16 LSTM on some CPUs
             check_action_space(params.algo.name, params.env.id, self.action_space)
             check_curriculum_support(params, algo_cls)
             check_resources(params, self.observation_space, self.action_space, seeds_in_memory)  # too large sizes

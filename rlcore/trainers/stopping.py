@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rlcore.common.numbers import score
 from rlcore.config.sections import TrainConfig
 from rlcore.evaluation.evaluator import EvalResult
 from rlcore.trainers.run_directory import RunState
@@ -22,7 +23,7 @@ class StopConditions:
         target return counts only then (an easy first lesson must not end training)."""
         target = self.train.target_return
         if target is not None and final_lesson and result.mean_return >= target:
-            return f"reached target return {target:g} (eval mean {result.mean_return:.1f})"
+            return f"reached target return {target:g} (eval mean {score(result.mean_return)})"
         if self.on_evaluation is not None and self.on_evaluation(state.steps, result):
             return "stopped by the evaluation callback"
         return self.budget(state)

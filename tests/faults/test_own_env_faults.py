@@ -52,6 +52,8 @@ MODULES = {
     "own_envs": OWN_ENVS,
     "registers_nothing": "VALUE = 1\n",
     "needs_missing": "import not_installed_xyz\n",
+    "hangs_on_import": "import time\n\ntime.sleep(3600)\n",
+    "ends_on_import": "import os\n\nos._exit(3)\n",
 }
 
 BAD = [
@@ -88,6 +90,19 @@ BAD = [
             "(at needs_missing.py:1)",
             "(traceback in runs/error.log)",
         ),
+    ),
+    # The first import of the module runs in a child bounded by env.user_code_timeout_seconds, as opponents and
+    # wrappers do: a hang is refused within the bound, a module that ends its process does not end rlcore's.
+    (
+        "env.id=hangs_on_import:Env env.user_code_timeout_seconds=1",
+        (
+            "env.id: hangs_on_import:Env did not finish within 1 s (env.user_code_timeout_seconds) while importing "
+            "its module hangs_on_import",
+        ),
+    ),
+    (
+        "env.id=ends_on_import:Env",
+        ("env.id: ends_on_import:Env ended its process (exit status 3, no result sent) while importing its module",),
     ),
 ]
 

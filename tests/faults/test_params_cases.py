@@ -139,6 +139,10 @@ REFUSED: dict[str, tuple[str, ...]] = {
 """Cases refused, with what their one line must hold (the key or the file, and what was wrong)."""
 
 SECOND_ROUND: dict[str, tuple[list[str], tuple[str, ...]]] = {
+    # A run named sweep wrote its reports into reports/sweep/, the sweep's results, and one named sweeps its run
+    # folder over runs/sweeps/, the sweep's trials.
+    "a run named sweep": (["--set", "name=sweep"], ("name: 'sweep' is not a run's name (reports/sweep/ holds",)),
+    "a run named sweeps": (["--set", "name=sweeps"], ("name: 'sweeps' is not a run's name (runs/sweeps/ holds",)),
     "lesson name a/b": (
         ["--set", "env.curriculum=[{name: a/b, parameters: {length: 0.5}}]"],
         ("env.curriculum.0.name:", "'a/b'"),
@@ -1063,7 +1067,7 @@ def leaves(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[tup
 
 
 NAME_LIKE = {
-    ("name",): ["..", ".", "-rf", "a" * 101, "a/b", "", "x y"],
+    ("name",): ["..", ".", "-rf", "a" * 101, "a/b", "", "x y", "sweep", "sweeps"],
     ("env", "id"): ["NoSuchEnv-v0", "nosuchmodule:X-v0", "LunarLander-v3", "CartPole-v99"],
     ("env", "kwargs"): [
         {"bogus_kwarg_zz": 1},

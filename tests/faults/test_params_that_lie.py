@@ -14,7 +14,6 @@ import ast
 import re
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 from cli_support import assert_refused, assert_usage_error, run_in_process
@@ -31,6 +30,7 @@ from faults.test_params_cases import (  # noqa: F401 (fixtures: the project is b
     yaml_text,
 )
 from rlcore.common.errors import ConfigError
+from rlcore.config.inheritance import has_key
 from rlcore.config.reading import ParamsLoader, apply_overrides, parse_yaml
 
 
@@ -298,15 +298,9 @@ def block_keys(text: str) -> list[tuple[str, int]]:
                 dotted = next(k for k, n in _keys_by_line(text) if n == number)
             except StopIteration:
                 continue
-            node: Any = tree
-            for part in dotted.split("."):
-                node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
-            if node is not _MISSING:
+            if has_key(tree, dotted):
                 found.append((dotted, number))
     return found
-
-
-_MISSING = object()
 
 
 def _keys_by_line(text: str) -> list[tuple[str, int]]:
