@@ -1,6 +1,7 @@
 """The train stage: train into ``runs/<name>/`` (with ``train.seeds``: each seed into ``runs/<name>/seed_<k>/``, as one
-batched program, on worker processes every seed shares, or one after another), with the params' file paths made relative to the project; and one-seed runs
-in projects of their own trained together (:func:`train_seed_roots`, a sweep trial's seeds)."""
+batched program, on worker processes every seed shares, or one after another), with the params' file paths made
+relative to the project; and one-seed runs in projects of their own trained together (:func:`train_seed_roots`, a
+sweep trial's seeds)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.common.errors import CheckpointError, ConfigError
 from rlcore.common.stage_paths import Layout, project_path
 from rlcore.config.sections import Params
-from rlcore.stages.seeds import run_seeds, seed_layouts, seed_params
 from rlcore.registry import algorithm_class
+from rlcore.stages.seeds import run_seeds, seed_layouts, seed_params
 from rlcore.trainers import SeedRun, SeedsTrainer, batched_trainer, is_offline, train
 from rlcore.trainers.actor_learner import train_actor_learner_seeds
 from rlcore.trainers.fingerprint import changed_key, trained_params
@@ -46,7 +47,8 @@ def train_stage(
 
     With ``train.seeds``: seed ``k``'s run (``rlcore.stages.seeds``) into ``runs/<name>/seed_<k>/``, all together by
     the family's batched trainer (``train.batch_seeds``, ``rlcore.trainers.batched_trainer``), by the family's
-    worker processes serving every seed (:data:`SHARED_WORKERS_TRAINERS`), or in the list's order; a seed whose run finished with the same train params is kept, an interrupted one resumes, so a killed
+    worker processes serving every seed (:data:`SHARED_WORKERS_TRAINERS`), or in the list's order; a seed whose
+    run finished with the same train params is kept, an interrupted one resumes, so a killed
     run goes on with the seed it was training. ``resume_from`` is refused (it names one seed's checkpoint).
     """
     seeds = run_seeds(params)

@@ -94,7 +94,7 @@ def train_population_seeds(runs: list[SeedRun], on_evaluation: EvaluationCallbac
             log.info(
                 "train.seeds: seeds %s share the %s runner's rollout workers",
                 ", ".join(str(seed.seed) for seed in seeds),
-                seeds[0].session.params.algo.runner,  # type: ignore[union-attr]
+                seeds[0].session.params.algo.runner,  # type: ignore[attr-defined]
             )
             _serve(seeds)
 
@@ -107,9 +107,12 @@ def _algorithm_class(params: Params) -> type[PopulationAlgorithm[Any, Any]]:
 
 def _serve(seeds: Sequence[SeedSession[DataSource]]) -> dict[int, dict[str, Any]]:
     """Train the open sessions' runs on one runner until each stops; each seed's train summary by seed."""
-    algorithms = {seed.seed: seed.session.algorithm for seed in seeds}
-    assert all(isinstance(algorithm, PopulationAlgorithm) for algorithm in algorithms.values())
-    codec = WeightsCodec(seeds[0].session.algorithm.members()[0])  # type: ignore[attr-defined]
+    algorithms: dict[int, PopulationAlgorithm[Any, Any]] = {}
+    for seed in seeds:
+        algorithm = seed.session.algorithm
+        assert isinstance(algorithm, PopulationAlgorithm)
+        algorithms[seed.seed] = algorithm
+    codec = WeightsCodec(algorithms[seeds[0].seed].members()[0])
     summaries: dict[int, dict[str, Any]] = {}
     with make_runner(seeds[0].session.params) as runner:  # the workers use no seed: any seed's params build them
         for seed in seeds:
@@ -118,7 +121,9 @@ def _serve(seeds: Sequence[SeedSession[DataSource]]) -> dict[int, dict[str, Any]
                 summaries[seed.seed] = _finish(seed, stop_reason)
         version = 0
         while active := [seed for seed in seeds if not seed.finished]:
-            asked, weights, first_member = [], [], 0
+            asked: list[list[SeedTask]] = []
+            weights: list[np.ndarray] = []
+            first_member = 0
             for seed in active:
                 algorithm = algorithms[seed.seed]
                 with seed.own_rng():
@@ -130,13 +135,13 @@ def _serve(seeds: Sequence[SeedSession[DataSource]]) -> dict[int, dict[str, Any]
                 weights += [codec.encode(member) for member in algorithm.members()]
                 first_member += len(algorithm.members())
             started = time.perf_counter()
-            results = runner.run(version, np.stack(weights), [task for tasks in asked for task in tasks])
+            results = runner.run(version, np.stack(weights), [task for tagged in asked for task in tagged])
             rollout_seconds = time.perf_counter() - started
             version += 1
-            for seed, tasks in zip(active, asked, strict=True):
-                own, results = results[: len(tasks)], results[len(tasks) :]
+            for seed, tagged in zip(active, asked, strict=True):
+                own, results = results[: len(tagged)], results[len(tagged) :]
                 with seed.own_rng():
-                    stop_reason = _tell(seed.session, [task.task for task in tasks], own, rollout_seconds, runner)
+                    stop_reason = _tell(seed.session, [task.task for task in tagged], own, rollout_seconds, runner)
                 if stop_reason is not None:
                     summaries[seed.seed] = _finish(seed, stop_reason)
     return summaries

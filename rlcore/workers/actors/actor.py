@@ -5,10 +5,16 @@ task (``dask``). It is built from plain data (:class:`ActorSpec`: the params tre
 any process can build it; weights arrive as one flat float64 vector with a version number
 (``rlcore.workers.weights.WeightsCodec``), and trajectories leave as a dict of NumPy arrays
 (``rlcore.data.rollouts.TrajectoryBatch`` names them).
+
+An actor process serves every seed of a run with ``train.seeds`` (:class:`SeedActors`): one :class:`Actor` per
+seed, each with its own envs, episodes, recurrent state and sampling stream, taking turns; every trajectory is
+tagged with its seed's lane (the seed's index among the run's seeds).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -119,3 +125,56 @@ class Actor:
 
     def close(self) -> None:
         self.env.close()
+
+
+class SeedActors:
+    """Actor ``actor_id`` of every seed an actor process serves: lane ``k`` is seed ``k``'s :class:`Actor`, built
+    from its own spec. ``own_streams``: each lane samples from its own torch stream (seeded with its spec's
+    ``sampling_seed``, as a one-seed actor process seeds torch), swapped into torch's global generator for its
+    rollouts; false: the process's generator as it is (``runner: dev``, where the learner sets each seed's)."""
+
+    def __init__(self, specs: Sequence[ActorSpec], own_streams: bool) -> None:
+        self.actors: list[Actor] = []
+        self._streams: list[torch.Tensor] = []
+        self._own_streams = own_streams
+        self._turn = 0
+        try:
+            for lane, spec in enumerate(specs):
+                self._streams.append(torch.Generator().manual_seed(spec.sampling_seed).get_state())
+                with self._stream(lane):  # the policy's initialization draws from it, as in a one-seed actor process
+                    self.actors.append(Actor(spec))
+        except BaseException:
+            self.close()
+            raise
+
+    def next_lane(self, active: Callable[[int], bool]) -> int | None:
+        """The next lane in turn that ``active`` admits (a finished seed's is not); None when none is."""
+        for _ in range(len(self.actors)):
+            lane = self._turn % len(self.actors)
+            self._turn += 1
+            if active(lane):
+                return lane
+        return None
+
+    def rollout(self, lane: int) -> dict[str, Any]:
+        """Lane ``lane``'s next trajectory (:meth:`Actor.rollout`), tagged with ``lane``."""
+        with self._stream(lane):
+            return {**self.actors[lane].rollout(), "lane": lane}
+
+    @contextlib.contextmanager
+    def _stream(self, lane: int) -> Iterator[None]:
+        """Torch's global generator in lane ``lane``'s state for the block (``own_streams``; else as it is)."""
+        if not self._own_streams:
+            yield
+            return
+        other = torch.get_rng_state()
+        torch.set_rng_state(self._streams[lane])
+        try:
+            yield
+        finally:
+            self._streams[lane] = torch.get_rng_state()
+            torch.set_rng_state(other)
+
+    def close(self) -> None:
+        for actor in self.actors:
+            actor.close()
