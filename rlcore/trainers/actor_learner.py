@@ -42,16 +42,16 @@ from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import DataSource
 from rlcore.trainers.stopping import EvaluationCallback
 from rlcore.workers.actors.actor import ActorSpec
-from rlcore.workers.actors.runners import DevRunner, LocalRunner, Runner
+from rlcore.workers.actors.runners import DevRunner, LocalRunner, Runner, SpecFactory
 from rlcore.workers.weights import WeightsCodec
 
 log = logging.getLogger("rlcore")
 
 
-def make_runner(lanes: Sequence[tuple[Params, int]], weights_size: int) -> Runner:
-    """The runner ``algo.runner`` names, with one lane per ``(params, env_steps)`` (one per seed): each lane's
-    actors' envs seeded from its ``env_steps`` (the run's step count when they start: 0, or a checkpoint's step
-    after a resume), in its seed's training seed range. ``weights_size``: the flat weights' length."""
+def spec_factory(lanes: Sequence[tuple[Params, int]]) -> SpecFactory:
+    """The actors' specs, one per ``(params, env_steps)`` lane (one per seed): each lane's actors' envs seeded from
+    its ``env_steps`` (the run's step count when they start: 0, or a checkpoint's step after a resume), in its
+    seed's training seed range."""
     params = lanes[0][0]
     cfg = params.algo
     assert isinstance(cfg, ActorLearnerConfig)
@@ -71,6 +71,16 @@ def make_runner(lanes: Sequence[tuple[Params, int]], weights_size: int) -> Runne
             for tree, seed, env_steps in trees
         ]
 
+    return make_specs
+
+
+def make_runner(lanes: Sequence[tuple[Params, int]], weights_size: int) -> Runner:
+    """The runner ``algo.runner`` names, with one lane per ``(params, env_steps)`` (:func:`spec_factory`);
+    ``weights_size``: the flat weights' length."""
+    params = lanes[0][0]
+    cfg = params.algo
+    assert isinstance(cfg, ActorLearnerConfig)
+    make_specs = spec_factory(lanes)
     if cfg.runner == "dev":
         return DevRunner(make_specs, cfg.num_actors, len(lanes))
     if cfg.runner == "local":
