@@ -159,7 +159,7 @@ def test_an_actor_process_serving_two_seeds_rolls_out_each_as_its_own_actor_woul
         for seed in (0, 1)
     ]
     specs = spec_factory(lanes)(0, 0)  # actor 0's, incarnation 0
-    reference = [SeedActors([spec], own_streams=True) for spec in specs]  # one-seed actor processes' actors
+    reference = [SeedActors([spec]) for spec in specs]  # one-seed actor processes' actors
     weights = [actors.actors[0].codec.encode(actors.actors[0].policy) for actors in reference]
     with make_runner(lanes, weights[0].size) as runner:
         runner.start(weights, 0)

@@ -41,7 +41,7 @@ from rlcore.trainers.seed_sessions import SeedRun, SeedSession, abandoned_on_err
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import DataSource
 from rlcore.trainers.stopping import EvaluationCallback
-from rlcore.workers.actors.actor import ActorSpec
+from rlcore.workers.actors.actor import ActorSpec, Streams
 from rlcore.workers.actors.runners import DevRunner, LocalRunner, Runner, SpecFactory
 from rlcore.workers.weights import WeightsCodec
 
@@ -74,15 +74,16 @@ def spec_factory(lanes: Sequence[tuple[Params, int]]) -> SpecFactory:
     return make_specs
 
 
-def make_runner(lanes: Sequence[tuple[Params, int]], weights_size: int) -> Runner:
+def make_runner(lanes: Sequence[tuple[Params, int]], weights_size: int, streams: Streams | None = None) -> Runner:
     """The runner ``algo.runner`` names, with one lane per ``(params, env_steps)`` (:func:`spec_factory`);
-    ``weights_size``: the flat weights' length."""
+    ``weights_size``: the flat weights' length; ``streams``: each lane's torch sampling stream for in-process actors
+    (``runner: dev``; None: torch's generator as it is)."""
     params = lanes[0][0]
     cfg = params.algo
     assert isinstance(cfg, ActorLearnerConfig)
     make_specs = spec_factory(lanes)
     if cfg.runner == "dev":
-        return DevRunner(make_specs, cfg.num_actors, len(lanes))
+        return DevRunner(make_specs, cfg.num_actors, len(lanes), streams)
     if cfg.runner == "local":
         return LocalRunner(
             make_specs, cfg.num_actors, weights_size, cfg.queue_size, cfg.actor_timeout_seconds, len(lanes)
@@ -140,11 +141,14 @@ class _Learner:
         self.version = 0
         self.updating_seconds = 0.0
 
-    def step(self, runner: Runner, lane: int, started: float) -> str | None:
-        """Collect a batch of this seed's trajectories, update on it, publish the weights; count, evaluate and
-        checkpoint when due. The reason to stop, if any. Call under the seed's own torch generator state."""
-        session, policy, cfg = self.session, self.session.policy, self.cfg
-        trajectories = runner.collect(cfg.batch_trajectories, self.version - cfg.max_policy_lag, lane)
+    def collect(self, runner: Runner, lane: int) -> list[dict[str, Any]]:
+        """A batch of this seed's trajectories (lane ``lane``), within the policy lag."""
+        return runner.collect(self.cfg.batch_trajectories, self.version - self.cfg.max_policy_lag, lane)
+
+    def step(self, runner: Runner, lane: int, trajectories: list[dict[str, Any]], started: float) -> str | None:
+        """Update on the seed's ``trajectories``, publish the weights; count, evaluate and checkpoint when due. The
+        reason to stop, if any. Call under the seed's own torch generator state."""
+        session, policy = self.session, self.session.policy
         for trajectory in trajectories:
             session.episodes.add(trajectory["episode_returns"], trajectory["episode_lengths"])
         batch = TrajectoryBatch.stack(trajectories)
@@ -180,7 +184,8 @@ def _learn(seeds: Sequence[SeedSession[DataSource]]) -> dict[int, dict[str, Any]
     learners = [_Learner(seed) for seed in seeds]
     lanes = [(learner.session.params, learner.session.state.env_steps) for learner in learners]
     summaries: dict[int, dict[str, Any]] = {}
-    with make_runner(lanes, learners[0].codec.size) as runner:
+    streams = [learner.seed.own_rng for learner in learners]
+    with make_runner(lanes, learners[0].codec.size, lambda lane: streams[lane]()) as runner:
         runner.start([learner.codec.encode(learner.session.policy) for learner in learners], 0)
         for lane, learner in enumerate(learners):
             stop_reason = learner.session.stops.budget(learner.session.state)
@@ -192,8 +197,9 @@ def _learn(seeds: Sequence[SeedSession[DataSource]]) -> dict[int, dict[str, Any]
             for lane, learner in enumerate(learners):
                 if learner.seed.finished:
                     continue
-                with learner.seed.own_rng():  # runner: dev samples its actions here, from the seed's own stream
-                    stop_reason = learner.step(runner, lane, started)
+                trajectories = learner.collect(runner, lane)  # runner: dev samples in the seed's own stream
+                with learner.seed.own_rng():
+                    stop_reason = learner.step(runner, lane, trajectories, started)
                 if stop_reason is not None:
                     summaries[learner.seed.seed] = learner.finish(stop_reason)
                     runner.retire(lane)

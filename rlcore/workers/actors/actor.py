@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -127,21 +128,26 @@ class Actor:
         self.env.close()
 
 
+Streams = Callable[[int], AbstractContextManager[None]]
+"""Lane -> a context in which torch's global generator is that lane's (its seed's) sampling stream."""
+
+
 class SeedActors:
     """Actor ``actor_id`` of every seed an actor process serves: lane ``k`` is seed ``k``'s :class:`Actor`, built
-    from its own spec. ``own_streams``: each lane samples from its own torch stream (seeded with its spec's
-    ``sampling_seed``, as a one-seed actor process seeds torch), swapped into torch's global generator for its
-    rollouts; false: the process's generator as it is (``runner: dev``, where the learner sets each seed's)."""
+    from its own spec, initialized and rolling out in lane ``k``'s sampling stream: ``streams`` (``runner: dev``:
+    the learner's seeds' generator states), or by default streams of its own, each seeded with its spec's
+    ``sampling_seed`` as a one-seed actor process seeds torch."""
 
-    def __init__(self, specs: Sequence[ActorSpec], own_streams: bool) -> None:
+    def __init__(self, specs: Sequence[ActorSpec], streams: Streams | None = None) -> None:
         self.actors: list[Actor] = []
-        self._streams: list[torch.Tensor] = []
-        self._own_streams = own_streams
+        self._seeded: list[torch.Tensor] = [
+            torch.Generator().manual_seed(spec.sampling_seed).get_state() for spec in specs
+        ]
+        self._streams = streams or self._own_stream
         self._turn = 0
         try:
             for lane, spec in enumerate(specs):
-                self._streams.append(torch.Generator().manual_seed(spec.sampling_seed).get_state())
-                with self._stream(lane):  # the policy's initialization draws from it, as in a one-seed actor process
+                with self._streams(lane):  # the policy's initialization draws from it, as in a one-seed actor
                     self.actors.append(Actor(spec))
         except BaseException:
             self.close()
@@ -158,21 +164,18 @@ class SeedActors:
 
     def rollout(self, lane: int) -> dict[str, Any]:
         """Lane ``lane``'s next trajectory (:meth:`Actor.rollout`), tagged with ``lane``."""
-        with self._stream(lane):
+        with self._streams(lane):
             return {**self.actors[lane].rollout(), "lane": lane}
 
     @contextlib.contextmanager
-    def _stream(self, lane: int) -> Iterator[None]:
-        """Torch's global generator in lane ``lane``'s state for the block (``own_streams``; else as it is)."""
-        if not self._own_streams:
-            yield
-            return
+    def _own_stream(self, lane: int) -> Iterator[None]:
+        """Torch's global generator in lane ``lane``'s own seeded state for the block."""
         other = torch.get_rng_state()
-        torch.set_rng_state(self._streams[lane])
+        torch.set_rng_state(self._seeded[lane])
         try:
             yield
         finally:
-            self._streams[lane] = torch.get_rng_state()
+            self._seeded[lane] = torch.get_rng_state()
             torch.set_rng_state(other)
 
     def close(self) -> None:

@@ -50,7 +50,7 @@ def dask_actor(specs: list[ActorSpec], channel: str, incarnation: int, max_queue
     torch.set_num_threads(1)
     queue, stop = Queue(f"{channel}-trajectories"), Event(f"{channel}-stop")
     version_var = Variable(f"{channel}-version")
-    actors = SeedActors(specs, own_streams=True)
+    actors = SeedActors(specs)
     actor_id = specs[0].actor_id
     sent = 0
     try:

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from rlcore.common.errors import RLCoreError, worker_failure
-from rlcore.workers.actors.actor import Actor, ActorSpec, SeedActors
+from rlcore.workers.actors.actor import Actor, ActorSpec, SeedActors, Streams
 from rlcore.workers.processes import Supervisor, WorkerKind
 
 SpecFactory = Callable[[int, int], list[ActorSpec]]
@@ -113,14 +113,16 @@ class Runner(ABC):
 
 class DevRunner(Runner):
     """Actors in the learner's process, taking turns (each lane's in its own turn order), sampling from torch's
-    global generator as the learner leaves it: reproducible and easy to debug (no lag, no parallelism)."""
+    global generator in each lane's ``streams`` (the learner's seeds' generator states; None: the generator as it
+    is, one lane): reproducible and easy to debug (no lag, no parallelism)."""
 
-    def __init__(self, make_spec: SpecFactory, num_actors: int, lanes: int = 1) -> None:
+    def __init__(self, make_spec: SpecFactory, num_actors: int, lanes: int = 1, streams: Streams | None = None) -> None:
         super().__init__(lanes)
         self.actors: list[SeedActors] = []
+        streams = streams or (lambda lane: contextlib.nullcontext())
         try:
             for actor_id in range(num_actors):
-                self.actors.append(SeedActors(make_spec(actor_id, 0), own_streams=False))
+                self.actors.append(SeedActors(make_spec(actor_id, 0), streams))
         except BaseException:
             self.close()
             raise
@@ -174,7 +176,7 @@ def _local_actor_main(
     taken = np.frombuffer(acquired, dtype=np.int64)
     actors: SeedActors | None = None
     try:
-        actors = SeedActors(specs, own_streams=True)
+        actors = SeedActors(specs)
         while not stop.is_set():
             lane = actors.next_lane(lambda lane: not finished[lane])
             if lane is None:
