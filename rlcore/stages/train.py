@@ -100,9 +100,10 @@ def refuse_replacing_a_finished_run(params: Params, run_dir: Path) -> None:
 def train_seed_roots(seeds: Sequence[tuple[Params, Path]], on_evaluation: EvaluationCallback | None = None) -> None:
     """Train one-seed runs (``seed: k``, no ``train.seeds``; equal but for ``seed``), each into its own project
     root's ``runs/<name>/`` (paths in its params relative to that root), as :func:`train_stage` trains the seeds of
-    ``train.seeds``: one batched program when the family batches them, else one after another (with a log line); a
-    finished run with the same train params is kept, an interrupted one resumes. ``on_evaluation`` is called after
-    every seed's evaluations (a batched run evaluates its seeds at the same steps)."""
+    ``train.seeds`` (:func:`seeds_trainer`: one batched program, or worker processes every seed shares, else one
+    after another with a log line); a finished run with the same train params is kept, an interrupted one resumes.
+    ``on_evaluation`` is called after every seed's evaluations (a batched run evaluates its seeds at the same
+    steps)."""
     runs = [
         SeedRun(params.seed, _project_paths(params, root), Layout(root, params.name).run_dir) for params, root in seeds
     ]
