@@ -111,9 +111,9 @@ def test_dev_runner_runs_are_reproducible_and_report_the_policy_lag(tmp_path: Pa
     curve = _curve(tmp_path / "a", params)["train"]
     # In-process actors act with the newest weights: every trajectory of a batch has lag 0.
     assert curve["policy_lag"] == 0.0 and curve["dropped_trajectories"] == 0.0
-    with DevRunner(lambda actor_id, incarnation: _spec(params, actor_id, 100 * actor_id), 2) as runner:
-        actor = runner.actors[0]
-        runner.start(actor.codec.encode(actor.policy), 0)
+    with DevRunner(lambda actor_id, incarnation: [_spec(params, actor_id, 100 * actor_id)], 2) as runner:
+        actor = runner.actors[0].actors[0]
+        runner.start([actor.codec.encode(actor.policy)], 0)
         trajectories = runner.collect(3, 0)
     assert [t["actor_id"] for t in trajectories] == [0, 1, 0]
 

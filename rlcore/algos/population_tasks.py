@@ -15,6 +15,10 @@ its copy of the policy, the published weights). Two kinds:
 A task depends only on its own fields and the published weights, never on which process runs it or what
 that process ran before (a particle's envs aside: they continue in the worker that holds them), so a lost
 worker's tasks can be run again anywhere with the same result.
+
+The seeds of ``train.seeds`` share one pool of workers: each seed's task travels as a :class:`SeedTask`, which
+runs it on that seed's rows of the published weights and keeps its state (a particle's envs) apart from the other
+seeds', so the task gives the result it gives in the one-seed run.
 """
 
 from __future__ import annotations
@@ -324,3 +328,43 @@ class ParticleSegment(RolloutTask):
             np.asarray(finished_returns, dtype=np.float64),
             np.asarray(finished_lengths, dtype=np.int64),
         )
+
+
+class _SeedView:
+    """A worker as one seed's task sees it: member ``i`` is row ``first_member + i`` of the published weights, and
+    particle ``p``'s envs are the worker's particle ``first_member + p``."""
+
+    def __init__(self, worker: WorkerContext, first_member: int) -> None:
+        self.worker = worker
+        self.first_member = first_member
+        self.num_envs = worker.num_envs
+
+    def member(self, index: int) -> Policy:
+        return self.worker.member(self.first_member + index)
+
+    def batched_greedy(self) -> BatchedGreedy:
+        return self.worker.batched_greedy()
+
+    def episode_steppers(self, count: int) -> tuple[VectorStepper, VectorStepper]:
+        return self.worker.episode_steppers(count)  # reset by every task: nothing carries over between seeds
+
+    def particle_envs(self, particle: int, env_seed: int) -> ParticleEnvs:
+        return self.worker.particle_envs(self.first_member + particle, env_seed)
+
+
+@dataclass(frozen=True)
+class SeedTask(RolloutTask):
+    """Seed ``seed``'s ``task`` among the tasks of several seeds served by the same workers: its members are rows
+    ``first_member ..`` of the published weights (the seeds' members stacked in seed order)."""
+
+    seed: int
+    first_member: int
+    task: RolloutTask
+
+    @property
+    def affinity(self) -> int | None:
+        own = self.task.affinity
+        return None if own is None else self.first_member + own
+
+    def run(self, worker: WorkerContext) -> RolloutResult:
+        return self.task.run(_SeedView(worker, self.first_member))

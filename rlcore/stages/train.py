@@ -1,6 +1,7 @@
 """The train stage: train into ``runs/<name>/`` (with ``train.seeds``: each seed into ``runs/<name>/seed_<k>/``, as one
-batched program or one after another), with the params' file paths made relative to the project; and one-seed runs
-in projects of their own trained together (:func:`train_seed_roots`, a sweep trial's seeds)."""
+batched program, on worker processes every seed shares, or one after another), with the params' file paths made
+relative to the project; and one-seed runs in projects of their own trained together (:func:`train_seed_roots`, a
+sweep trial's seeds)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,28 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from rlcore.algos.base import ActorLearnerAlgorithm, PopulationAlgorithm
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.common.errors import CheckpointError, ConfigError
 from rlcore.common.stage_paths import Layout, project_path
 from rlcore.config.sections import Params
+from rlcore.registry import algorithm_class
 from rlcore.stages.seeds import run_seeds, seed_layouts, seed_params
-from rlcore.trainers import SeedRun, batched_trainer, is_offline, train
+from rlcore.trainers import SeedRun, SeedsTrainer, batched_trainer, is_offline, train
+from rlcore.trainers.actor_learner import train_actor_learner_seeds
 from rlcore.trainers.fingerprint import changed_key, trained_params
 from rlcore.trainers.finished_runs import RunFinishedError
+from rlcore.trainers.population import train_population_seeds
 from rlcore.trainers.stopping import EvaluationCallback
 
 log = logging.getLogger("rlcore")
+
+SHARED_WORKERS_TRAINERS: dict[type, SeedsTrainer] = {
+    ActorLearnerAlgorithm: train_actor_learner_seeds,
+    PopulationAlgorithm: train_population_seeds,
+}
+"""Family -> its trainer of several seeds whose worker processes (IMPALA's actors, ES and SVPG's rollout workers)
+start once and serve every seed, one learner process holding every seed's learner."""
 
 
 def train_stage(
@@ -34,8 +46,9 @@ def train_stage(
     pipelines (dvc.yaml, whose cache keeps the previous run, and the Prefect flows) replace it.
 
     With ``train.seeds``: seed ``k``'s run (``rlcore.stages.seeds``) into ``runs/<name>/seed_<k>/``, all together by
-    the family's batched trainer (``train.batch_seeds``, ``rlcore.trainers.batched_trainer``) or in the list's
-    order; a seed whose run finished with the same train params is kept, an interrupted one resumes, so a killed
+    the family's batched trainer (``train.batch_seeds``, ``rlcore.trainers.batched_trainer``), by the family's
+    worker processes serving every seed (:data:`SHARED_WORKERS_TRAINERS`), or in the list's order; a seed whose
+    run finished with the same train params is kept, an interrupted one resumes, so a killed
     run goes on with the seed it was training. ``resume_from`` is refused (it names one seed's checkpoint).
     """
     seeds = run_seeds(params)
@@ -87,30 +100,41 @@ def refuse_replacing_a_finished_run(params: Params, run_dir: Path) -> None:
 def train_seed_roots(seeds: Sequence[tuple[Params, Path]], on_evaluation: EvaluationCallback | None = None) -> None:
     """Train one-seed runs (``seed: k``, no ``train.seeds``; equal but for ``seed``), each into its own project
     root's ``runs/<name>/`` (paths in its params relative to that root), as :func:`train_stage` trains the seeds of
-    ``train.seeds``: one batched program when the family batches them, else one after another (with a log line); a
-    finished run with the same train params is kept, an interrupted one resumes. ``on_evaluation`` is called after
-    every seed's evaluations (a batched run evaluates its seeds at the same steps)."""
+    ``train.seeds`` (:func:`seeds_trainer`: one batched program, or worker processes every seed shares, else one
+    after another with a log line); a finished run with the same train params is kept, an interrupted one resumes.
+    ``on_evaluation`` is called after every seed's evaluations (a batched run evaluates its seeds at the same
+    steps)."""
     runs = [
         SeedRun(params.seed, _project_paths(params, root), Layout(root, params.name).run_dir) for params, root in seeds
     ]
     _train_seed_runs(runs, on_evaluation)
 
 
+def seeds_trainer(params: Params) -> SeedsTrainer | None:
+    """The trainer of ``params``' seeds together: the family's batched trainer, or the one whose worker processes
+    serve every seed (:data:`SHARED_WORKERS_TRAINERS`); None when they train one after another
+    (``train.batch_seeds`` false, or a family with neither)."""
+    batched = batched_trainer(params)
+    if batched is not None or not params.train.batch_seeds:
+        return batched
+    algo_cls = algorithm_class(params.algo.name)
+    return next((trainer for family, trainer in SHARED_WORKERS_TRAINERS.items() if issubclass(algo_cls, family)), None)
+
+
 def not_batched_reason(params: Params) -> str | None:
     """Why the seeds of ``params`` train one after another (``train.batch_seeds`` false, or an algorithm whose family
-    has no batched trainer), or None: its batched trainer trains them (which may still, with a log line, train them
-    one after another for a configuration it does not batch)."""
-    if batched_trainer(params) is not None:
+    has no trainer of seeds together), or None: :func:`seeds_trainer` trains them (a batched trainer may still, with
+    a log line, train them one after another for a configuration it does not batch)."""
+    if seeds_trainer(params) is not None:
         return None
     return "train.batch_seeds is false" if not params.train.batch_seeds else f"{params.algo.name} does not batch"
 
 
 def _train_seed_runs(runs: list[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
-    """The seeds' runs by the family's batched trainer, or one after another when there is none (or
-    ``train.batch_seeds`` is false)."""
-    batched = batched_trainer(runs[0].params)
-    if batched is not None:
-        batched(runs, on_evaluation)
+    """The seeds' runs by :func:`seeds_trainer`, or one after another when there is none."""
+    together = seeds_trainer(runs[0].params)
+    if together is not None:
+        together(runs, on_evaluation)
         return
     log.info("train.seeds: the seeds train one after another, not batched: %s", not_batched_reason(runs[0].params))
     for run in runs:

@@ -11,51 +11,88 @@ The learner logs the policy lag (versions between the weights a trajectory was m
 the trajectories dropped for too much lag, the actors replaced, and the share of wall time it spent
 updating rather than waiting for trajectories. Only ``runner: dev`` is bitwise reproducible: with real
 processes the order trajectories arrive in depends on timing.
+
+With ``train.seeds`` (:func:`train_actor_learner_seeds`) the actors start once and serve every seed: seed k is
+lane k of the runner (its own weights and versions; each actor process holds an actor per seed, each with its own
+envs seeded as the one-seed run's and its own sampling stream), and this one learner process holds every seed's
+learner, updating each in turn on its own trajectories, in its own session, under its own torch generator state.
+With ``runner: dev`` seed k's run is the one-seed run with ``seed: k``, bitwise; with processes each seed's
+trajectories are those its one-seed run's actors would make from the same weights, env and sampling state, and
+which of them make up a batch depends on timing, as in any run with processes. ``actor_replacements`` counts the
+shared actors; ``learner_busy_fraction`` is the seed's own share of the wall time.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from rlcore.algos.base import ActorLearnerAlgorithm, ActorLearnerConfig
 from rlcore.common.seeds import training_seed
 from rlcore.config.sections import Params
 from rlcore.data.rollouts import TrajectoryBatch
-from rlcore.nets.policy import Policy
+from rlcore.trainers.seed_sessions import SeedRun, SeedSession, abandoned_on_error, open_seed_sessions
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import DataSource
 from rlcore.trainers.stopping import EvaluationCallback
-from rlcore.workers.actors.actor import ActorSpec
-from rlcore.workers.actors.runners import DevRunner, LocalRunner, Runner
+from rlcore.workers.actors.actor import ActorSpec, Streams
+from rlcore.workers.actors.runners import DevRunner, LocalRunner, Runner, SpecFactory
 from rlcore.workers.weights import WeightsCodec
 
+log = logging.getLogger("rlcore")
 
-def make_runner(params: Params, policy: Policy, env_steps: int) -> Runner:
-    """The runner ``algo.runner`` names, its actors' envs seeded from ``env_steps`` (the run's step count
-    when they start: 0, or a checkpoint's step after a resume), in the training seed range."""
+
+def spec_factory(lanes: Sequence[tuple[Params, int]]) -> SpecFactory:
+    """The actors' specs, one per ``(params, env_steps)`` lane (one per seed): each lane's actors' envs seeded from
+    its ``env_steps`` (the run's step count when they start: 0, or a checkpoint's step after a resume), in its
+    seed's training seed range."""
+    params = lanes[0][0]
     cfg = params.algo
     assert isinstance(cfg, ActorLearnerConfig)
-    tree = params.model_dump(mode="json")
+    trees = [(lane_params.model_dump(mode="json"), lane_params.seed, env_steps) for lane_params, env_steps in lanes]
     num_envs = params.env.num_envs
 
-    def make_spec(actor_id: int, incarnation: int) -> ActorSpec:
+    def make_specs(actor_id: int, incarnation: int) -> list[ActorSpec]:
         # A replacement actor starts new episodes on seeds of its own: offset by its incarnation.
-        first = training_seed(params.seed, env_steps) + (incarnation * cfg.num_actors + actor_id) * num_envs
-        sampling = int(np.random.SeedSequence([params.seed, env_steps, actor_id, incarnation]).generate_state(1)[0])
-        return ActorSpec(tree, actor_id, first, sampling)
+        offset = (incarnation * cfg.num_actors + actor_id) * num_envs
+        return [
+            ActorSpec(
+                tree,
+                actor_id,
+                training_seed(seed, env_steps) + offset,
+                int(np.random.SeedSequence([seed, env_steps, actor_id, incarnation]).generate_state(1)[0]),
+            )
+            for tree, seed, env_steps in trees
+        ]
 
+    return make_specs
+
+
+def make_runner(lanes: Sequence[tuple[Params, int]], weights_size: int, streams: Streams | None = None) -> Runner:
+    """The runner ``algo.runner`` names, with one lane per ``(params, env_steps)`` (:func:`spec_factory`);
+    ``weights_size``: the flat weights' length; ``streams``: each lane's torch sampling stream for in-process actors
+    (``runner: dev``; None: torch's generator as it is)."""
+    params = lanes[0][0]
+    cfg = params.algo
+    assert isinstance(cfg, ActorLearnerConfig)
+    make_specs = spec_factory(lanes)
     if cfg.runner == "dev":
-        return DevRunner(make_spec, cfg.num_actors)
+        return DevRunner(make_specs, cfg.num_actors, len(lanes), streams)
     if cfg.runner == "local":
-        size = WeightsCodec(policy).size
-        return LocalRunner(make_spec, cfg.num_actors, size, cfg.queue_size, cfg.actor_timeout_seconds)
+        return LocalRunner(
+            make_specs, cfg.num_actors, weights_size, cfg.queue_size, cfg.actor_timeout_seconds, len(lanes)
+        )
     from rlcore.workers.actors.dask_runner import DaskRunner
 
-    return DaskRunner(make_spec, cfg.num_actors, cfg.queue_size, cfg.actor_timeout_seconds, params.deploy.dask_address)
+    return DaskRunner(
+        make_specs, cfg.num_actors, cfg.queue_size, cfg.actor_timeout_seconds, params.deploy.dask_address, len(lanes)
+    )
 
 
 def train_actor_learner(
@@ -72,35 +109,98 @@ def train_actor_learner(
     with TrainingSession(
         params, run_dir, on_evaluation, resume_from, lambda *_: DataSource(), keep_finished=keep_finished
     ) as session:
-        cfg = params.algo
-        assert isinstance(cfg, ActorLearnerConfig) and isinstance(session.algorithm, ActorLearnerAlgorithm)
-        policy, algorithm = session.policy, session.algorithm
-        codec = WeightsCodec(policy)
-        version = 0
-        with make_runner(params, policy, session.state.env_steps) as runner:
-            runner.start(codec.encode(policy), version)
-            stop_reason = session.stops.budget(session.state)
-            started, updating = time.perf_counter(), 0.0
-            while stop_reason is None:
-                trajectories = runner.collect(cfg.batch_trajectories, version - cfg.max_policy_lag)
-                for trajectory in trajectories:
-                    session.episodes.add(trajectory["episode_returns"], trajectory["episode_lengths"])
-                batch = TrajectoryBatch.stack(trajectories)
-                lag = float((version - batch.versions).float().mean())
-                if policy.obs_normalizer.enabled:
-                    policy.obs_normalizer.update(batch.obs[:-1][batch.valid])
-                update_started = time.perf_counter()
-                metrics = algorithm.update(batch, session.progress_fraction)
-                version += 1
-                runner.publish(codec.encode(policy), version)
-                updating += time.perf_counter() - update_started
-                metrics.update(
-                    policy_lag=lag,
-                    dropped_trajectories=float(runner.dropped),
-                    actor_replacements=float(runner.replacements),
-                    learner_busy_fraction=updating / max(time.perf_counter() - started, 1e-9),
-                )
-                session.after_update(metrics)
-                session.after_env_steps(batch.env_steps)
-                stop_reason = session.checkpoint_due_or_stop()
-        return session.finish(stop_reason)
+        return _learn([SeedSession(params.seed, session, torch.get_rng_state())])[params.seed]
+
+
+def train_actor_learner_seeds(runs: list[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
+    """Train the seeds' runs (each into its ``run_dir``) with one set of actors serving every seed and one learner
+    process (see the module docstring). A seed whose folder holds its finished run with the same train params is
+    kept; an interrupted one resumes from its latest checkpoint."""
+    seeds = open_seed_sessions(runs, on_evaluation, lambda *_: DataSource())
+    with abandoned_on_error(seeds):
+        if seeds:
+            log.info(
+                "train.seeds: seeds %s share the %s runner's actors and one learner process",
+                ", ".join(str(seed.seed) for seed in seeds),
+                runs[0].params.algo.runner,  # type: ignore[attr-defined]
+            )
+            _learn(seeds)
+
+
+class _Learner:
+    """One seed's learner in :func:`_learn`: its session, the version of its published weights, and the seconds it
+    spent updating."""
+
+    def __init__(self, seed: SeedSession[DataSource]) -> None:
+        self.seed = seed
+        self.session = seed.session
+        cfg = self.session.params.algo
+        assert isinstance(cfg, ActorLearnerConfig) and isinstance(self.session.algorithm, ActorLearnerAlgorithm)
+        self.cfg, self.algorithm = cfg, self.session.algorithm
+        self.codec = WeightsCodec(self.session.policy)
+        self.version = 0
+        self.updating_seconds = 0.0
+
+    def collect(self, runner: Runner, lane: int) -> list[dict[str, Any]]:
+        """A batch of this seed's trajectories (lane ``lane``), within the policy lag."""
+        return runner.collect(self.cfg.batch_trajectories, self.version - self.cfg.max_policy_lag, lane)
+
+    def step(self, runner: Runner, lane: int, trajectories: list[dict[str, Any]], started: float) -> str | None:
+        """Update on the seed's ``trajectories``, publish the weights; count, evaluate and checkpoint when due. The
+        reason to stop, if any. Call under the seed's own torch generator state."""
+        session, policy = self.session, self.session.policy
+        for trajectory in trajectories:
+            session.episodes.add(trajectory["episode_returns"], trajectory["episode_lengths"])
+        batch = TrajectoryBatch.stack(trajectories)
+        lag = float((self.version - batch.versions).float().mean())
+        if policy.obs_normalizer.enabled:
+            policy.obs_normalizer.update(batch.obs[:-1][batch.valid])
+        update_started = time.perf_counter()
+        metrics = self.algorithm.update(batch, session.progress_fraction)
+        self.version += 1
+        runner.publish(self.codec.encode(policy), self.version, lane)
+        self.updating_seconds += time.perf_counter() - update_started
+        metrics.update(
+            policy_lag=lag,
+            dropped_trajectories=float(runner.dropped[lane]),
+            actor_replacements=float(runner.replacements),
+            learner_busy_fraction=self.updating_seconds / max(time.perf_counter() - started, 1e-9),
+        )
+        session.after_update(metrics)
+        session.after_env_steps(batch.env_steps)
+        return session.checkpoint_due_or_stop()
+
+    def finish(self, stop_reason: str) -> dict[str, Any]:
+        """The seed's final evaluation, checkpoint and summary, under its own torch generator state."""
+        with self.seed.own_rng():
+            summary = self.session.finish(stop_reason)
+        self.seed.finished = True
+        return summary
+
+
+def _learn(seeds: Sequence[SeedSession[DataSource]]) -> dict[int, dict[str, Any]]:
+    """Train the open sessions' runs on one runner, each seed a lane, until each stops; each seed's train summary
+    by seed."""
+    learners = [_Learner(seed) for seed in seeds]
+    lanes = [(learner.session.params, learner.session.state.env_steps) for learner in learners]
+    summaries: dict[int, dict[str, Any]] = {}
+    streams = [learner.seed.own_rng for learner in learners]
+    with make_runner(lanes, learners[0].codec.size, lambda lane: streams[lane]()) as runner:
+        runner.start([learner.codec.encode(learner.session.policy) for learner in learners], 0)
+        for lane, learner in enumerate(learners):
+            stop_reason = learner.session.stops.budget(learner.session.state)
+            if stop_reason is not None:
+                summaries[learner.seed.seed] = learner.finish(stop_reason)
+                runner.retire(lane)
+        started = time.perf_counter()
+        while not all(learner.seed.finished for learner in learners):
+            for lane, learner in enumerate(learners):
+                if learner.seed.finished:
+                    continue
+                trajectories = learner.collect(runner, lane)  # runner: dev samples in the seed's own stream
+                with learner.seed.own_rng():
+                    stop_reason = learner.step(runner, lane, trajectories, started)
+                if stop_reason is not None:
+                    summaries[learner.seed.seed] = learner.finish(stop_reason)
+                    runner.retire(lane)
+    return summaries

@@ -5,10 +5,17 @@ task (``dask``). It is built from plain data (:class:`ActorSpec`: the params tre
 any process can build it; weights arrive as one flat float64 vector with a version number
 (``rlcore.workers.weights.WeightsCodec``), and trajectories leave as a dict of NumPy arrays
 (``rlcore.data.rollouts.TrajectoryBatch`` names them).
+
+An actor process serves every seed of a run with ``train.seeds`` (:class:`SeedActors`): one :class:`Actor` per
+seed, each with its own envs, episodes, recurrent state and sampling stream, taking turns; every trajectory is
+tagged with its seed's lane (the seed's index among the run's seeds).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -119,3 +126,58 @@ class Actor:
 
     def close(self) -> None:
         self.env.close()
+
+
+Streams = Callable[[int], AbstractContextManager[None]]
+"""Lane -> a context in which torch's global generator is that lane's (its seed's) sampling stream."""
+
+
+class SeedActors:
+    """Actor ``actor_id`` of every seed an actor process serves: lane ``k`` is seed ``k``'s :class:`Actor`, built
+    from its own spec, initialized and rolling out in lane ``k``'s sampling stream: ``streams`` (``runner: dev``:
+    the learner's seeds' generator states), or by default streams of its own, each seeded with its spec's
+    ``sampling_seed`` as a one-seed actor process seeds torch."""
+
+    def __init__(self, specs: Sequence[ActorSpec], streams: Streams | None = None) -> None:
+        self.actors: list[Actor] = []
+        self._seeded: list[torch.Tensor] = [
+            torch.Generator().manual_seed(spec.sampling_seed).get_state() for spec in specs
+        ]
+        self._streams = streams or self._own_stream
+        self._turn = 0
+        try:
+            for lane, spec in enumerate(specs):
+                with self._streams(lane):  # the policy's initialization draws from it, as in a one-seed actor
+                    self.actors.append(Actor(spec))
+        except BaseException:
+            self.close()
+            raise
+
+    def next_lane(self, active: Callable[[int], bool]) -> int | None:
+        """The next lane in turn that ``active`` admits (a finished seed's is not); None when none is."""
+        for _ in range(len(self.actors)):
+            lane = self._turn % len(self.actors)
+            self._turn += 1
+            if active(lane):
+                return lane
+        return None
+
+    def rollout(self, lane: int) -> dict[str, Any]:
+        """Lane ``lane``'s next trajectory (:meth:`Actor.rollout`), tagged with ``lane``."""
+        with self._streams(lane):
+            return {**self.actors[lane].rollout(), "lane": lane}
+
+    @contextlib.contextmanager
+    def _own_stream(self, lane: int) -> Iterator[None]:
+        """Torch's global generator in lane ``lane``'s own seeded state for the block."""
+        other = torch.get_rng_state()
+        torch.set_rng_state(self._seeded[lane])
+        try:
+            yield
+        finally:
+            self._seeded[lane] = torch.get_rng_state()
+            torch.set_rng_state(other)
+
+    def close(self) -> None:
+        for actor in self.actors:
+            actor.close()

@@ -13,6 +13,11 @@ so actors never run ahead of the learner by more than that, and the policy lag s
 
 A runner watches its actors: one that exits, breaks its pipe or sends nothing for ``actor_timeout_seconds``
 is reported (a warning naming it and why) and replaced by a new one with fresh seeds; the run goes on.
+
+The seeds of ``train.seeds`` share the actors: each seed is a lane, with its own published weights and versions,
+and every actor process rolls out for each unfinished lane in turn (``rlcore.workers.actors.actor.SeedActors``).
+The learner collects one lane's trajectories at a time; another lane's that arrive meanwhile wait for it. The
+credits are ``queue_size`` per lane, so each seed has as many trajectories in flight as its one-seed run.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import multiprocessing as mp
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from multiprocessing.connection import Connection
 from typing import Any
@@ -31,11 +36,12 @@ import numpy as np
 import torch
 
 from rlcore.common.errors import RLCoreError, worker_failure
-from rlcore.workers.actors.actor import Actor, ActorSpec
+from rlcore.workers.actors.actor import Actor, ActorSpec, SeedActors, Streams
 from rlcore.workers.processes import Supervisor, WorkerKind
 
-SpecFactory = Callable[[int, int], ActorSpec]
-"""(actor id, incarnation) -> the spec of that actor; a replaced actor gets the next incarnation."""
+SpecFactory = Callable[[int, int], list[ActorSpec]]
+"""(actor id, incarnation) -> the specs of that actor, one per lane (seed); a replaced actor gets the next
+incarnation."""
 
 
 class ActorError(RLCoreError):
@@ -45,36 +51,52 @@ class ActorError(RLCoreError):
 class Runner(ABC):
     """Starts actors, publishes weights to them, and hands the learner their trajectories."""
 
-    def __init__(self) -> None:
+    def __init__(self, lanes: int) -> None:
         self.replacements = 0
         """Actors replaced so far (each one also logged as a warning)."""
-        self.dropped = 0
-        """Trajectories dropped for a policy lag above ``max_policy_lag``."""
+        self.dropped = [0] * lanes
+        """Each lane's trajectories dropped for a policy lag above ``max_policy_lag``."""
+        self.retired = [False] * lanes
+        """Lanes whose seed finished: actors no longer roll out for them."""
+        self._waiting: list[deque[dict[str, Any]]] = [deque() for _ in range(lanes)]
 
     @abstractmethod
-    def start(self, weights: np.ndarray, version: int) -> None:
-        """Start the actors acting with ``weights`` (flat float64) of ``version``."""
+    def start(self, weights: Sequence[np.ndarray], version: int) -> None:
+        """Start the actors acting with each lane's ``weights`` (flat float64) of ``version``."""
 
     @abstractmethod
-    def publish(self, weights: np.ndarray, version: int) -> None:
-        """Make ``weights`` of ``version`` the ones actors use from their next trajectory on."""
+    def publish(self, weights: np.ndarray, version: int, lane: int = 0) -> None:
+        """Make ``weights`` of ``version`` the ones actors use for ``lane`` from its next trajectory on."""
 
     @abstractmethod
-    def _next(self) -> dict[str, Any]:
-        """The next trajectory any actor finished (blocks)."""
+    def _next(self, lane: int) -> dict[str, Any]:
+        """The next trajectory any actor finished (blocks); ``lane``: the one the learner waits for."""
 
     def _taken(self) -> None:  # noqa: B027 - runners without credits do nothing
         """The learner took a trajectory: its credit goes back to the actors."""
 
-    def collect(self, count: int, min_version: int) -> list[dict[str, Any]]:
-        """``count`` trajectories made with weights of version ``min_version`` or later (older ones are
-        dropped and counted in :attr:`dropped`)."""
+    def retire(self, lane: int) -> None:
+        """Lane ``lane``'s seed finished: no more trajectories for it (those on their way are discarded)."""
+        self.retired[lane] = True
+        self._waiting[lane].clear()
+
+    def collect(self, count: int, min_version: int, lane: int = 0) -> list[dict[str, Any]]:
+        """``count`` trajectories of ``lane`` made with weights of version ``min_version`` or later (older ones
+        are dropped and counted in :attr:`dropped`); other lanes' that arrive meanwhile wait for their turn."""
         batch: list[dict[str, Any]] = []
         while len(batch) < count:
-            trajectory = self._next()
-            self._taken()
+            if self._waiting[lane]:
+                trajectory = self._waiting[lane].popleft()
+            else:
+                trajectory = self._next(lane)
+                self._taken()
+                arrived = int(trajectory["lane"])
+                if arrived != lane:
+                    if not self.retired[arrived]:
+                        self._waiting[arrived].append(trajectory)
+                    continue
             if int(trajectory["version"]) < min_version:
-                self.dropped += 1
+                self.dropped[lane] += 1
                 continue
             batch.append(trajectory)
         return batch
@@ -90,70 +112,89 @@ class Runner(ABC):
 
 
 class DevRunner(Runner):
-    """Actors in the learner's process, taking turns: reproducible and easy to debug (no lag, no parallelism)."""
+    """Actors in the learner's process, taking turns (each lane's in its own turn order), sampling from torch's
+    global generator in each lane's ``streams`` (the learner's seeds' generator states; None: the generator as it
+    is, one lane): reproducible and easy to debug (no lag, no parallelism)."""
 
-    def __init__(self, make_spec: SpecFactory, num_actors: int) -> None:
-        super().__init__()
-        self.actors = [Actor(make_spec(actor_id, 0)) for actor_id in range(num_actors)]
-        self._turn = 0
-        self._weights: tuple[int, np.ndarray] | None = None
+    def __init__(self, make_spec: SpecFactory, num_actors: int, lanes: int = 1, streams: Streams | None = None) -> None:
+        super().__init__(lanes)
+        self.actors: list[SeedActors] = []
+        streams = streams or (lambda lane: contextlib.nullcontext())
+        try:
+            for actor_id in range(num_actors):
+                self.actors.append(SeedActors(make_spec(actor_id, 0), streams))
+        except BaseException:
+            self.close()
+            raise
+        self._turns = [0] * lanes
+        self._weights: list[tuple[int, np.ndarray] | None] = [None] * lanes
 
-    def start(self, weights: np.ndarray, version: int) -> None:
-        self.publish(weights, version)
+    def start(self, weights: Sequence[np.ndarray], version: int) -> None:
+        for lane, flat in enumerate(weights):
+            self.publish(flat, version, lane)
 
-    def publish(self, weights: np.ndarray, version: int) -> None:
-        self._weights = (version, weights)
+    def publish(self, weights: np.ndarray, version: int, lane: int = 0) -> None:
+        self._weights[lane] = (version, weights)
 
-    def _next(self) -> dict[str, Any]:
-        assert self._weights is not None, "start() first"
-        actor = self.actors[self._turn % len(self.actors)]
-        self._turn += 1
-        version, weights = self._weights
+    def _next(self, lane: int) -> dict[str, Any]:
+        published = self._weights[lane]
+        assert published is not None, "start() first"
+        actors = self.actors[self._turns[lane] % len(self.actors)]
+        self._turns[lane] += 1
+        version, weights = published
+        actor = actors.actors[lane]
         if actor.version != version:
             actor.set_weights(version, weights)
-        return actor.rollout()
+        return actors.rollout(lane)
 
     def close(self) -> None:
-        for actor in self.actors:
-            actor.close()
+        for actors in self.actors:
+            actors.close()
 
 
 def _local_actor_main(
-    spec_fields: dict[str, Any],
+    spec_fields: list[dict[str, Any]],
     weights: Any,
     versions: Any,
+    retired: Any,
     credits: Any,
     acquired: Any,
     stop: Any,
     conn: Connection,
 ) -> None:
-    """A subprocess actor: take a credit, refresh the weights if a newer version is published, send a trajectory.
-    Started by :func:`rlcore.workers.parent_death.start_child`, so it dies with the learner: a SIGKILLed learner gives
-    no credit back, and would leave its actors waiting for one forever. ``spec_fields``: the :class:`ActorSpec`'s
-    fields (plain data, unpickled before the child has tied its life to the learner's)."""
-    spec = ActorSpec(**spec_fields)
+    """A subprocess actor: take a credit, refresh the next unfinished lane's weights if a newer version is
+    published, send its trajectory. Started by :func:`rlcore.workers.parent_death.start_child`, so it dies with the
+    learner: a SIGKILLed learner gives no credit back, and would leave its actors waiting for one forever.
+    ``spec_fields``: each lane's :class:`ActorSpec`'s fields (plain data, unpickled before the child has tied its
+    life to the learner's)."""
+    specs = [ActorSpec(**fields) for fields in spec_fields]
+    actor_id = specs[0].actor_id
     torch.set_num_threads(1)
-    torch.manual_seed(spec.sampling_seed)
-    flat = np.frombuffer(weights, dtype=np.float64)
-    version = np.frombuffer(versions, dtype=np.int64)
+    flat = np.frombuffer(weights, dtype=np.float64).reshape(len(specs), -1)
+    version = np.frombuffer(versions, dtype=np.int64).reshape(len(specs), 2)
+    finished = np.frombuffer(retired, dtype=np.int8)
     taken = np.frombuffer(acquired, dtype=np.int64)
-    actor: Actor | None = None
+    actors: SeedActors | None = None
     try:
-        actor = Actor(spec)
+        actors = SeedActors(specs)
         while not stop.is_set():
+            lane = actors.next_lane(lambda lane: not finished[lane])
+            if lane is None:
+                time.sleep(0.05)  # every seed finished: the learner is closing the run
+                continue
             if not credits.acquire(timeout=0.2):
                 continue
-            taken[spec.actor_id] += 1  # only this actor's process writes its slot
-            _refresh(actor, flat, version)
-            conn.send(actor.rollout())
+            taken[actor_id] += 1  # only this actor's process writes its slot
+            _refresh(actors.actors[lane], flat[lane], version[lane])
+            conn.send(actors.rollout(lane))
     except (BrokenPipeError, EOFError, KeyboardInterrupt):
         pass  # the learner closed the run
     except Exception as exc:  # a bad env or wrapper, a bug: the learner raises it (one line, no traceback here)
         with contextlib.suppress(BrokenPipeError, EOFError, OSError):
             conn.send(worker_failure(exc))
     finally:
-        if actor is not None:
-            actor.close()
+        if actors is not None:
+            actors.close()
 
 
 def _refresh(actor: Actor, flat: np.ndarray, version: np.ndarray) -> None:
@@ -190,36 +231,49 @@ class LocalRunner(Runner):
     trajectories' pipes' protocol."""
 
     def __init__(
-        self, make_spec: SpecFactory, num_actors: int, weights_size: int, queue_size: int, timeout_seconds: float
+        self,
+        make_spec: SpecFactory,
+        num_actors: int,
+        weights_size: int,
+        queue_size: int,
+        timeout_seconds: float,
+        lanes: int = 1,
     ) -> None:
-        super().__init__()
+        super().__init__(lanes)
         ctx = mp.get_context("spawn")
         self._make_spec = make_spec
-        self._weights = ctx.RawArray("d", weights_size)
-        self._versions = ctx.RawArray("q", 2)
+        self._weights = ctx.RawArray("d", lanes * weights_size)
+        self._versions = ctx.RawArray("q", lanes * 2)
+        self._retired = ctx.RawArray("b", lanes)
         self._acquired = ctx.RawArray("q", num_actors)
-        self._credits = ctx.Semaphore(queue_size)
+        self._credits = ctx.Semaphore(queue_size * lanes)
         self._stop = ctx.Event()
-        self._flat = np.frombuffer(self._weights, dtype=np.float64)
-        self._version = np.frombuffer(self._versions, dtype=np.int64)
+        self._flat = np.frombuffer(self._weights, dtype=np.float64).reshape(lanes, weights_size)
+        self._version = np.frombuffer(self._versions, dtype=np.int64).reshape(lanes, 2)
+        self._finished = np.frombuffer(self._retired, dtype=np.int8)
         self._taken_by = np.frombuffer(self._acquired, dtype=np.int64)
         self._received = np.zeros(num_actors, dtype=np.int64)
         self._seen_taken = np.zeros(num_actors, dtype=np.int64)
         self._ready: deque[dict[str, Any]] = deque()
         self._actors = Supervisor(ACTORS, num_actors, timeout_seconds, self._actor_args, self._take_back)
 
-    def start(self, weights: np.ndarray, version: int) -> None:
-        self.publish(weights, version)
+    def start(self, weights: Sequence[np.ndarray], version: int) -> None:
+        for lane, flat in enumerate(weights):
+            self.publish(flat, version, lane)
         self._actors.start()
 
-    def publish(self, weights: np.ndarray, version: int) -> None:
-        self._version[0] = version
-        self._flat[:] = weights
-        self._version[1] = version
+    def publish(self, weights: np.ndarray, version: int, lane: int = 0) -> None:
+        self._version[lane, 0] = version
+        self._flat[lane] = weights
+        self._version[lane, 1] = version
+
+    def retire(self, lane: int) -> None:
+        super().retire(lane)
+        self._finished[lane] = 1
 
     def _actor_args(self, actor_id: int, incarnation: int) -> tuple[Any, ...]:
-        spec = self._make_spec(actor_id, incarnation)
-        return (asdict(spec), self._weights, self._versions, self._credits, self._acquired, self._stop)
+        specs = [asdict(spec) for spec in self._make_spec(actor_id, incarnation)]
+        return (specs, self._weights, self._versions, self._retired, self._credits, self._acquired, self._stop)
 
     def _take_back(self, actor_id: int) -> str:
         """A lost actor: the credits it took for trajectories that never arrived go back to the pool."""
@@ -229,7 +283,7 @@ class LocalRunner(Runner):
         self._received[actor_id] = self._taken_by[actor_id]
         return ""
 
-    def _next(self) -> dict[str, Any]:
+    def _next(self, lane: int) -> dict[str, Any]:
         while not self._ready:
             for actor_id, trajectory in self._actors.messages(timeout_seconds=1.0):
                 self._received[actor_id] += 1
