@@ -42,7 +42,7 @@ SEEDS = [
     "sweep.sampler=random",
     "sweep.pruner=none",
 ]
-BATCHED_LINE = "sweep.seeds: a trial trains its 2 seeds as one batched program"
+BATCHED_LINE = "sweep.seeds: a trial trains its 2 seeds together (train.batch_seeds): as one batched program"
 
 
 def test_batched_trials_score_each_seed_as_the_trials_one_after_another_do(

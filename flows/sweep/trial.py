@@ -7,9 +7,9 @@ score is ``sweep.metric`` of its selected checkpoint on the **validation** episo
 selection used; normalized per env); the trial's value aggregates them. The selected model's **test** score
 (the select stage's test episodes) is recorded beside it (``test_scores``, ``test_value``) and never optimized.
 
-Groups. The runs train in groups (:func:`run_groups`): an env's seeds together, as one batched program
-(``rlcore.stages.train.train_seed_roots``, the trainer of ``train.seeds``), when the algorithm's family batches
-seeds and ``train.batch_seeds`` is true (the default); else one run at a time. Seed k of a batched group is the
+Groups. The runs train in groups (:func:`run_groups`): an env's seeds together (one batched program, or IMPALA, ES
+and SVPG sharing their worker processes; ``rlcore.stages.train.train_seed_roots``, the trainer of ``train.seeds``)
+when ``train.batch_seeds`` is true (the default); else one run at a time. Seed k of a batched group is the
 run with ``seed: k`` (``tests/test_seeds_batched*.py``), so the scores are the one-at-a-time trial's.
 
 Pruning. Group ``g``'s i-th evaluation round (every seed of the group evaluated at the same step) is reported at
@@ -53,6 +53,7 @@ from rlcore.evaluation.selection import scores_on_test
 from rlcore.params import validate_params
 from rlcore.stages import evaluate_stage, select_stage, train_stage
 from rlcore.stages.train import not_batched_reason, train_seed_roots
+from rlcore.trainers import batched_trainer
 
 AGGREGATES = {"mean": statistics.fmean, "median": statistics.median, "min": min, "iqm": iqm}
 
@@ -137,13 +138,21 @@ def seeds_batched(params: Params) -> bool:
     return seeds is not None and len(seeds) > 1 and not_batched_reason(params) is None
 
 
+def seeds_together_words(params: Params) -> str:
+    """How seeds train together for ``params``' algorithm: one batched program, or sharing worker processes."""
+    if batched_trainer(params) is not None:
+        return "as one batched program"
+    return "sharing their worker processes (one learner process)"
+
+
 def seeds_line(params: Params) -> str | None:
     """How a trial's seeds train, for the sweep's log; None with one seed."""
     seeds = params.sweep.seeds
     if seeds is None or len(seeds) < 2:
         return None
     if seeds_batched(params):
-        return f"sweep.seeds: a trial trains its {len(seeds)} seeds as one batched program (train.batch_seeds)"
+        how = seeds_together_words(params)
+        return f"sweep.seeds: a trial trains its {len(seeds)} seeds together (train.batch_seeds): {how}"
     return f"sweep.seeds: a trial trains its seeds one after another, not batched: {not_batched_reason(params)}"
 
 

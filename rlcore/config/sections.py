@@ -106,17 +106,19 @@ class TrainConfig(StrictModel):
     (``batched_seeds`` in its capabilities: PPO, A2C, DQN, SAC and BC; ``rlcore.trainers.BATCHED_TRAINERS``): their
     networks stacked along a leading dimension, one forward pass per env step and one optimizer step per update for all
     (DQN and SAC: the gradient steps of each update phase, each seed acting into its own replay; BC: every gradient
-    step); each seed keeps its own envs, evaluations, random numbers, minibatch order, optimizer state, gradient
-    clipping, target-KL stop and stop conditions (a seed that stops finishes and closes its envs, the others go on).
-    Seed ``k`` then equals the run with ``seed: k`` up to float32 rounding: the same evaluation returns for Discrete
-    actions, weights within rtol 1e-5 / atol 1e-6 (measured about 6e-8 after a few PPO updates, 5e-7 after 384 DQN
-    steps, none for SAC). The memory estimate is then one run's times the number of seeds. Configurations that do not
-    batch (recurrent policies, observations other than flat vectors, actions other than Discrete and Box, categorical or
-    transformed value heads, reward signals, behavioral cloning, normalize_rewards, grad_accumulation > 1, precision
-    other than fp32, cuda, a curriculum; ``rlcore.trainers.on_policy_seeds``; DQN's dueling head, and for DQN, SAC and
-    BC encoders with weights, e.g. images) and ``false`` run the seeds one after another, each bitwise the run with
-    ``seed: k`` (a log line says why). The same choice batches a sweep trial's ``sweep.seeds``. Not part of a run's
-    fingerprint."""
+    step). IMPALA, ES and SVPG instead share their worker processes: the workers start once and serve every seed's
+    rollouts, one learner process holds every seed's learner (``rlcore.stages.train.seeds_trainer``); false trains them
+    one after another too. Each seed keeps its own envs, evaluations, random numbers, minibatch order, optimizer state,
+    gradient clipping, target-KL stop and stop conditions (a seed that stops finishes and closes its envs, the others go
+    on). Seed ``k`` then equals the run with ``seed: k`` up to float32 rounding: the same evaluation returns for
+    Discrete actions, weights within rtol 1e-5 / atol 1e-6 (measured about 6e-8 after a few PPO updates, 5e-7 after 384
+    DQN steps, none for SAC). The memory estimate is then one run's times the number of seeds. Configurations that do
+    not batch (recurrent policies, observations other than flat vectors, actions other than Discrete and Box,
+    categorical or transformed value heads, reward signals, behavioral cloning, normalize_rewards, grad_accumulation >
+    1, precision other than fp32, cuda, a curriculum; ``rlcore.trainers.on_policy_seeds``; DQN's dueling head, and for
+    DQN, SAC and BC encoders with weights, e.g. images) and ``false`` run the seeds one after another, each bitwise the
+    run with ``seed: k`` (a log line says why). The same choice batches a sweep trial's ``sweep.seeds``. Not part of a
+    run's fingerprint."""
 
     @field_validator("seeds")
     @classmethod
