@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlcore.config.inheritance import BASE_KEY, base_path, has_key, merge, own_and_inherited, read_params_tree
+from rlcore.common.errors import ConfigError
+from rlcore.config.inheritance import base_path, base_tree, has_key, merge, own_and_inherited
 from rlcore.config.reading import read_yaml_mapping
+from rlcore.params import UNSET_COLLECT_POLICY, collect_policy_default
 from rlcore.stages.stage_params import STAGE_PARAMS
 
 PARAMS = "params.yaml"
@@ -37,8 +39,9 @@ HEADER = """\
 """
 
 OFFLINE_HEADER = """\
-# The offline branch (offline.yaml): collect (a dataset from collect.policy, the selected model of params.yaml's
-# run) -> train_offline -> evaluate_offline -> select_offline -> export_offline.
+# The offline branch (offline.yaml): collect (a dataset from collect.policy; null: the selected model of the run
+# offline.yaml's base names, models/${name}/policy.pt for params.yaml's) -> train_offline -> evaluate_offline ->
+# select_offline -> export_offline.
 """
 
 
@@ -59,9 +62,7 @@ class Branch:
         base = base_path(root / params_file, tree)
         if base is None:
             return cls(params_file, tree, suffix)
-        inherited = read_params_tree(base)
-        inherited.pop(BASE_KEY, None)
-        return cls(params_file, tree, suffix, base.relative_to(root).as_posix(), inherited)
+        return cls(params_file, tree, suffix, base.relative_to(root).as_posix(), base_tree(root / params_file, tree))
 
     @property
     def merged(self) -> dict[str, Any]:
@@ -70,11 +71,31 @@ class Branch:
     @property
     def name(self) -> str:
         """The run's name as the paths show it: ``${name}`` for ``params.yaml`` (DVC fills it in), else the file's."""
-        return "${name}" if self.params_file == PARAMS else str(self.merged.get("name", "default"))
+        return _shown_name(self.params_file, self.merged)
 
     @property
     def command_option(self) -> str:
         return "" if self.params_file == PARAMS else f" --params {self.params_file}"
+
+    @property
+    def collect_policy(self) -> str | None:
+        """The model the collect stage rolls out, as dvc.yaml lists it (None: ``random``): ``collect.policy``, or when
+        null the selected model of the run it follows (``rlcore.params.collect_policy_default``), whose name is
+        ``${name}`` when that run is params.yaml's, so ``dvc exp run -S name=...`` moves the dependency with it."""
+        policy = (self.merged.get("collect") or {}).get("policy")
+        if policy is not None:
+            return None if policy == "random" else str(policy)
+        base = None
+        if self.base_file is not None and self.base_tree is not None:
+            base = {**self.base_tree, "name": _shown_name(self.base_file, self.base_tree)}
+        default = collect_policy_default({**self.merged, "name": self.name}, base)
+        if default is None:
+            raise ConfigError(f"{self.params_file}: {UNSET_COLLECT_POLICY}")
+        return default
+
+
+def _shown_name(params_file: str, tree: dict[str, Any]) -> str:
+    return "${name}" if params_file == PARAMS else str(tree.get("name", "default"))
 
 
 def pipeline_yaml(root: Path) -> str:
@@ -161,11 +182,9 @@ def _run_stages(branch: Branch, train_deps: list[str]) -> list[str]:
 
 
 def _collect_stage(branch: Branch) -> list[str]:
-    collect = branch.merged.get("collect", {})
-    policy = str(collect.get("policy", "models/ppo-cartpole/policy.pt"))
-    output = str(collect.get("output", "data/dataset.parquet"))
-    deps = [] if policy == "random" else [policy]
-    return _stage(branch, "collect", deps, [f"      - {output}"], name="collect")
+    output = str((branch.merged.get("collect") or {}).get("output", "data/dataset.parquet"))
+    policy = branch.collect_policy
+    return _stage(branch, "collect", [] if policy is None else [policy], [f"      - {output}"], name="collect")
 
 
 def _stage(branch: Branch, stage: str, deps: list[str], outs: list[str], name: str | None = None) -> list[str]:
