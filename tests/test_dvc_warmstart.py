@@ -40,7 +40,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
     edit_params(
         root,
         "offline.yaml",
-        collect={"steps": 1000, "num_envs": 4, "policy": "models/quick/policy.pt"},
+        collect={"steps": 1000, "num_envs": 4},  # rolls out params.yaml's run: models/quick/policy.pt
         train={"max_steps": 100, "eval_every": 100, "eval_episodes": 3},
         eval=QUICK_EVAL,
         export={"parity_observations": 200},
