@@ -63,9 +63,7 @@ def _pick(tree: dict[str, Any], dotted: str) -> Any:
 
 def _drop_not_read(key: str, value: Any, left_out: set[str] = NOT_READ) -> Any:
     if isinstance(value, dict):
-        return {
-            k: _drop_not_read(f"{key}.{k}", v, left_out) for k, v in value.items() if f"{key}.{k}" not in left_out
-        }
+        return {k: _drop_not_read(f"{key}.{k}", v, left_out) for k, v in value.items() if f"{key}.{k}" not in left_out}
     return value
 
 
