@@ -31,6 +31,10 @@ from rlcore.stages.baseline import baseline_inputs
 NOT_READ = {"train.progress_bar"}
 """Keys of those sections that change nothing a stage writes (as the run fingerprint leaves them out)."""
 
+WRITTEN = {"collect.output"}
+"""Keys naming a file the stage itself writes: part of its key as a path, never by content (the file before the stage
+ran is not an input of it)."""
+
 MAX_STALE_RECORDS = 1000
 """Stale records followed before giving up on the cache for a stage (each invalidation adds one)."""
 
@@ -57,9 +61,9 @@ def _pick(tree: dict[str, Any], dotted: str) -> Any:
     return node
 
 
-def _drop_not_read(key: str, value: Any) -> Any:
+def _drop_not_read(key: str, value: Any, left_out: set[str] = NOT_READ) -> Any:
     if isinstance(value, dict):
-        return {k: _drop_not_read(f"{key}.{k}", v) for k, v in value.items() if f"{key}.{k}" not in NOT_READ}
+        return {k: _drop_not_read(f"{key}.{k}", v, left_out) for k, v in value.items() if f"{key}.{k}" not in left_out}
     return value
 
 
@@ -114,7 +118,7 @@ class StageInputs(CachePolicy):
         tree = params.to_dict()
         read = {key: _drop_not_read(key, _pick(tree, key)) for key in STAGE_PARAMS[self.stage]}
         baseline = _pick(tree, "select.baseline_run") if self.stage == "select" else None
-        files = named_files(read, root)
+        files = named_files({key: _drop_not_read(key, value, WRITTEN) for key, value in read.items()}, root)
         if baseline:  # the report draws that run's learning curve and compares its seeds' test scores
             files.update(file_digests(baseline_inputs(root, baseline)))
         upstream = inputs.get("upstream") or {}

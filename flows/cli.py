@@ -99,7 +99,10 @@ def _sweep(args: argparse.Namespace) -> Any:
 
 
 def _add_flow_commands(commands: Any) -> None:
-    help_text = "run train -> evaluate -> select-best -> export as one Prefect flow run"
+    help_text = (
+        "run train -> evaluate -> select-best -> export as one Prefect flow run (an offline run collects its dataset "
+        "first when it is missing or stale)"
+    )
     pipeline = add_command(commands, "pipeline", help_text, "docs/running.md")
     add_params_arguments(pipeline)
     pipeline.set_defaults(run=_pipeline, own_logging=False)

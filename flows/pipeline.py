@@ -1,4 +1,6 @@
-"""The training pipeline as one Prefect flow: a task run per stage, passing paths and content hashes.
+"""The training pipeline as one Prefect flow: a task run per stage, passing paths and content hashes. An offline run
+whose dataset is what its ``collect`` writes (``dataset.path`` is ``collect.output``) collects it first, as
+``dvc repro`` runs the collect stage before ``train_offline``: again only when what collect reads changed.
 
 Tasks reload params from the file (plus overrides) themselves, so what crosses task boundaries is
 small, hashable and JSON-safe; models and tensors never do. Each task is cached on what its stage reads
@@ -19,10 +21,12 @@ from rlcore.common.checkpoints import list_checkpoints
 from rlcore.common.files import read_json, sha256_file
 from rlcore.common.numbers import interval_decimals, score
 from rlcore.common.project import use_project_folder
-from rlcore.common.stage_paths import Layout
+from rlcore.common.stage_paths import Layout, project_path
+from rlcore.config.sections import Params
 from rlcore.params import load_params
-from rlcore.stages import evaluate_stage, export_stage, select_stage, train_stage
+from rlcore.stages import collect_stage, evaluate_stage, export_stage, select_stage, train_stage
 from rlcore.stages.seeds import seed_layouts
+from rlcore.trainers import is_offline
 
 
 def _params(params_path: str, overrides: list[str]) -> Any:
@@ -36,6 +40,22 @@ CACHED: dict[str, Any] = {"persist_result": True, "result_serializer": "json"}
 def cache_options(root: str) -> dict[str, Any]:
     """Task options that keep the cached results with the project they describe."""
     return {"result_storage": Path(root) / ".prefect" / "storage"}
+
+
+@task(name="collect", cache_policy=StageInputs(stage="collect"), **CACHED)
+def collect_task(params_path: str, overrides: list[str], root: str) -> dict[str, Any]:
+    path = collect_stage(_params(params_path, overrides), Path(root))
+    return {"dataset": str(path), "sha256": sha256_file(path), "outputs": file_digests([path])}
+
+
+def collects_its_dataset(params: Params, root: Path) -> bool:
+    """Whether the run trains on the dataset its own ``collect`` writes, from a model it follows: an offline run
+    whose ``dataset.path`` is ``collect.output`` and whose ``collect.policy`` is set or follows a base run. A dataset
+    from elsewhere (``rlcore import-minari``, another path) is trained on as it is."""
+    if not is_offline(params) or params.collect.policy is None:
+        return False
+    dataset = project_path(root, params.dataset.path, "dataset.path")
+    return dataset.resolve() == project_path(root, params.collect.output, "collect.output").resolve()
 
 
 @task(name="train", cache_policy=StageInputs(stage="train"), **CACHED)
@@ -82,13 +102,17 @@ def export_task(params_path: str, overrides: list[str], root: str, upstream: dic
 
 @flow(name="training_pipeline", log_prints=True)
 def training_pipeline(
-    params_path: str = "params.yaml", overrides: list[str] | None = None, root: str = "."
+    params_path: str = "params.yaml", overrides: list[str] | None = None, root: str = ".", collect: bool = True
 ) -> dict[str, Any]:
-    """train -> evaluate -> select-best -> export, on the project in ``root``."""
+    """[collect ->] train -> evaluate -> select-best -> export, on the project in ``root``; collect when the run
+    trains on the dataset it collects (:func:`collects_its_dataset`) and ``collect`` (false: the caller just did)."""
     overrides = list(overrides or [])
     root = str(use_project_folder(root))  # the user's modules (an env of their own) import from it
     params = load_params(params_path, overrides)
     options = {**retry_options(params.deploy), **cache_options(root)}
+    stages: dict[str, Any] = {}
+    if collect and collects_its_dataset(params, Path(root)):
+        stages["collect"] = collect_task.with_options(**options)(params_path, overrides, root)
     trained = train_task.with_options(**options)(params_path, overrides, root)
     if params.deploy.task_runner == "dask":  # a task run per checkpoint, on Dask worker processes
         from flows.evaluate import evaluate_on_task_runner
@@ -102,7 +126,7 @@ def training_pipeline(
     exported = export_task.with_options(**options)(params_path, overrides, root, {"train": trained, "select": selected})
     publish_artifacts(Path(root), params.name)
     get_run_logger().info("exported model card: %s", exported["model_card"])
-    return {"train": trained, "evaluate": evaluated, "select": selected, "export": exported}
+    return {**stages, "train": trained, "evaluate": evaluated, "select": selected, "export": exported}
 
 
 def publish_artifacts(root: Path, name: str) -> None:

@@ -23,7 +23,7 @@ def retrain_offline(
     """collect (from ``collect.policy``) -> train -> evaluate -> select-best -> export, on ``params_path``."""
     overrides = list(overrides or [])
     collected = collect_flow(params_path=params_path, overrides=overrides, root=root)
-    trained = training_pipeline(params_path=params_path, overrides=overrides, root=root)
+    trained = training_pipeline(params_path=params_path, overrides=overrides, root=root, collect=False)
     dataset = read_json(Path(trained["export"]["model_card"]))["training"]["dataset"]
     get_run_logger().info("retrained on %s (md5 %s)", dataset["path"], dataset["md5"])
     return {"collect": collected, "pipeline": trained, "dataset_md5": dataset["md5"]}

@@ -199,6 +199,13 @@ def build_parser(extend: Callable[[Any], None] | None = None) -> CommandParser:
     help_text = "write dvc.yaml from the project's params files (after adding or removing params keys)"
     pipeline = add_command(commands, "dvc-yaml", help_text, "docs/getting-started.md")
     pipeline.add_argument("--check", action="store_true", help="write nothing; exit 2 when dvc.yaml differs")
+    pipeline.add_argument(
+        "--pipeline",
+        metavar="FOLDER",
+        default=None,
+        help="write FOLDER/dvc.yaml instead: the run of --params as a pipeline of its own (e.g. pipelines/warmstart)",
+    )
+    pipeline.add_argument("--params", metavar="FILE", default=None, help="with --pipeline: the run's params file")
     pipeline.set_defaults(run=_dvc_yaml)
     help_text = "draw DVC experiments' learning curves into one PNG (offline) and print a table of them"
     compare = add_command(commands, "compare", help_text, "docs/own-project.md")
@@ -243,13 +250,20 @@ def _init(args: argparse.Namespace) -> Any:
 
 def _dvc_yaml(args: argparse.Namespace) -> Any:
     from rlcore.common.files import write_text
-    from rlcore.project.pipeline_file import pipeline_yaml
+    from rlcore.project.pipeline_file import pipeline_yaml, sub_pipeline_yaml
 
-    text = pipeline_yaml(Path.cwd())
-    target = Path("dvc.yaml")
+    if (args.pipeline is None) != (args.params is None):
+        raise RLCoreError("--pipeline: give it with --params (the run of a pipeline in its own folder), or neither")
+    command = "rlcore dvc-yaml"
+    if args.pipeline is None:
+        text, target = pipeline_yaml(Path.cwd()), Path("dvc.yaml")
+    else:
+        folder = Path(args.pipeline).as_posix()
+        text, target = sub_pipeline_yaml(Path.cwd(), args.params, folder), Path(folder) / "dvc.yaml"
+        command += f" --params {args.params} --pipeline {folder}"
     if args.check:
         if not target.is_file() or target.read_text() != text:
-            raise RLCoreError("dvc.yaml: not what the params files give; run `rlcore dvc-yaml` to rewrite it")
+            raise RLCoreError(f"{target}: not what the params files give; run `{command}` to rewrite it")
         return text
     write_text(target, text)
     return text

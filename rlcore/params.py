@@ -15,10 +15,12 @@ from typing import Any, Union
 
 from pydantic import Field, ValidationError, create_model
 
+from rlcore.algos.base import OfflineAlgorithm
 from rlcore.common.errors import ConfigError, did_you_mean
 from rlcore.common.files import check_target, shown_path, write_text
+from rlcore.common.stage_paths import selected_model
 from rlcore.common.validation_errors import describe_validation_error, short_repr
-from rlcore.config.inheritance import BASE_KEY, read_params_tree
+from rlcore.config.inheritance import BASE_KEY, base_tree, read_params_tree
 from rlcore.config.reading import apply_overrides
 from rlcore.config.sections import SECTIONS, Params
 from rlcore.registry import algo_config_class, algorithm_class, registered_algorithms, trains_groups
@@ -44,12 +46,15 @@ def params_model(algo_name: str) -> type[Params]:
 def load_params(path: str | Path = "params.yaml", overrides: list[str] | None = None) -> Params:
     """Load, override and validate the params tree. Raises :class:`ConfigError` on any problem."""
     path = Path(path)
-    tree = apply_overrides(read_params_tree(path), overrides or [])
-    return validate_params(tree, source=str(path))
+    tree = read_params_tree(path)
+    base = base_tree(path, tree)
+    return validate_params(apply_overrides(tree, overrides or []), source=str(path), base=base)
 
 
-def validate_params(tree: dict[str, Any], source: str = "params") -> Params:
-    """Validate a params tree (not modified) against the model of the algorithm it names (:data:`REQUIRED`)."""
+def validate_params(tree: dict[str, Any], source: str = "params", base: dict[str, Any] | None = None) -> Params:
+    """Validate a params tree (not modified) against the model of the algorithm it names (:data:`REQUIRED`);
+    ``base``: the tree of the file it inherits from, whose run ``collect.policy`` follows
+    (:func:`collect_policy_default`)."""
     for section, (key, what) in REQUIRED.items():
         value = tree.get(section)
         if value is None:
@@ -66,13 +71,46 @@ def validate_params(tree: dict[str, Any], source: str = "params") -> Params:
         raise ConfigError(f"{source}: algo.name: unknown algorithm {short_repr(name)}{hint}; known: {', '.join(known)}")
     model = params_model(name)
     try:
-        params = model.model_validate(tree)
+        params = model.model_validate(with_collect_policy(tree, base))
     except ValidationError as exc:
         error = ConfigError(f"{source}: {other_algorithms_key(exc, name) or describe_validation_error(exc, model)}")
         error.details = validation_details(exc)  # the traceback of the user's code that raised, if it did
         raise error from None
     check_capabilities(params, source)
     return params
+
+
+def collect_policy_default(tree: dict[str, Any], base: dict[str, Any] | None) -> str | None:
+    """The model ``collect`` rolls out when ``collect.policy`` is null: the selected model of the run the params
+    follow, ``models/<name>/policy.pt``. With a base file (``base``: offline.yaml's params.yaml), the base's run, named
+    as the base file names it; without, the params' own run. None for an offline algorithm without a base: its own
+    model learns from the dataset it would collect, so the collect stage asks for ``collect.policy``. ``tree`` names a
+    registered algorithm."""
+    if base is not None:
+        followed = base
+    elif issubclass(algorithm_class(tree["algo"]["name"]), OfflineAlgorithm):
+        return None
+    else:
+        followed = tree
+    name = followed.get("name", Params.model_fields["name"].default)
+    return selected_model(name) if isinstance(name, str) else None  # a name that is no string is refused by name
+
+
+UNSET_COLLECT_POLICY = (
+    "collect.policy: not set, and the run learns offline from the dataset it would collect, with no base run to "
+    "follow: set collect.policy to the model to roll out (a run's selected model models/<name>/policy.pt, a .pt "
+    "checkpoint, or random), or give the params file `base: params.yaml` to roll out that run's model"
+)
+"""The refusal of a ``collect.policy`` left null with no run to follow (:func:`collect_policy_default`)."""
+
+
+def with_collect_policy(tree: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any]:
+    """``tree`` with ``collect.policy`` filled in when null or absent (:func:`collect_policy_default`); a new dict."""
+    collect = tree.get("collect", {})
+    if not isinstance(collect, dict) or collect.get("policy") is not None:
+        return tree  # a section that is not one is refused by validation
+    default = collect_policy_default(tree, base)
+    return tree if default is None else {**tree, "collect": {**collect, "policy": default}}
 
 
 def validation_details(exc: ValidationError) -> str:

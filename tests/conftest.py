@@ -76,14 +76,17 @@ def preset_text(preset: str) -> str:
     another (``base``: offline.yaml) the merged keys, whole (a copy alone in a folder has no base beside it)."""
     import yaml
 
-    from rlcore.config.inheritance import BASE_KEY, read_params_tree
+    from rlcore.config.inheritance import BASE_KEY, base_tree, read_params_tree
+    from rlcore.params import with_collect_policy
 
     text = (PROJECT / preset).read_text()
     if BASE_KEY not in (yaml.safe_load(text) or {}):
         return text
     tree = read_params_tree(PROJECT / preset)
+    base = base_tree(PROJECT / preset, tree)
     tree.pop(BASE_KEY)
-    return yaml.safe_dump(tree, sort_keys=False)
+    # collect.policy: null follows the base run, which a copy alone cannot: it names the model (models/<name>/policy.pt)
+    return yaml.safe_dump(with_collect_policy(tree, base), sort_keys=False)
 
 
 def outputs(root: Path, name: str | None = None) -> Any:

@@ -1,4 +1,4 @@
-"""The warm-start DAG (pipelines/warmstart/dvc.yaml) under real DVC, in a temporary git + DVC repository.
+"""The warm-start DAG (pipelines/warmstart/dvc.yaml, generated) under real DVC, in a temporary git + DVC repository.
 
 Tiny budgets (seed 0): PPO 2,048 env steps, 1,000 collected transitions, BC 100 gradient steps, the warm-started PPO
 1,024 env steps. The root dvc.yaml's stages (tested whole in test_dvc_pipeline.py) run in this process and are
@@ -18,7 +18,7 @@ from test_dvc_pipeline import dvc, edit_params, git, read_json
 
 from rlcore.common.files import sha256_file
 from rlcore.params import load_params
-from rlcore.project.pipeline_file import pipeline_yaml
+from rlcore.project.pipeline_file import pipeline_yaml, sub_pipeline_yaml
 from rlcore.stages import collect_stage, evaluate_stage, select_stage, train_stage
 
 PRESET = "configs/ppo-from-bc-cartpole.yaml"
@@ -40,7 +40,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
     edit_params(
         root,
         "offline.yaml",
-        collect={"steps": 1000, "num_envs": 4, "policy": "models/quick/policy.pt"},
+        collect={"steps": 1000, "num_envs": 4},  # rolls out params.yaml's run: models/quick/policy.pt
         train={"max_steps": 100, "eval_every": 100, "eval_episodes": 3},
         eval=QUICK_EVAL,
         export={"parity_observations": 200},
@@ -54,6 +54,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
         export={"parity_observations": 200},
     )
     (root / "dvc.yaml").write_text(pipeline_yaml(root))
+    warm = root / "pipelines" / "warmstart" / "dvc.yaml"  # its select depends on the baseline run, now quick
+    warm.write_text(sub_pipeline_yaml(root, PRESET, "pipelines/warmstart"))
     git("init", "-q", cwd=root)
     dvc("init", "-q", cwd=root)
     dvc("config", "core.analytics", "false", cwd=root)

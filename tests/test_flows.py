@@ -80,7 +80,7 @@ def test_retrain_offline_records_the_newest_dataset_version_in_each_model_card(p
     from rlcore.params import load_params
     from rlcore.stages import evaluate_stage, select_stage, train_stage
 
-    online = load_params(project / "params.yaml", [*QUICK, "train.progress_bar=off"])
+    online = load_params(project / "params.yaml", [*QUICK, "train.max_steps=1024", "train.progress_bar=off"])
     for stage in (train_stage, evaluate_stage, select_stage):
         stage(online, project)
     shutil.copy(Path(__file__).resolve().parents[1] / "offline.yaml", project / "offline.yaml")
@@ -92,6 +92,7 @@ def test_retrain_offline_records_the_newest_dataset_version_in_each_model_card(p
         "train.eval_episodes=2",
         "eval.episodes=2",
         "export.parity_observations=100",
+        "export.torch_export=false",  # the model card is what this test reads
     ]
     cards = []
     for seed in (1, 2):  # two collections: two dataset versions
@@ -179,3 +180,49 @@ def test_a_rerun_of_the_pipeline_runs_only_the_stages_whose_inputs_or_outputs_ch
     assert again == {"train": "Cached", "evaluate": "Cached", "select-best": "Cached", "export": "Completed"}, again
     assert (outputs(project).export / "policy.onnx").is_file()
     assert _mtimes(run) == trained
+
+
+def test_the_pipeline_of_an_offline_run_collects_its_dataset_when_missing_or_stale(project: Path, prefect_server):
+    """``rlcore pipeline --params offline.yaml``: collect runs before train when the dataset is missing, is cached on a
+    re-run, and runs again (and so does train) when what it reads changes, as ``dvc repro`` runs the collect stage.
+    It rolls out the base run's selected model: offline.yaml follows params.yaml's run, renamed quick here."""
+    import shutil
+
+    from rlcore.params import load_params
+    from rlcore.stages import evaluate_stage, select_stage, train_stage
+
+    params_text = (project / "params.yaml").read_text().replace("name: ppo-cartpole ", "name: quick        ", 1)
+    (project / "params.yaml").write_text(params_text)
+    online = load_params(project / "params.yaml", [*QUICK, "train.max_steps=1024", "train.progress_bar=off"])
+    for stage in (train_stage, evaluate_stage, select_stage):
+        stage(online, project)
+    shutil.copy(Path(__file__).resolve().parents[1] / "offline.yaml", project / "offline.yaml")
+    small = [
+        "collect.steps=500",
+        "train.max_steps=100",
+        "train.eval_every=100",
+        "train.eval_episodes=2",
+        "eval.episodes=2",
+        "eval.test_episodes=5",
+        "export.parity_observations=100",
+        "export.torch_export=false",  # the ONNX file is enough here
+    ]
+
+    def states(overrides: list[str]) -> dict[str, str]:
+        state = training_pipeline(
+            params_path=str(project / "offline.yaml"), overrides=overrides, root=str(project), return_state=True
+        )
+        assert state.is_completed(), state
+        _, task_runs, _ = asyncio.run(_task_runs_and_artifacts(state.state_details.flow_run_id))
+        return {run.name.rsplit("-", 1)[0]: run.state.name for run in task_runs}
+
+    stages = ("collect", "train", "evaluate", "select-best", "export")
+    assert states(small) == dict.fromkeys(stages, "Completed")
+    dataset = project / "data" / "dataset.parquet"
+    from rlcore.data.reader import read_metadata
+
+    assert read_metadata(dataset)["policy"]["path"] == "models/quick/policy.pt"
+    again = states(small)
+    assert set(again.values()) == {"Cached"}, again
+    stale = states([*small, "collect.seed=7"])
+    assert stale["collect"] == stale["train"] == "Completed", stale

@@ -210,10 +210,10 @@ def _pipeline(root: Path, overrides: list[str]) -> None:
             f"env.id={ENV}",
             "train.max_steps=2048",
             "env.num_envs=8",
-            "collect.policy=models/quick/policy.pt",
             *overrides,
         ],
     )
+    # collect rolls out the run's own selected model, models/quick/policy.pt (collect.policy: null)
     for stage in (train_stage, evaluate_stage, select_stage, export_stage, collect_stage):
         stage(params, root)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_support import assert_refused, run_in_process
 
 from rlcore.config.inheritance import has_key, read_params_tree
 from rlcore.config.sections import Params
@@ -81,6 +82,31 @@ def test_this_repository_s_dvc_yaml_is_the_generator_s_output() -> None:
     from rlcore.project.pipeline_file import pipeline_yaml
 
     assert (PROJECT / "dvc.yaml").read_text() == pipeline_yaml(PROJECT)
+
+
+def test_the_warm_start_pipeline_is_the_generator_s_output() -> None:
+    """pipelines/warmstart/dvc.yaml is the preset's run as a pipeline of its own, generated like dvc.yaml
+    (``rlcore dvc-yaml --params configs/ppo-from-bc-cartpole.yaml --pipeline pipelines/warmstart``): its train depends
+    on the offline branch's model (train.init_from) and dataset (the BC loss), its select on the baseline run."""
+    from rlcore.project.pipeline_file import sub_pipeline_yaml
+
+    text = sub_pipeline_yaml(PROJECT, "configs/ppo-from-bc-cartpole.yaml", "pipelines/warmstart")
+    assert (PROJECT / "pipelines" / "warmstart" / "dvc.yaml").read_text() == text
+    stages = yaml.safe_load(text)["stages"]
+    assert stages["train_warmstart"]["deps"] == ["models/bc-cartpole/policy.pt", "data/dataset.parquet"]
+    assert "runs/ppo-cartpole" in stages["select_warmstart"]["deps"]
+    assert {stage["wdir"] for stage in stages.values()} == {"../.."}
+
+
+def test_dvc_yaml_check_names_the_pipeline_that_differs(tmp_path: Path) -> None:
+    for name in ("params.yaml", "offline.yaml", "dvc.yaml", "configs/ppo-from-bc-cartpole.yaml"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text((PROJECT / name).read_text())
+    args = ["dvc-yaml", "--params", "configs/ppo-from-bc-cartpole.yaml", "--pipeline", "pipelines/warmstart"]
+    assert_refused(run_in_process([*args, "--check"], tmp_path), "pipelines/warmstart/dvc.yaml: not what", args[0])
+    assert run_in_process(args, tmp_path).returncode == 0
+    assert run_in_process([*args, "--check"], tmp_path).returncode == 0
+    assert_refused(run_in_process(args[:1] + args[3:], tmp_path), "--pipeline: give it with --params")
 
 
 def test_the_sweep_stage_lists_what_its_trials_read() -> None:

@@ -153,6 +153,12 @@ class Layout:
         return self.root / "export" / self.name
 
 
+def selected_model(name: str) -> str:
+    """Where run ``name``'s selected model is, relative to the project: ``models/<name>/policy.pt``, as params name it
+    (``collect.policy``, ``train.init_from``) and dvc.yaml lists it."""
+    return Layout(Path(), name).best_policy.as_posix()
+
+
 def export_files(folder: Path) -> tuple[Path, ...]:
     """The files an export writes in ``folder``, or removes when not exported: checked before it starts."""
     return tuple(folder / name for name in ("policy.onnx", "policy.pt2", "model_card.json"))

@@ -15,8 +15,12 @@ from rlcore.envs.config import MAX_NUM_ENVS
 class CollectConfig(StrictModel):
     """The ``collect`` stage: roll out a policy and write a dataset (see ``rlcore.data.schema`` for the schema)."""
 
-    policy: str = "models/ppo-cartpole/policy.pt"
-    """A checkpoint or selected model (``.pt``) to roll out, or ``random`` for uniformly random actions."""
+    policy: str | None = None
+    """A checkpoint or selected model (``.pt``) to roll out, or ``random`` for uniformly random actions. Null: the
+    selected model of the run the params file follows, ``models/<name>/policy.pt`` (``rlcore.params``): with
+    ``base``, the base file's run (offline.yaml rolls out params.yaml's model, whatever its ``name``); without, the
+    file's own run, except for an offline algorithm (it learns from the dataset it would collect), whose collect stage
+    then asks for ``collect.policy``."""
     steps: int | None = Field(20_000, ge=1)
     """Transitions to collect (episodes still running at the end are kept, marked truncated)."""
     episodes: int | None = Field(None, ge=1)

@@ -49,6 +49,17 @@ def read_params_tree(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]
     return merge(inherited, tree)
 
 
+def base_tree(path: Path, tree: dict[str, Any]) -> dict[str, Any] | None:
+    """The params tree of the file ``tree`` (read from ``path``) inherits from, with its own base's keys under it and
+    without its ``base`` key; None without a base."""
+    base = base_path(path, tree)
+    if base is None:
+        return None
+    inherited = read_params_tree(base)
+    inherited.pop(BASE_KEY, None)
+    return inherited
+
+
 def merge(base: dict[str, Any], own: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """``own``'s keys over ``base``'s (new dicts; neither argument is changed)."""
     merged = dict(base)

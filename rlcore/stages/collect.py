@@ -11,14 +11,15 @@ from typing import Any
 import torch
 
 from rlcore.common.checkpoints import load_checkpoint
-from rlcore.common.errors import ConfigError, RLCoreError
+from rlcore.common.errors import ConfigError, RLCoreError, file_problem
 from rlcore.common.files import EXPECTED_TARGET, refuse_same_file, sha256_file
 from rlcore.common.numbers import score
-from rlcore.common.stage_paths import project_path
+from rlcore.common.stage_paths import project_path, selected_model
 from rlcore.config.sections import Params
 from rlcore.data.collection import CollectionPlan, collect_dataset, env_record, group_members
 from rlcore.data.reader import read_metadata
 from rlcore.data.writer import check_dataset_target, merge_datasets
+from rlcore.params import UNSET_COLLECT_POLICY
 from rlcore.registry import policy_from_checkpoint
 from rlcore.stages.shared import check_trained_on, step_counts
 
@@ -43,10 +44,28 @@ def collect_output(params: Params, root: Path) -> Path:
     if not params.collect.output.strip():  # the project folder itself otherwise
         raise ConfigError(f"collect.output: an empty path; {EXPECTED_TARGET}")
     output = project_path(root, params.collect.output, "collect.output")
-    if params.collect.policy != "random":
-        policy = root / params.collect.policy
+    policy = policy_path(params, root)
+    if policy is not None:
         refuse_same_file(output, "collect.output", policy, "collect.policy, the model the collection rolls out")
     return check_dataset_target(output, "collect.output")
+
+
+def policy_path(params: Params, root: Path) -> Path | None:
+    """The model ``collect.policy`` names in the project (None: ``random``), once checked to be a file; a
+    ``collect.policy`` left null without a run to follow (``rlcore.params.collect_policy_default``) is refused."""
+    policy = params.collect.policy
+    if policy is None:
+        raise ConfigError(UNSET_COLLECT_POLICY)
+    if policy == "random":
+        return None
+    path = root / policy
+    problem = file_problem(path, "model")
+    if problem is not None:
+        hint = ""
+        if Path(policy) == Path(selected_model(path.parent.name)):
+            hint = f" (the selected model of run {path.parent.name}: run its train, evaluate and select stages first)"
+        raise ConfigError(f"collect.policy: {policy}: {problem}{hint}")
+    return path
 
 
 def shard_path(params: Params, root: Path, index: int) -> Path:
@@ -146,15 +165,14 @@ def _share(total: int, parts: int, index: int) -> int:
 
 def _collect_policy(params: Params, root: Path) -> tuple[Any, dict[str, Any]]:
     """The policy to roll out (None: uniformly random) and its provenance for the dataset's metadata."""
-    cfg = params.collect
-    if cfg.policy == "random":
+    source = policy_path(params, root)
+    if source is None:
         return None, {"kind": "random"}
-    source = root / cfg.policy
     checkpoint = load_checkpoint(source)
     check_trained_on(checkpoint, params.env.id)
     return policy_from_checkpoint(checkpoint), {
         "kind": "checkpoint",
-        "path": cfg.policy,
+        "path": params.collect.policy,
         "sha256": sha256_file(source),
         "algo": checkpoint.algo,
         **step_counts(checkpoint),
