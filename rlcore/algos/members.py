@@ -218,7 +218,7 @@ class OneMember(Members):
 
     def step(self, max_grad_norm: float | None, taking: Sequence[bool]) -> None:
         if not taking[0]:
-            self.algorithm._pending_skip = False  # a stopped member's step is not taken, nor counted
+            self.algorithm.abandon_step(self.optimizer)  # a stopped member's step is not taken, nor counted
             return
         self.algorithm.apply_gradients(self.optimizer, self.policy.parameters(), max_grad_norm)
         self.algorithm.gradient_steps += 1
