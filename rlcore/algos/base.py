@@ -20,8 +20,8 @@ counter are saved and restored by :meth:`Algorithm.state_dict` from its attribut
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import torch
 from gymnasium import spaces
@@ -37,9 +37,6 @@ from rlcore.nets.value_transforms import ValueHeadConfig
 from rlcore.objectives.bc_regularizer import BehavioralCloningConfig
 from rlcore.objectives.returns import gae
 from rlcore.reward_signals import RewardSignals, RewardSignalsConfig
-
-if TYPE_CHECKING:
-    from rlcore.algos.members import Members
 
 __all__ = [
     "AlgoConfig",
@@ -387,15 +384,6 @@ class OnPolicyAlgorithm(Algorithm[ConfigT, PolicyT]):
     @abstractmethod
     def update(self, rollout: RolloutBuffer, progress: float, generator: torch.Generator) -> dict[str, float]:
         """Improve the policy on one rollout (advantages filled in). ``progress`` in [0, 1] of the budget."""
-
-    @staticmethod
-    def update_members(
-        members: Members, progress: Sequence[float], generators: Sequence[torch.Generator]
-    ) -> list[dict[str, float]]:
-        """:meth:`update` of M members at once (``rlcore.algos.members``), each member's metrics: the one update an
-        algorithm writes over a leading member dimension, which its :meth:`update` calls with M = 1. An algorithm
-        without it trains ``train.seeds`` one seed after another."""
-        raise NotImplementedError
 
 
 class OffPolicyAlgorithm(Algorithm[ConfigT, PolicyT]):

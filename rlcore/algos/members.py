@@ -25,7 +25,7 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import torch
 
@@ -160,6 +160,16 @@ class Members(ABC):
         if self.count == 1:
             return values[0][batch.index[0]].unsqueeze(0)
         return values[torch.arange(self.count).unsqueeze(1), batch.index]
+
+
+class MemberUpdate(Protocol):
+    """An algorithm whose update is written over members (PPO, A2C): its ``update`` is ``update_members`` with M = 1,
+    and the batched seeds trainer calls ``update_members`` with M = N."""
+
+    @staticmethod
+    def update_members(
+        members: Members, progress: Sequence[float], generators: Sequence[torch.Generator]
+    ) -> list[dict[str, float]]: ...
 
 
 class OneMember(Members):

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from rlcore.algos.base import OnPolicyAlgorithm
-from rlcore.algos.members import MemberRollout, StackedMembers, stacked_optimizer
+from rlcore.algos.members import MemberRollout, MemberUpdate, StackedMembers, stacked_optimizer
 from rlcore.config.sections import Params
 from rlcore.data.rollouts import RolloutBuffer
 from rlcore.envs.actions import action_layout
@@ -182,7 +182,7 @@ class BatchedLoop:
             generators = [seed.session.generator for seed in self.seeds]
             algorithms = [seed.algorithm for seed in self.seeds]
             members = StackedMembers(algorithms, self.stacked, self.optimizer, rollout)
-            metrics = type(algorithms[0]).update_members(members, progress, generators)
+            metrics = cast(type[MemberUpdate], type(algorithms[0])).update_members(members, progress, generators)
             for k, seed in enumerate(self.seeds):
                 session = seed.session
                 self.stacked.copy_weights_to(k, seed.policy)
