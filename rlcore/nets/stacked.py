@@ -280,10 +280,12 @@ class StackedAdam(StackedOptimizer):
     gradient was not finite keeps its weights, moments and bias correction.
 
     The arithmetic is torch's fused Adam kernel (``torch.optim.Adam(fused=True)``'s): over the stacked tensors at
-    once while every seed steps with one count and one rate (the common case), else over each stepping seed's views
-    of them with its own count and rate (``docs/members-design.md``: ~12x faster than the elementwise ops written
-    out in Python). Adam is elementwise, so a seed's step is its unbatched optimizer's. :meth:`seed_state_dict`
-    writes one seed's state as ``torch.optim.Adam`` saves its own, so a per-seed checkpoint resumes unbatched too.
+    once while every seed steps with one count and one rate (the common case), else over the stepping seeds' views
+    of them, each with its own count (one call per distinct rate). Measured on PPO CartPole's 8 stacked actor-critics
+    (CPU time per step): 0.7 ms with every seed stepping and 2.4 ms with one sitting out, where the elementwise ops
+    written out in Python took 4.0 and 4.9 ms. Adam is elementwise, so a seed's step is its unbatched optimizer's.
+    :meth:`seed_state_dict` writes one seed's state as ``torch.optim.Adam`` saves its own, so a per-seed checkpoint
+    resumes unbatched too.
     """
 
     moments = ("exp_avg", "exp_avg_sq")
@@ -317,14 +319,26 @@ class StackedAdam(StackedOptimizer):
             together = len(stepping) == self.count and len(set(rates)) == 1 and bool((steps == steps[:, :1]).all())
             if together:  # one kernel call over the stacked tensors; its step counts are every seed's
                 counts = [state["step"][0].clone() for state in states]
-                self._fused(group, rates[0], params, [p.grad for p in params], states, counts, slice(None))
+                grads = [cast(torch.Tensor, param.grad) for param in params]
+                avgs, squares = [state["exp_avg"] for state in states], [state["exp_avg_sq"] for state in states]
+                self._fused(group, rates[0], params, grads, avgs, squares, counts)
                 for state, count in zip(states, counts, strict=True):
                     state["step"].fill_(float(count))
                 continue
-            for k in stepping:  # each stepping seed's views, with its own count and rate
-                grads = [cast(torch.Tensor, param.grad)[k] for param in params]
-                counts = [state["step"][k] for state in states]  # views: the kernel advances them in place
-                self._fused(group, rates[k], [param[k] for param in params], grads, states, counts, k)
+            by_rate: dict[float, list[int]] = {}
+            for k in stepping:
+                by_rate.setdefault(rates[k], []).append(k)
+            for rate, seeds in by_rate.items():  # one call per rate over its seeds' views, each with its own count
+                views = [(param, state, k) for k in seeds for param, state in zip(params, states, strict=True)]
+                self._fused(
+                    group,
+                    rate,
+                    [param[k] for param, _, k in views],
+                    [cast(torch.Tensor, param.grad)[k] for param, _, k in views],
+                    [state["exp_avg"][k] for _, state, k in views],
+                    [state["exp_avg_sq"][k] for _, state, k in views],
+                    [state["step"][k] for _, state, k in views],  # views: the kernel advances them in place
+                )
 
     @staticmethod
     def _fused(
@@ -332,16 +346,16 @@ class StackedAdam(StackedOptimizer):
         lr: float,
         params: list[torch.Tensor],
         grads: list[torch.Tensor],
-        states: list[dict[str, torch.Tensor]],
+        exp_avgs: list[torch.Tensor],
+        exp_avg_sqs: list[torch.Tensor],
         counts: list[torch.Tensor],
-        index: int | slice,
     ) -> None:
         beta1, beta2 = group["betas"]
         adam(
             params,
             grads,
-            [state["exp_avg"][index] for state in states],
-            [state["exp_avg_sq"][index] for state in states],
+            exp_avgs,
+            exp_avg_sqs,
             [],
             counts,
             fused=True,
