@@ -27,7 +27,7 @@ from pydantic import Field
 from torch import nn
 
 from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig
-from rlcore.algos.members import MemberBatch, Members, OneMember, padded_groups, standardized
+from rlcore.algos.members import MemberBatch, Members, OneMember, padded_groups
 from rlcore.algos.ppo import PPO
 from rlcore.config.sections import PolicyConfig
 from rlcore.data.rollouts import RolloutBuffer
@@ -122,7 +122,7 @@ class A2C(OnPolicyAlgorithm[A2CConfig, ActorCritic]):
         members.set_learning_rates(lrs)
 
         valid = members.valid_indices()
-        whole = MemberBatch.of(valid)
+        whole = MemberBatch(valid)
         stats = whole.standardizer(members.take("advantages", whole)) if cfg.normalize_advantage else None
         # algo.grad_accumulation: the batch in k parts (whole sequences for a recurrent policy), each loss weighted
         # by its share of the steps, summed into one step.
@@ -132,28 +132,30 @@ class A2C(OnPolicyAlgorithm[A2CConfig, ActorCritic]):
         else:
             sizes = [-(-int(steps.numel()) // k) for steps in valid]
             parts = list(padded_groups(members.orders(sizes, generators, [True] * count)))
-        totals = torch.zeros(count, 3, dtype=torch.float64)  # policy loss, value loss, entropy
+        records = []  # per part (M, 3): policy loss, value loss, entropy, each weighted by the part's share
         members.zero_grad()
         for batch in parts:
             with members.autocast():
                 log_probs, entropy, value_loss = members.losses(batch, None)
                 adv = members.take("advantages", batch)
                 if stats is not None:
-                    adv = standardized(adv, stats)
+                    adv = stats(adv)
                 policy_loss = -batch.mean(log_probs * adv)
                 entropy = batch.mean(entropy)
                 loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
                 extra = members.extra_losses(generators)
                 if extra is not None:
                     loss = loss + extra
-            share = batch.counts / whole.counts
-            members.backward(loss if len(parts) == 1 else loss * share, batch.present)
-            with torch.no_grad():
-                diagnostics = torch.stack([policy_loss, value_loss, entropy], dim=1).double()
-                if len(parts) > 1:
-                    diagnostics = diagnostics * share.double().unsqueeze(1)
-                totals += torch.where(batch.present.unsqueeze(1), diagnostics, 0.0)
+            diagnostics = torch.stack([policy_loss, value_loss, entropy], dim=1).detach().double()
+            if len(parts) > 1:
+                share = batch.counts / whole.counts
+                loss = loss * share
+                weights = (batch.counts.double() / whole.counts.double()).unsqueeze(1)  # as Python divides the counts
+                diagnostics = torch.where(batch.present.unsqueeze(1), diagnostics * weights, 0.0)
+            members.backward(loss, batch.present)
+            records.append(diagnostics)
         members.step(cfg.max_grad_norm, [True] * count)
+        totals = records[0] if len(records) == 1 else torch.stack(records).cumsum(0)[-1]  # in order, as Python sums
 
         values, returns, sums = members.field("values"), members.field("returns"), totals.tolist()
         metrics = []

@@ -25,6 +25,7 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol, cast
 
 import torch
@@ -38,38 +39,48 @@ from rlcore.nets.stacked_actor_critic import StackedActorCritic
 OnPolicy = OnPolicyAlgorithm[Any, ActorCritic]
 
 
-@dataclass
 class MemberBatch:
     """One step's samples of every member. ``parts[k]``: member k's flat rollout indices (None: it has none at this
     step); ``index`` (M, B) those indices padded to the longest by repeating the member's first (so a padded sample
     holds nothing its real ones do not: no NaN reaches a gradient through it); ``mask`` (M, B) bool of the real
-    ones, None when every member has B; ``counts`` (M,) float32 real
-    samples (1 for an absent member, 0 for a present one without samples: its mean is NaN, as the single update's
-    mean of nothing is); ``present`` (M,) bool."""
+    ones, None when every member has B; ``counts`` (M,) float32 real samples (1 for an absent member, 0 for a present
+    one without samples: its mean is NaN, as the single update's mean of nothing is); ``present`` (M,) bool."""
 
-    parts: list[torch.Tensor | None]
-    index: torch.Tensor
-    mask: torch.Tensor | None
-    counts: torch.Tensor
-    present: torch.Tensor
-
-    @classmethod
-    def of(cls, parts: Sequence[torch.Tensor | None]) -> MemberBatch:
-        sizes = [None if part is None else int(part.numel()) for part in parts]
-        present = torch.tensor([size is not None for size in sizes])
-        if all(size is not None and size == sizes[0] for size in sizes):
-            index = torch.stack(cast(list[torch.Tensor], list(parts)))
-            return cls(list(parts), index, None, torch.full((len(parts),), float(sizes[0] or 0)), present)
-        width = max((size for size in sizes if size is not None), default=0)
-        index = torch.zeros(len(parts), width, dtype=torch.int64)
-        mask = torch.zeros(len(parts), width, dtype=torch.bool)
+    def __init__(self, parts: Sequence[torch.Tensor | None]) -> None:
+        self.parts = list(parts)
+        self.sizes = [None if part is None else int(part.numel()) for part in parts]
+        self.mask: torch.Tensor | None = None
+        if all(size is not None and size == self.sizes[0] for size in self.sizes):
+            return
+        width = max((size for size in self.sizes if size is not None), default=0)
+        self.mask = torch.zeros(len(parts), width, dtype=torch.bool)
         for k, part in enumerate(parts):
+            if part is not None:
+                self.mask[k, : part.numel()] = True
+
+    @cached_property
+    def index(self) -> torch.Tensor:
+        if self.mask is None:
+            return torch.stack(cast(list[torch.Tensor], self.parts))
+        index = torch.zeros(self.mask.shape, dtype=torch.int64)
+        for k, part in enumerate(self.parts):
             if part is not None:
                 index[k, : part.numel()] = part
                 index[k, part.numel() :] = part[0] if part.numel() else 0
-                mask[k, : part.numel()] = True
-        counts = torch.tensor([1.0 if size is None else float(size) for size in sizes])
-        return cls(list(parts), index, mask, counts, present)
+        return index
+
+    @cached_property
+    def counts(self) -> torch.Tensor:
+        return torch.tensor([1.0 if size is None else float(size) for size in self.sizes])
+
+    @property
+    def taking(self) -> list[bool]:
+        """The members with samples at this step."""
+        return [size is not None for size in self.sizes]
+
+    @cached_property
+    def present(self) -> torch.Tensor:
+        return torch.tensor(self.taking)
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
         """Each member's mean of ``x`` (M, B) over its own samples: (M,)."""
@@ -77,24 +88,30 @@ class MemberBatch:
             return x.mean(-1)
         return torch.where(self.mask, x, 0.0).sum(-1) / self.counts
 
-    def standardizer(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Each member's (mean, std, usable) of ``x`` (M, B), each (M, 1): the sample std (n - 1), ``usable`` False
-        where a member has fewer than two samples (the std of one sample is NaN: its values are left as they are)."""
+    def standardizer(self, x: torch.Tensor) -> Standardizer:
+        """Each member's mean and sample std (n - 1) of ``x`` (M, B)."""
         if self.mask is None:
             mean, std = x.mean(-1, keepdim=True), x.std(-1, keepdim=True)
         else:
             mean = self.mean(x).unsqueeze(1)
             spread = torch.where(self.mask, (x - mean).square(), 0.0).sum(-1) / (self.counts - 1).clamp(min=1)
             std = spread.sqrt().unsqueeze(1)
-        return mean, std, (self.counts > 1).unsqueeze(1)
+        return Standardizer(mean, std, [size is not None and size > 1 for size in self.sizes])
 
 
-def standardized(x: torch.Tensor, stats: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """``x`` (M, B) standardized with a :meth:`MemberBatch.standardizer`'s statistics."""
-    mean, std, usable = stats
-    if x.shape[0] == 1 and bool(usable):  # one member: the single update's arithmetic, without the select
-        return (x - mean) / (std + 1e-8)
-    return torch.where(usable, (x - mean) / (std + 1e-8), x)
+@dataclass
+class Standardizer:
+    """Members' means and standard deviations (M, 1); ``usable[k]`` False where member k has fewer than two samples
+    (the std of one sample is NaN: its values are left as they are)."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+    usable: list[bool]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` (M, B) standardized."""
+        standard = (x - self.mean) / (self.std + 1e-8)
+        return standard if all(self.usable) else torch.where(torch.tensor(self.usable).unsqueeze(1), standard, x)
 
 
 class Members(ABC):
@@ -156,10 +173,7 @@ class Members(ABC):
 
     def take(self, name: str, batch: MemberBatch) -> torch.Tensor:
         """``field(name)`` at ``batch``'s samples: (M, B, ...)."""
-        values = self.field(name)
-        if self.count == 1:
-            return values[0][batch.index[0]].unsqueeze(0)
-        return values[torch.arange(self.count).unsqueeze(1), batch.index]
+        return self.field(name)[torch.arange(self.count).unsqueeze(1), batch.index]
 
 
 class MemberUpdate(Protocol):
@@ -179,12 +193,18 @@ class OneMember(Members):
         super().__init__([algorithm])
         self.algorithm, self.policy, self.rollout = algorithm, algorithm.policy, rollout
         self.optimizer: torch.optim.Optimizer = getattr(algorithm, "optimizer")  # noqa: B009 (PPO's, A2C's)
-        self._fields: dict[str, torch.Tensor] = {}
+        self._flat: dict[str, torch.Tensor] = {}
+
+    def _flat_field(self, name: str) -> torch.Tensor:
+        if name not in self._flat:
+            self._flat[name] = self.rollout.flat(name)
+        return self._flat[name]
 
     def field(self, name: str) -> torch.Tensor:
-        if name not in self._fields:
-            self._fields[name] = self.rollout.flat(name).unsqueeze(0)
-        return self._fields[name]
+        return self._flat_field(name).unsqueeze(0)
+
+    def take(self, name: str, batch: MemberBatch) -> torch.Tensor:
+        return self._flat_field(name)[batch.parts[0]].unsqueeze(0)
 
     def env_steps(self) -> int:
         return int(self.rollout.rewards.numel())
@@ -200,12 +220,12 @@ class OneMember(Members):
     def losses(
         self, batch: MemberBatch, clip_range_vf: float | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        idx = batch.index[0]
+        idx = cast(torch.Tensor, batch.parts[0])
         features = self.rollout.features(self.policy, idx)  # encoded once for both heads
         dist = self.policy.distribution_of(features, self.rollout.action_mask(self.policy, idx))
-        log_probs = dist.log_prob(self.field("actions")[0][idx])
+        log_probs = dist.log_prob(self._flat_field("actions")[idx])
         value_loss = self.policy.value_loss_of(
-            features, self.field("returns")[0][idx], self.field("values")[0][idx], clip_range_vf
+            features, self._flat_field("returns")[idx], self._flat_field("values")[idx], clip_range_vf
         )
         return log_probs.unsqueeze(0), dist.entropy().unsqueeze(0), value_loss.unsqueeze(0)
 
@@ -357,4 +377,4 @@ def padded_groups(groups: Sequence[Sequence[torch.Tensor]]) -> Iterator[MemberBa
     """The i-th minibatch of each member's group, for i up to the longest group (a member whose group is shorter is
     absent from the rest)."""
     for i in range(max((len(group) for group in groups), default=0)):
-        yield MemberBatch.of([group[i] if i < len(group) else None for group in groups])
+        yield MemberBatch([group[i] if i < len(group) else None for group in groups])

@@ -23,7 +23,7 @@ from gymnasium import spaces
 from pydantic import Field, model_validator
 
 from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig, accumulation_groups
-from rlcore.algos.members import MemberBatch, Members, OneMember, padded_groups, standardized
+from rlcore.algos.members import MemberBatch, Members, OneMember, padded_groups
 from rlcore.config.sections import PolicyConfig
 from rlcore.data.rollouts import RolloutBuffer
 from rlcore.nets.policies import ActorCritic
@@ -136,8 +136,8 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
         members.set_learning_rates(lrs)
         clip: float | torch.Tensor = clips[0] if len(set(clips)) == 1 else torch.tensor(clips).unsqueeze(1)
 
-        totals = torch.zeros(count, 4, dtype=torch.float64)  # policy loss, value loss, entropy, clip fraction
-        minibatches = torch.zeros(count, dtype=torch.float64)
+        records: list[torch.Tensor] = []  # per minibatch (M, 4): policy loss, value loss, entropy, clip fraction
+        took: list[list[bool]] = []  # per minibatch: the members that took it
         approx_kl = torch.zeros(count)
         running, epochs = [True] * count, [0] * count
         for _ in range(cfg.n_epochs):
@@ -151,31 +151,33 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
                     member[j] if j < len(member) and run else [] for member, run in zip(groups, running, strict=True)
                 ]
                 taking = [bool(parts) for parts in group]
-                pooled = MemberBatch.of([torch.cat(parts) if parts else None for parts in group])
+                pooled = MemberBatch([torch.cat(parts) if parts else None for parts in group])
                 stats = pooled.standardizer(members.take("advantages", pooled)) if cfg.normalize_advantage else None
                 single = all(len(parts) <= 1 for parts in group)
                 members.zero_grad()
                 for batch in padded_groups(group):
-                    present = batch.present & torch.tensor(running)
+                    now = [take and run for take, run in zip(batch.taking, running, strict=True)]
+                    present = batch.present if all(now) and count == 1 else torch.tensor(now)
                     with members.autocast():
                         log_probs, entropy, value_loss = members.losses(batch, cfg.clip_range_vf)
                         log_ratio = log_probs - members.take("log_probs", batch)
                         ratio = log_ratio.exp()
                         with torch.no_grad():
                             kl = batch.mean((ratio - 1) - log_ratio)  # Schulman's low-variance estimator
-                            approx_kl = torch.where(present, kl, approx_kl)
+                            approx_kl = kl if count == 1 else torch.where(present, kl, approx_kl)
                         if cfg.target_kl is not None:  # one host sync per minibatch, only with a target
                             over = (present & (kl > 1.5 * cfg.target_kl)).tolist()
                             if any(over):
                                 running = [run and not stop for run, stop in zip(running, over, strict=True)]
                                 taking = [take and not stop for take, stop in zip(taking, over, strict=True)]
-                                present = present & ~torch.tensor(over)
+                                now = [take and not stop for take, stop in zip(now, over, strict=True)]
+                                present = torch.tensor(now)
                                 if not any(running):
                                     break
 
                         adv = members.take("advantages", batch)
                         if stats is not None:
-                            adv = standardized(adv, stats)
+                            adv = stats(adv)
                         policy_loss = -batch.mean(clipped_surrogate(ratio, adv, clip, cfg.dual_clip))
                         entropy = batch.mean(entropy)
                         loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
@@ -186,9 +188,8 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
                     members.backward(shared, present)
                     with torch.no_grad():
                         clipped = batch.mean(((ratio - 1).abs() > clip).float())
-                        diagnostics = torch.stack([policy_loss, value_loss, entropy, clipped], dim=1).double()
-                        totals += torch.where(present.unsqueeze(1), diagnostics, 0.0)
-                        minibatches += present
+                        records.append(torch.stack([policy_loss, value_loss, entropy, clipped], dim=1))
+                        took.append(now)
                 if not any(running):
                     break
                 members.step(cfg.max_grad_norm, taking)
@@ -196,7 +197,13 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
                 break
             epochs = [done + run for done, run in zip(epochs, running, strict=True)]
 
-        means, kls = (totals / minibatches.clamp(min=1).unsqueeze(1)).tolist(), approx_kl.tolist()
+        if records:  # summed in order in float64, as Python sums the floats of the minibatches
+            stacked, taken = torch.stack(records).double(), torch.tensor(took)
+            totals = torch.where(taken.unsqueeze(2), stacked, 0.0).cumsum(0)[-1]
+            means = (totals / taken.sum(0).clamp(min=1).unsqueeze(1)).tolist()
+        else:
+            means = [[0.0] * 4 for _ in range(count)]
+        kls = approx_kl.tolist()
         values, returns = members.field("values"), members.field("returns")
         metrics = []
         for k, valid in enumerate(members.valid_indices()):
