@@ -27,7 +27,7 @@ from pydantic import Field
 from torch import nn
 
 from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig
-from rlcore.algos.members import MemberBatch, Members, OneMember, padded_groups
+from rlcore.algos.members import MemberBatch, Members, OneMember, padded_groups, shares
 from rlcore.algos.ppo import PPO
 from rlcore.config.sections import PolicyConfig
 from rlcore.data.rollouts import RolloutBuffer
@@ -146,10 +146,9 @@ class A2C(OnPolicyAlgorithm[A2CConfig, ActorCritic]):
                 extra = members.extra_losses(generators)
                 if extra is not None:
                     loss = loss + extra
-            diagnostics = torch.stack([policy_loss, value_loss, entropy], dim=1).detach().double()
+            diagnostics = torch.stack([policy_loss, value_loss, entropy], dim=-1).detach().double().reshape(count, 3)
             if len(parts) > 1:
-                share = batch.counts / whole.counts
-                loss = loss * share
+                loss = loss * shares(batch, whole)
                 weights = (batch.counts.double() / whole.counts.double()).unsqueeze(1)  # as Python divides the counts
                 diagnostics = torch.where(batch.present.unsqueeze(1), diagnostics * weights, 0.0)
             members.backward(loss, batch.present)

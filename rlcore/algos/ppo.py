@@ -23,7 +23,7 @@ from gymnasium import spaces
 from pydantic import Field, model_validator
 
 from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig, accumulation_groups
-from rlcore.algos.members import MemberBatch, Members, OneMember, padded_groups
+from rlcore.algos.members import MemberBatch, Members, OneMember, padded_groups, shares
 from rlcore.config.sections import PolicyConfig
 from rlcore.data.rollouts import RolloutBuffer
 from rlcore.nets.policies import ActorCritic
@@ -184,11 +184,11 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
                         extra = members.extra_losses(generators)
                         if extra is not None:
                             loss = loss + extra
-                    shared = loss if single else loss * (batch.counts / pooled.counts)  # each one's share of the group
+                    shared = loss if single else loss * shares(batch, pooled)  # each one's share of the group
                     members.backward(shared, present)
                     with torch.no_grad():
                         clipped = batch.mean(((ratio - 1).abs() > clip).float())
-                        records.append(torch.stack([policy_loss, value_loss, entropy, clipped], dim=1))
+                        records.append(torch.stack([policy_loss, value_loss, entropy, clipped], dim=-1))
                         took.append(now)
                 if not any(running):
                     break
@@ -198,12 +198,12 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
             epochs = [done + run for done, run in zip(epochs, running, strict=True)]
 
         if records:  # summed in order in float64, as Python sums the floats of the minibatches
-            stacked, taken = torch.stack(records).double(), torch.tensor(took)
+            stacked, taken = torch.stack(records).double().reshape(len(records), count, 4), torch.tensor(took)
             totals = torch.where(taken.unsqueeze(2), stacked, 0.0).cumsum(0)[-1]
             means = (totals / taken.sum(0).clamp(min=1).unsqueeze(1)).tolist()
         else:
             means = [[0.0] * 4 for _ in range(count)]
-        kls = approx_kl.tolist()
+        kls = approx_kl.reshape(count).tolist()
         values, returns = members.field("values"), members.field("returns")
         metrics = []
         for k, valid in enumerate(members.valid_indices()):
