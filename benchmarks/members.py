@@ -3,7 +3,7 @@
 One JSON line per (algorithm, form, M): seconds per gradient step (median of ``--repeats`` repeats of ``--steps``
 steps, one torch thread; wall and this process's CPU time), for M members in these forms:
 
-- ``today``: today's batched implementation (PPO ``rlcore.algos.ppo_seeds.update_seeds``, SAC
+- ``today``: today's batched implementation (PPO ``PPO.update_members`` over ``StackedMembers``, SAC
   ``rlcore.algos.sac_seeds.StackedSAC.update``; DQN's and BC's batched steps live inside their trainers, so their
   arithmetic is inlined here as ``off_policy_seeds._Phase._update`` and ``offline_seeds._Cohort.update`` write it);
 - ``loop``: the single-seed algorithm (``PPO.update``, ``DQN.update``, ``SAC.update``, ``BC.update``) run M times;
@@ -47,11 +47,10 @@ from seeds_batching import rollout  # noqa: E402
 
 from rlcore.algos.bc import BC, bc_loss, bc_optimizer  # noqa: E402
 from rlcore.algos.dqn import DQN, dqn_loss, dqn_optimizer  # noqa: E402
+from rlcore.algos.members import MemberRollout, StackedMembers, stacked_optimizer  # noqa: E402
 from rlcore.algos.ppo import PPO  # noqa: E402
-from rlcore.algos.ppo_seeds import stacked_optimizer, update_seeds  # noqa: E402
 from rlcore.algos.sac import SAC  # noqa: E402
 from rlcore.algos.sac_seeds import StackedSAC  # noqa: E402
-from rlcore.algos.seeds_batch import SeedsRollout  # noqa: E402
 from rlcore.nets.stacked import StackedPolicies  # noqa: E402
 from rlcore.nets.stacked_actor_critic import StackedActorCritic  # noqa: E402
 from rlcore.objectives.schedules import scheduled  # noqa: E402
@@ -232,10 +231,10 @@ class Batched(Learner):
 
     # today's batched steps
     def _today_ppo(self, _: Any) -> None:
-        seeds_rollout = SeedsRollout(**self.data, valid=self.valid)
-        update_seeds(
-            self.members, self.stacked_ac, self.optimizer, seeds_rollout, [PROGRESS] * self.count, self.generators
+        members = StackedMembers(
+            self.members, self.stacked_ac, self.optimizer, MemberRollout(**self.data, valid=self.valid)
         )
+        PPO.update_members(members, [PROGRESS] * self.count, self.generators)
 
     def _today_sac(self, batch: dict[str, torch.Tensor]) -> None:
         self.stacked_sac.update(self.pool_lists[self.t % POOL], batch["noise"])

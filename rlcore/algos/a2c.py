@@ -18,8 +18,8 @@ targets). rlcore's default is the family's gae_lambda (0.95).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Iterable, Sequence
+from typing import Literal, cast
 
 import torch
 from gymnasium import spaces
@@ -27,6 +27,7 @@ from pydantic import Field
 from torch import nn
 
 from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig
+from rlcore.algos.members import MemberBatch, Members, OneMember, padded_groups, shares
 from rlcore.algos.ppo import PPO
 from rlcore.config.sections import PolicyConfig
 from rlcore.data.rollouts import RolloutBuffer
@@ -107,43 +108,67 @@ class A2C(OnPolicyAlgorithm[A2CConfig, ActorCritic]):
 
     def update(self, rollout: RolloutBuffer, progress: float, generator: torch.Generator) -> dict[str, float]:
         """One gradient step on the rollout's valid steps. ``progress`` in [0, 1] drives the learning rate."""
-        cfg = self.config
-        lr = scheduled(cfg.lr, cfg.lr_schedule, progress)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        return self.update_members(OneMember(self, rollout), [progress], [generator])[0]
 
-        valid = rollout.flat_valid_indices()
-        actions, advantages, returns = rollout.flat("actions"), rollout.flat("advantages"), rollout.flat("returns")
-        if cfg.normalize_advantage and valid.numel() > 1:  # the std of one sample is NaN
-            advantages = (advantages - advantages[valid].mean()) / (advantages[valid].std() + 1e-8)
+    @staticmethod
+    def update_members(
+        members: Members, progress: Sequence[float], generators: Sequence[torch.Generator]
+    ) -> list[dict[str, float]]:
+        """One step of every member (``rlcore.algos.members``: one policy, or N seeds stacked) on its rollout's valid
+        steps; member k's learning rate follows ``progress[k]``. Returns each member's metrics."""
+        cfg = cast(A2CConfig, members.algorithms[0].config)
+        count = members.count
+        lrs = [scheduled(cfg.lr, cfg.lr_schedule, p) for p in progress]
+        members.set_learning_rates(lrs)
 
+        valid = members.valid_indices()
+        whole = MemberBatch(valid)
+        stats = whole.standardizer(members.take("advantages", whole)) if cfg.normalize_advantage else None
         # algo.grad_accumulation: the batch in k parts (whole sequences for a recurrent policy), each loss weighted
         # by its share of the steps, summed into one step.
         k = cfg.grad_accumulation
-        parts = [valid] if k == 1 else list(rollout.minibatches(-(-valid.numel() // k), generator))
-        totals = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0}
-        self.optimizer.zero_grad(set_to_none=True)
-        for idx in parts:
-            with self.precision.autocast():
-                features = rollout.features(self.policy, idx)  # encoded once for both heads
-                dist = self.policy.distribution_of(features, rollout.action_mask(self.policy, idx))
-                policy_loss = -(dist.log_prob(actions[idx]) * advantages[idx]).mean()
-                value_loss = self.policy.value_loss_of(features, returns[idx])
-                entropy = dist.entropy().mean()
+        if k == 1:
+            parts = [whole]
+        else:
+            sizes = [-(-int(steps.numel()) // k) for steps in valid]
+            parts = list(padded_groups(members.orders(sizes, generators, [True] * count)))
+        records = []  # per part (M, 3): policy loss, value loss, entropy, each weighted by the part's share
+        members.zero_grad()
+        for batch in parts:
+            with members.autocast():
+                log_probs, entropy, value_loss = members.losses(batch, None)
+                adv = members.take("advantages", batch)
+                if stats is not None:
+                    adv = stats(adv)
+                policy_loss = -batch.mean(log_probs * adv)
+                entropy = batch.mean(entropy)
                 loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-                if self.behavioral_cloning is not None:
-                    loss = loss + self.behavioral_cloning.loss(self.policy, generator)
-            share = idx.numel() / valid.numel()
-            self.accumulate(loss if len(parts) == 1 else loss * share)
-            for key, value in (("policy_loss", policy_loss), ("value_loss", value_loss), ("entropy", entropy)):
-                totals[key] += value.item() * (1.0 if len(parts) == 1 else share)
-        self.apply_gradients(self.optimizer, self.policy.parameters(), cfg.max_grad_norm)
-        self.gradient_steps += 1
+                extra = members.extra_losses(generators)
+                if extra is not None:
+                    loss = loss + extra
+            diagnostics = torch.stack([policy_loss, value_loss, entropy], dim=-1).detach().double().reshape(count, 3)
+            if len(parts) > 1:
+                loss = loss * shares(batch, whole)
+                weights = (batch.counts.double() / whole.counts.double()).unsqueeze(1)  # as Python divides the counts
+                diagnostics = torch.where(batch.present.unsqueeze(1), diagnostics * weights, 0.0)
+            members.backward(loss, batch.present)
+            records.append(diagnostics)
+        members.step(cfg.max_grad_norm, [True] * count)
+        totals = records[0] if len(records) == 1 else torch.stack(records).cumsum(0)[-1]  # in order, as Python sums
 
-        bc = self.behavioral_cloning.end_update(rollout.rewards.numel()) if self.behavioral_cloning is not None else {}
-        return {
-            **totals,
-            "explained_variance": explained_variance(rollout.flat("values")[valid], returns[valid]),
-            "learning_rate": lr,
-            **bc,
-        }
+        values, returns, sums = members.field("values"), members.field("returns"), totals.tolist()
+        metrics = []
+        for k, steps in enumerate(valid):
+            metrics.append(
+                {
+                    "policy_loss": sums[k][0],
+                    "value_loss": sums[k][1],
+                    "entropy": sums[k][2],
+                    "explained_variance": explained_variance(values[k][steps], returns[k][steps]),
+                    "learning_rate": lrs[k],
+                }
+            )
+            regularizer = getattr(members.algorithms[k], "behavioral_cloning", None)
+            if regularizer is not None:
+                metrics[k].update(regularizer.end_update(members.env_steps()))
+        return metrics

@@ -334,6 +334,12 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
         self.consecutive_skips = 0
         return True
 
+    def abandon_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Drop the accumulated gradients of a step that will not be taken (PPO's target-KL stop inside a group of
+        ``grad_accumulation`` minibatches), with a skip pending from a non-finite loss among them: neither counts."""
+        self._pending_skip = False
+        optimizer.zero_grad(set_to_none=True)
+
     def _skip(self) -> bool:
         self.skipped_steps += 1
         self.consecutive_skips += 1

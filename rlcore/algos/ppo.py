@@ -15,13 +15,15 @@ For each rollout (collected by the on-policy trainer, advantages from GAE, the f
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from typing import Literal, cast
 
 import torch
 from gymnasium import spaces
 from pydantic import Field, model_validator
 
 from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig, accumulation_groups
+from rlcore.algos.members import MemberBatch, Members, OneMember, padded_groups, shares
 from rlcore.config.sections import PolicyConfig
 from rlcore.data.rollouts import RolloutBuffer
 from rlcore.nets.policies import ActorCritic
@@ -118,92 +120,122 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
 
     def update(self, rollout: RolloutBuffer, progress: float, generator: torch.Generator) -> dict[str, float]:
         """K epochs of minibatch updates on one rollout. ``progress`` in [0, 1] drives the schedules."""
-        cfg = self.config
-        lr = scheduled(cfg.lr, cfg.lr_schedule, progress)
-        clip = scheduled(cfg.clip_range, cfg.clip_range_schedule, progress)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        return self.update_members(OneMember(self, rollout), [progress], [generator])[0]
 
-        actions = rollout.flat("actions")
-        old_log_probs, old_values = rollout.flat("log_probs"), rollout.flat("values")
-        advantages, returns = rollout.flat("advantages"), rollout.flat("returns")
+    @staticmethod
+    def update_members(
+        members: Members, progress: Sequence[float], generators: Sequence[torch.Generator]
+    ) -> list[dict[str, float]]:
+        """One update of every member (``rlcore.algos.members``: one policy, or N seeds stacked) on its rollout;
+        member k's schedules follow ``progress[k]``, its minibatches are drawn from ``generators[k]``, its counters
+        are its algorithm's. Returns each member's metrics."""
+        cfg = cast(PPOConfig, members.algorithms[0].config)
+        count = members.count
+        lrs = [scheduled(cfg.lr, cfg.lr_schedule, p) for p in progress]
+        clips = [scheduled(cfg.clip_range, cfg.clip_range_schedule, p) for p in progress]
+        members.set_learning_rates(lrs)
+        clip: float | torch.Tensor = clips[0] if len(set(clips)) == 1 else torch.tensor(clips).unsqueeze(1)
 
-        totals: dict[str, float] = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "clip_fraction": 0.0}
-        approx_kl, minibatches, epochs_done, stopped_early = 0.0, 0, 0, False
+        records: list[torch.Tensor] = []  # per minibatch (M, 4): policy loss, value loss, entropy, clip fraction
+        took: list[list[bool]] = []  # per minibatch: the members that took it
+        approx_kl = torch.zeros(count)
+        running, epochs = [True] * count, [0] * count
         for _ in range(cfg.n_epochs):
+            orders = members.orders([cfg.batch_size] * count, generators, running)
             # algo.grad_accumulation minibatches make one optimizer step: each loss weighted by its share of the
             # group's samples, advantages normalized over the group, so the step is the one of their union.
-            for batches in accumulation_groups(rollout.minibatches(cfg.batch_size, generator), cfg.grad_accumulation):
-                samples = sum(int(idx.numel()) for idx in batches)
-                pooled = advantages[torch.cat(batches)]
-                self.optimizer.zero_grad(set_to_none=True)
-                for idx in batches:
-                    with self.precision.autocast():
-                        features = rollout.features(self.policy, idx)  # encoded once for both heads
-                        dist = self.policy.distribution_of(features, rollout.action_mask(self.policy, idx))
-                        log_ratio = dist.log_prob(actions[idx]) - old_log_probs[idx]
+            groups = [list(accumulation_groups(order, cfg.grad_accumulation)) for order in orders]
+            for j in range(max(len(member) for member in groups)):
+                # A member stopped by its target KL this epoch draws no more minibatches, nor takes steps.
+                group = [
+                    member[j] if j < len(member) and run else [] for member, run in zip(groups, running, strict=True)
+                ]
+                taking = [bool(parts) for parts in group]
+                pooled = MemberBatch([torch.cat(parts) if parts else None for parts in group])
+                stats = pooled.standardizer(members.take("advantages", pooled)) if cfg.normalize_advantage else None
+                single = all(len(parts) <= 1 for parts in group)
+                members.zero_grad()
+                for batch in padded_groups(group):
+                    now = [take and run for take, run in zip(batch.taking, running, strict=True)]
+                    present = batch.present if all(now) and count == 1 else torch.tensor(now)
+                    with members.autocast():
+                        log_probs, entropy, value_loss = members.losses(batch, cfg.clip_range_vf)
+                        log_ratio = log_probs - members.take("log_probs", batch)
                         ratio = log_ratio.exp()
                         with torch.no_grad():
-                            approx_kl = ((ratio - 1) - log_ratio).mean().item()  # Schulman's low-variance estimator
-                        if cfg.target_kl is not None and approx_kl > 1.5 * cfg.target_kl:
-                            stopped_early = True
-                            break
+                            kl = batch.mean((ratio - 1) - log_ratio)  # Schulman's low-variance estimator
+                            approx_kl = kl if count == 1 else torch.where(present, kl, approx_kl)
+                        if cfg.target_kl is not None:  # one host sync per minibatch, only with a target
+                            over = (present & (kl > 1.5 * cfg.target_kl)).tolist()
+                            if any(over):
+                                running = [run and not stop for run, stop in zip(running, over, strict=True)]
+                                taking = [take and not stop for take, stop in zip(taking, over, strict=True)]
+                                now = [take and not stop for take, stop in zip(now, over, strict=True)]
+                                present = torch.tensor(now)
+                                if not any(running):
+                                    break
 
-                        adv = advantages[idx]
-                        if cfg.normalize_advantage and pooled.numel() > 1:  # the std of one sample is NaN
-                            adv = (adv - pooled.mean()) / (pooled.std() + 1e-8)
-                        policy_loss = -clipped_surrogate(ratio, adv, clip, cfg.dual_clip).mean()
-
-                        value_loss = self.policy.value_loss_of(
-                            features, returns[idx], old_values[idx], cfg.clip_range_vf
-                        )
-                        entropy = dist.entropy().mean()
-
+                        adv = members.take("advantages", batch)
+                        if stats is not None:
+                            adv = stats(adv)
+                        policy_loss = -batch.mean(clipped_surrogate(ratio, adv, clip, cfg.dual_clip))
+                        entropy = batch.mean(entropy)
                         loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
-                        if self.behavioral_cloning is not None:
-                            loss = loss + self.behavioral_cloning.loss(self.policy, generator)
-                    self.accumulate(loss if len(batches) == 1 else loss * (idx.numel() / samples))
-
-                    minibatches += 1
-                    totals["policy_loss"] += policy_loss.item()
-                    totals["value_loss"] += value_loss.item()
-                    totals["entropy"] += entropy.item()
-                    totals["clip_fraction"] += ((ratio - 1).abs() > clip).float().mean().item()
-                if stopped_early:
+                        extra = members.extra_losses(generators)
+                        if extra is not None:
+                            loss = loss + extra
+                    shared = loss if single else loss * shares(batch, pooled)  # each one's share of the group
+                    members.backward(shared, present)
+                    with torch.no_grad():
+                        clipped = batch.mean(((ratio - 1).abs() > clip).float())
+                        records.append(torch.stack([policy_loss, value_loss, entropy, clipped], dim=-1))
+                        took.append(now)
+                if not any(running):
                     break
-                self.apply_gradients(self.optimizer, self.policy.parameters(), cfg.max_grad_norm)
-                self.gradient_steps += 1
-            if stopped_early:
+                members.step(cfg.max_grad_norm, taking)
+            if not any(running):
                 break
-            epochs_done += 1
+            epochs = [done + run for done, run in zip(epochs, running, strict=True)]
 
-        metrics = {key: value / max(minibatches, 1) for key, value in totals.items()}
-        valid = rollout.flat_valid_indices()
-        metrics.update(
-            approx_kl=approx_kl,
-            explained_variance=explained_variance(old_values[valid], returns[valid]),
-            learning_rate=lr,
-            clip_range=clip,
-            epochs=float(epochs_done),
-        )
-        if self.behavioral_cloning is not None:
-            metrics.update(self.behavioral_cloning.end_update(rollout.rewards.numel()))
+        if records:  # summed in order in float64, as Python sums the floats of the minibatches
+            stacked, taken = torch.stack(records).double().reshape(len(records), count, 4), torch.tensor(took)
+            totals = torch.where(taken.unsqueeze(2), stacked, 0.0).cumsum(0)[-1]
+            means = (totals / taken.sum(0).clamp(min=1).unsqueeze(1)).tolist()
+        else:
+            means = [[0.0] * 4 for _ in range(count)]
+        kls = approx_kl.reshape(count).tolist()
+        values, returns = members.field("values"), members.field("returns")
+        metrics = []
+        for k, valid in enumerate(members.valid_indices()):
+            metrics.append(
+                {
+                    "policy_loss": means[k][0],
+                    "value_loss": means[k][1],
+                    "entropy": means[k][2],
+                    "clip_fraction": means[k][3],
+                    "approx_kl": kls[k],
+                    "explained_variance": explained_variance(values[k][valid], returns[k][valid]),
+                    "learning_rate": lrs[k],
+                    "clip_range": clips[k],
+                    "epochs": float(epochs[k]),
+                }
+            )
+            regularizer = getattr(members.algorithms[k], "behavioral_cloning", None)
+            if regularizer is not None:
+                metrics[k].update(regularizer.end_update(members.env_steps()))
         return metrics
 
 
 def clipped_surrogate(
     ratio: torch.Tensor, advantages: torch.Tensor, clip: float | torch.Tensor, dual_clip: float | None
 ) -> torch.Tensor:
-    """PPO's per-sample objective (to maximize), (B,) from ratios pi/pi_old and advantages, each (B,) (or (N, B) for
-    N seeds, with ``clip`` a float or each seed's, (N, 1)).
+    """PPO's per-sample objective (to maximize), (M, B) from ratios pi/pi_old and advantages, each (M, B) (any
+    shape), with ``clip`` a float or each member's, (M, 1).
 
     min(r * A, clip(r, 1 - clip, 1 + clip) * A); with ``dual_clip`` c > 1, where A < 0 it is bounded below by
     c * A: max(min(r * A, clip(r) * A), c * A) (Ye et al., 2020), e.g. r = 5, A = -1, c = 3 gives -3, not -5.
     """
-    if isinstance(clip, torch.Tensor):  # per seed: the bounds computed in float64 as Python computes the float's
-        clamped = ratio.clamp((1 - clip.double()).to(ratio.dtype), (1 + clip.double()).to(ratio.dtype))
-    else:
-        clamped = ratio.clamp(1 - clip, 1 + clip)
+    clamped = ratio.clamp(1 - clip, 1 + clip) if isinstance(clip, float) else torch.clamp(ratio, 1 - clip, 1 + clip)
     surrogate = torch.min(ratio * advantages, clamped * advantages)
     if dual_clip is None:
         return surrogate

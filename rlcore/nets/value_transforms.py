@@ -148,14 +148,25 @@ class ValueHead(nn.Module):
         Categorical: the cross-entropy -sum_k two_hot(h(target))_k log softmax(logits)_k; ``clip_range`` is ignored
         (each step's change of the predicted distribution is already bounded by the cross-entropy's gradient).
         """
-        out = self.net(features)
+        return self.losses_of(self.net(features), targets, old_values, clip_range).mean()
+
+    def losses_of(
+        self,
+        out: torch.Tensor,
+        targets: torch.Tensor,
+        old_values: torch.Tensor | None = None,
+        clip_range: float | None = None,
+    ) -> torch.Tensor:
+        """:meth:`loss` per sample, from the head network's outputs ``out`` (..., outputs) (``net(features)``, or
+        members' stacked outputs (M, B, outputs)) and ``targets`` (...): (...). The one arithmetic of the critic's
+        loss; a caller with padded samples (a batched update's members) takes its own masked mean."""
         if self.categorical:
             target_probs = scalar_to_two_hot(self._transform(targets.detach()), self.support)
-            return -(target_probs * torch.log_softmax(out, dim=-1)).sum(dim=-1).mean()
+            return -(target_probs * torch.log_softmax(out, dim=-1)).sum(dim=-1)
         values = out.squeeze(-1)
         if clip_range is not None:
             if old_values is None:
                 raise ValueError("old_values: required when clip_range is given (the values the rollout stored)")
             old = self._transform(old_values)
             values = old + (values - old).clamp(-clip_range, clip_range)
-        return (self._transform(targets) - values).square().mean()
+        return (self._transform(targets) - values).square()

@@ -3,13 +3,14 @@ keeps its own run, the networks of all are stacked and act and learn together.
 
 Per seed, as in its unbatched run (``rlcore.trainers.on_policy``): a :class:`TrainingSession` (its run directory
 ``runs/<name>/seed_<k>/``, envs, evaluator, checkpoints, metrics, stop conditions, minibatch generator), and its own
-stream of torch's global random numbers (a ``torch.Generator`` holding the state the unbatched run's global
-generator would have: its action samples are drawn from it, and it is what its checkpoints save). Together: one
-forward pass per vector step over (N, E, obs) with the stacked weights (``rlcore.nets.stacked_actor_critic``), one
-GAE over every seed's envs side by side, and one update (``rlcore.algos.ppo_seeds``). After each update each seed's
-weights are copied back into its session's policy, so checkpoints and export are the unbatched ones. The periodic
-(and final) evaluations of the seeds due at the same step run together (``rlcore.evaluation.batched``): one forward
-pass per step over every seed's evaluation episodes, each seed's episodes and result its own evaluator's.
+stream of torch's global random numbers (a ``torch.Generator`` holding the state the unbatched run's global generator
+would have: its action samples are drawn from it, and it is what its checkpoints save). Together: one forward pass per
+vector step over (N, E, obs) with the stacked weights (``rlcore.nets.stacked_actor_critic``), one GAE over every
+seed's envs side by side, and one update (the algorithm's ``update_members`` over
+``rlcore.algos.members.StackedMembers``). After each update each seed's weights are copied back into its session's
+policy, so checkpoints and export are the unbatched ones. The periodic (and final) evaluations of the seeds due at the
+same step run together (``rlcore.evaluation.batched``): one forward pass per step over every seed's evaluation
+episodes, each seed's episodes and result its own evaluator's.
 
 A seed that reaches its stop condition (budget, target return, wall-clock limit, the evaluation callback) finishes
 (final checkpoint, summary): its envs are closed and the others go on with one seed fewer stacked. A seed whose run
@@ -27,18 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any, cast
 
 import numpy as np
 import torch
 
-from rlcore.algos import a2c_seeds, ppo_seeds
-from rlcore.algos.a2c import A2C
 from rlcore.algos.base import OnPolicyAlgorithm
-from rlcore.algos.ppo import PPO
-from rlcore.algos.seeds_batch import SeedsRollout
+from rlcore.algos.members import MemberRollout, MemberUpdate, StackedMembers, stacked_optimizer
 from rlcore.config.sections import Params
 from rlcore.data.rollouts import RolloutBuffer
 from rlcore.envs.actions import action_layout
@@ -48,7 +45,6 @@ from rlcore.envs.vector import make_vector_env
 from rlcore.evaluation.batched import BatchedAct, evaluate_together
 from rlcore.evaluation.evaluator import EvalResult
 from rlcore.nets.policies import ActorCritic
-from rlcore.nets.stacked import StackedOptimizer
 from rlcore.nets.stacked_actor_critic import StackedActorCritic, batching_problem
 from rlcore.registry import algorithm_class
 from rlcore.trainers.finished_runs import RunFinishedError
@@ -59,23 +55,6 @@ from rlcore.trainers.sources import EnvSource
 from rlcore.trainers.stopping import EvaluationCallback
 
 log = logging.getLogger("rlcore")
-
-
-@dataclass(frozen=True)
-class SeedsUpdate:
-    """An on-policy algorithm's batched update of N seeds: ``optimizer(algorithms, stacked)`` builds the optimizer
-    over the stacked weights from each seed's own, ``update(algorithms, stacked, optimizer, rollout, progress,
-    generators)`` returns each seed's metrics (``rlcore.algos.ppo_seeds``, ``rlcore.algos.a2c_seeds``)."""
-
-    optimizer: Callable[[Any, StackedActorCritic], StackedOptimizer]
-    update: Callable[..., list[dict[str, float]]]
-
-
-SEEDS_UPDATES: dict[type[OnPolicyAlgorithm[Any, Any]], SeedsUpdate] = {
-    PPO: SeedsUpdate(ppo_seeds.stacked_optimizer, ppo_seeds.update_seeds),
-    A2C: SeedsUpdate(a2c_seeds.stacked_optimizer, a2c_seeds.update_seeds),
-}
-"""Algorithm class -> its batched update; the algorithms with ``batched_seeds`` in their capabilities."""
 
 
 def unbatched_reason(params: Params) -> str | None:
@@ -174,7 +153,6 @@ class BatchedLoop:
         self.cfg = params.algo
         self.n_steps, self.num_envs = self.cfg.n_steps, params.env.num_envs  # type: ignore[attr-defined]
         self.seeds = seeds
-        self.batched = SEEDS_UPDATES[type(seeds[0].algorithm)]
         for seed in seeds:
             obs = obs_tensor(seed.session.source.reset(seed.session.state.env_steps))
             seed.policy.obs_normalizer.update(obs)
@@ -184,7 +162,7 @@ class BatchedLoop:
         """Stack the training seeds' policies and optimizer states (at the start, and when a seed finishes)."""
         seeds = self.seeds
         self.stacked = StackedActorCritic([seed.policy for seed in seeds])
-        self.optimizer = self.batched.optimizer([seed.algorithm for seed in seeds], self.stacked)
+        self.optimizer = stacked_optimizer([seed.algorithm for seed in seeds], self.stacked)
         session = seeds[0].session
         action_shape, action_dtype = action_layout(session.action_space)
         obs_shape = tuple(session.observation_space.shape or ())
@@ -203,7 +181,8 @@ class BatchedLoop:
             progress = [seed.session.progress_fraction for seed in self.seeds]
             generators = [seed.session.generator for seed in self.seeds]
             algorithms = [seed.algorithm for seed in self.seeds]
-            metrics = self.batched.update(algorithms, self.stacked, self.optimizer, rollout, progress, generators)
+            members = StackedMembers(algorithms, self.stacked, self.optimizer, rollout)
+            metrics = cast(type[MemberUpdate], type(algorithms[0])).update_members(members, progress, generators)
             for k, seed in enumerate(self.seeds):
                 session = seed.session
                 self.stacked.copy_weights_to(k, seed.policy)
@@ -261,7 +240,7 @@ class BatchedLoop:
         rollout.next_values[-1] = stacked.values(stacked.features(last)).reshape(-1)
         rollout.advantages, rollout.returns = seeds[0].algorithm.advantages(rollout)  # GAE per column: per seed
 
-    def _seeds_rollout(self) -> SeedsRollout:
+    def _seeds_rollout(self) -> MemberRollout:
         """The rollout as (N, T * E, ...) per seed, each seed's flat order its unbatched rollout's."""
         rollout, count, steps, envs = self.rollout, len(self.seeds), self.n_steps, self.num_envs
 
@@ -269,7 +248,7 @@ class BatchedLoop:
             rest = tensor.shape[2:]
             return tensor.reshape(steps, count, envs, *rest).transpose(0, 1).reshape(count, steps * envs, *rest)
 
-        return SeedsRollout(
+        return MemberRollout(
             obs=per_seed(rollout.obs),
             actions=per_seed(rollout.actions),
             log_probs=per_seed(rollout.log_probs),

@@ -1,0 +1,391 @@
+"""The members an on-policy update trains, seen with a leading member dimension (issue 39,
+``docs/members-design.md``): one policy (M = 1, the single-seed run) or N seeds' stacked actor-critics (M = N,
+``train.seeds`` batched), each answering the update in (M, B, ...) tensors.
+
+``PPO.update_members`` and ``A2C.update_members`` are written once over this interface. What differs between one
+member and N lives here, and only here:
+
+- :class:`OneMember` is a shape adapter over the plain policy and its rollout: every policy the single path serves
+  (recurrent cores with their sequence minibatches, CNN and Dict encoders, action masks, categorical and transformed
+  value heads, the BC regularizer, precision autocast, fp16 loss scaling) is its own forward pass with a leading
+  dim of 1 added to the outputs; its optimizer step is :meth:`rlcore.algos.base.Algorithm.apply_gradients`.
+- :class:`StackedMembers` runs N seeds' MLP actor-critics stacked (``rlcore.nets.stacked_actor_critic``: one
+  ``baddbmm`` per layer), each member's samples padded to the longest with a mask, gradients clipped per member and
+  one optimizer step over the stacked weights for the members that take it (``rlcore.nets.stacked``).
+
+Data-dependent control flow is masks (:class:`MemberBatch` ``present``; a member with a non-finite loss or gradient
+norm skips its step and the skip is counted on its own algorithm), and reductions run over each member's own
+samples (:meth:`MemberBatch.mean`), so member k's arithmetic is the one-member update's with seed k up to float32
+summation order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Protocol, cast
+
+import torch
+
+from rlcore.algos.base import Algorithm, OnPolicyAlgorithm
+from rlcore.data.rollouts import RolloutBuffer, shuffled_minibatches
+from rlcore.nets.policies import ActorCritic
+from rlcore.nets.stacked import StackedAdam, StackedOptimizer, StackedRMSprop
+from rlcore.nets.stacked_actor_critic import StackedActorCritic
+
+OnPolicy = OnPolicyAlgorithm[Any, ActorCritic]
+
+
+class MemberBatch:
+    """One step's samples of every member. ``parts[k]``: member k's flat rollout indices (None: it has none at this
+    step); ``index`` (M, B) those indices padded to the longest by repeating the member's first (so a padded sample
+    holds nothing its real ones do not: no NaN reaches a gradient through it); ``mask`` (M, B) bool of the real
+    ones, None when every member has B; ``counts`` (M,) float32 real samples (1 for an absent member, 0 for a present
+    one without samples: its mean is NaN, as the single update's mean of nothing is); ``present`` (M,) bool."""
+
+    def __init__(self, parts: Sequence[torch.Tensor | None]) -> None:
+        self.parts = list(parts)
+        self.sizes = [None if part is None else int(part.numel()) for part in parts]
+        self.mask: torch.Tensor | None = None
+        if all(size is not None and size == self.sizes[0] for size in self.sizes):
+            return
+        width = max((size for size in self.sizes if size is not None), default=0)
+        self.mask = torch.zeros(len(parts), width, dtype=torch.bool)
+        for k, part in enumerate(parts):
+            if part is not None:
+                self.mask[k, : part.numel()] = True
+
+    @cached_property
+    def index(self) -> torch.Tensor:
+        if self.mask is None:
+            return torch.stack(cast(list[torch.Tensor], self.parts))
+        index = torch.zeros(self.mask.shape, dtype=torch.int64)
+        for k, part in enumerate(self.parts):
+            if part is not None:
+                index[k, : part.numel()] = part
+                index[k, part.numel() :] = part[0] if part.numel() else 0
+        return index
+
+    @cached_property
+    def counts(self) -> torch.Tensor:
+        return torch.tensor([1.0 if size is None else float(size) for size in self.sizes])
+
+    @property
+    def taking(self) -> list[bool]:
+        """The members with samples at this step."""
+        return [size is not None for size in self.sizes]
+
+    @cached_property
+    def present(self) -> torch.Tensor:
+        return torch.tensor(self.taking)
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        """Each member's mean of ``x`` (M, B) over its own samples: (M,)."""
+        if self.mask is None:
+            return x.mean(-1)
+        return torch.where(self.mask, x, 0.0).sum(-1) / self.counts
+
+    def standardizer(self, x: torch.Tensor) -> Standardizer:
+        """Each member's mean and sample std (n - 1) of ``x`` (M, B)."""
+        if self.mask is None:
+            mean, std = x.mean(-1, keepdim=True), x.std(-1, keepdim=True)
+        else:
+            mean = self.mean(x).unsqueeze(1)
+            spread = torch.where(self.mask, (x - mean).square(), 0.0).sum(-1) / (self.counts - 1).clamp(min=1)
+            std = spread.sqrt().unsqueeze(1)
+        return Standardizer(mean, std, [size is not None and size > 1 for size in self.sizes])
+
+
+@dataclass
+class Standardizer:
+    """Members' means and standard deviations (M, 1); ``usable[k]`` False where member k has fewer than two samples
+    (the std of one sample is NaN: its values are left as they are)."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+    usable: list[bool]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` (M, B) standardized."""
+        standard = (x - self.mean) / (self.std + 1e-8)
+        return standard if all(self.usable) else torch.where(torch.tensor(self.usable).unsqueeze(1), standard, x)
+
+
+class Members(ABC):
+    """M members' networks, rollouts, optimizers and counters, as an on-policy update reads them."""
+
+    def __init__(self, algorithms: Sequence[OnPolicy]) -> None:
+        self.algorithms = list(algorithms)
+        self.count = len(self.algorithms)
+        """M."""
+
+    @abstractmethod
+    def field(self, name: str) -> torch.Tensor:
+        """A stored rollout field, each member's flat steps: (M, T * E, ...)."""
+
+    @abstractmethod
+    def env_steps(self) -> int:
+        """Env steps in each member's rollout (autoreset steps included)."""
+
+    @abstractmethod
+    def valid_indices(self) -> list[torch.Tensor]:
+        """Each member's trained-on flat steps."""
+
+    @abstractmethod
+    def orders(
+        self, batch_sizes: Sequence[int], generators: Sequence[torch.Generator], running: Sequence[bool]
+    ) -> list[list[torch.Tensor]]:
+        """Each running member's shuffled minibatches of its valid steps, drawn from its own generator (a member not
+        running draws nothing: [])."""
+
+    @abstractmethod
+    def losses(
+        self, batch: MemberBatch, clip_range_vf: float | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log-probabilities of the stored actions (M, B), entropies (M, B), value loss (M,)) of ``batch``'s samples
+        under the current weights (the value loss is the critic's own: ``ValueHead.losses_of``). One member may
+        answer without the member dimension ((B,), ()): an update reduces over the last axis only and stacks on it."""
+
+    @abstractmethod
+    def extra_losses(self, generators: Sequence[torch.Generator]) -> torch.Tensor | None:
+        """(M,) auxiliary losses (``algo.behavioral_cloning``), or None."""
+
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
+        """The context the losses' forward passes run in (``train.precision``)."""
+        return contextlib.nullcontext()
+
+    @abstractmethod
+    def set_learning_rates(self, rates: Sequence[float]) -> None: ...
+
+    @abstractmethod
+    def zero_grad(self) -> None: ...
+
+    @abstractmethod
+    def backward(self, losses: torch.Tensor, present: torch.Tensor) -> None:
+        """Accumulate the gradients of ``losses`` (M,) of the members ``present`` (M,) bool."""
+
+    @abstractmethod
+    def step(self, max_grad_norm: float | None, taking: Sequence[bool]) -> None:
+        """One optimizer step on the accumulated gradients for the members ``taking`` it (each counts a gradient
+        step); a member whose loss or clipped gradient norm was not finite skips it (counted)."""
+
+    def take(self, name: str, batch: MemberBatch) -> torch.Tensor:
+        """``field(name)`` at ``batch``'s samples: (M, B, ...) ((B, ...) for one member, as :meth:`losses`)."""
+        return self.field(name)[torch.arange(self.count).unsqueeze(1), batch.index]
+
+
+class MemberUpdate(Protocol):
+    """An algorithm whose update is written over members (PPO, A2C): its ``update`` is ``update_members`` with M = 1,
+    and the batched seeds trainer calls ``update_members`` with M = N."""
+
+    @staticmethod
+    def update_members(
+        members: Members, progress: Sequence[float], generators: Sequence[torch.Generator]
+    ) -> list[dict[str, float]]: ...
+
+
+class OneMember(Members):
+    """One algorithm's policy and rollout, M = 1: the plain module and its own shapes, (B, ...) for (1, B, ...) and
+    scalars for (1,) (the member dimension of one broadcasts away, and no reshape enters the backward pass: measured
+    ~5% of a PPO CartPole update when it did). Only :meth:`field` gives the leading dim of 1."""
+
+    def __init__(self, algorithm: OnPolicy, rollout: RolloutBuffer) -> None:
+        super().__init__([algorithm])
+        self.algorithm, self.policy, self.rollout = algorithm, algorithm.policy, rollout
+        self.optimizer: torch.optim.Optimizer = getattr(algorithm, "optimizer")  # noqa: B009 (PPO's, A2C's)
+        self._flat: dict[str, torch.Tensor] = {}
+
+    def _flat_field(self, name: str) -> torch.Tensor:
+        if name not in self._flat:
+            self._flat[name] = self.rollout.flat(name)
+        return self._flat[name]
+
+    def field(self, name: str) -> torch.Tensor:
+        return self._flat_field(name).unsqueeze(0)
+
+    def take(self, name: str, batch: MemberBatch) -> torch.Tensor:
+        return self._flat_field(name)[batch.parts[0]]
+
+    def env_steps(self) -> int:
+        return int(self.rollout.rewards.numel())
+
+    def valid_indices(self) -> list[torch.Tensor]:
+        return [self.rollout.flat_valid_indices()]
+
+    def orders(
+        self, batch_sizes: Sequence[int], generators: Sequence[torch.Generator], running: Sequence[bool]
+    ) -> list[list[torch.Tensor]]:
+        return [list(self.rollout.minibatches(batch_sizes[0], generators[0])) if running[0] else []]
+
+    def losses(
+        self, batch: MemberBatch, clip_range_vf: float | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        idx = cast(torch.Tensor, batch.parts[0])
+        features = self.rollout.features(self.policy, idx)  # encoded once for both heads
+        dist = self.policy.distribution_of(features, self.rollout.action_mask(self.policy, idx))
+        log_probs = dist.log_prob(self._flat_field("actions")[idx])
+        value_loss = self.policy.value_loss_of(
+            features, self._flat_field("returns")[idx], self._flat_field("values")[idx], clip_range_vf
+        )
+        return log_probs, dist.entropy(), value_loss
+
+    def extra_losses(self, generators: Sequence[torch.Generator]) -> torch.Tensor | None:
+        regularizer = getattr(self.algorithm, "behavioral_cloning", None)
+        return None if regularizer is None else regularizer.loss(self.policy, generators[0])
+
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
+        return self.algorithm.precision.autocast()
+
+    def set_learning_rates(self, rates: Sequence[float]) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = rates[0]
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def backward(self, losses: torch.Tensor, present: torch.Tensor) -> None:
+        self.algorithm.accumulate(losses)  # a non-finite loss is not back-propagated: the step is skipped
+
+    def step(self, max_grad_norm: float | None, taking: Sequence[bool]) -> None:
+        if not taking[0]:
+            self.algorithm.abandon_step(self.optimizer)  # a stopped member's step is not taken, nor counted
+            return
+        self.algorithm.apply_gradients(self.optimizer, self.policy.parameters(), max_grad_norm)
+        self.algorithm.gradient_steps += 1
+
+
+@dataclass
+class MemberRollout:
+    """N members' rollouts of T steps over E envs each, flattened per member as ``RolloutBuffer.flat`` does (index
+    t * E + e). Fields (N, T * E, ...) but ``valid`` (N, T, E)."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    valid: torch.Tensor
+
+    def valid_indices(self, k: int) -> torch.Tensor:
+        """Member ``k``'s trained-on steps as flat indices, (V_k,)."""
+        return torch.nonzero(self.valid[k].reshape(-1), as_tuple=False).squeeze(-1)
+
+
+def stacked_optimizer(algorithms: Sequence[OnPolicy], stacked: StackedActorCritic) -> StackedOptimizer:
+    """The members' optimizer (Adam or RMSprop, as ``algorithms[0].optimizer`` is) over the stacked weights, with each
+    member's own state loaded from its algorithm's optimizer."""
+    optimizer: torch.optim.Optimizer = getattr(algorithms[0], "optimizer")  # noqa: B009 (PPO's, A2C's)
+    group = optimizer.param_groups[0]
+    stacked_one: StackedOptimizer
+    if isinstance(optimizer, torch.optim.RMSprop):
+        stacked_one = StackedRMSprop(stacked.parameters(), stacked.count, alpha=group["alpha"], eps=group["eps"])
+    else:
+        betas = (float(group["betas"][0]), float(group["betas"][1]))
+        stacked_one = StackedAdam(stacked.parameters(), stacked.count, betas=betas, eps=float(group["eps"]))
+    stacked_one.load_seed_state_dicts([getattr(a, "optimizer").state_dict() for a in algorithms])  # noqa: B009
+    return stacked_one
+
+
+class StackedMembers(Members):
+    """N seeds' actor-critics stacked (M = N): their rollouts side by side, one forward pass and one backward pass
+    for all, each member's gradient clipped to its own norm and its optimizer state its own."""
+
+    def __init__(
+        self,
+        algorithms: Sequence[OnPolicy],
+        stacked: StackedActorCritic,
+        optimizer: StackedOptimizer,
+        rollout: MemberRollout,
+    ) -> None:
+        super().__init__(algorithms)
+        if any(getattr(a, "behavioral_cloning", None) is not None for a in algorithms):
+            raise ValueError("algorithms: the BC regularizer runs one member at a time (OneMember)")
+        self.stacked, self.optimizer, self.rollout = stacked, optimizer, rollout
+        self.critic = self.algorithms[0].policy.critic  # the value head's arithmetic (its weights: the stacked ones)
+        self._finite = torch.ones(self.count, dtype=torch.bool)
+
+    def field(self, name: str) -> torch.Tensor:
+        tensor: torch.Tensor = getattr(self.rollout, name)
+        return tensor
+
+    def env_steps(self) -> int:
+        return int(self.rollout.valid[0].numel())
+
+    def valid_indices(self) -> list[torch.Tensor]:
+        return [self.rollout.valid_indices(k) for k in range(self.count)]
+
+    def orders(
+        self, batch_sizes: Sequence[int], generators: Sequence[torch.Generator], running: Sequence[bool]
+    ) -> list[list[torch.Tensor]]:
+        return [
+            list(shuffled_minibatches(self.rollout.valid[k], batch_sizes[k], generators[k])) if running[k] else []
+            for k in range(self.count)
+        ]
+
+    def losses(
+        self, batch: MemberBatch, clip_range_vf: float | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        stacked = self.stacked
+        features = stacked.features(self.take("obs", batch))
+        dist = stacked.distribution(stacked.scores(features))
+        log_probs = dist.log_prob(self.take("actions", batch))
+        out = stacked.stacked.mlp("critic.net", features)
+        per_sample = self.critic.losses_of(out, self.take("returns", batch), self.take("values", batch), clip_range_vf)
+        return log_probs, dist.entropy(), batch.mean(per_sample)
+
+    def extra_losses(self, generators: Sequence[torch.Generator]) -> torch.Tensor | None:
+        return None
+
+    def set_learning_rates(self, rates: Sequence[float]) -> None:
+        rate: float | torch.Tensor = rates[0] if len(set(rates)) == 1 else torch.tensor(rates, dtype=torch.float64)
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def backward(self, losses: torch.Tensor, present: torch.Tensor) -> None:
+        detached = losses.detach()
+        self._finite &= torch.isfinite(detached) | ~present
+        # A member's gradient is its own loss's: the stacked weights' slices do not mix.
+        torch.where(present & torch.isfinite(detached), losses, 0.0).sum().backward()
+
+    def step(self, max_grad_norm: float | None, taking: Sequence[bool]) -> None:
+        applied = torch.tensor(list(taking)) & self._finite
+        if max_grad_norm is not None:
+            applied &= torch.isfinite(self.stacked.stacked.clip_grad_norms_(max_grad_norm))
+        self.optimizer.step(active=applied)
+        for algorithm, took, stepped in zip(self.algorithms, taking, applied.tolist(), strict=True):
+            if took:
+                count_step(algorithm, stepped)
+        self._finite = torch.ones(self.count, dtype=torch.bool)
+
+
+def count_step(algorithm: Algorithm[Any, Any], applied: bool) -> None:
+    """What ``Algorithm.apply_gradients`` and an update count for one gradient step of a member (``applied``: taken,
+    else skipped for a non-finite loss or gradient)."""
+    algorithm.gradient_steps += 1
+    if applied:
+        algorithm.consecutive_skips = 0
+    else:
+        algorithm.skipped_steps += 1
+        algorithm.consecutive_skips += 1
+
+
+def padded_groups(groups: Sequence[Sequence[torch.Tensor]]) -> Iterator[MemberBatch]:
+    """The i-th minibatch of each member's group, for i up to the longest group (a member whose group is shorter is
+    absent from the rest)."""
+    for i in range(max((len(group) for group in groups), default=0)):
+        yield MemberBatch([group[i] if i < len(group) else None for group in groups])
+
+
+def shares(batch: MemberBatch, whole: MemberBatch) -> float | torch.Tensor:
+    """Each member's share of the samples of ``whole`` that ``batch`` holds (gradient accumulation's loss weights):
+    a float for one member (as Python divides the counts), else (M,)."""
+    if len(batch.sizes) == 1:
+        return (batch.sizes[0] or 0) / max(whole.sizes[0] or 0, 1)
+    return batch.counts / whole.counts

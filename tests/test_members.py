@@ -1,0 +1,169 @@
+"""The members contract (issue 39), one parametrized test per family as d3rlpy's shared algorithm test: member k of a
+batched update is the one-member update with seed k (weights after three updates within rtol 1e-4, atol 1e-6; the
+same gradient and skipped step counts), and a batched update is bitwise deterministic with itself.
+
+On-policy (PPO, A2C): ``update_members`` over ``StackedMembers`` against ``update`` (``OneMember``) per seed, on
+rollouts with CartPole's spaces whose valid steps differ per seed (ragged minibatches, padded), with a target KL
+that stops some members' updates while others go on, and a member whose rollout holds a NaN advantage (its steps
+skipped and counted, the others unharmed). DQN, SAC and BC join with their own :class:`Family` when their updates
+are written over members.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import pytest
+import torch
+
+from rlcore.algos.a2c import A2C, A2CConfig
+from rlcore.algos.base import OnPolicyAlgorithm
+from rlcore.algos.members import MemberRollout, StackedMembers, stacked_optimizer
+from rlcore.algos.ppo import PPO, PPOConfig
+from rlcore.config.sections import PolicyConfig
+from rlcore.data.rollouts import RolloutBuffer
+from rlcore.nets.stacked_actor_critic import StackedActorCritic
+
+SEEDS = [0, 1, 2]
+UPDATES = 3
+RTOL, ATOL = 1e-4, 1e-6
+POLICY = PolicyConfig(hidden_sizes=[64, 64], activation="tanh")
+
+
+def cartpole_spaces() -> tuple[gym.Space, gym.Space]:
+    env = gym.make("CartPole-v1")
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
+def rollout(seed: int, update: int, steps: int, envs: int, poisoned: bool) -> RolloutBuffer:
+    """A synthetic CartPole rollout of ``steps`` x ``envs``; a seed-dependent share of autoreset steps (not trained
+    on), so members' valid counts and minibatch counts differ; ``poisoned``: one NaN advantage."""
+    g = torch.Generator().manual_seed(1_000 * seed + update)
+    buffer = RolloutBuffer(steps, envs, (4,), (), torch.int64)
+    shape = (steps, envs)
+    buffer.obs = torch.randn(*shape, 4, generator=g) * torch.tensor([0.5, 0.5, 0.05, 0.5])
+    buffer.actions = torch.randint(2, shape, generator=g)
+    buffer.log_probs = torch.log(torch.rand(shape, generator=g) * 0.4 + 0.3)
+    buffer.values = torch.randn(shape, generator=g) * 5
+    buffer.advantages = torch.randn(shape, generator=g)
+    buffer.returns = buffer.values + buffer.advantages
+    buffer.valid = torch.rand(shape, generator=g) > 0.02 + 0.1 * seed
+    if poisoned:
+        buffer.advantages[0, 0] = float("nan")
+        buffer.valid[0, 0] = True
+    return buffer
+
+
+def stacked_rollout(rollouts: Sequence[RolloutBuffer]) -> MemberRollout:
+    """The members' rollouts side by side, each flattened as ``RolloutBuffer.flat`` does."""
+    fields = ("obs", "actions", "log_probs", "values", "advantages", "returns")
+    flat = {name: torch.stack([r.flat(name) for r in rollouts]) for name in fields}
+    return MemberRollout(**flat, valid=torch.stack([r.valid for r in rollouts]))
+
+
+@dataclass(frozen=True)
+class Family:
+    """What the contract needs of an algorithm: ``make(seed)`` (the one-seed run's algorithm: torch seeded, then the
+    policy built), ``data(seed, update)``, ``single(algorithm, data, generator)`` (one update of one member) and
+    ``batched(algorithms, data, generators)`` (one update of all; a callable keeping the stacked state between
+    updates), ``weights(algorithm)``."""
+
+    name: str
+    make: Callable[[int], Any]
+    data: Callable[[int, int], Any]
+    single: Callable[[Any, Any, torch.Generator], dict[str, float]]
+    batched: Callable[[list[Any]], Callable[[list[Any], list[torch.Generator]], list[dict[str, float]]]]
+
+
+def on_policy(kind: type[OnPolicyAlgorithm[Any, Any]], config: Any, steps: int, poisoned_seed: int | None) -> Family:
+    observation_space, action_space = cartpole_spaces()
+
+    def make(seed: int) -> Any:
+        torch.manual_seed(seed)
+        return kind(kind.make_policy(observation_space, action_space, POLICY, config), config)
+
+    def batched(algorithms: list[Any]) -> Callable[[list[Any], list[torch.Generator]], list[dict[str, float]]]:
+        stacked = StackedActorCritic([algorithm.policy for algorithm in algorithms])
+        optimizer = stacked_optimizer(algorithms, stacked)
+
+        def update(data: list[Any], generators: list[torch.Generator]) -> list[dict[str, float]]:
+            members = StackedMembers(algorithms, stacked, optimizer, stacked_rollout(data))
+            metrics = kind.update_members(members, [0.5] * len(algorithms), generators)
+            for k, algorithm in enumerate(algorithms):
+                stacked.copy_weights_to(k, algorithm.policy)
+            return metrics
+
+        return update
+
+    return Family(
+        name=kind.name,
+        make=make,
+        data=lambda seed, update: rollout(seed, update, steps, 16, seed == poisoned_seed and update == 1),
+        single=lambda algorithm, data, generator: algorithm.update(data, 0.5, generator),
+        batched=batched,
+    )
+
+
+FAMILIES = {
+    "ppo": lambda: on_policy(PPO, PPOConfig(lr=1e-3, n_steps=32, batch_size=128, n_epochs=4), 32, None),
+    # Seed 0 stops within its first update's epochs, seed 2 later; seed 1 never (its KL stays lower).
+    "ppo-target-kl": lambda: on_policy(
+        PPO, PPOConfig(lr=1e-3, n_steps=32, batch_size=128, n_epochs=4, target_kl=0.021), 32, None
+    ),
+    "ppo-nonfinite": lambda: on_policy(PPO, PPOConfig(lr=1e-3, n_steps=32, batch_size=128, n_epochs=2), 32, 1),
+    "a2c": lambda: on_policy(A2C, A2CConfig(n_steps=8), 8, None),
+    "a2c-adam-nonfinite": lambda: on_policy(
+        A2C, A2CConfig(n_steps=8, optimizer="adam", normalize_advantage=True), 8, 2
+    ),
+}
+
+
+def weights(algorithm: Any) -> list[torch.Tensor]:
+    return [param.detach().clone() for param in algorithm.policy.parameters()]
+
+
+def run_batched(family: Family) -> tuple[list[Any], list[list[dict[str, float]]]]:
+    algorithms = [family.make(seed) for seed in SEEDS]
+    generators = [torch.Generator().manual_seed(seed) for seed in SEEDS]
+    update = family.batched(algorithms)
+    metrics = [update([family.data(seed, i) for seed in SEEDS], generators) for i in range(UPDATES)]
+    return algorithms, metrics
+
+
+@pytest.mark.parametrize("case", list(FAMILIES))
+def test_member_k_of_a_batched_update_is_the_one_member_update_with_seed_k(case: str) -> None:
+    family = FAMILIES[case]()
+    batched, batched_metrics = run_batched(family)
+    for k, seed in enumerate(SEEDS):
+        alone = family.make(seed)
+        generator = torch.Generator().manual_seed(seed)
+        metrics = [family.single(alone, family.data(seed, i), generator) for i in range(UPDATES)]
+        assert (batched[k].gradient_steps, batched[k].skipped_steps) == (alone.gradient_steps, alone.skipped_steps)
+        for mine, theirs in zip(weights(batched[k]), weights(alone), strict=True):
+            torch.testing.assert_close(mine, theirs, rtol=RTOL, atol=ATOL)
+        for i in range(UPDATES):
+            assert batched_metrics[i][k].keys() == metrics[i].keys()
+            for key, value in metrics[i].items():
+                assert batched_metrics[i][k][key] == pytest.approx(value, rel=1e-4, abs=1e-5, nan_ok=True), key
+    assert len({algorithm.gradient_steps for algorithm in batched}) > 1 or "kl" not in case
+
+
+@pytest.mark.parametrize("case", ["ppo-target-kl", "a2c-adam-nonfinite"])
+def test_a_batched_update_is_bitwise_deterministic(case: str) -> None:
+    first, first_metrics = run_batched(FAMILIES[case]())
+    again, again_metrics = run_batched(FAMILIES[case]())
+    for mine, theirs in zip(first, again, strict=True):
+        assert all(torch.equal(a, b) for a, b in zip(weights(mine), weights(theirs), strict=True))
+    assert repr(first_metrics) == repr(again_metrics)
+
+
+def test_a_member_with_a_nan_advantage_skips_its_steps_and_the_others_step() -> None:
+    algorithms, _ = run_batched(FAMILIES["ppo-nonfinite"]())
+    assert [algorithm.skipped_steps > 0 for algorithm in algorithms] == [False, True, False]
+    assert all(torch.isfinite(param).all() for algorithm in algorithms for param in algorithm.policy.parameters())
