@@ -279,7 +279,8 @@ def test_training_in_a_fresh_git_repository_without_commits_logs_its_metrics(pro
     from conftest import QUICK, sets
 
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
-    result = run_in_process(["train", *sets([*QUICK, "train.max_steps=512", "train.eval_every=512"])], project, limit=300)
+    one_rollout = [*QUICK, "train.max_steps=512", "train.eval_every=512"]
+    result = run_in_process(["train", *sets(one_rollout)], project, limit=300)
     assert result.returncode == 0, result
     assert "no commit yet?" in result.stderr
     metrics = json.loads((project / "runs" / "quick" / "dvclive" / "metrics.json").read_text())
