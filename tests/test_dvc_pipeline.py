@@ -6,9 +6,8 @@ then the two experiments compared in ``dvc exp show`` (params, the selected mode
 validation score as numbers), their learning curves in ``dvc plots diff``, and one restored by ``dvc exp apply``.
 
 Each stage is a process start of a few seconds whatever its budget, so the module runs as few as its checks need:
-the project exports ONNX only (torch.export's ``policy.pt2`` is checked on the same pipelines by
-tests/test_presets_pipeline.py), and the env-key experiment runs the online branch alone (that the offline branch
-follows a new model is the algo-key experiment's check).
+the env-key experiment runs the online branch alone (that the offline branch follows a new model is the algo-key
+experiment's check).
 """
 
 from __future__ import annotations
@@ -74,9 +73,8 @@ TINY_EVAL = {"episodes": 2, "test_episodes": 5}
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """A git + DVC project with both branches on tiny budgets, exporting ONNX only (offline.yaml inherits
-    params.yaml's export keys; its dvc.yaml generated from its params files, as ``rlcore dvc-yaml`` writes it),
-    after one ``dvc repro``."""
+    """A git + DVC project with both branches on tiny budgets (its dvc.yaml generated from its params files, as
+    ``rlcore dvc-yaml`` writes it), after one ``dvc repro``."""
     root = tmp_path_factory.mktemp("dvc-project")
     for name in ("params.yaml", "offline.yaml", ".dvcignore", "prefect.toml"):
         shutil.copy(PROJECT / name, root / name)
@@ -86,7 +84,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> dict:
         name="quick",
         train={"max_steps": 2048, "eval_every": 1024, "eval_episodes": 2, "target_return": None},
         eval=TINY_EVAL,
-        export={"parity_observations": 50, "torch_export": False},
+        export={"parity_observations": 50},
     )
     edit_params(
         root,
@@ -145,7 +143,7 @@ def test_dvc_repro_runs_every_stage_and_writes_the_outputs(repo: dict) -> None:
     }
     assert quick.learning_curve_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert quick.best_policy.is_file() and quick.selection.is_file()
-    assert (quick.export / "policy.onnx").is_file()
+    assert (quick.export / "policy.onnx").is_file() and (quick.export / "policy.pt2").is_file()
     card = read_json(quick.export / "model_card.json")
     assert card["evaluation"]["mean_return"] == metrics["mean_return"]
     assert card["validation"]["value"] == validation["value"]
