@@ -4,6 +4,10 @@ One module-scoped project runs the first ``dvc repro``; the tests then run in fi
 re-run for each kind of change (nothing, an eval key, an algo key, an env key; the last two as ``dvc exp run -S``),
 then the two experiments compared in ``dvc exp show`` (params, the selected model's test score, IQM, interval and
 validation score as numbers), their learning curves in ``dvc plots diff``, and one restored by ``dvc exp apply``.
+
+Each stage is a process start of a few seconds whatever its budget, so the module runs as few as its checks need:
+the env-key experiment runs the online branch alone (that the offline branch follows a new model is the algo-key
+experiment's check).
 """
 
 from __future__ import annotations
@@ -198,9 +202,11 @@ def test_an_algo_key_reruns_train_and_everything_downstream_of_its_model(repo: d
 
 @pytest.mark.slow
 def test_an_env_key_reruns_train_and_everything_downstream_of_its_model(repo: dict) -> None:
+    """The online branch's stages only (``dvc exp run ... export``): the offline branch's re-run on a new model is the
+    algo-key experiment's check."""
     root: Path = repo["root"]
-    result = dvc("exp", "run", "-n", "few-envs", "-S", "algo.lr=0.001", "-S", "env.num_envs=8", cwd=root)
-    assert ran(result) == set(STAGES + OFFLINE_STAGES), result.stdout
+    result = dvc("exp", "run", "-n", "few-envs", "-S", "algo.lr=0.001", "-S", "env.num_envs=8", "export", cwd=root)
+    assert ran(result) == set(STAGES), result.stdout
     repo["experiments"]["few-envs"] = read_json(outputs(root, "quick").scores)
 
 
@@ -260,18 +266,20 @@ def test_dataset_round_trips_through_a_dvc_remote_byte_for_byte(repo: dict, tmp_
     # The pulled file is what training reads: the offline branch is up to date and the data loads.
     status = dvc("status", cwd=root)
     assert "changed" not in status.stdout, status.stdout
-    result = run(str(BIN / "rlcore"), "train", "--params", "offline.yaml", "--set", "name=pulled", cwd=root)
-    assert "training bc on" in result.stderr
+    result = run_in_process(["train", "--params", "offline.yaml", "--set", "name=pulled"], root, limit=300)
+    assert result.returncode == 0 and "training bc on" in result.stderr, result
 
 
 @pytest.mark.slow
 def test_training_in_a_fresh_git_repository_without_commits_logs_its_metrics(project: Path) -> None:
-    """dvclive 3.49 raises on `git init` without a commit; the run must not fail for that."""
+    """dvclive 3.49 raises on `git init` without a commit; the run must not fail for that. One PPO rollout (16 envs x
+    32 steps) and its evaluation: dvclive logs at both."""
     from conftest import QUICK, sets
 
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
-    result = run_in_process(["train", *sets(QUICK)], project, limit=300)
+    one_rollout = [*QUICK, "train.max_steps=512", "train.eval_every=512"]
+    result = run_in_process(["train", *sets(one_rollout)], project, limit=300)
     assert result.returncode == 0, result
     assert "no commit yet?" in result.stderr
     metrics = json.loads((project / "runs" / "quick" / "dvclive" / "metrics.json").read_text())
-    assert metrics["step"] == 4096
+    assert metrics["step"] == 512
