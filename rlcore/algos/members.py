@@ -110,6 +110,8 @@ class Standardizer:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` (M, B) standardized."""
+        if not any(self.usable):  # also one member in its policy's own shapes, (B,): no broadcast to (1, B)
+            return x
         standard = (x - self.mean) / (self.std + 1e-8)
         return standard if all(self.usable) else torch.where(torch.tensor(self.usable).unsqueeze(1), standard, x)
 
