@@ -45,27 +45,13 @@ class SACAlgorithm(Protocol):
     gradient_steps: int
     skipped_steps: int
     consecutive_skips: int
-
-    @property
-    def config(self) -> Any: ...  # SACConfig
-
-    @property
-    def policy(self) -> Policy: ...
-
-    @property
-    def critic(self) -> TwinQ: ...
-
-    @property
-    def critic_target(self) -> TwinQ: ...
-
-    @property
-    def log_alpha(self) -> torch.Tensor: ...
-
-    @property
-    def discrete(self) -> bool: ...
-
-    @property
-    def target_entropy(self) -> float: ...
+    config: Any  # SACConfig
+    policy: Policy
+    critic: TwinQ
+    critic_target: TwinQ
+    log_alpha: torch.Tensor
+    discrete: bool
+    target_entropy: float
 
     @property
     def actor_optimizer(self) -> torch.optim.Optimizer: ...
