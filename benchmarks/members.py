@@ -4,8 +4,9 @@ One JSON line per (algorithm, form, M): seconds per gradient step (median of ``-
 steps, one torch thread; wall and this process's CPU time), for M members in these forms:
 
 - ``today``: today's batched implementation (PPO ``PPO.update_members`` over ``StackedMembers``, SAC
-  ``rlcore.algos.sac_seeds.StackedSAC.update``; DQN's and BC's batched steps live inside their trainers, so their
-  arithmetic is inlined here as ``off_policy_seeds._Phase._update`` and ``offline_seeds._Cohort.update`` write it);
+  ``SAC.update_members`` over ``rlcore.algos.sac_members.StackedSAC``; DQN's and BC's batched steps live inside
+  their trainers, so their arithmetic is inlined here as ``off_policy_seeds._Phase._update`` and
+  ``offline_seeds._Cohort.update`` write it);
 - ``loop``: the single-seed algorithm (``PPO.update``, ``DQN.update``, ``SAC.update``, ``BC.update``) run M times;
   its M = 1 row is today's one-seed update, the baseline of the issue's "one seed not slower than 0.95x";
 - ``vmap``: ``torch.func``: stacked parameters, the per-member loss under ``vmap(grad(...))``, one fused Adam;
@@ -50,7 +51,7 @@ from rlcore.algos.dqn import DQN, dqn_loss, dqn_optimizer  # noqa: E402
 from rlcore.algos.members import MemberRollout, StackedMembers, stacked_optimizer  # noqa: E402
 from rlcore.algos.ppo import PPO  # noqa: E402
 from rlcore.algos.sac import SAC  # noqa: E402
-from rlcore.algos.sac_seeds import StackedSAC  # noqa: E402
+from rlcore.algos.sac_members import StackedSAC  # noqa: E402
 from rlcore.nets.stacked import StackedPolicies  # noqa: E402
 from rlcore.nets.stacked_actor_critic import StackedActorCritic  # noqa: E402
 from rlcore.objectives.schedules import scheduled  # noqa: E402
@@ -237,7 +238,8 @@ class Batched(Learner):
         PPO.update_members(members, [PROGRESS] * self.count, self.generators)
 
     def _today_sac(self, batch: dict[str, torch.Tensor]) -> None:
-        self.stacked_sac.update(self.pool_lists[self.t % POOL], batch["noise"])
+        self.stacked_sac.load(self.pool_lists[self.t % POOL], batch["noise"])
+        SAC.update_members(self.stacked_sac)
 
     def _today_dqn(self, batch: dict[str, torch.Tensor]) -> None:  # off_policy_seeds._Phase._update's arithmetic
         cfg = self.cfg

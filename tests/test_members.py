@@ -5,8 +5,10 @@ same gradient and skipped step counts), and a batched update is bitwise determin
 On-policy (PPO, A2C): ``update_members`` over ``StackedMembers`` against ``update`` (``OneMember``) per seed, on
 rollouts with CartPole's spaces whose valid steps differ per seed (ragged minibatches, padded), with a target KL
 that stops some members' updates while others go on, and a member whose rollout holds a NaN advantage (its steps
-skipped and counted, the others unharmed). DQN, SAC and BC join with their own :class:`Family` when their updates
-are written over members.
+skipped and counted, the others unharmed). SAC: ``update_members`` over ``StackedSAC`` against ``update``
+(``OneSAC``) per seed on synthetic replay batches with Pendulum's and CartPole's shapes, clipped, with a target
+interval, and a member whose batch holds a NaN (its critics' and actor's steps skipped and counted per member). DQN
+and BC join with their own :class:`Family` when their updates are written over members.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from rlcore.algos.a2c import A2C, A2CConfig
 from rlcore.algos.base import OnPolicyAlgorithm
 from rlcore.algos.members import MemberRollout, StackedMembers, stacked_optimizer
 from rlcore.algos.ppo import PPO, PPOConfig
+from rlcore.algos.sac import SAC, SACConfig
+from rlcore.algos.sac_members import StackedSAC
 from rlcore.config.sections import PolicyConfig
 from rlcore.data.rollouts import RolloutBuffer
 from rlcore.nets.stacked_actor_critic import StackedActorCritic
@@ -110,7 +114,79 @@ def on_policy(kind: type[OnPolicyAlgorithm[Any, Any]], config: Any, steps: int, 
     )
 
 
+def replay_batch(seed: int, update: int, discrete: bool, poisoned: bool) -> dict[str, torch.Tensor]:
+    """A synthetic replay batch of 64 transitions with Pendulum's shapes (Box actions in [-2, 2]) or CartPole's
+    (discrete); ``poisoned``: a NaN observation (Box: the critics' and the actor's losses not finite) or reward
+    (discrete: the critics' loss only)."""
+    g = torch.Generator().manual_seed(1_000 * seed + update)
+    size, width = 64, 4 if discrete else 3
+    obs = torch.randn(size, width, generator=g)
+    actions = torch.randint(2, (size,), generator=g) if discrete else torch.rand(size, 1, generator=g) * 4 - 2
+    batch = {
+        "obs": obs,
+        "next_obs": obs + 0.1 * torch.randn(size, width, generator=g),
+        "actions": actions,
+        "rewards": torch.randn(size, generator=g),
+        "discounts": torch.full((size,), 0.99),
+    }
+    if poisoned:
+        batch["rewards" if discrete else "obs"][0] = float("nan")
+    return batch
+
+
+def drawing(generator: torch.Generator, shape: tuple[int, ...] | None = None) -> Any:
+    """Run what follows on torch's global generator set to ``generator``'s state (as the trainer runs each seed's
+    update on its own generator state), advancing ``generator``; with ``shape``: SAC's two standard normal draws."""
+    with torch.random.fork_rng(devices=[]):
+        torch.set_rng_state(generator.get_state())
+        out = None if shape is None else torch.stack([torch.empty(shape).normal_() for _ in range(2)])
+        generator.set_state(torch.get_rng_state())
+    return out
+
+
+def sac(config: SACConfig, discrete: bool, poisoned_seed: int | None) -> Family:
+    """SAC: ``update_members`` over ``StackedSAC`` (each member's noise drawn from its generator) against ``update``
+    (``OneSAC``, drawing from the global generator set to that state)."""
+    observation_space = gym.spaces.Box(-5.0, 5.0, (4 if discrete else 3,))
+    action_space = gym.spaces.Discrete(2) if discrete else gym.spaces.Box(-2.0, 2.0, (1,))
+
+    def make(seed: int) -> Any:
+        torch.manual_seed(seed)
+        return SAC(SAC.make_policy(observation_space, action_space, POLICY, config), config)
+
+    def single(algorithm: SAC, data: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, float]:
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(generator.get_state())
+            metrics = algorithm.update(data, 0.5)
+            generator.set_state(torch.get_rng_state())
+        return metrics
+
+    def batched(algorithms: list[Any]) -> Callable[[list[Any], list[torch.Generator]], list[dict[str, float]]]:
+        members = StackedSAC(algorithms)
+
+        def update(data: list[Any], generators: list[torch.Generator]) -> list[dict[str, float]]:
+            shape = None if discrete else (len(data[0]["obs"]), 1)
+            noise = None if discrete else torch.stack([drawing(g, shape) for g in generators])
+            members.load(data, noise)
+            metrics = SAC.update_members(members)
+            members.write_back()
+            return metrics
+
+        return update
+
+    return Family(
+        name="sac",
+        make=make,
+        data=lambda seed, update: replay_batch(seed, update, discrete, seed == poisoned_seed and update == 1),
+        single=single,
+        batched=batched,
+    )
+
+
 FAMILIES = {
+    "sac-clipped": lambda: sac(SACConfig(name="sac", max_grad_norm=0.5), False, None),
+    "sac-nonfinite": lambda: sac(SACConfig(name="sac", target_update_interval=2), False, 1),
+    "sac-discrete-nonfinite": lambda: sac(SACConfig(name="sac", max_grad_norm=1.0), True, 2),
     "ppo": lambda: on_policy(PPO, PPOConfig(lr=1e-3, n_steps=32, batch_size=128, n_epochs=4), 32, None),
     # Seed 0 stops within its first update's epochs, seed 2 later; seed 1 never (its KL stays lower).
     "ppo-target-kl": lambda: on_policy(
@@ -125,7 +201,13 @@ FAMILIES = {
 
 
 def weights(algorithm: Any) -> list[torch.Tensor]:
-    return [param.detach().clone() for param in algorithm.policy.parameters()]
+    """The policy's weights, and SAC's critics, targets and log alpha."""
+    modules = [algorithm.policy] + [
+        getattr(algorithm, name) for name in ("critic", "critic_target") if hasattr(algorithm, name)
+    ]
+    tensors = [param for module in modules for param in module.parameters()]
+    tensors += [algorithm.log_alpha] if hasattr(algorithm, "log_alpha") else []
+    return [tensor.detach().clone() for tensor in tensors]
 
 
 def run_batched(family: Family) -> tuple[list[Any], list[list[dict[str, float]]]]:
@@ -154,7 +236,7 @@ def test_member_k_of_a_batched_update_is_the_one_member_update_with_seed_k(case:
     assert len({algorithm.gradient_steps for algorithm in batched}) > 1 or "kl" not in case
 
 
-@pytest.mark.parametrize("case", ["ppo-target-kl", "a2c-adam-nonfinite"])
+@pytest.mark.parametrize("case", ["sac-nonfinite", "ppo-target-kl", "a2c-adam-nonfinite"])
 def test_a_batched_update_is_bitwise_deterministic(case: str) -> None:
     first, first_metrics = run_batched(FAMILIES[case]())
     again, again_metrics = run_batched(FAMILIES[case]())

@@ -1,4 +1,4 @@
-"""SAC's ``train.seeds`` with batched gradient steps (``rlcore.trainers.off_policy_seeds``, ``rlcore.algos.sac_seeds``):
+"""SAC's ``train.seeds`` with batched gradient steps (``rlcore.trainers.off_policy_seeds``, ``SAC.update_members``):
 seed k of the batched run is the run with ``seed: k`` (replay buffer, evaluations, step counts and RNG states equal;
 actor, critics, targets, log alpha and Adam moments within rtol 1e-5 / atol 1e-6), the seeds differ, discrete SAC
 batches too, a step some seed cannot take is taken by that seed as its unbatched run takes it, and a killed batched
@@ -8,7 +8,7 @@ the one-after-another fallback (which would pass the equivalence trivially).
 Measured (Pendulum, 600 env steps, 400 gradient steps per seed, gradients clipped; CartPole discrete, 300 steps):
 the largest difference of any weight or moment from the unbatched run's is 0 (bitwise: each seed's matrix products
 are the same ``baddbmm`` slices, Adam elementwise, the clipping norms torch's own per seed
-(``rlcore.algos.sac_seeds.clip_each_seed``), each seed's reparameterization noise its own generator's draw); the
+(``rlcore.algos.sac_members.clip_each_member``), each seed's reparameterization noise its own generator's draw); the
 tolerance is kept for BLAS builds that block the stacked products differently. With ``StackedPolicies``' stacked
 norm instead, the clipped runs differ by 1e-7 after 100 steps and by 1e-2 after 400."""
 
@@ -28,7 +28,7 @@ from conftest import preset_text
 from test_seeds_batched_off_policy import replay_arrays
 from test_seeds_batched_offline import checkpoints, differences
 
-from rlcore.algos import sac, sac_seeds
+from rlcore.algos import sac
 from rlcore.common.checkpoints import list_checkpoints
 from rlcore.common.files import read_json
 from rlcore.config.sections import PolicyConfig
@@ -185,9 +185,9 @@ def test_a_step_some_seed_cannot_take_is_skipped_by_that_seed_only(
     part: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Seed 1's step 10 not finite: in its critics' loss (a NaN in its replay batch: that seed skips the critics' and
-    actor's steps, and the whole step runs seed by seed), or in its actor's loss only (the critics stepped batched, the
-    actor's and alpha's parts seed by seed, from the seed's generator state between its two draws). Either way each
-    seed is its unbatched run, and later phases batch again once the seeds' Adam counts agree (they never do here)."""
+    actor's steps), or in its actor's loss only (it skips the actor's step). Either way each seed is its unbatched run,
+    and the seeds stay batched: the skip is a mask on that seed's part of the step (a step count per seed), so every
+    gradient step of the batched run is one ``update_members`` over both seeds."""
     root = new_project(tmp_path)
     seeds: dict[int, int] = {}  # id(algorithm) -> its seed
     sample = Collector.sample
@@ -210,20 +210,22 @@ def test_a_step_some_seed_cannot_take_is_skipped_by_that_seed_only(
 
         return wrapped
 
-    current: list[Any] = []
-    actor_step, update = sac.SAC.actor_step, sac_seeds.StackedSAC.update
-    monkeypatch.setattr(sac.SAC, "actor_step", lambda self, *args: current.append(self) or actor_step(self, *args))
+    current: list[Any] = []  # each update_members call's algorithms
+    update_members = sac.SAC.update_members
     monkeypatch.setattr(
-        sac_seeds.StackedSAC, "update", lambda self, *args: current.append(self.algorithms) or update(self, *args)
+        sac.SAC,
+        "update_members",
+        staticmethod(lambda members: current.append(members.algorithms) or update_members(members)),
     )
     if part == "actor":
-        monkeypatch.setattr(sac, "box_actor_loss", poisoned(sac.box_actor_loss, lambda: [current[-1]]))
-        monkeypatch.setattr(sac_seeds, "box_actor_loss", poisoned(sac_seeds.box_actor_loss, lambda: current[-1]))
+        monkeypatch.setattr(sac, "box_actor_loss", poisoned(sac.box_actor_loss, lambda: current[-1]))
     monkeypatch.setattr(Collector, "sample", poisoned_sample)
     short = ["train.max_steps=300", "train.eval_every=300", "train.seeds=[0, 1]"]
     if part == "critic":
         short.append("algo.ent_coef=0.2")  # a fixed alpha: no alpha optimizer
     train(root, *short)
+    assert len(current) == 100 and all(len(algorithms) == 2 for algorithms in current), "a step ran seed by seed"
+    assert [algorithm.skipped_steps for algorithm in current[-1]] == [0, 2 if part == "critic" else 1]
     train(root, *short, "name=single", "train.batch_seeds=false")
     assert_equivalent(root, (0, 1), [300])
     (seed_1,) = checkpoints(root / "runs" / "batched" / "seed_1")

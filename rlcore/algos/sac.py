@@ -24,8 +24,9 @@ from gymnasium import spaces
 from pydantic import Field
 
 from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
+from rlcore.algos.sac_members import OneSAC, SACMembers
 from rlcore.config.sections import PolicyConfig
-from rlcore.nets.blocks import TwinQ, polyak_update
+from rlcore.nets.blocks import TwinQ
 from rlcore.nets.policies import CategoricalActor, SquashedGaussianActor, require_bounded
 from rlcore.nets.policy import Policy
 
@@ -96,94 +97,56 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
         require_bounded(action_space, SAC.name)
         return SquashedGaussianActor(observation_space, action_space, config)
 
-    def _q(self, critic: TwinQ, features: torch.Tensor, unit_actions: torch.Tensor | None) -> torch.Tensor:
-        """Twin Q-values: (2, B, n_actions) for discrete actions, (2, B) for Box actions given in the squashed
-        [-1, 1] space (``SquashedGaussianActor.to_unit`` of env units)."""
-        if self.discrete:
-            return critic(features)
-        assert unit_actions is not None
-        return critic(features, unit_actions)
-
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
-        alpha = self.log_alpha.exp().detach()
-        q, features, critic_loss = self.critic_step(batch, alpha)
-        return self.actor_step(batch["obs"], features, alpha, critic_loss, q)
+        return self.update_members(OneSAC(self, batch))[0]
 
-    def critic_step(
-        self, batch: dict[str, torch.Tensor], alpha: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The critics' gradient step (the first of :meth:`update`; Box actions draw one reparameterized sample of
-        (B, action_dim) from torch's global generator): (Q(s, a) (2, B), the critics' features of ``batch["obs"]``
-        (B, obs_features), the critics' loss ())."""
-        cfg = self.config
-        obs, next_obs = batch["obs"], batch["next_obs"]
-        normalize = self.policy.obs_normalizer
+    @staticmethod
+    def update_members(members: SACMembers) -> list[dict[str, float]]:
+        """One gradient step of every member (``rlcore.algos.sac_members``: one SAC, or N seeds stacked) on its
+        replay batch: the critics' step, the actor's (the critics frozen), alpha's (with ``ent_coef: auto``), the
+        targets' update when due. Each loss is (M,) over the member's own samples; a member whose loss or gradient
+        norm is not finite skips that optimizer's step (counted on its algorithm). Box actions draw two
+        reparameterized samples, (M, B, action_dim) each: at s', then at s. Returns each member's metrics."""
+        cfg = members.config
+        alpha = members.log_alpha.exp().detach()
         with torch.no_grad():
-            next_features = self.critic_target.encode(normalize(next_obs))
-            if self.discrete:
-                next_q = self._q(self.critic_target, next_features, None)
-                next_value = discrete_soft_value(next_q, self.policy.act_scores(next_obs), alpha)
+            next_features = members.features("next_obs", target=True)
+            if members.discrete:
+                next_q = members.q(next_features, None, target=True)
+                next_value = discrete_soft_value(next_q, members.logits("next_obs"), alpha)
             else:
-                assert isinstance(self.policy, SquashedGaussianActor)
-                next_dist = self.policy.squashed_distribution(next_obs)
-                next_actions = next_dist.rsample()
-                next_q = self._q(self.critic_target, next_features, next_actions)
-                next_value = box_soft_value(next_q, next_dist.log_prob(next_actions), alpha)
-            target = cfg.reward_scale * batch["rewards"] + batch["discounts"] * next_value
+                next_actions, next_log_prob = members.sample("next_obs", 0)
+                next_q = members.q(next_features, next_actions, target=True)
+                next_value = box_soft_value(next_q, next_log_prob, alpha)
+            target = cfg.reward_scale * members.field("rewards") + members.field("discounts") * next_value
 
-        features = self.critic.encode(normalize(obs))
-        if self.discrete:
-            q = self.critic.taken(features, batch["actions"])
-        else:
-            assert isinstance(self.policy, SquashedGaussianActor)
-            q = self._q(self.critic, features, self.policy.to_unit(batch["actions"]))
+        features = members.features("obs")
+        q = members.taken(features)
         critic_loss = critic_td_loss(q, target)
-        self.optimizer_step(self.critic_optimizer, critic_loss, self.critic.parameters(), cfg.max_grad_norm)
-        return q, features, critic_loss
+        members.step("critic", critic_loss)
 
-    def actor_step(
-        self,
-        obs: torch.Tensor,
-        features: torch.Tensor,
-        alpha: torch.Tensor,
-        critic_loss: torch.Tensor,
-        q: torch.Tensor,
-    ) -> dict[str, float]:
-        """The rest of :meth:`update` after :meth:`critic_step` (whose outputs it takes): the actor's step (Box
-        actions draw one reparameterized sample of (B, action_dim) from torch's global generator), alpha's, the
-        targets' update when due; the step's metrics."""
-        cfg = self.config
-        self.critic.requires_grad_(False)  # the actor's loss needs dQ/da, not gradients of the critics' weights
-        features = features.detach()
-        if self.discrete:
-            q_pi = self._q(self.critic, features, None).detach()
-            actor_loss, entropy = discrete_actor_loss(q_pi, self.policy.act_scores(obs), alpha)
-        else:
-            assert isinstance(self.policy, SquashedGaussianActor)
-            dist = self.policy.squashed_distribution(obs)
-            actions = dist.rsample()  # in [-1, 1]: log_prob and the entropy are measured there
-            q_pi = self._q(self.critic, features, actions)
-            actor_loss, entropy = box_actor_loss(q_pi, dist.log_prob(actions), alpha)
-        self.optimizer_step(self.actor_optimizer, actor_loss, self.policy.parameters(), cfg.max_grad_norm)
-        self.critic.requires_grad_(True)
+        with members.critics_frozen():  # the actor's loss needs dQ/da, not gradients of the critics' weights
+            features = features.detach()
+            if members.discrete:
+                q_pi = members.q(features, None).detach()
+                actor_loss, entropy = discrete_actor_loss(q_pi, members.logits("obs"), alpha)
+            else:
+                actions, log_prob = members.sample("obs", 1)  # in [-1, 1]: log_prob and the entropy are measured there
+                actor_loss, entropy = box_actor_loss(members.q(features, actions), log_prob, alpha)
+            members.step("actor", actor_loss)
+        if cfg.auto_alpha:
+            members.step("alpha", alpha_loss(members.log_alpha, members.target_entropy, entropy))
+        members.end_step()
 
-        if self.alpha_optimizer is not None:
-            self.optimizer_step(self.alpha_optimizer, alpha_loss(self.log_alpha, self.target_entropy, entropy))
-
-        self.gradient_steps += 1
-        if self.gradient_steps % cfg.target_update_interval == 0:
-            polyak_update(self.critic_target, self.critic, cfg.tau)
-        return {
-            "critic_loss": critic_loss.item(),
-            "actor_loss": actor_loss.item(),
-            "alpha": alpha.item(),
-            "entropy": entropy.item(),
-            "q_mean": q.mean().item(),
-        }
+        with torch.no_grad():  # one read of every member's metrics
+            q_mean = q.flatten(-2).mean(-1)
+            table = torch.stack([critic_loss, actor_loss, alpha, entropy, q_mean], dim=-1).reshape(members.count, 5)
+        names = ("critic_loss", "actor_loss", "alpha", "entropy", "q_mean")
+        return [dict(zip(names, row, strict=True)) for row in table.tolist()]
 
 
 # SAC's losses for one seed's batch or N seeds' at once: every tensor has a leading ``*S`` = () or (N,), ``alpha`` is
-# (*S,) (the batched update of several seeds, ``rlcore.algos.sac_seeds``, passes stacked tensors).
+# (*S,) (``SAC.update_members`` passes one member's unstacked tensors, or N members' stacked).
 
 
 def box_soft_value(next_q: torch.Tensor, next_log_prob: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:

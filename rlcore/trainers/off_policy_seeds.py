@@ -5,24 +5,25 @@ Seed k is the run with ``seed: k`` in everything but the arithmetic of its gradi
 :class:`TrainingSession` is built as that run's is, and its envs, exploration draws (its torch generator), random
 warm-up actions and replay batches (its NumPy generator), evaluations, checkpoints and stop conditions are its own.
 Per vector step, every seed steps its envs and stores the transitions (``rlcore.trainers.off_policy.Collector``, the
-unbatched loop's own code); when an update phase is due, the seeds due for equally many gradient steps, whose
-optimizers have taken equally many steps, take them together:
+unbatched loop's own code); when an update phase is due, the seeds due for equally many gradient steps, that have
+taken equally many (DQN: and whose optimizers have), take them together:
 
     stack the seeds' networks, target networks and Adam states (N, *shape)
     per gradient step: each seed's replay batch; each linear layer one ``torch.baddbmm`` over the stacked weights;
-        the algorithm's losses per seed (DQN: ``rlcore.algos.dqn.dqn_loss``; SAC: ``rlcore.algos.sac_seeds``, its
-        reparameterization noise drawn from each seed's own state of torch's global generator, as ``SAC.update``
-        draws it); one backward per loss; each seed's gradient clipped to its own norm; one fused Adam step per
-        optimizer (elementwise: each seed's step is its own Adam's); the target networks updated on their schedule
+        the algorithm's losses per seed (DQN: ``rlcore.algos.dqn.dqn_loss``; SAC: ``SAC.update_members`` over
+        ``rlcore.algos.sac_members.StackedSAC``, its reparameterization noise drawn from each seed's own state of
+        torch's global generator, as ``SAC.update`` draws it); one backward per loss; each seed's gradient clipped to
+        its own norm; one fused Adam step per optimizer (elementwise: each seed's step is its own Adam's); the target
+        networks updated on their schedule
     copy every seed's weights, targets, Adam states (and SAC's log alpha) back into its session
 
 so acting, evaluation and checkpoints between phases run the unbatched code on the session's own policy (under the
 seed's own generator state). SAC updates every env step or few, so its stacked state is kept from phase to phase
 while the same seeds are due together, only the actors copied back for acting; everything is written back before a
 seed's evaluation, checkpoint or end, or when the seeds stop stepping together. A step where some seed's loss or
-gradient norm is not finite (its unbatched run skips it) and the rest of that phase are taken seed by seed with the
-algorithm's own update (SAC: from the part not taken yet). The results differ from the unbatched run's by float32
-summation order only (measured: none for SAC).
+gradient norm is not finite (its unbatched run skips it): DQN takes it and the rest of that phase seed by seed with
+its own update; SAC masks that seed out of that optimizer's step only (a step count per seed). The results differ
+from the unbatched run's by float32 summation order only (measured: none for SAC).
 
 In scope: DQN without the dueling head, and SAC (Box or Discrete actions), on encoders without weights (vector or
 discrete observations; DQN's action masks included); anything else (pixels, ...) trains the opened seeds one after
@@ -39,7 +40,7 @@ from torch import nn
 
 from rlcore.algos.dqn import DQN, dqn_loss, dqn_optimizer
 from rlcore.algos.sac import SAC
-from rlcore.algos.sac_seeds import StackedSAC
+from rlcore.algos.sac_members import StackedSAC
 from rlcore.nets.distributions import masked_logits
 from rlcore.nets.policies import QPolicy
 from rlcore.nets.stacked import StackedPolicies
@@ -111,17 +112,13 @@ def sac_not_batchable(algorithm: SAC) -> str | None:
 
 
 def _step_counts(seed: Seed) -> tuple[int, ...]:
-    """The optimizers' step counts and the gradient steps of a seed's algorithm: seeds batch in a phase only when
-    theirs are equal (Adam's bias correction and the target updates' schedule are shared)."""
+    """What seeds must share to batch a phase: DQN's optimizer step count (Adam's bias correction is one per stacked
+    tensor) and gradient steps (the targets' schedule); SAC's gradient steps only (``StackedSAC``'s Adam counts
+    steps per seed, so a seed that skipped a step still batches with the others)."""
     algorithm = seed.session.algorithm
-    optimizers = _sac_optimizers(algorithm) if isinstance(algorithm, SAC) else [_algorithm(seed).optimizer]
-    return (*(optimizer_steps(optimizer) for optimizer in optimizers), algorithm.gradient_steps)
-
-
-def _sac_optimizers(algorithm: SAC) -> list[torch.optim.Optimizer]:
-    """SAC's optimizers in the order of ``StackedSAC.optimizers``."""
-    own = [algorithm.critic_optimizer, algorithm.actor_optimizer, algorithm.alpha_optimizer]
-    return [optimizer for optimizer in own if optimizer is not None]
+    if isinstance(algorithm, SAC):
+        return (algorithm.gradient_steps,)
+    return (optimizer_steps(_algorithm(seed).optimizer), algorithm.gradient_steps)
 
 
 def _train_batched(seeds: list[Seed]) -> None:
@@ -272,17 +269,15 @@ class _Phase:
 
 
 class _SACPhase:
-    """SAC seeds due for equally many gradient steps, whose optimizers have taken equally many steps: their networks,
-    log alphas and Adam states stacked, and kept stacked over the following update phases while these seeds are due
-    together (SAC updates every env step or few: stacking per phase would cost more than the steps). Between phases
-    only the actors are copied back (the seeds act with them); :meth:`close` writes back everything."""
+    """SAC seeds due for equally many gradient steps, that have taken equally many: their networks,
+    log alphas and Adam states stacked (``rlcore.algos.sac_members.StackedSAC``), and kept stacked over the following
+    update phases while these seeds are due together (SAC updates every env step or few: stacking per phase would
+    cost more than the steps). Between phases only the actors are copied back (the seeds act with them);
+    :meth:`close` writes back everything."""
 
     def __init__(self, seeds: list[Seed], collectors: list[Collector]) -> None:
         self.seeds, self.collectors = seeds, collectors
-        self.algorithms = [_sac(seed) for seed in seeds]
-        self.stacked = StackedSAC(self.algorithms)
-        for stacked, own in self.stacked.optimizers():
-            stack_optimizer_states(stacked, own)
+        self.members = StackedSAC([_sac(seed) for seed in seeds])
         self.closed = False
 
     def due_together(self, due: dict[int, int]) -> bool:
@@ -291,61 +286,33 @@ class _SACPhase:
         return len(counts) == 1 and 0 not in counts
 
     def run(self, steps: int) -> None:
-        """``steps`` gradient steps of every seed; the seeds' actors and torch generator states are theirs afterwards
-        as after their unbatched updates (the rest on :meth:`close`). A step some seed cannot take batched closes the
-        phase: that step and the rest run seed by seed."""
-        for done in range(steps):
+        """``steps`` gradient steps of every seed (``SAC.update_members``: a seed whose loss or gradient norm is not
+        finite skips that step's part, as its unbatched run does); the seeds' actors and torch generator states are
+        theirs afterwards as after their unbatched updates (the rest on :meth:`close`)."""
+        for _ in range(steps):
             batches = [collector.sample() for collector in self.collectors]
-            noise, before, between = self._draw(batches)
-            metrics = self.stacked.update(batches, noise)
-            if isinstance(metrics, list):
-                for seed, seed_metrics in zip(self.seeds, metrics, strict=True):
-                    seed.session.after_update(seed_metrics)
-                continue
-            self.close()  # this step and the rest of the phase seed by seed
-            for k, (seed, algorithm, batch) in enumerate(zip(self.seeds, self.algorithms, batches, strict=True)):
-                progress = seed.session.progress_fraction
-                if metrics is None:  # nothing changed: the whole step
-                    seed.torch_rng = before[k]
-                    with seed.own_rng():
-                        seed.session.after_update(algorithm.update(batch, progress))
-                else:  # the critics stepped: the actor's part
-                    seed.torch_rng = between[k]
-                    with seed.own_rng():
-                        seed.session.after_update(algorithm.actor_step(batch["obs"], *metrics.seed(k)))
-            for _ in range(steps - done - 1):
-                for seed, algorithm, collector in zip(self.seeds, self.algorithms, self.collectors, strict=True):
-                    with seed.own_rng():
-                        seed.session.after_update(algorithm.update(collector.sample(), seed.session.progress_fraction))
-            return
-        self.stacked.write_back(actors_only=True)
+            self.members.load(batches, self._noise(batches))
+            for seed, seed_metrics in zip(self.seeds, SAC.update_members(self.members), strict=True):
+                seed.session.after_update(seed_metrics)
+        self.members.write_back(actors_only=True)
 
-    def _draw(
-        self, batches: list[dict[str, torch.Tensor]]
-    ) -> tuple[torch.Tensor | None, list[torch.Tensor], list[torch.Tensor]]:
+    def _noise(self, batches: list[dict[str, torch.Tensor]]) -> torch.Tensor | None:
         """Box actions: each seed's two standard normal draws of one ``SAC.update`` from its own generator, as
-        ``Normal.rsample`` draws them ((N, 2, B, action_dim)), and each seed's generator state before them and
-        between them; discrete actions draw nothing."""
-        before = [seed.torch_rng for seed in self.seeds]
-        if self.stacked.discrete:
-            return None, before, before
-        between, noise = [], []
+        ``Normal.rsample`` draws them ((N, 2, B, action_dim)); discrete actions draw nothing."""
+        if self.members.discrete:
+            return None
+        noise = []
         for seed, batch in zip(self.seeds, batches, strict=True):
-            shape = (len(batch["obs"]), seed.session.policy.action_dim)
+            shape = (2, len(batch["obs"]), seed.session.policy.action_dim)
             with seed.own_rng():
-                first = torch.empty(shape).normal_()
-                between.append(torch.get_rng_state())
-                noise.append(torch.stack([first, torch.empty(shape).normal_()]))
-        return torch.stack(noise), before, between
+                noise.append(torch.stack([torch.empty(shape[1:]).normal_() for _ in range(2)]))
+        return torch.stack(noise)
 
     def close(self) -> None:
         """Every seed's weights, targets, log alpha and Adam states into its session; the stacked state is dropped."""
         if self.closed:
             return
-        self.stacked.write_back()
-        for index, algorithm in enumerate(self.algorithms):
-            for (stacked, _), own in zip(self.stacked.optimizers(), _sac_optimizers(algorithm), strict=True):
-                unstack_optimizer_state(stacked, index, own)
+        self.members.write_back()
         self.closed = True
 
 

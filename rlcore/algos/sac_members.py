@@ -1,0 +1,413 @@
+"""The members a SAC update trains, seen with a leading member dimension (issue 39, ``docs/members-design.md``): one
+SAC (M = 1, the single-seed run) or N seeds' actors, twin critics, targets and log alphas stacked (M = N,
+``train.seeds`` batched), each answering :meth:`rlcore.algos.sac.SAC.update_members` in (M, B, ...) tensors.
+
+What differs between one member and N lives here, and only here:
+
+- :class:`OneSAC` is a shape adapter over the plain modules: every network kind the single path serves (CNN and
+  Dict encoders, action masks, precision) is its own forward pass, (B, ...) for (1, B, ...) and scalars for (1,) (the
+  member dimension of one broadcasts away), and its optimizer steps are ``Algorithm.optimizer_step``: one seed's
+  arithmetic is bitwise what it was before the update was written over members.
+- :class:`StackedSAC` runs N seeds stacked: each linear layer one ``torch.baddbmm`` over the stacked weights (the
+  twin critics' ensemble axis folded into the member axis, (N * 2, in, out)), each member's loss its own, a
+  non-finite loss or gradient norm masked out of that member's step only (the skip counted on its own algorithm),
+  each member's gradient clipped to its own norm, one :class:`rlcore.nets.stacked.StackedAdam` step per optimizer
+  with a step count per member, and the targets' Polyak update one ``torch._foreach_lerp_``. Box actions' standard
+  normal draws are given per member (:meth:`StackedSAC.load`), drawn from each seed's own generator.
+
+In scope of :class:`StackedSAC`: encoders without weights (vector or discrete observations), fp32 on the CPU
+(``rlcore.trainers.off_policy_seeds.sac_not_batchable``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+from torch.distributions import TanhTransform
+from torch.optim.adam import adam
+
+from rlcore.nets.blocks import EnsembleLinear, TwinQ, polyak_update
+from rlcore.nets.distributions import masked_logits
+from rlcore.nets.policies import SquashedGaussianActor, squashed_gaussian, squashed_sample
+from rlcore.nets.policy import Policy
+from rlcore.nets.stacked import StackedAdam, StackedPolicies
+
+
+class SACAlgorithm(Protocol):
+    """What the members read and count of ``rlcore.algos.sac.SAC`` (which imports this module, so it is named here by
+    its attributes)."""
+
+    gradient_steps: int
+    skipped_steps: int
+    consecutive_skips: int
+    config: Any  # SACConfig
+    policy: Policy
+    critic: TwinQ
+    critic_target: TwinQ
+    log_alpha: torch.Tensor
+    discrete: bool
+    target_entropy: float
+
+    @property
+    def actor_optimizer(self) -> torch.optim.Optimizer: ...
+
+    @property
+    def critic_optimizer(self) -> torch.optim.Optimizer: ...
+
+    @property
+    def alpha_optimizer(self) -> torch.optim.Optimizer | None: ...
+
+    def optimizer_step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        loss: torch.Tensor,
+        parameters: Iterable[nn.Parameter] | None = None,
+        max_grad_norm: float | None = None,
+    ) -> bool: ...
+
+
+PARTS = ("critic", "actor", "alpha")
+"""The optimizers of one SAC gradient step, in the order they step."""
+
+
+class SACMembers(ABC):
+    """M members' SAC networks, optimizers and counters, and each member's replay batch of the current step."""
+
+    def __init__(self, algorithms: Sequence[SACAlgorithm]) -> None:
+        self.algorithms = list(algorithms)
+        self.count = len(self.algorithms)
+        """M."""
+        first = self.algorithms[0]
+        self.config = first.config
+        """The members' ``SACConfig`` (one configuration)."""
+        self.discrete, self.target_entropy = first.discrete, first.target_entropy
+
+    @property
+    @abstractmethod
+    def log_alpha(self) -> torch.Tensor:
+        """The log entropy coefficients, () or (M,), with a gradient when tuned."""
+
+    @abstractmethod
+    def field(self, key: str) -> torch.Tensor:
+        """The batch's ``key`` (rewards, discounts), (M, B) ((B,) for one member)."""
+
+    @abstractmethod
+    def features(self, key: str, target: bool = False) -> torch.Tensor:
+        """The critics' (``target``: the target critics') features of the batch's normalized ``key`` observations."""
+
+    @abstractmethod
+    def q(self, features: torch.Tensor, unit_actions: torch.Tensor | None, target: bool = False) -> torch.Tensor:
+        """Twin Q-values, (M, 2, B, n_actions) for discrete actions, (M, 2, B) for Box actions in [-1, 1]."""
+
+    @abstractmethod
+    def taken(self, features: torch.Tensor) -> torch.Tensor:
+        """Q-values of the batch's actions, (M, 2, B)."""
+
+    @abstractmethod
+    def logits(self, key: str) -> torch.Tensor:
+        """Discrete actions: the actors' masked logits at the batch's ``key`` observations, (M, B, n)."""
+
+    @abstractmethod
+    def sample(self, key: str, draw: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Box actions: one reparameterized squashed sample in [-1, 1] at the batch's ``key`` observations (M, B, A)
+        and its log-probability (M, B); ``draw`` 0 is the step's first draw (s'), 1 its second (s)."""
+
+    @abstractmethod
+    def critics_frozen(self) -> contextlib.AbstractContextManager[None]:
+        """The context of the actor's loss: dQ/da flows, the critics' weights get no gradient."""
+
+    @abstractmethod
+    def step(self, part: str, losses: torch.Tensor) -> None:
+        """One step of the ``part`` optimizer (:data:`PARTS`) on each member's loss, (M,); a member whose loss or
+        clipped gradient norm is not finite skips it (counted on its algorithm)."""
+
+    @abstractmethod
+    def end_step(self) -> None:
+        """Count the gradient step on every member and update the targets where due."""
+
+
+class OneSAC(SACMembers):
+    """One SAC and its replay batch, M = 1: the plain modules and their own shapes."""
+
+    def __init__(self, algorithm: SACAlgorithm, batch: dict[str, torch.Tensor]) -> None:
+        super().__init__([algorithm])
+        self.algorithm, self.policy, self.batch = algorithm, algorithm.policy, batch
+
+    @property
+    def log_alpha(self) -> torch.Tensor:
+        return self.algorithm.log_alpha
+
+    def field(self, key: str) -> torch.Tensor:
+        return self.batch[key]
+
+    def features(self, key: str, target: bool = False) -> torch.Tensor:
+        critic = self.algorithm.critic_target if target else self.algorithm.critic
+        return critic.encode(self.policy.obs_normalizer(self.batch[key]))
+
+    def q(self, features: torch.Tensor, unit_actions: torch.Tensor | None, target: bool = False) -> torch.Tensor:
+        critic = self.algorithm.critic_target if target else self.algorithm.critic
+        if self.discrete:
+            return critic(features)
+        assert unit_actions is not None
+        return critic(features, unit_actions)
+
+    def taken(self, features: torch.Tensor) -> torch.Tensor:
+        if self.discrete:
+            return self.algorithm.critic.taken(features, self.batch["actions"])
+        assert isinstance(self.policy, SquashedGaussianActor)
+        return self.q(features, self.policy.to_unit(self.batch["actions"]))
+
+    def logits(self, key: str) -> torch.Tensor:
+        return self.policy.act_scores(self.batch[key])
+
+    def sample(self, key: str, draw: int) -> tuple[torch.Tensor, torch.Tensor]:
+        assert isinstance(self.policy, SquashedGaussianActor)
+        dist = self.policy.squashed_distribution(self.batch[key])
+        actions = dist.rsample()  # torch's global generator, as the run has always drawn it
+        return actions, dist.log_prob(actions)
+
+    @contextlib.contextmanager
+    def critics_frozen(self) -> Iterator[None]:
+        self.algorithm.critic.requires_grad_(False)
+        try:
+            yield
+        finally:
+            self.algorithm.critic.requires_grad_(True)
+
+    def step(self, part: str, losses: torch.Tensor) -> None:
+        algorithm, clip = self.algorithm, self.config.max_grad_norm
+        if part == "critic":
+            algorithm.optimizer_step(algorithm.critic_optimizer, losses, algorithm.critic.parameters(), clip)
+        elif part == "actor":
+            algorithm.optimizer_step(algorithm.actor_optimizer, losses, self.policy.parameters(), clip)
+        else:
+            assert algorithm.alpha_optimizer is not None
+            algorithm.optimizer_step(algorithm.alpha_optimizer, losses)
+
+    def end_step(self) -> None:
+        algorithm = self.algorithm
+        algorithm.gradient_steps += 1
+        if algorithm.gradient_steps % self.config.target_update_interval == 0:
+            polyak_update(algorithm.critic_target, algorithm.critic, self.config.tau)
+
+
+class StackedSAC(SACMembers):
+    """N seeds' SAC (one configuration) stacked: actors, critics, targets, log alphas and a :class:`StackedAdam` per
+    optimizer, each member's Adam state loaded from its own algorithm's. Kept over many gradient steps (:meth:`load`
+    gives each step's batches); :meth:`write_back` puts everything back into the seeds' own modules and optimizers."""
+
+    def __init__(self, algorithms: Sequence[SACAlgorithm]) -> None:
+        super().__init__(algorithms)
+        algorithms = self.algorithms
+        self.actor: StackedPolicies[nn.Module] = StackedPolicies([algorithm.policy for algorithm in algorithms])
+        self.critic: StackedPolicies[TwinQ] = StackedPolicies([algorithm.critic for algorithm in algorithms])
+        self.target: StackedPolicies[TwinQ] = StackedPolicies([algorithm.critic_target for algorithm in algorithms])
+        self._log_alpha = torch.stack([algorithm.log_alpha.detach() for algorithm in algorithms])
+        self._log_alpha.requires_grad_(self.config.auto_alpha)
+        self.parameters: dict[str, list[torch.Tensor]] = {
+            "critic": self.critic.parameters(),
+            "actor": self.actor.parameters(),
+            "alpha": [self._log_alpha],
+        }
+        self.optimizers: dict[str, StackedAdam] = {}
+        for part, own in zip(PARTS, own_optimizers(algorithms[0]), strict=False):
+            group = own.param_groups[0]
+            kind = StackedAdam if part != "alpha" else _LoopAdam
+            optimizer = kind(self.parameters[part], self.count, lr=group["lr"], betas=group["betas"], eps=group["eps"])
+            optimizer.load_seed_state_dicts([own_optimizers(a)[PARTS.index(part)].state_dict() for a in algorithms])
+            self.optimizers[part] = optimizer
+        self.batches: list[dict[str, torch.Tensor]] = []
+        self.noise: torch.Tensor | None = None
+        self._applied: list[torch.Tensor] = []  # per optimizer step of this gradient step: (M,) bool taken
+
+    def load(self, batches: Sequence[dict[str, torch.Tensor]], noise: torch.Tensor | None) -> None:
+        """The next gradient step's replay batches, one per member; ``noise``: Box actions' standard normal draws
+        (M, 2, B, action_dim), [:, 0] for s' and [:, 1] for s, each member's from its own generator; None for
+        discrete actions."""
+        self.batches, self.noise = list(batches), noise
+
+    @property
+    def log_alpha(self) -> torch.Tensor:
+        return self._log_alpha
+
+    def field(self, key: str) -> torch.Tensor:
+        return torch.stack([batch[key] for batch in self.batches])
+
+    @torch.no_grad()
+    def features(self, key: str, target: bool = False) -> torch.Tensor:  # the encoders and normalizers hold no weights
+        return torch.stack(
+            [
+                (a.critic_target if target else a.critic).encode(a.policy.obs_normalizer(batch[key]))
+                for a, batch in zip(self.algorithms, self.batches, strict=True)
+            ]
+        )
+
+    def _twin(self, stacked: StackedPolicies[TwinQ], x: torch.Tensor) -> torch.Tensor:
+        """Every member's twin critics on its own inputs: ``x`` (M, B, in) -> (M, 2, B, out), each ensemble layer one
+        ``torch.baddbmm`` over the (M * 2) stacked networks (as ``EnsembleLinear`` does over its 2)."""
+        count, batch = x.shape[0], x.shape[1]
+        x = x.unsqueeze(1).expand(count, 2, *x.shape[1:]).reshape(count * 2, batch, -1)
+        for index, layer in enumerate(stacked.template.layers):
+            if isinstance(layer, EnsembleLinear):
+                weight = stacked.params[f"layers.{index}.weight"].flatten(0, 1)  # (M * 2, in, out)
+                bias = stacked.params[f"layers.{index}.bias"].flatten(0, 1)  # (M * 2, 1, out)
+                x = torch.baddbmm(bias, x, weight)
+            else:
+                x = layer(x)  # an activation
+        return x.view(count, 2, batch, -1)
+
+    def q(self, features: torch.Tensor, unit_actions: torch.Tensor | None, target: bool = False) -> torch.Tensor:
+        stacked = self.target if target else self.critic
+        if self.discrete:
+            return self._twin(stacked, features)
+        assert unit_actions is not None
+        return self._twin(stacked, torch.cat([features, unit_actions], dim=-1)).squeeze(-1)
+
+    def taken(self, features: torch.Tensor) -> torch.Tensor:
+        actions = self.field("actions")
+        if self.discrete:
+            index = actions.view(self.count, 1, -1, 1).expand(-1, 2, -1, 1)
+            return self.q(features, None).gather(3, index).squeeze(-1)
+        policy = self.algorithms[0].policy
+        assert isinstance(policy, SquashedGaussianActor)  # the bounds are the env's, every member's the same
+        return self.q(features, policy.to_unit(actions))
+
+    def _actor_features(self, key: str) -> torch.Tensor:
+        with torch.no_grad():  # the encoders and normalizers hold no weights
+            return torch.stack(
+                [a.policy.features(batch[key]) for a, batch in zip(self.algorithms, self.batches, strict=True)]
+            )
+
+    def logits(self, key: str) -> torch.Tensor:
+        logits = self.actor.mlp("logits", self._actor_features(key))
+        masks = [a.policy.action_mask(batch[key]) for a, batch in zip(self.algorithms, self.batches, strict=True)]
+        return masked_logits(logits, None if masks[0] is None else torch.stack(masks))  # type: ignore[arg-type]
+
+    def sample(self, key: str, draw: int) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.noise is not None
+        trunk = self.actor.mlp("trunk", self._actor_features(key))
+        mean, log_std = SquashedGaussianActor.mean_log_std(trunk)
+        return squashed_sample(squashed_gaussian(mean, log_std, [TanhTransform(cache_size=1)]), self.noise[:, draw])
+
+    @contextlib.contextmanager
+    def critics_frozen(self) -> Iterator[None]:
+        for param in self.critic.parameters():
+            param.requires_grad_(False)
+        try:
+            yield
+        finally:
+            for param in self.critic.parameters():
+                param.requires_grad_(True)
+
+    def step(self, part: str, losses: torch.Tensor) -> None:
+        optimizer, parameters = self.optimizers[part], self.parameters[part]
+        detached = losses.detach()
+        finite = torch.isfinite(detached)
+        optimizer.zero_grad(set_to_none=True)
+        torch.where(finite, losses, 0.0).sum().backward()  # no NaN reaches another member's slices
+        clip = self.config.max_grad_norm
+        if clip is not None and part != "alpha":
+            finite &= torch.isfinite(clip_each_member(parameters, self.count, clip))
+        optimizer.step(active=finite)
+        self._applied.append(finite)
+
+    def end_step(self) -> None:
+        applied = torch.stack(self._applied, dim=1).tolist()  # (M, optimizer steps): one read per gradient step
+        self._applied = []
+        for algorithm, steps in zip(self.algorithms, applied, strict=True):
+            for took in steps:  # in order, as Algorithm.optimizer_step counts them
+                if took:
+                    algorithm.consecutive_skips = 0
+                else:
+                    algorithm.skipped_steps += 1
+                    algorithm.consecutive_skips += 1
+            algorithm.gradient_steps += 1
+        due = [a.gradient_steps % self.config.target_update_interval == 0 for a in self.algorithms]
+        if not any(due):
+            return
+        targets, sources = self.target.parameters(), self.critic.parameters()
+        with torch.no_grad():
+            if all(due):
+                torch._foreach_lerp_(targets, sources, self.config.tau)
+            else:  # members whose counts differ (resumed apart): each due one's slices
+                for k in (k for k, is_due in enumerate(due) if is_due):
+                    torch._foreach_lerp_([t[k] for t in targets], [s[k] for s in sources], self.config.tau)
+
+    @torch.no_grad()
+    def write_back(self, actors_only: bool = False) -> None:
+        """Every member's actor, critics, targets, log alpha and Adam states into its own ``SAC``; ``actors_only``:
+        the actors only (what acting reads)."""
+        for index, algorithm in enumerate(self.algorithms):
+            parts: list[tuple[nn.Module, StackedPolicies[Any]]] = [(algorithm.policy, self.actor)]
+            if not actors_only:
+                parts += [(algorithm.critic, self.critic), (algorithm.critic_target, self.target)]
+                algorithm.log_alpha.copy_(self._log_alpha[index])
+                for part, own in zip(PARTS, own_optimizers(algorithm), strict=False):
+                    state = own.state_dict()  # its param groups (fused, ...) stay its own
+                    state["state"] = self.optimizers[part].seed_state_dict(index)["state"]
+                    own.load_state_dict(state)
+            for module, stacked in parts:
+                for name, param in module.named_parameters():
+                    param.copy_(stacked.params[name][index])
+
+
+class _LoopAdam(StackedAdam):
+    """:class:`StackedAdam` with the arithmetic of torch's single-tensor Adam, the one SAC's alpha optimizer (not
+    fused, on the CPU) runs: fused Adam differs from it by ulps of log alpha, which a few hundred steps amplify."""
+
+    @staticmethod
+    def _fused(
+        group: dict[str, Any],
+        lr: float,
+        params: list[torch.Tensor],
+        grads: list[torch.Tensor],
+        exp_avgs: list[torch.Tensor],
+        exp_avg_sqs: list[torch.Tensor],
+        counts: list[torch.Tensor],
+    ) -> None:
+        beta1, beta2 = group["betas"]
+        adam(
+            params,
+            grads,
+            exp_avgs,
+            exp_avg_sqs,
+            [],
+            counts,
+            foreach=False,
+            amsgrad=False,
+            beta1=beta1,
+            beta2=beta2,
+            lr=lr,
+            weight_decay=0.0,
+            eps=group["eps"],
+            maximize=False,
+        )
+
+
+def own_optimizers(algorithm: SACAlgorithm) -> list[torch.optim.Optimizer]:
+    """SAC's optimizers in the order of :data:`PARTS` (the alpha optimizer only with ``ent_coef: auto``)."""
+    own = [algorithm.critic_optimizer, algorithm.actor_optimizer, algorithm.alpha_optimizer]
+    return [optimizer for optimizer in own if optimizer is not None]
+
+
+@torch.no_grad()
+def clip_each_member(parameters: Sequence[torch.Tensor], count: int, max_norm: float) -> torch.Tensor:
+    """Clip each member's gradient (the slices [k] of the stacked ``parameters``' gradients, (M, *shape)) to the
+    global 2-norm ``max_norm`` with ``nn.utils.clip_grad_norm_``'s own arithmetic on that member's slices (a norm per
+    tensor by ``torch._foreach_norm``, their norm, ``max_norm / (norm + 1e-6)`` clamped to 1), so bitwise what the
+    one-member step clips: ``StackedPolicies.clip_grad_norms_`` reduces the stacked tensors at once, within ulps of
+    it, and SAC's clipped runs amplify those ulps to 1e-2 in a few hundred steps. Returns the norms before clipping,
+    (M,)."""
+    grads = [param.grad for param in parameters if param.grad is not None]
+    norms = []
+    for k in range(count):
+        slices = [grad[k] for grad in grads]
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(slices, 2.0)), 2.0)
+        torch._foreach_mul_(slices, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+        norms.append(norm)
+    return torch.stack(norms)
