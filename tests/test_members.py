@@ -130,7 +130,7 @@ def value_family(kind: Any, config: Any, env_id: str, head: str, poisoned_seed: 
 
     def data(seed: int, update: int) -> dict[str, torch.Tensor]:
         g = torch.Generator().manual_seed(1_000 * seed + update)
-        size, obs_shape = 64, observation_space.shape
+        size, obs_shape = 64, tuple(observation_space.shape or ())
         batch = {
             "obs": torch.randn(size, *obs_shape, generator=g),
             "next_obs": torch.randn(size, *obs_shape, generator=g),
@@ -139,7 +139,7 @@ def value_family(kind: Any, config: Any, env_id: str, head: str, poisoned_seed: 
         if isinstance(action_space, gym.spaces.Discrete):
             batch["actions"] = torch.randint(int(action_space.n), (size,), generator=g)
         else:
-            batch["actions"] = torch.rand(size, *action_space.shape, generator=g) * 4 - 2
+            batch["actions"] = torch.rand(size, *(action_space.shape or ()), generator=g) * 4 - 2
         if seed == poisoned_seed and update == 1:
             batch["obs"][0, 0] = float("nan")
         return batch
