@@ -6,7 +6,7 @@ For each gradient step on a dataset batch (s, a):
 Validation (held-out episodes): the same loss, and action accuracy (discrete) or mean absolute error (Box).
 
 The loss (:func:`bc_loss`) is written on the policy's action scores with every mean over the samples' axis, so the
-same arithmetic serves one seed and N seeds stacked along a leading axis (``rlcore.trainers.offline_seeds``).
+same arithmetic serves one seed and N seeds stacked along a leading axis (``BC.update_members``).
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def bc_loss(
 
 
 def bc_optimizer(parameters: Iterable[torch.Tensor], config: BCConfig) -> torch.optim.AdamW:
-    """BC's optimizer over ``parameters``: one policy's, or N seeds' stacked (AdamW is elementwise, so one fused
-    AdamW over stacked tensors steps every seed exactly as its own would, as long as they all step together)."""
+    """BC's optimizer over one policy's ``parameters`` (N seeds stacked step a ``StackedAdamW`` loaded from theirs:
+    ``rlcore.algos.value_members.NetworkStack``)."""
     return torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay, fused=True)
 
 

@@ -120,6 +120,6 @@ def dqn_loss(
 
 
 def dqn_optimizer(parameters: Iterable[torch.Tensor], config: DQNConfig) -> torch.optim.Adam:
-    """DQN's optimizer over ``parameters``: one policy's, or N seeds' stacked (Adam is elementwise: one fused Adam
-    over stacked tensors steps every seed as its own would, as long as they all step together)."""
+    """DQN's optimizer over one policy's ``parameters`` (N seeds stacked step a ``StackedAdam`` loaded from theirs:
+    ``rlcore.algos.value_members.NetworkStack``)."""
     return torch.optim.Adam(parameters, lr=config.lr, fused=True)

@@ -16,7 +16,6 @@ import torch
 from gymnasium import spaces
 
 from rlcore.config.sections import Params
-from rlcore.nets.policy import Policy
 from rlcore.trainers.finished_runs import RunFinishedError
 from rlcore.trainers.session import SourceT, TrainingSession
 from rlcore.trainers.stopping import EvaluationCallback
@@ -148,15 +147,6 @@ def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
     """The steps an optimizer over one policy has taken (0 before the first)."""
     state = optimizer.state_dict()["state"]
     return int(state[0]["step"]) if state else 0
-
-
-def stacked_masks(
-    policies: Sequence[Policy], batches: Sequence[dict[str, torch.Tensor]], key: str
-) -> torch.Tensor | None:
-    """The legal actions of each seed's ``batch[key]`` observations (``Policy.action_mask``), stacked: (N, B, n) bool;
-    None when the observations carry no action mask."""
-    masks = [policy.action_mask(batch[key]) for policy, batch in zip(policies, batches, strict=True)]
-    return None if masks[0] is None else torch.stack(masks)  # type: ignore[arg-type]  # all or none carry one
 
 
 @dataclass(frozen=True)
