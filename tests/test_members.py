@@ -7,8 +7,11 @@ rollouts with CartPole's spaces whose valid steps differ per seed (ragged miniba
 that stops some members' updates while others go on, and a member whose rollout holds a NaN advantage (its steps
 skipped and counted, the others unharmed). SAC: ``update_members`` over ``StackedSAC`` against ``update``
 (``OneSAC``) per seed on synthetic replay batches with Pendulum's and CartPole's shapes, clipped, with a target
-interval, and a member whose batch holds a NaN (its critics' and actor's steps skipped and counted per member). DQN
-and BC join with their own :class:`Family` when their updates are written over members.
+interval, and a member whose batch holds a NaN (its critics' and actor's steps skipped and counted per member).
+
+DQN, BC: ``update_members`` over ``StackedNetworks`` against ``update`` (``OneNetwork``) per seed, on synthetic
+replay or dataset batches with CartPole's or Pendulum's spaces (double and plain DQN, hard and Polyak target
+updates, clipped gradients, AdamW's weight decay), with a member whose batch holds a NaN observation.
 """
 
 from __future__ import annotations
@@ -23,10 +26,13 @@ import torch
 
 from rlcore.algos.a2c import A2C, A2CConfig
 from rlcore.algos.base import OnPolicyAlgorithm
+from rlcore.algos.bc import BC, BCConfig
+from rlcore.algos.dqn import DQN, DQNConfig
 from rlcore.algos.members import MemberRollout, StackedMembers, stacked_optimizer
 from rlcore.algos.ppo import PPO, PPOConfig
 from rlcore.algos.sac import SAC, SACConfig
 from rlcore.algos.sac_members import StackedSAC
+from rlcore.algos.value_members import NetworkStack, StackedNetworks
 from rlcore.config.sections import PolicyConfig
 from rlcore.data.rollouts import RolloutBuffer
 from rlcore.nets.stacked_actor_critic import StackedActorCritic
@@ -183,6 +189,53 @@ def sac(config: SACConfig, discrete: bool, poisoned_seed: int | None) -> Family:
     )
 
 
+def value_family(kind: Any, config: Any, env_id: str, head: str, poisoned_seed: int | None) -> Family:
+    """DQN or BC (``update_members`` over ``rlcore.algos.value_members``) on synthetic replay or dataset batches with
+    ``env_id``'s spaces; ``poisoned_seed``: its second update's batch holds a NaN (its step skipped and counted)."""
+    env = gym.make(env_id)
+    observation_space, action_space = env.observation_space, env.action_space
+    env.close()
+
+    def make(seed: int) -> Any:
+        torch.manual_seed(seed)
+        return kind(kind.make_policy(observation_space, action_space, POLICY, config), config)
+
+    def data(seed: int, update: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(1_000 * seed + update)
+        size, obs_shape = 64, tuple(observation_space.shape or ())
+        batch = {
+            "obs": torch.randn(size, *obs_shape, generator=g),
+            "next_obs": torch.randn(size, *obs_shape, generator=g),
+        }
+        batch["rewards"], batch["discounts"] = torch.randn(size, generator=g), torch.full((size,), 0.99)
+        if isinstance(action_space, gym.spaces.Discrete):
+            batch["actions"] = torch.randint(int(action_space.n), (size,), generator=g)
+        else:
+            batch["actions"] = torch.rand(size, *(action_space.shape or ()), generator=g) * 4 - 2
+        if seed == poisoned_seed and update == 1:
+            batch["obs"][0, 0] = float("nan")
+        return batch
+
+    def batched(algorithms: list[Any]) -> Callable[[list[Any], list[torch.Generator]], list[dict[str, float]]]:
+        stack = NetworkStack(algorithms, head, getattr(config, "weight_decay", None))
+
+        def update(data: list[Any], generators: list[torch.Generator]) -> list[dict[str, float]]:
+            metrics: list[dict[str, float]] = kind.update_members(StackedNetworks(stack, data), [0.5] * len(data))
+            for k in range(len(algorithms)):
+                stack.write_back(k)
+            return metrics
+
+        return update
+
+    return Family(
+        name=kind.name,
+        make=make,
+        data=data,
+        single=lambda algorithm, batch, generator: algorithm.update(batch, 0.5),
+        batched=batched,
+    )
+
+
 FAMILIES = {
     "sac-clipped": lambda: sac(SACConfig(name="sac", max_grad_norm=0.5), False, None),
     "sac-nonfinite": lambda: sac(SACConfig(name="sac", target_update_interval=2), False, 1),
@@ -197,6 +250,13 @@ FAMILIES = {
     "a2c-adam-nonfinite": lambda: on_policy(
         A2C, A2CConfig(n_steps=8, optimizer="adam", normalize_advantage=True), 8, 2
     ),
+    # Targets copied every 2nd step (member k's on its own schedule), gradients clipped per member.
+    "dqn": lambda: value_family(DQN, DQNConfig(target_update_interval=2, max_grad_norm=1.0), "CartPole-v1", "q", None),
+    "dqn-plain-polyak-nonfinite": lambda: value_family(
+        DQN, DQNConfig(double_dqn=False, target_update_interval=1, tau=0.5), "CartPole-v1", "q", 1
+    ),
+    "bc-nonfinite": lambda: value_family(BC, BCConfig(), "CartPole-v1", "logits", 2),
+    "bc-box": lambda: value_family(BC, BCConfig(weight_decay=0.01), "Pendulum-v1", "mean", None),
 }
 
 
@@ -236,7 +296,9 @@ def test_member_k_of_a_batched_update_is_the_one_member_update_with_seed_k(case:
     assert len({algorithm.gradient_steps for algorithm in batched}) > 1 or "kl" not in case
 
 
-@pytest.mark.parametrize("case", ["sac-nonfinite", "ppo-target-kl", "a2c-adam-nonfinite"])
+@pytest.mark.parametrize(
+    "case", ["sac-nonfinite", "ppo-target-kl", "a2c-adam-nonfinite", "dqn-plain-polyak-nonfinite", "bc-box"]
+)
 def test_a_batched_update_is_bitwise_deterministic(case: str) -> None:
     first, first_metrics = run_batched(FAMILIES[case]())
     again, again_metrics = run_batched(FAMILIES[case]())
@@ -248,4 +310,12 @@ def test_a_batched_update_is_bitwise_deterministic(case: str) -> None:
 def test_a_member_with_a_nan_advantage_skips_its_steps_and_the_others_step() -> None:
     algorithms, _ = run_batched(FAMILIES["ppo-nonfinite"]())
     assert [algorithm.skipped_steps > 0 for algorithm in algorithms] == [False, True, False]
+    assert all(torch.isfinite(param).all() for algorithm in algorithms for param in algorithm.policy.parameters())
+
+
+@pytest.mark.parametrize(("case", "poisoned"), [("dqn-plain-polyak-nonfinite", 1), ("bc-nonfinite", 2)])
+def test_a_value_member_with_a_nan_observation_skips_its_step_and_the_others_step(case: str, poisoned: int) -> None:
+    algorithms, metrics = run_batched(FAMILIES[case]())
+    assert [algorithm.skipped_steps for algorithm in algorithms] == [int(k == poisoned) for k in range(len(SEEDS))]
+    assert [m["loss"] != m["loss"] for m in metrics[1]] == [k == poisoned for k in range(len(SEEDS))]  # NaN
     assert all(torch.isfinite(param).all() for algorithm in algorithms for param in algorithm.policy.parameters())

@@ -6,13 +6,13 @@ For each gradient step on a dataset batch (s, a):
 Validation (held-out episodes): the same loss, and action accuracy (discrete) or mean absolute error (Box).
 
 The loss (:func:`bc_loss`) is written on the policy's action scores with every mean over the samples' axis, so the
-same arithmetic serves one seed and N seeds stacked along a leading axis (``rlcore.trainers.offline_seeds``).
+same arithmetic serves one seed and N seeds stacked along a leading axis (``BC.update_members``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Iterable, Sequence
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +21,7 @@ from pydantic import Field
 from torch.distributions import Normal
 
 from rlcore.algos.base import OfflineAlgorithm, OfflineConfig
+from rlcore.algos.value_members import Networks, OneNetwork
 from rlcore.config.sections import PolicyConfig
 from rlcore.nets.policies import stochastic_actor
 from rlcore.nets.policy import Policy
@@ -57,8 +58,8 @@ def bc_loss(
 
 
 def bc_optimizer(parameters: Iterable[torch.Tensor], config: BCConfig) -> torch.optim.AdamW:
-    """BC's optimizer over ``parameters``: one policy's, or N seeds' stacked (AdamW is elementwise, so one fused
-    AdamW over stacked tensors steps every seed exactly as its own would, as long as they all step together)."""
+    """BC's optimizer over one policy's ``parameters`` (N seeds stacked step a ``StackedAdamW`` loaded from theirs:
+    ``rlcore.algos.value_members.NetworkStack``)."""
     return torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay, fused=True)
 
 
@@ -86,10 +87,20 @@ class BC(OfflineAlgorithm[BCConfig, Policy]):
         return bc_loss(self.policy.act_scores(obs), actions, log_std, self.config.loss)
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
-        loss, quality = self.loss(batch["obs"], batch["actions"])
-        self.optimizer_step(self.optimizer, loss)
-        self.gradient_steps += 1
-        return {"loss": loss.item(), "accuracy" if self.policy.discrete else "mean_abs_error": quality.item()}
+        return self.update_members(OneNetwork(self, batch), [progress])[0]
+
+    @staticmethod
+    def update_members(members: Networks, progress: Sequence[float]) -> list[dict[str, float]]:
+        """One gradient step of every member (``rlcore.algos.value_members``: one policy, or N seeds stacked) on its
+        batch. Returns each member's metrics."""
+        cfg = cast(BCConfig, members.algorithms[0].config)
+        loss, quality = bc_loss(members.scores("online", "obs"), members.batch["actions"], members.log_std(), cfg.loss)
+        members.step(loss, None)
+        name = "mean_abs_error" if members.log_std() is not None else "accuracy"
+        return [
+            {"loss": member_loss, name: value}
+            for member_loss, value in zip(members.values(loss), members.values(quality), strict=True)
+        ]
 
     @torch.no_grad()
     def validate(self, held_out: dict[str, torch.Tensor]) -> dict[str, float]:

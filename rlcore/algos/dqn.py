@@ -12,8 +12,8 @@ Acting: epsilon-greedy, epsilon annealed linearly over the first exploration_fra
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Iterable, Sequence
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -21,8 +21,8 @@ from gymnasium import spaces
 from pydantic import Field
 
 from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
+from rlcore.algos.value_members import Networks, OneNetwork
 from rlcore.config.sections import PolicyConfig
-from rlcore.nets.blocks import polyak_update
 from rlcore.nets.policies import QPolicy
 from rlcore.objectives.schedules import scheduled
 
@@ -75,16 +75,26 @@ class DQN(OffPolicyAlgorithm[DQNConfig, QPolicy]):
         return self.policy.sample_action(obs, generator, epsilon=self.epsilon(progress))
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
-        cfg = self.config
+        return self.update_members(OneNetwork(self, batch), [progress])[0]
+
+    @staticmethod
+    def update_members(members: Networks, progress: Sequence[float]) -> list[dict[str, float]]:
+        """One gradient step of every member (``rlcore.algos.value_members``: one policy, or N seeds stacked) on its
+        batch, and its target network's update when due; member k's epsilon follows ``progress[k]``. Returns each
+        member's metrics."""
+        cfg = cast(DQNConfig, members.algorithms[0].config)
         with torch.no_grad():
-            next_target = self.target.act_scores(batch["next_obs"])
-            next_online = self.policy.act_scores(batch["next_obs"]) if cfg.double_dqn else None
-        loss, q = dqn_loss(self.policy.act_scores(batch["obs"]), next_online, next_target, batch)
-        self.optimizer_step(self.optimizer, loss, self.policy.parameters(), cfg.max_grad_norm)
-        self.gradient_steps += 1
-        if self.gradient_steps % cfg.target_update_interval == 0:
-            polyak_update(self.target, self.policy, cfg.tau)
-        return {"loss": loss.item(), "q_mean": q.mean().item(), "epsilon": self.epsilon(progress)}
+            next_target = members.scores("target", "next_obs")
+            next_online = members.scores("online", "next_obs") if cfg.double_dqn else None
+        loss, q = dqn_loss(members.scores("online", "obs"), next_online, next_target, members.batch)
+        members.step(loss, cfg.max_grad_norm)
+        members.update_targets(cfg.target_update_interval, cfg.tau)
+        return [
+            {"loss": member_loss, "q_mean": q_mean, "epsilon": cast(DQN, algorithm).epsilon(p)}
+            for member_loss, q_mean, algorithm, p in zip(
+                members.values(loss), members.values(q.mean(-1)), members.algorithms, progress, strict=True
+            )
+        ]
 
 
 def dqn_loss(
@@ -110,6 +120,6 @@ def dqn_loss(
 
 
 def dqn_optimizer(parameters: Iterable[torch.Tensor], config: DQNConfig) -> torch.optim.Adam:
-    """DQN's optimizer over ``parameters``: one policy's, or N seeds' stacked (Adam is elementwise: one fused Adam
-    over stacked tensors steps every seed as its own would, as long as they all step together)."""
+    """DQN's optimizer over one policy's ``parameters`` (N seeds stacked step a ``StackedAdam`` loaded from theirs:
+    ``rlcore.algos.value_members.NetworkStack``)."""
     return torch.optim.Adam(parameters, lr=config.lr, fused=True)

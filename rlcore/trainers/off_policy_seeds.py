@@ -10,20 +10,20 @@ taken equally many (DQN: and whose optimizers have), take them together:
 
     stack the seeds' networks, target networks and Adam states (N, *shape)
     per gradient step: each seed's replay batch; each linear layer one ``torch.baddbmm`` over the stacked weights;
-        the algorithm's losses per seed (DQN: ``rlcore.algos.dqn.dqn_loss``; SAC: ``SAC.update_members`` over
-        ``rlcore.algos.sac_members.StackedSAC``, its reparameterization noise drawn from each seed's own state of
-        torch's global generator, as ``SAC.update`` draws it); one backward per loss; each seed's gradient clipped to
-        its own norm; one fused Adam step per optimizer (elementwise: each seed's step is its own Adam's); the target
-        networks updated on their schedule
+        the algorithm's losses per seed (DQN: ``DQN.update_members`` over ``rlcore.algos.value_members``; SAC:
+        ``SAC.update_members`` over ``rlcore.algos.sac_members.StackedSAC``, its reparameterization noise drawn from
+        each seed's own state of torch's global generator, as ``SAC.update`` draws it); one backward per loss; each
+        seed's gradient clipped to its own norm; one fused Adam step per optimizer (elementwise: each seed's step is
+        its own Adam's); the target networks updated on their schedule
     copy every seed's weights, targets, Adam states (and SAC's log alpha) back into its session
 
 so acting, evaluation and checkpoints between phases run the unbatched code on the session's own policy (under the
 seed's own generator state). SAC updates every env step or few, so its stacked state is kept from phase to phase
 while the same seeds are due together, only the actors copied back for acting; everything is written back before a
-seed's evaluation, checkpoint or end, or when the seeds stop stepping together. A step where some seed's loss or
-gradient norm is not finite (its unbatched run skips it): DQN takes it and the rest of that phase seed by seed with
-its own update; SAC masks that seed out of that optimizer's step only (a step count per seed). The results differ
-from the unbatched run's by float32 summation order only (measured: none for SAC).
+seed's evaluation, checkpoint or end, or when the seeds stop stepping together. A seed whose loss or gradient norm
+is not finite (its unbatched run skips that step) skips it while the others take theirs (DQN: its step; SAC: that
+optimizer's step only; a step count per seed). The results differ from the unbatched run's by float32 summation
+order only (measured: none for SAC).
 
 In scope: DQN without the dueling head, and SAC (Box or Discrete actions), on encoders without weights (vector or
 discrete observations; DQN's action masks included); anything else (pixels, ...) trains the opened seeds one after
@@ -38,22 +38,18 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from rlcore.algos.dqn import DQN, dqn_loss, dqn_optimizer
+from rlcore.algos.dqn import DQN
 from rlcore.algos.sac import SAC
 from rlcore.algos.sac_members import StackedSAC
-from rlcore.nets.distributions import masked_logits
+from rlcore.algos.value_members import NetworkStack, StackedNetworks
 from rlcore.nets.policies import QPolicy
-from rlcore.nets.stacked import StackedPolicies
 from rlcore.trainers.off_policy import Collector, run_off_policy
 from rlcore.trainers.seed_sessions import (
     BatchedFamily,
     SeedRun,
     SeedSession,
     optimizer_steps,
-    stack_optimizer_states,
-    stacked_masks,
     train_family_seeds,
-    unstack_optimizer_state,
 )
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import ReplaySource
@@ -174,98 +170,23 @@ def _train_batched(seeds: list[Seed]) -> None:
 
 
 class _Phase:
-    """One update phase of seeds due for equally many gradient steps, whose optimizers have taken equally many steps
-    (and so update their targets at the same steps): their networks and Adam states stacked for the phase."""
+    """One update phase of DQN seeds due for equally many gradient steps: their networks, targets and Adam states
+    stacked for the phase (``rlcore.algos.value_members.NetworkStack``), each step ``DQN.update_members`` over them."""
 
     def __init__(self, seeds: list[Seed], collectors: list[Collector]) -> None:
         self.seeds, self.collectors = seeds, collectors
-        self.algorithms = [_algorithm(seed) for seed in seeds]
-        self.config = self.algorithms[0].config
-        self.online: StackedPolicies[nn.Module] = StackedPolicies([seed.session.policy for seed in seeds])
-        self.target: StackedPolicies[nn.Module] = StackedPolicies([algorithm.target for algorithm in self.algorithms])
-        self.optimizer = dqn_optimizer(self.online.parameters(), self.config)
-        stack_optimizer_states(self.optimizer, [algorithm.optimizer for algorithm in self.algorithms])
+        self.stack = NetworkStack([_algorithm(seed) for seed in seeds], "q", weight_decay=None)
 
     def run(self, steps: int) -> None:
-        """``steps`` gradient steps of every seed; the seeds' weights, targets and Adam states are in their sessions
-        afterwards."""
-        for done in range(steps):
-            batches = [collector.sample() for collector in self.collectors]
-            metrics = self._update(batches)
-            if metrics is None:  # some seed's step is skipped: this step and the rest seed by seed
-                self._write_back()
-                for seed, algorithm, batch in zip(self.seeds, self.algorithms, batches, strict=True):
-                    seed.session.after_update(algorithm.update(batch, seed.session.progress_fraction))
-                for _ in range(steps - done - 1):
-                    for seed, algorithm, collector in zip(self.seeds, self.algorithms, self.collectors, strict=True):
-                        seed.session.after_update(algorithm.update(collector.sample(), seed.session.progress_fraction))
-                return
+        """``steps`` gradient steps of every seed (a seed whose loss or gradient norm is not finite skips its step,
+        as its unbatched run does); the seeds' weights, targets and Adam states are in their sessions afterwards."""
+        for _ in range(steps):
+            members = StackedNetworks(self.stack, [collector.sample() for collector in self.collectors])
+            metrics = DQN.update_members(members, [seed.session.progress_fraction for seed in self.seeds])
             for seed, seed_metrics in zip(self.seeds, metrics, strict=True):
                 seed.session.after_update(seed_metrics)
-        self._write_back()
-
-    def _update(self, batches: list[dict[str, torch.Tensor]]) -> list[dict[str, float]] | None:
-        """One gradient step of every seed, or None (nothing changed) when some seed's loss or gradient norm is not
-        finite."""
-        cfg = self.config
-        with torch.no_grad():  # the encoders and normalizers hold no weights
-            features, next_features, next_target_features = (
-                torch.stack([network.features(batch[key]) for network, batch in zip(networks, batches, strict=True)])
-                for networks, key in (
-                    ([seed.session.policy for seed in self.seeds], "obs"),
-                    ([seed.session.policy for seed in self.seeds], "next_obs"),
-                    ([algorithm.target for algorithm in self.algorithms], "next_obs"),
-                )
-            )
-            # QPolicy.act_scores: illegal actions' values at the lowest value (the masks of the observations)
-            policies = [seed.session.policy for seed in self.seeds]
-            next_masks = stacked_masks(policies, batches, "next_obs")
-            next_target = masked_logits(self.target.mlp("q", next_target_features), next_masks)
-            next_online = masked_logits(self.online.mlp("q", next_features), next_masks) if cfg.double_dqn else None
-        stacked = {key: torch.stack([batch[key] for batch in batches]) for key in ("actions", "rewards", "discounts")}
-        q_values = masked_logits(self.online.mlp("q", features), stacked_masks(policies, batches, "obs"))
-        losses, q = dqn_loss(q_values, next_online, next_target, stacked)
-        if not bool(torch.isfinite(losses).all()):
-            return None
-        self.optimizer.zero_grad(set_to_none=True)
-        losses.sum().backward()
-        if cfg.max_grad_norm is not None:  # each seed's gradient to its own norm; a non-finite one is skipped
-            norms = self.online.clip_grad_norms_(cfg.max_grad_norm)
-            if not bool(torch.isfinite(norms).all()):
-                return None
-        self.optimizer.step()
-        for algorithm in self.algorithms:
-            algorithm.gradient_steps += 1
-            algorithm.consecutive_skips = 0
-        if self.algorithms[0].gradient_steps % cfg.target_update_interval == 0:
-            self._update_targets(cfg.tau)
-        return [
-            {"loss": loss, "q_mean": q_mean, "epsilon": algorithm.epsilon(seed.session.progress_fraction)}
-            for loss, q_mean, algorithm, seed in zip(
-                losses.tolist(), q.detach().mean(-1).tolist(), self.algorithms, self.seeds, strict=True
-            )
-        ]
-
-    @torch.no_grad()
-    def _update_targets(self, tau: float) -> None:
-        """``rlcore.nets.blocks.polyak_update`` of every seed's target: the stacked weights, each seed's buffers."""
-        targets, sources = list(self.target.params.values()), list(self.online.params.values())
-        if tau >= 1.0:
-            torch._foreach_copy_(targets, sources)
-        else:
-            torch._foreach_lerp_(targets, sources, tau)
-        for seed, algorithm in zip(self.seeds, self.algorithms, strict=True):
-            buffers = zip(algorithm.target.buffers(), seed.session.policy.buffers(), strict=True)
-            for target_buffer, source_buffer in buffers:
-                target_buffer.copy_(source_buffer)
-
-    @torch.no_grad()
-    def _write_back(self) -> None:
-        for index, (seed, algorithm) in enumerate(zip(self.seeds, self.algorithms, strict=True)):
-            for module, stacked in ((seed.session.policy, self.online), (algorithm.target, self.target)):
-                for name, param in module.named_parameters():
-                    param.copy_(stacked.params[name][index])
-            unstack_optimizer_state(self.optimizer, index, algorithm.optimizer)
+        for k in range(len(self.seeds)):
+            self.stack.write_back(k)
 
 
 class _SACPhase:

@@ -16,7 +16,6 @@ import torch
 from gymnasium import spaces
 
 from rlcore.config.sections import Params
-from rlcore.nets.policy import Policy
 from rlcore.trainers.finished_runs import RunFinishedError
 from rlcore.trainers.session import SourceT, TrainingSession
 from rlcore.trainers.stopping import EvaluationCallback
@@ -112,51 +111,10 @@ def abandoned_on_error(seeds: Sequence[OpenSeed]) -> Iterator[None]:
         raise
 
 
-def stack_optimizer_states(stacked: torch.optim.Optimizer, own: Sequence[torch.optim.Optimizer]) -> None:
-    """Load the states of the seeds' own optimizers (each over one policy's parameters, in the order of the stacked
-    ones) into ``stacked``: every tensor stacked along dim 0, the step count shared (the seeds' must be equal)."""
-    states = [optimizer.state_dict()["state"] for optimizer in own]
-    if not states[0]:
-        return  # no step taken yet
-    if any(not torch.equal(state[0]["step"], states[0][0]["step"]) for state in states):
-        raise ValueError("optimizer states: the seeds' step counts differ")
-    stacked_state = stacked.state_dict()
-    stacked_state["state"] = {
-        index: {
-            key: value.clone() if key == "step" else torch.stack([state[index][key] for state in states])
-            for key, value in entry.items()
-        }
-        for index, entry in states[0].items()
-    }
-    stacked.load_state_dict(stacked_state)
-
-
-def unstack_optimizer_state(stacked: torch.optim.Optimizer, index: int, own: torch.optim.Optimizer) -> None:
-    """Seed ``index``'s slice of ``stacked``'s state (and the shared step count) into its own optimizer."""
-    stacked_state = stacked.state_dict()["state"]
-    if not stacked_state:
-        return
-    state = own.state_dict()
-    state["state"] = {
-        position: {key: value.clone() if key == "step" else value[index].clone() for key, value in entry.items()}
-        for position, entry in stacked_state.items()
-    }
-    own.load_state_dict(state)
-
-
 def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
     """The steps an optimizer over one policy has taken (0 before the first)."""
     state = optimizer.state_dict()["state"]
     return int(state[0]["step"]) if state else 0
-
-
-def stacked_masks(
-    policies: Sequence[Policy], batches: Sequence[dict[str, torch.Tensor]], key: str
-) -> torch.Tensor | None:
-    """The legal actions of each seed's ``batch[key]`` observations (``Policy.action_mask``), stacked: (N, B, n) bool;
-    None when the observations carry no action mask."""
-    masks = [policy.action_mask(batch[key]) for policy, batch in zip(policies, batches, strict=True)]
-    return None if masks[0] is None else torch.stack(masks)  # type: ignore[arg-type]  # all or none carry one
 
 
 @dataclass(frozen=True)
