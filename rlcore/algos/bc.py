@@ -58,8 +58,8 @@ def bc_loss(
 
 
 def bc_optimizer(parameters: Iterable[torch.Tensor], config: BCConfig) -> torch.optim.AdamW:
-    """BC's optimizer over one policy's ``parameters`` (N seeds stacked step a ``StackedAdamW`` loaded from theirs:
-    ``rlcore.algos.value_members.NetworkStack``)."""
+    """BC's optimizer over one policy's ``parameters`` (N seeds stacked step a ``StackedAdam`` with AdamW's weight
+    decay, loaded from theirs: ``rlcore.algos.value_members.NetworkStack``)."""
     return torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay, fused=True)
 
 

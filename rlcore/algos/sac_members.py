@@ -29,7 +29,6 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 from torch.distributions import TanhTransform
-from torch.optim.adam import adam
 
 from rlcore.nets.blocks import EnsembleLinear, TwinQ, polyak_update
 from rlcore.nets.distributions import masked_logits
@@ -217,8 +216,14 @@ class StackedSAC(SACMembers):
         self.optimizers: dict[str, StackedAdam] = {}
         for part, own in zip(PARTS, own_optimizers(algorithms[0]), strict=False):
             group = own.param_groups[0]
-            kind = StackedAdam if part != "alpha" else _LoopAdam
-            optimizer = kind(self.parameters[part], self.count, lr=group["lr"], betas=group["betas"], eps=group["eps"])
+            optimizer = StackedAdam(
+                self.parameters[part],
+                self.count,
+                lr=group["lr"],
+                betas=group["betas"],
+                eps=group["eps"],
+                fused=part != "alpha",  # SAC's own alpha optimizer is not fused: the same kernel, the same ulps
+            )
             optimizer.load_seed_state_dicts([own_optimizers(a)[PARTS.index(part)].state_dict() for a in algorithms])
             self.optimizers[part] = optimizer
         self.batches: list[dict[str, torch.Tensor]] = []
@@ -354,39 +359,6 @@ class StackedSAC(SACMembers):
             for module, stacked in parts:
                 for name, param in module.named_parameters():
                     param.copy_(stacked.params[name][index])
-
-
-class _LoopAdam(StackedAdam):
-    """:class:`StackedAdam` with the arithmetic of torch's single-tensor Adam, the one SAC's alpha optimizer (not
-    fused, on the CPU) runs: fused Adam differs from it by ulps of log alpha, which a few hundred steps amplify."""
-
-    @staticmethod
-    def _fused(
-        group: dict[str, Any],
-        lr: float,
-        params: list[torch.Tensor],
-        grads: list[torch.Tensor],
-        exp_avgs: list[torch.Tensor],
-        exp_avg_sqs: list[torch.Tensor],
-        counts: list[torch.Tensor],
-    ) -> None:
-        beta1, beta2 = group["betas"]
-        adam(
-            params,
-            grads,
-            exp_avgs,
-            exp_avg_sqs,
-            [],
-            counts,
-            foreach=False,
-            amsgrad=False,
-            beta1=beta1,
-            beta2=beta2,
-            lr=lr,
-            weight_decay=0.0,
-            eps=group["eps"],
-            maximize=False,
-        )
 
 
 def own_optimizers(algorithm: SACAlgorithm) -> list[torch.optim.Optimizer]:

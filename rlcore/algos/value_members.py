@@ -18,12 +18,11 @@ member and N lives here, as :mod:`rlcore.algos.members` holds it for the on-poli
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
-from torch.optim.adam import adam
 
 from rlcore.algos.base import Algorithm
 from rlcore.algos.members import count_step
@@ -97,52 +96,6 @@ class OneNetwork(Networks):
             polyak_update(getattr(self.algorithm, "target"), self.policy, tau)  # noqa: B009 (DQN's)
 
 
-class StackedAdamW(StackedAdam):
-    """:class:`StackedAdam` with AdamW's decoupled weight decay (``torch.optim.AdamW``'s fused kernel)."""
-
-    def __init__(
-        self,
-        params: Iterable[torch.Tensor],
-        count: int,
-        lr: float,
-        betas: tuple[float, float],
-        eps: float,
-        weight_decay: float,
-    ) -> None:
-        super().__init__(params, count, lr=lr, betas=betas, eps=eps)
-        for group in self.param_groups:
-            group["weight_decay"] = weight_decay
-
-    @staticmethod
-    def _fused(
-        group: dict[str, Any],
-        lr: float,
-        params: list[torch.Tensor],
-        grads: list[torch.Tensor],
-        exp_avgs: list[torch.Tensor],
-        exp_avg_sqs: list[torch.Tensor],
-        counts: list[torch.Tensor],
-    ) -> None:
-        beta1, beta2 = group["betas"]
-        adam(
-            params,
-            grads,
-            exp_avgs,
-            exp_avg_sqs,
-            [],
-            counts,
-            fused=True,
-            decoupled_weight_decay=True,
-            amsgrad=False,
-            beta1=beta1,
-            beta2=beta2,
-            lr=lr,
-            weight_decay=group["weight_decay"],
-            eps=group["eps"],
-            maximize=False,
-        )
-
-
 class NetworkStack:
     """N seeds' policies (and target networks) stacked with their optimizer state, kept from step to step while
     these seeds train together; :meth:`write_back` puts a seed's state into its own policy, target and optimizer
@@ -163,7 +116,7 @@ class NetworkStack:
         self.optimizer = (
             StackedAdam(self.online.parameters(), self.count, lr=lr, betas=betas, eps=eps)
             if weight_decay is None
-            else StackedAdamW(self.online.parameters(), self.count, lr, betas, eps, weight_decay)
+            else StackedAdam(self.online.parameters(), self.count, lr, betas, eps, weight_decay=weight_decay)
         )
         self.optimizer.load_seed_state_dicts([getattr(a, "optimizer").state_dict() for a in algorithms])  # noqa: B009
 

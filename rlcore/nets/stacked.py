@@ -297,9 +297,18 @@ class StackedAdam(StackedOptimizer):
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
+        *,
+        weight_decay: float = 0.0,
+        fused: bool = True,
     ) -> None:
-        """``params``: tensors (``count``, *shape) whose dim 0 is the seed (:meth:`StackedPolicies.parameters`)."""
+        """``params``: tensors (``count``, *shape) whose dim 0 is the seed (:meth:`StackedPolicies.parameters`).
+        ``weight_decay``: AdamW's decoupled decay (``torch.optim.AdamW``'s); ``fused``: False runs torch's
+        single-tensor kernel instead, for a stack that must match an unbatched optimizer that is not fused (SAC's
+        alpha: the two differ by ulps, which a few hundred steps amplify). Neither enters the saved state: an unbatched
+        run sets them on its own optimizer."""
         super().__init__(params, count, {"lr": lr, "betas": betas, "eps": eps})
+        self.weight_decay = weight_decay
+        self.fused = fused
 
     @torch.no_grad()
     def step(self, closure: None = None, active: torch.Tensor | None = None) -> None:  # type: ignore[override]
@@ -340,8 +349,8 @@ class StackedAdam(StackedOptimizer):
                     [state["step"][k] for _, state, k in views],  # views: the kernel advances them in place
                 )
 
-    @staticmethod
     def _fused(
+        self,
         group: dict[str, Any],
         lr: float,
         params: list[torch.Tensor],
@@ -358,12 +367,14 @@ class StackedAdam(StackedOptimizer):
             exp_avg_sqs,
             [],
             counts,
-            fused=True,
+            fused=True if self.fused else None,
+            foreach=None if self.fused else False,
+            decoupled_weight_decay=bool(self.weight_decay),
             amsgrad=False,
             beta1=beta1,
             beta2=beta2,
             lr=lr,
-            weight_decay=0.0,
+            weight_decay=self.weight_decay,
             eps=group["eps"],
             maximize=False,
         )
