@@ -20,6 +20,7 @@ from typing import Any
 from rlcore.common.errors import RLCoreError
 from rlcore.common.files import check_target
 from rlcore.common.numbers import score
+from rlcore.config.sweep import flatten
 from rlcore.project.tools import dvc_command, problem, run_tool
 
 log = logging.getLogger("rlcore")
@@ -149,20 +150,9 @@ def _revision(name: str, row: dict[str, Any]) -> Revision:
     params: dict[str, Any] = {}
     for file, content in sorted((data.get("params") or {}).items()):
         prefix = "" if file == "params.yaml" else f"{file}:"
-        params.update(flat(content.get("data") or {}, prefix))
+        params.update(flatten(content.get("data") or {}, prefix))
     metrics = {file: content.get("data") for file, content in (data.get("metrics") or {}).items()}
     return Revision(name, params, metrics, str(data.get("rev") or row.get("rev")))
-
-
-def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"algo": {"lr": 0.1}}`` -> ``{"algo.lr": 0.1}`` (lists are values)."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def default_revisions(listing: Listing) -> list[Revision]:
