@@ -24,6 +24,7 @@ from prefect.cache_policies import CachePolicy
 from prefect.context import TaskRunContext
 
 from rlcore.common.files import sha256_file
+from rlcore.config.inheritance import value_at
 from rlcore.params import load_params
 from rlcore.stages import STAGE_PARAMS
 from rlcore.stages.baseline import baseline_inputs
@@ -52,13 +53,6 @@ def code_version() -> str:
             digest.update(path.relative_to(folder.parent).as_posix().encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
-
-
-def _pick(tree: dict[str, Any], dotted: str) -> Any:
-    node: Any = tree
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
 
 
 def _drop_not_read(key: str, value: Any, left_out: set[str] = NOT_READ) -> Any:
@@ -116,8 +110,8 @@ class StageInputs(CachePolicy):
         root = Path(inputs["root"])
         params = load_params(inputs["params_path"], list(inputs.get("overrides") or []))
         tree = params.to_dict()
-        read = {key: _drop_not_read(key, _pick(tree, key)) for key in STAGE_PARAMS[self.stage]}
-        baseline = _pick(tree, "select.baseline_run") if self.stage == "select" else None
+        read = {key: _drop_not_read(key, value_at(tree, key)) for key in STAGE_PARAMS[self.stage]}
+        baseline = value_at(tree, "select.baseline_run") if self.stage == "select" else None
         files = named_files({key: _drop_not_read(key, value, WRITTEN) for key, value in read.items()}, root)
         if baseline:  # the report draws that run's learning curve and compares its seeds' test scores
             files.update(file_digests(baseline_inputs(root, baseline)))

@@ -107,6 +107,12 @@ def _at(tree: dict[str, Any], key: str) -> Any:
     return node
 
 
+def value_at(tree: dict[str, Any], key: str) -> Any:
+    """The value at the dotted ``key`` (``select.baseline_run``) of ``tree``, or None where it is not there."""
+    found = _at(tree, key)
+    return None if found is _MISSING else found
+
+
 def has_key(tree: dict[str, Any], key: str) -> bool:
     """Whether the dotted ``key`` (``eval.episodes``) is in ``tree``."""
     return _at(tree, key) is not _MISSING
