@@ -246,7 +246,12 @@ FAMILIES = {
         PPO, PPOConfig(lr=1e-3, n_steps=32, batch_size=128, n_epochs=4, target_kl=0.021), 32, None
     ),
     "ppo-nonfinite": lambda: on_policy(PPO, PPOConfig(lr=1e-3, n_steps=32, batch_size=128, n_epochs=2), 32, 1),
+    # Two minibatches per optimizer step (ragged: members' valid counts differ), their losses weighted by share.
+    "ppo-accumulation": lambda: on_policy(
+        PPO, PPOConfig(lr=1e-3, n_steps=32, batch_size=64, n_epochs=2, grad_accumulation=2), 32, None
+    ),
     "a2c": lambda: on_policy(A2C, A2CConfig(n_steps=8), 8, None),
+    "a2c-accumulation": lambda: on_policy(A2C, A2CConfig(n_steps=8, grad_accumulation=2), 8, None),
     "a2c-adam-nonfinite": lambda: on_policy(
         A2C, A2CConfig(n_steps=8, optimizer="adam", normalize_advantage=True), 8, 2
     ),

@@ -5,7 +5,7 @@
   its own generator (what its one-seed run draws from torch's global one), one update for all (the algorithm's
   ``update_members`` over ``rlcore.algos.members.StackedMembers``), the periodic and final evaluations of the seeds
   due at the same step run together (``rlcore.evaluation.batched``). Chosen when the runs' network kind stacks
-  (:func:`stacking_problem`).
+  (:func:`stacking_problem`: a plain MLP actor-critic).
 - :class:`EachMemberActing`: every member's own policy called in turn, with its own recurrent state and action
   mask, and its own update (``algorithm.update``: ``update_members`` over ``OneMember``); each session evaluates its
   own policy. Any policy: recurrent cores, CNN and Dict encoders, action masks, categorical and transformed value
@@ -20,16 +20,17 @@ Measured on this machine's CPU (one torch thread, 4 members; ``docs/members-desi
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
 
 from rlcore.algos.members import MemberRollout, MemberUpdate, StackedMembers, stacked_optimizer
+from rlcore.config.sections import Params
 from rlcore.envs.observations import obs_tensor
 from rlcore.evaluation.batched import BatchedAct, evaluate_together, evaluation_mismatch
 from rlcore.evaluation.evaluator import EvalResult
+from rlcore.nets.policy import Policy
 from rlcore.nets.stacked_actor_critic import StackedActorCritic, batching_problem
 
 if TYPE_CHECKING:
@@ -78,28 +79,24 @@ class Acting(ABC):
         self.runs = runs
 
 
-def stacking_problem(runs: Sequence[Run]) -> str | None:
-    """Why the runs' members do not act and learn stacked (:class:`StackedActing`), or None when they do."""
-    if len(runs) < 2:
-        return "one run"
-    session = runs[0].session
-    params = session.params
-    if len(runs[0].members) > 1:
-        return "policy.groups"
-    if getattr(params.algo, "behavioral_cloning", None) is not None:
-        return "algo.behavioral_cloning"
-    if params.train.precision != "fp32" or session.device.type != "cpu":
-        return f"train.precision {params.train.precision} on {session.device.type}"
-    if getattr(params.algo, "grad_accumulation", 1) > 1:
-        return "algo.grad_accumulation > 1"
-    if any(run.self_play is not None or run.critic_rows is not None for run in runs):
-        return "a PettingZoo env"
-    return batching_problem(runs[0].members[0].policy)
+def stacking_problem(params: Params, policy: Policy, device: torch.device) -> str | None:
+    """Why the seeds of ``params`` (each with a policy as ``policy``, learning on ``device``) do not act and learn
+    stacked (:class:`StackedActing`), or None when they do."""
+    reasons = {
+        "policy.groups": params.policy.groups is not None,
+        "algo.behavioral_cloning": getattr(params.algo, "behavioral_cloning", None) is not None,
+        f"train.precision {params.train.precision}": params.train.precision != "fp32",
+        f"train.device {device.type}": device.type != "cpu",
+        "env.self_play": params.env.self_play is not None,
+    }
+    found = next((reason for reason, applies in reasons.items() if applies), None)
+    return found or batching_problem(policy)
 
 
 def acting_form(runs: list[Run]) -> Acting:
     """:class:`StackedActing` where the runs' network kind stacks, else :class:`EachMemberActing`."""
-    problem = stacking_problem(runs)
+    session = runs[0].session
+    problem = "one run" if len(runs) < 2 else stacking_problem(session.params, session.policy, session.device)
     if problem is None:
         return StackedActing(runs)
     return EachMemberActing(runs, problem)
