@@ -1,6 +1,6 @@
 """Every PPO and A2C preset (``params.yaml`` and the files in ``configs/``) trains ``train.seeds: [0, 1]`` as one
 program (``rlcore.trainers.on_policy``: the seeds' runs in lockstep, no "one after another"), each seed into its own
-run folder with its checkpoint, on a tiny budget (one rollout, one evaluation episode of at most 50 steps). For an
+run folder with its checkpoint, on a tiny budget (:func:`budget`). For an
 MLP preset (the seeds' networks stacked) and the LSTM and Taxi presets (each seed's own policy in turn), seed 1 ends
 as the one-seed run with ``seed: 1``: its weights within rtol 1e-4 and its evaluations equal.
 """
@@ -31,15 +31,27 @@ ON_POLICY = sorted(
 COMPARED = {"params.yaml", "configs/ppo-lstm-cartpole-po.yaml", "configs/ppo-taxi-masked.yaml"}
 """The presets whose seed 1 is compared with its one-seed run: stacked MLPs, a recurrent policy, action masks."""
 QUICK = ["train.eval_episodes=1", "eval.max_episode_steps=50"]
+ROLLOUT = 128
+"""Env steps of a run's one rollout at most (vector steps x env copies)."""
+SMALLER = {"configs/ppo-atari-pong.yaml": ["env.num_envs=2"]}
+"""Fewer env copies where making and resetting them dominates (ALE loads its ROM at every reset: 0.3 s)."""
 
 
 def budget(preset: str) -> list[str]:
-    """``tiny_budget``'s one rollout, a shorter evaluation; the warm start and the BC regularizer's dataset of
-    ``ppo-from-bc-cartpole`` replaced (the regularizer kept: see :func:`demonstrations`)."""
-    extra = []
+    """One rollout of at most :data:`ROLLOUT` env steps (PPO; A2C: two updates), one evaluation episode of at most 50
+    steps; the warm start and the BC regularizer's dataset of ``ppo-from-bc-cartpole`` replaced (the regularizer
+    kept: see :func:`demonstrations`)."""
+    tree = yaml.safe_load(preset_text(preset))
+    for override in SMALLER.get(preset, []):
+        key, value = override.split("=")
+        tree["env"][key.removeprefix("env.")] = int(value)
+    algo, copies = tree["algo"], tree["env"].get("num_envs", 1)
+    steps = max(1, min(algo.get("n_steps", 128), ROLLOUT // copies))
+    size = steps * copies if algo["name"] == "ppo" else 2 * steps * copies
+    extra = [f"algo.n_steps={steps}", *(f"train.{key}={size}" for key in ("max_steps", "eval_every", "log_every"))]
     if preset == "configs/ppo-from-bc-cartpole.yaml":
-        extra = ["train.init_from=null", "algo.behavioral_cloning.dataset=demonstrations.parquet"]
-    return [*tiny_budget(yaml.safe_load(preset_text(preset))), *QUICK, *extra]
+        extra += ["train.init_from=null", "algo.behavioral_cloning.dataset=demonstrations.parquet"]
+    return [*tiny_budget(tree), *QUICK, *SMALLER.get(preset, []), *extra]
 
 
 def demonstrations(root: Path) -> None:
