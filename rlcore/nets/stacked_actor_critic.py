@@ -5,9 +5,10 @@ Each ``nn.Linear`` is one ``torch.baddbmm`` over the stacked weights (:meth:`Sta
 the unbatched arithmetic broadcast over the seed dimension, so a seed's forward pass is its unbatched one (bitwise in
 practice: measured equal on CartPole's shapes). Only plain MLP actor-critics stack (:func:`batching_problem` says
 why not; the on-policy loop then calls each seed's own policy): vector observations through the flatten encoder, no
-recurrent core, a scalar value head in reward units, Discrete or Box actions. Sampling draws each seed's random numbers from that seed's
-own generator (:meth:`StackedActorCritic.sample` per seed; :meth:`StackedActorCritic.sample_seeds` for all seeds,
-one argmax over every seed's Categorical), so seed k's actions are the ones its unbatched run draws.
+recurrent core, a scalar value head in reward units, Discrete or Box actions. Sampling draws each seed's random
+numbers from that seed's own generator (:meth:`StackedActorCritic.sample` per seed;
+:meth:`StackedActorCritic.sample_seeds` for all seeds, one argmax over every seed's Categorical), so seed k's actions
+are the ones its unbatched run draws.
 """
 
 from __future__ import annotations
