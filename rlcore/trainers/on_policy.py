@@ -141,14 +141,6 @@ class Run:
         finally:
             self.random.set_state(torch.get_rng_state())
 
-    @property
-    def source(self) -> EnvSource:
-        return self.session.source
-
-    def critic_inputs(self) -> torch.Tensor | None:
-        """The centralized critic's inputs of every row now (rows, critic width); None without one."""
-        return None if self.critic_rows is None else self.critic_rows.inputs()
-
     def member_obs(self, member: Member, obs: torch.Tensor, critic: torch.Tensor | None) -> torch.Tensor:
         """``member``'s training rows from the env rows ``obs`` (rows, ...): its rows and columns, followed by their
         centralized critic inputs ``critic`` (rows, critic width) when given."""
@@ -161,7 +153,8 @@ class Run:
 
     def observations(self) -> list[torch.Tensor]:
         """Each member's training rows of the env's current step."""
-        obs, critic = obs_tensor(self.source.stepper.obs), self.critic_inputs()
+        obs = obs_tensor(self.session.source.stepper.obs)
+        critic = None if self.critic_rows is None else self.critic_rows.inputs()  # policy.critic: centralized
         return [self.member_obs(member, obs, critic) for member in self.members]
 
     def step(self, t: int, actions: list[torch.Tensor]) -> None:
@@ -172,7 +165,7 @@ class Run:
             env_actions = actions[0].new_zeros((self.rows, *actions[0].shape[1:]))
             for member, action in zip(self.members, actions, strict=True):
                 env_actions[member.rows] = action
-        step = self.source.stepper.step(env_actions.numpy())
+        step = self.session.source.stepper.step(env_actions.numpy())
         for member in self.members:
             self._record_step(member, t, step)
         self.session.episodes.step(step.rewards, step.valid, step.ended)

@@ -11,10 +11,8 @@
   own policy. Any policy: recurrent cores, CNN and Dict encoders, action masks, categorical and transformed value
   heads, agent groups, the BC regularizer, precision, a GPU learner. One run is this form.
 
-Measured on this machine's CPU (one torch thread, 4 members; ``docs/members-design.md``): ``torch.func.vmap`` over
-``functional_call`` is slower than a Python loop over the members' own modules (a 64x4x10x10 CNN: 6.2 ms against
-4.9 ms; an MLP at batch 8: 4.3 ms against 0.65 ms) and has no batching rule for ``aten::lstm``; hence stacked
-``baddbmm`` where the kind is a plain MLP, each member's own modules otherwise.
+Why not ``torch.func.vmap`` for the other kinds: measured slower here than a loop over the members' own modules, and
+without a batching rule for ``aten::lstm`` (``docs/members-design.md``).
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 import torch
 
-from rlcore.algos.members import MemberRollout, MemberUpdate, StackedMembers, stacked_optimizer
+from rlcore.algos.members import MemberUpdate, StackedMembers, stacked_optimizer
 from rlcore.config.sections import Params
 from rlcore.envs.observations import obs_tensor
 from rlcore.evaluation.batched import BatchedAct, evaluate_together, evaluation_mismatch
@@ -35,8 +33,6 @@ from rlcore.nets.stacked_actor_critic import StackedActorCritic, batching_proble
 
 if TYPE_CHECKING:
     from rlcore.trainers.on_policy import Run
-
-ROLLOUT_FIELDS = ("obs", "actions", "log_probs", "values", "advantages", "returns")
 
 
 class Acting(ABC):
@@ -127,20 +123,18 @@ class EachMemberActing(Acting):
                     policy = member.policy
                     features, member.next_state = policy.step_features(obs, member.state)  # once for both heads
                     dist = policy.distribution_of(features, policy.action_mask(obs))
-                    action = dist.sample()
-                    member.record(t, obs, action, dist.log_prob(action), policy.value_of(features))
-                    actions.append(action)
+                    actions.append(dist.sample())
+                    member.record(t, obs, actions[-1], dist.log_prob(actions[-1]), policy.value_of(features))
                 acted.append(actions)
         return acted
 
     def values(self) -> list[list[torch.Tensor]]:
         found = []
         for run in self.runs:
-            mine = []
-            for member, obs in zip(run.members, run.observations(), strict=True):
-                features, _ = member.policy.step_features(obs, member.state)
-                mine.append(member.policy.value_of(features))
-            found.append(mine)
+            pairs = zip(run.members, run.observations(), strict=True)
+            found.append(
+                [member.policy.value_of(member.policy.step_features(obs, member.state)[0]) for member, obs in pairs]
+            )
         return found
 
     def update(self) -> list[list[dict[str, float]]]:
@@ -186,7 +180,7 @@ class StackedActing(Acting):
 
     def _observations(self) -> torch.Tensor:
         """Every run's observations now, (N, E, *obs_shape)."""
-        return obs_tensor(np.stack([run.source.stepper.obs for run in self.runs]))
+        return obs_tensor(np.stack([run.session.source.stepper.obs for run in self.runs]))
 
     def act(self, t: int) -> list[list[torch.Tensor]]:
         stacked, obs = self.stacked, self._observations()
@@ -204,10 +198,7 @@ class StackedActing(Acting):
 
     def update(self) -> list[list[dict[str, float]]]:
         rollouts = [run.members[0].rollout for run in self.runs]
-        # Each seed's rollout flat (T * E, ...) as its one-seed update reads it, side by side: (N, T * E, ...).
-        fields = {name: torch.stack([rollout.flat(name) for rollout in rollouts]) for name in ROLLOUT_FIELDS}
-        rollout = MemberRollout(**fields, valid=torch.stack([r.valid for r in rollouts]))
-        members = StackedMembers(self.algorithms, self.stacked, self.optimizer, rollout)
+        members = StackedMembers(self.algorithms, self.stacked, self.optimizer, rollouts)
         progress = [run.session.progress_fraction for run in self.runs]
         generators = [run.session.generator for run in self.runs]
         algorithm = cast(type[MemberUpdate], type(self.algorithms[0]))
