@@ -48,7 +48,7 @@ from seeds_batching import rollout  # noqa: E402
 
 from rlcore.algos.bc import BC, bc_loss, bc_optimizer  # noqa: E402
 from rlcore.algos.dqn import DQN, dqn_loss, dqn_optimizer  # noqa: E402
-from rlcore.algos.members import MemberRollout, StackedMembers, stacked_optimizer  # noqa: E402
+from rlcore.algos.members import StackedMembers, stacked_optimizer  # noqa: E402
 from rlcore.algos.ppo import PPO  # noqa: E402
 from rlcore.algos.sac import SAC  # noqa: E402
 from rlcore.algos.sac_members import StackedSAC  # noqa: E402
@@ -182,7 +182,6 @@ class Batched(Learner):
             self.generators = [torch.Generator().manual_seed(k) for k in range(count)]
             fields = ("obs", "actions", "log_probs", "values", "advantages", "returns")
             self.data = {name: torch.stack([b.flat(name) for b in self.rollouts]) for name in fields}
-            self.valid = torch.stack([b.valid for b in self.rollouts])
         else:
             pools = replay_batches(algo, count, cfg.batch_size)
             self.pool = [{key: torch.stack([p[i][key] for p in pools]) for key in pools[0][0]} for i in range(POOL)]
@@ -232,9 +231,7 @@ class Batched(Learner):
 
     # today's batched steps
     def _today_ppo(self, _: Any) -> None:
-        members = StackedMembers(
-            self.members, self.stacked_ac, self.optimizer, MemberRollout(**self.data, valid=self.valid)
-        )
+        members = StackedMembers(self.members, self.stacked_ac, self.optimizer, self.rollouts)
         PPO.update_members(members, [PROGRESS] * self.count, self.generators)
 
     def _today_sac(self, batch: dict[str, torch.Tensor]) -> None:

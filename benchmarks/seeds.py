@@ -7,7 +7,7 @@ runs (``rlcore train``): wall and CPU seconds, training steps per second summed 
 (N when nothing is shared; the issue's targets are <= 2 for PPO and BC, <= 3 for DQN and SAC at N = 8). ``batched``
 says whether the family has a batched trainer (``rlcore.trainers.batched_trainer``; it may still fall back, with a
 log line). An untimed 10-step run first takes the imports. With ``--sequential`` the N = max run is repeated with
-``train.batch_seeds: false``.
+``train.batch_seeds: false``. With ``--repeats R`` every run is timed R times, interleaved, and the medians reported.
 
 ``--peer`` (PPO CartPole only; needs the ``bench`` extra): 8 seeds to the first evaluation >= 475, rlcore's
 preset batched in one process against SB3's PPO with RL Zoo hyperparameters as two parallel processes of 4 seeds
@@ -19,7 +19,7 @@ wall seconds) of N seeds divided by N and by one seed's, so 1 is no gain and 1/N
 repeated lines of a family (``--results`` files, or this run) are drawn as points around their median. With
 ``--results`` the figure is drawn from earlier runs' JSON lines and nothing is measured.
 
-    python benchmarks/seeds.py [--families ppo dqn sac bc] [--counts 1 2 4 8] [--sequential] [--peer]
+    python benchmarks/seeds.py [--families ppo dqn sac bc] [--counts 1 2 4 8] [--sequential] [--repeats 3] [--peer]
     python benchmarks/seeds.py --results runs.jsonl [more.jsonl ...] --figure benchmarks/figures/seeds-cost.png
 
 Quiet machine only: the figures are wall times.
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -50,6 +51,10 @@ FAMILIES: dict[str, tuple[str, int]] = {
     "dqn": ("configs/dqn-cartpole.yaml", 20_000),
     "sac": ("configs/sac-pendulum.yaml", 5_000),
     "bc": ("offline.yaml", 2_000),
+    # The configurations that used to train one seed after another: normalize_rewards (the MLPs now stacked) and a
+    # recurrent policy (each seed's own policy in turn, in the same loop).
+    "ppo-hopper": ("configs/ppo-hopper.yaml", 8_192),
+    "ppo-lstm": ("configs/ppo-lstm-cartpole-po.yaml", 16_384),
 }
 """Family -> (preset, budget in its step unit: env steps, or gradient steps for BC)."""
 
@@ -90,7 +95,7 @@ def timed_train(params: Params, root: Path) -> tuple[float, float]:
     return time.perf_counter() - started, time.process_time() - cpu_started
 
 
-def family_row(family: str, counts: list[int], sequential: bool) -> dict[str, Any]:
+def family_row(family: str, counts: list[int], sequential: bool, repeats: int) -> dict[str, Any]:
     preset, steps = FAMILIES[family]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,17 +104,23 @@ def family_row(family: str, counts: list[int], sequential: bool) -> dict[str, An
             random_dataset(base)
         timed_train(fixed_budget(preset, 10, [0, 1], True, base), base / "warm_up")  # imports, untimed
         batches = [(count, True) for count in counts] + ([(max(counts), False)] if sequential else [])
-        for count, batch in batches:
-            root = base / f"n{count}_{'batched' if batch else 'sequential'}"
-            params = fixed_budget(preset, steps, list(range(count)), batch, base)
-            seconds, cpu_seconds = timed_train(params, root)
+        times: dict[tuple[int, bool], list[tuple[float, float]]] = {run: [] for run in batches}
+        for repeat in range(repeats):  # interleaved: a change of the machine's load touches every run alike
+            for count, batch in batches:
+                root = base / f"n{count}_{'batched' if batch else 'sequential'}_{repeat}"
+                times[count, batch].append(
+                    timed_train(fixed_budget(preset, steps, list(range(count)), batch, base), root)
+                )
+        for (count, batch), timed in times.items():
+            seconds, cpu_seconds = (float(statistics.median(column)) for column in zip(*timed, strict=True))
             rows.append(
                 {
                     "seeds": count,
-                    "batched": batch and batched_trainer(params) is not None,
+                    "batched": batch and batched_trainer(fixed_budget(preset, steps, [0], batch, base)) is not None,
                     "wall_seconds": round(seconds, 2),
                     "cpu_seconds": round(cpu_seconds, 2),
                     "steps_per_second_summed": round(count * steps / seconds, 1),
+                    "repeats": repeats,
                 }
             )
     one = next(row for row in rows if row["seeds"] == 1)
@@ -226,6 +237,7 @@ def main() -> None:
     parser.add_argument("--families", nargs="+", choices=sorted(FAMILIES), default=["ppo", "dqn", "sac", "bc"])
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--sequential", action="store_true", help="also run the largest N one after another")
+    parser.add_argument("--repeats", type=int, default=1, help="time every run this many times; report medians")
     parser.add_argument("--peer", action="store_true", help="8 PPO CartPole seeds against SB3 in 2 processes")
     parser.add_argument("--figure", type=Path, help="draw the cost per seed against N to this PNG")
     parser.add_argument("--metric", choices=["cpu", "wall"], default="cpu", help="the figure's seconds")
@@ -244,7 +256,7 @@ def main() -> None:
         parser.error("--counts: must include 1 (the ratios are to one seed's wall time)")
     rows = []
     for family in args.families:
-        rows.append(family_row(family, sorted(args.counts), args.sequential))
+        rows.append(family_row(family, sorted(args.counts), args.sequential, args.repeats))
         emit(rows[-1])
     if args.figure is not None:
         draw_figure(rows, args.metric, args.figure)

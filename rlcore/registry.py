@@ -60,7 +60,7 @@ def check_action_space(name: str, env_id: str, action_space: spaces.Space) -> No
 
 def trains_groups(name: str) -> bool:
     """Whether algorithm ``name`` trains ``policy.groups`` and centralized critics: the on-policy multi-agent ones
-    (every agent's steps are rows of its rollout: ``rlcore.trainers.on_policy_groups``)."""
+    (every agent's steps are rows of its rollout: ``rlcore.trainers.on_policy``)."""
     algo_cls = algorithm_class(name)
     return issubclass(algo_cls, OnPolicyAlgorithm) and "multiagent" in algo_cls.capabilities
 

@@ -16,7 +16,7 @@ updates, clipped gradients, AdamW's weight decay), with a member whose batch hol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from rlcore.algos.a2c import A2C, A2CConfig
 from rlcore.algos.base import OnPolicyAlgorithm
 from rlcore.algos.bc import BC, BCConfig
 from rlcore.algos.dqn import DQN, DQNConfig
-from rlcore.algos.members import MemberRollout, StackedMembers, stacked_optimizer
+from rlcore.algos.members import StackedMembers, stacked_optimizer
 from rlcore.algos.ppo import PPO, PPOConfig
 from rlcore.algos.sac import SAC, SACConfig
 from rlcore.algos.sac_members import StackedSAC
@@ -70,13 +70,6 @@ def rollout(seed: int, update: int, steps: int, envs: int, poisoned: bool) -> Ro
     return buffer
 
 
-def stacked_rollout(rollouts: Sequence[RolloutBuffer]) -> MemberRollout:
-    """The members' rollouts side by side, each flattened as ``RolloutBuffer.flat`` does."""
-    fields = ("obs", "actions", "log_probs", "values", "advantages", "returns")
-    flat = {name: torch.stack([r.flat(name) for r in rollouts]) for name in fields}
-    return MemberRollout(**flat, valid=torch.stack([r.valid for r in rollouts]))
-
-
 @dataclass(frozen=True)
 class Family:
     """What the contract needs of an algorithm: ``make(seed)`` (the one-seed run's algorithm: torch seeded, then the
@@ -103,7 +96,7 @@ def on_policy(kind: type[OnPolicyAlgorithm[Any, Any]], config: Any, steps: int, 
         optimizer = stacked_optimizer(algorithms, stacked)
 
         def update(data: list[Any], generators: list[torch.Generator]) -> list[dict[str, float]]:
-            members = StackedMembers(algorithms, stacked, optimizer, stacked_rollout(data))
+            members = StackedMembers(algorithms, stacked, optimizer, data)
             metrics = kind.update_members(members, [0.5] * len(algorithms), generators)
             for k, algorithm in enumerate(algorithms):
                 stacked.copy_weights_to(k, algorithm.policy)
@@ -246,7 +239,12 @@ FAMILIES = {
         PPO, PPOConfig(lr=1e-3, n_steps=32, batch_size=128, n_epochs=4, target_kl=0.021), 32, None
     ),
     "ppo-nonfinite": lambda: on_policy(PPO, PPOConfig(lr=1e-3, n_steps=32, batch_size=128, n_epochs=2), 32, 1),
+    # Two minibatches per optimizer step (ragged: members' valid counts differ), their losses weighted by share.
+    "ppo-accumulation": lambda: on_policy(
+        PPO, PPOConfig(lr=1e-3, n_steps=32, batch_size=64, n_epochs=2, grad_accumulation=2), 32, None
+    ),
     "a2c": lambda: on_policy(A2C, A2CConfig(n_steps=8), 8, None),
+    "a2c-accumulation": lambda: on_policy(A2C, A2CConfig(n_steps=8, grad_accumulation=2), 8, None),
     "a2c-adam-nonfinite": lambda: on_policy(
         A2C, A2CConfig(n_steps=8, optimizer="adam", normalize_advantage=True), 8, 2
     ),

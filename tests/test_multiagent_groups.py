@@ -1,7 +1,7 @@
 """Groups of agents (issue 29, ``policy.groups``): each group's rows go to its own policy, which reads its agents'
 columns (``rlcore.envs.agent_groups``, ``rlcore.nets.grouped``); each group trains with its own optimizer
-(``rlcore.trainers.on_policy_groups``); checkpoints hold every group, a resumed run continues it, and the export
-stage writes one model per group (``rlcore.stages.export_groups``)."""
+(``rlcore.trainers.on_policy``: a group is a member of the loop); checkpoints hold every group, a resumed run
+continues it, and the export stage writes one model per group (``rlcore.stages.export_groups``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 from conftest import outputs
 from gymnasium import spaces
 
-import rlcore.trainers.on_policy_groups as on_policy_groups
+import rlcore.trainers.on_policy as on_policy
 import rlcore.trainers.session as session_module
 from rlcore.algos.ppo import PPO
 from rlcore.common.checkpoints import load_checkpoint
@@ -179,14 +179,14 @@ def test_a_group_with_zero_advantages_does_not_move(tmp_path: Path, monkeypatch:
             return torch.zeros_like(rollout.values), rollout.values.clone()
         return original(self, rollout)
 
-    group_rollouts = on_policy_groups._group_rollouts
+    members = on_policy.Run._members
 
-    def snapshot(session: Any, n_steps: int, num_envs: int, critic_rows: Any) -> Any:
-        started.update({k: v.clone() for k, v in session.policy.state_dict().items()})
-        return group_rollouts(session, n_steps, num_envs, critic_rows)
+    def snapshot(self: on_policy.Run, obs_dtype: torch.dtype) -> Any:
+        started.update({k: v.clone() for k, v in self.session.policy.state_dict().items()})
+        return members(self, obs_dtype)
 
     monkeypatch.setattr(PPO, "advantages", zero_for_blue)
-    monkeypatch.setattr(on_policy_groups, "_group_rollouts", snapshot)
+    monkeypatch.setattr(on_policy.Run, "_members", snapshot)
     algo = {"name": "ppo", "n_steps": 8, "batch_size": 16, "vf_coef": 0.0, "ent_coef": 0.0}
     params = validate_params(_tree(max_steps=48) | {"algo": algo})
     train(params, tmp_path / "run")

@@ -2,8 +2,8 @@
 (the same evaluations, counters and random-number states; weights and optimizer state equal up to float32 rounding),
 for PPO (ragged minibatches, per-seed target-KL stops, observation normalization, Box actions) and A2C (RMSprop,
 Adam); a batched run killed
-mid-way resumes each seed from its own checkpoint; what does not batch trains one after another with a log line; more
-seeds than the memory holds are refused in one line."""
+mid-way resumes each seed from its own checkpoint; the acting form stacks plain MLPs and names why others act member by
+member; more seeds than the memory holds are refused in one line."""
 
 from __future__ import annotations
 
@@ -199,47 +199,32 @@ def test_a_killed_batched_run_resumes_every_seed_from_its_own_checkpoint(
 
 
 @pytest.mark.parametrize(
-    ("override", "reason"),
+    ("overrides", "reason"),
     [
-        ("algo.normalize_rewards=true", "algo.normalize_rewards"),  # read from the params
-        ("algo.value_head={type: categorical, bins: 11}", "a categorical or transformed value head"),  # the policy
+        ([], None),
+        (["algo.normalize_rewards=true", "algo.grad_accumulation=2", "env.curriculum=[{name: only}]"], None),
+        (["algo.reward_signals={rnd: {strength: 0.1}}"], None),  # each seed's own signals, before the update
+        (["algo.value_head={type: categorical, bins: 11}"], "a categorical or transformed value head"),
+        (["policy.memory={type: gru, size: 8, sequence_length: 8}"], "a RecurrentActorCritic"),
+        (["train.precision=bf16"], "train.precision bf16"),
+        (["env.id=Taxi-v4", "env.action_mask=info"], "observations other than flat vectors"),
     ],
 )
-def test_what_does_not_batch_trains_one_after_another_with_a_log_line(
-    override: str, reason: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_the_acting_form_stacks_plain_mlps_and_names_what_acts_member_by_member(
+    overrides: list[str], reason: str | None
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="rlcore"):
-        train_project(tmp_path, [*TINY, "train.max_steps=512", override, "train.seeds=[0, 1]"])
-    assert f"not batched: {reason} does not batch" in caplog.text
-    assert "as one batched program" not in caplog.text
-    for seed in (0, 1):
-        assert (tmp_path / "runs" / "seeds" / f"seed_{seed}" / "train_summary.json").is_file()
+    """Every configuration trains its seeds as one program; the seeds' networks are stacked where they are plain
+    MLP actor-critics, else each seed's own policy acts and learns in turn, for the reason named."""
+    from rlcore.envs.vector import make_vector_env
+    from rlcore.registry import algorithm_class
+    from rlcore.trainers.on_policy_acting import stacking_problem
 
-
-@pytest.mark.parametrize(
-    ("override", "reason"),
-    [
-        ("policy.memory={type: gru, size: 8, sequence_length: 8}", "policy.memory"),
-        ("algo.reward_signals={rnd: {strength: 0.1}}", "algo.reward_signals"),
-        ("algo.grad_accumulation=2", "algo.grad_accumulation"),
-        ("train.precision=bf16", "train.precision bf16"),
-        ("env.curriculum=[{name: only}]", "env.curriculum"),
-    ],
-)
-def test_configurations_that_do_not_batch_are_named(override: str, reason: str) -> None:
-    from rlcore.trainers.on_policy_seeds import unbatched_reason
-
-    assert unbatched_reason(load_params(PROJECT / "params.yaml")) is None
-    found = unbatched_reason(load_params(PROJECT / "params.yaml", [override]))
-    assert found is not None and found.startswith(reason)
-
-
-def test_policies_that_do_not_stack_are_named() -> None:
-    from rlcore.trainers.on_policy_seeds import architecture_reason
-
-    assert architecture_reason(load_params(PROJECT / "params.yaml")) is None
-    categorical = load_params(PROJECT / "params.yaml", ["algo.value_head={type: categorical, bins: 11}"])
-    assert architecture_reason(categorical) == "a categorical or transformed value head"
+    params = load_params(PROJECT / "params.yaml", overrides)
+    env = make_vector_env(params.env, 1)  # the spaces the policy sees (a mask packed into a Dict observation)
+    env.close()
+    spaces = env.single_observation_space, env.single_action_space
+    policy = algorithm_class("ppo").make_policy(*spaces, params.policy, params.algo)
+    assert stacking_problem(params, policy, torch.device("cpu")) == reason
 
 
 def test_more_seeds_than_the_memory_holds_are_refused_in_one_line_and_write_nothing(
@@ -263,22 +248,6 @@ def test_more_seeds_than_the_memory_holds_are_refused_in_one_line_and_write_noth
     assert (tmp_path / "runs" / "seeds" / "seed_1" / "train_summary.json").is_file()
 
 
-@pytest.mark.parametrize(
-    ("overrides", "reason"),
-    [
-        (["env.id=Taxi-v4", "env.action_mask=info"], "env.action_mask"),
-        (["env.id=pettingzoo:mpe2.simple_spread_v3", "env.kwargs={N: 2}"], "a PettingZoo env"),
-    ],
-)
-def test_masked_and_multi_agent_runs_are_named_as_not_batching(overrides: list[str], reason: str) -> None:
-    """The batched program takes no masks and sizes its rows by one agent per env copy: both train one after
-    another (with the log line of the test above)."""
-    from rlcore.trainers.on_policy_seeds import unbatched_reason
-
-    found = unbatched_reason(load_params(PROJECT / "params.yaml", overrides))
-    assert found is not None and found.startswith(reason)
-
-
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_evaluations_run_together_are_each_policys_own_evaluation(env_id: str) -> None:
     """Three policies with their own weights and normalizer statistics, each with its own evaluator (its episode
@@ -289,7 +258,7 @@ def test_evaluations_run_together_are_each_policys_own_evaluation(env_id: str) -
     from rlcore.nets.policies import ActorCritic
     from rlcore.nets.stacked_actor_critic import StackedActorCritic
     from rlcore.registry import algorithm_class
-    from rlcore.trainers.on_policy_seeds import greedy_of_seeds
+    from rlcore.trainers.on_policy_acting import greedy_of_seeds
 
     params = load_params(PROJECT / "params.yaml", [f"env.id={env_id}", "policy.normalize_obs=true"])
     evaluators = [Evaluator(params.env, 5, 100 * k, max_parallel_envs=2, max_episode_steps=40) for k in range(3)]

@@ -28,7 +28,7 @@ from test_sweep import copy_project, load_study, trials_in
 
 from flows.sweep import plan_sweep, run_sweep
 from rlcore.common.files import read_json
-from rlcore.trainers import on_policy_seeds
+from rlcore.trainers import on_policy
 
 SEEDS = [
     "train.max_steps=4096",
@@ -54,8 +54,8 @@ def test_batched_trials_score_each_seed_as_the_trials_one_after_another_do(
     float32 rounding, ``tests/test_seeds_batched.py``, so the scores, greedy returns of 3 episodes, are compared
     with rtol 1e-6 / atol 1e-6 rather than bitwise)."""
     loops: list[int] = []
-    run = on_policy_seeds.BatchedLoop.run
-    monkeypatch.setattr(on_policy_seeds.BatchedLoop, "run", lambda self: loops.append(len(self.seeds)) or run(self))
+    run = on_policy.OnPolicyLoop.run
+    monkeypatch.setattr(on_policy.OnPolicyLoop, "run", lambda self: loops.append(len(self.runs)) or run(self))
     tables: dict[str, pd.DataFrame] = {}
     for mode, extra in (("batched", []), ("single", ["train.batch_seeds=false"])):
         (tmp_path / mode).mkdir()
@@ -66,7 +66,8 @@ def test_batched_trials_score_each_seed_as_the_trials_one_after_another_do(
         tables[mode] = pd.read_csv(root / "reports" / "sweep" / "trials.csv")
     assert BATCHED_LINE in caplog.text
     assert "a trial trains its seeds one after another, not batched: train.batch_seeds is false" in caplog.text
-    assert loops == [2, 2], "the batched trials did not train their seeds in one batched loop"
+    # The batched trials: one loop over both seeds' runs each; one after another: one loop per seed.
+    assert loops == [2, 2, 1, 1, 1, 1], "the batched trials did not train their seeds in one loop"
     batched, single = tables["batched"], tables["single"]
     columns = ["score seed_0", "score seed_1", "test_score seed_0", "test_score seed_1"]
     assert set(columns) <= set(batched.columns)

@@ -1,9 +1,9 @@
 """Groups of agents trained side by side (``policy.groups``): one instance of the run's algorithm per group, each
 with its own policy (a member of ``rlcore.nets.grouped.GroupedActorCritic``) and its own optimizer state.
 
-The grouped trainer (``rlcore.trainers.on_policy_groups``) gives each member its group's rows of the rollout and
-calls that member's own ``advantages`` and ``update``; this class only holds the members for the session: its
-counters sum theirs and its state (a checkpoint's ``algorithm``) is theirs by group name.
+The on-policy loop (``rlcore.trainers.on_policy``: a group is a member) gives each member its group's rows of the
+rollout and calls that member's own ``advantages`` and ``update``; this class only holds the members for the session:
+its counters sum theirs and its state (a checkpoint's ``algorithm``) is theirs by group name.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class GroupedAlgorithm(OnPolicyAlgorithm[AlgoConfig, GroupedActorCritic]):
             member.compute_in(precision)
 
     def update(self, *args: Any, **kwargs: Any) -> dict[str, float]:
-        raise TypeError("a grouped run updates each member on its group's rows (rlcore.trainers.on_policy_groups)")
+        raise TypeError("a grouped run updates each member on its group's rows (rlcore.trainers.on_policy)")
 
     def count(self) -> None:
         """The session's counters from the members' (after their updates): steps and skips summed, the longest

@@ -31,7 +31,7 @@ from typing import Any, Protocol, cast
 import torch
 
 from rlcore.algos.base import Algorithm, OnPolicyAlgorithm
-from rlcore.data.rollouts import RolloutBuffer, shuffled_minibatches
+from rlcore.data.rollouts import RolloutBuffer
 from rlcore.nets.policies import ActorCritic
 from rlcore.nets.stacked import StackedAdam, StackedOptimizer, StackedRMSprop
 from rlcore.nets.stacked_actor_critic import StackedActorCritic
@@ -259,24 +259,6 @@ class OneMember(Members):
         self.algorithm.gradient_steps += 1
 
 
-@dataclass
-class MemberRollout:
-    """N members' rollouts of T steps over E envs each, flattened per member as ``RolloutBuffer.flat`` does (index
-    t * E + e). Fields (N, T * E, ...) but ``valid`` (N, T, E)."""
-
-    obs: torch.Tensor
-    actions: torch.Tensor
-    log_probs: torch.Tensor
-    values: torch.Tensor
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    valid: torch.Tensor
-
-    def valid_indices(self, k: int) -> torch.Tensor:
-        """Member ``k``'s trained-on steps as flat indices, (V_k,)."""
-        return torch.nonzero(self.valid[k].reshape(-1), as_tuple=False).squeeze(-1)
-
-
 def stacked_optimizer(algorithms: Sequence[OnPolicy], stacked: StackedActorCritic) -> StackedOptimizer:
     """The members' optimizer (Adam or RMSprop, as ``algorithms[0].optimizer`` is) over the stacked weights, with each
     member's own state loaded from its algorithm's optimizer."""
@@ -293,39 +275,42 @@ def stacked_optimizer(algorithms: Sequence[OnPolicy], stacked: StackedActorCriti
 
 
 class StackedMembers(Members):
-    """N seeds' actor-critics stacked (M = N): their rollouts side by side, one forward pass and one backward pass
-    for all, each member's gradient clipped to its own norm and its optimizer state its own."""
+    """N seeds' actor-critics stacked (M = N), each with its rollout (of one shape): their fields side by side, one
+    forward pass and one backward pass for all, each member's gradient clipped to its own norm and its optimizer state
+    its own."""
 
     def __init__(
         self,
         algorithms: Sequence[OnPolicy],
         stacked: StackedActorCritic,
         optimizer: StackedOptimizer,
-        rollout: MemberRollout,
+        rollouts: Sequence[RolloutBuffer],
     ) -> None:
         super().__init__(algorithms)
         if any(getattr(a, "behavioral_cloning", None) is not None for a in algorithms):
             raise ValueError("algorithms: the BC regularizer runs one member at a time (OneMember)")
-        self.stacked, self.optimizer, self.rollout = stacked, optimizer, rollout
+        self.stacked, self.optimizer, self.rollouts = stacked, optimizer, list(rollouts)
         self.critic = self.algorithms[0].policy.critic  # the value head's arithmetic (its weights: the stacked ones)
         self._finite = torch.ones(self.count, dtype=torch.bool)
+        self._fields: dict[str, torch.Tensor] = {}
 
     def field(self, name: str) -> torch.Tensor:
-        tensor: torch.Tensor = getattr(self.rollout, name)
-        return tensor
+        if name not in self._fields:  # each member's flat order is its one-member update's
+            self._fields[name] = torch.stack([rollout.flat(name) for rollout in self.rollouts])
+        return self._fields[name]
 
     def env_steps(self) -> int:
-        return int(self.rollout.valid[0].numel())
+        return int(self.rollouts[0].rewards.numel())
 
     def valid_indices(self) -> list[torch.Tensor]:
-        return [self.rollout.valid_indices(k) for k in range(self.count)]
+        return [rollout.flat_valid_indices() for rollout in self.rollouts]
 
     def orders(
         self, batch_sizes: Sequence[int], generators: Sequence[torch.Generator], running: Sequence[bool]
     ) -> list[list[torch.Tensor]]:
         return [
-            list(shuffled_minibatches(self.rollout.valid[k], batch_sizes[k], generators[k])) if running[k] else []
-            for k in range(self.count)
+            list(rollout.minibatches(size, generator)) if run else []
+            for rollout, size, generator, run in zip(self.rollouts, batch_sizes, generators, running, strict=True)
         ]
 
     def losses(

@@ -112,13 +112,14 @@ class TrainConfig(StrictModel):
     gradient clipping, target-KL stop and stop conditions (a seed that stops finishes and closes its envs, the others go
     on). Seed ``k`` then equals the run with ``seed: k`` up to float32 rounding: the same evaluation returns for
     Discrete actions, weights within rtol 1e-5 / atol 1e-6 (measured about 6e-8 after a few PPO updates, 5e-7 after 384
-    DQN steps, none for SAC). The memory estimate is then one run's times the number of seeds. Configurations that do
-    not batch (recurrent policies, observations other than flat vectors, actions other than Discrete and Box,
-    categorical or transformed value heads, reward signals, behavioral cloning, normalize_rewards, grad_accumulation >
-    1, precision other than fp32, cuda, a curriculum; ``rlcore.trainers.on_policy_seeds``; DQN's dueling head, and for
-    DQN, SAC and BC encoders with weights, e.g. images) and ``false`` run the seeds one after another, each bitwise the
-    run with ``seed: k`` (a log line says why). The same choice batches a sweep trial's ``sweep.seeds``. Not part of a
-    run's fingerprint."""
+    DQN steps, none for SAC). The memory estimate is then one run's times the number of seeds. PPO and A2C train the
+    seeds of every configuration as one program (``rlcore.trainers.on_policy``): their networks stacked where they are
+    plain MLP actor-critics, else each seed's own policy acting and learning in turn in the same loop (recurrent
+    policies, CNN and Dict observations, action masks, categorical or transformed value heads, agent groups, behavioral
+    cloning, precision other than fp32, cuda; ``rlcore.trainers.on_policy_acting``, the log line says which).
+    Configurations of DQN, SAC and BC that do not batch (DQN's dueling head, and encoders with weights, e.g. images)
+    and ``false`` run the seeds one after another, each bitwise the run with ``seed: k`` (a log line says why). The
+    same choice batches a sweep trial's ``sweep.seeds``. Not part of a run's fingerprint."""
 
     @field_validator("seeds")
     @classmethod

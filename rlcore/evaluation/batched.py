@@ -1,4 +1,4 @@
-"""The evaluations of N policies side by side (the seeds of a batched run, ``rlcore.trainers.on_policy_seeds``):
+"""The evaluations of N policies side by side (the seeds of a batched run, ``rlcore.trainers.on_policy_acting``):
 every policy's own :class:`Evaluator` and episodes, one batched forward pass per step for all of them.
 
 Policy ``k`` is evaluated on evaluator ``k``'s episodes exactly as ``evaluators[k].evaluate(policy_k)`` does it

@@ -5,8 +5,8 @@ Rows come in the env's order (``rlcore.envs.multiagent``): row ``i * A + a`` is 
 batch of ``B`` rows (a multiple of ``A``: every agent of whole copies, as the trainer and the evaluators step them)
 holds agent ``r % A`` at row ``r``. Each group's member reads only its columns of the row (the agent's own width,
 then its one-hot within the group: ``rlcore.envs.agent_groups``) and acts for its agents' rows only; training
-never goes through this class: the grouped trainer (``rlcore.trainers.on_policy_groups``) trains each member on its
-own rows with its own optimizer.
+never goes through this class: the on-policy loop (``rlcore.trainers.on_policy``: a group is a member) trains each
+member on its own rows with its own optimizer.
 """
 
 from __future__ import annotations

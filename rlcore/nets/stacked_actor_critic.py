@@ -3,11 +3,12 @@ action distributions for (N, B, ...) inputs, seed k's from seed k's stacked weig
 
 Each ``nn.Linear`` is one ``torch.baddbmm`` over the stacked weights (:meth:`StackedPolicies.mlp`), the normalizer
 the unbatched arithmetic broadcast over the seed dimension, so a seed's forward pass is its unbatched one (bitwise in
-practice: measured equal on CartPole's shapes). Only what the batched on-policy trainer supports is built
-(:func:`batching_problem` says why not): vector observations through the flatten encoder, no recurrent core, a
-scalar value head in reward units, Discrete or Box actions. Sampling draws each seed's random numbers from that seed's
-own generator (:meth:`StackedActorCritic.sample` per seed; :meth:`StackedActorCritic.sample_seeds` for all seeds,
-one argmax over every seed's Categorical), so seed k's actions are the ones its unbatched run draws.
+practice: measured equal on CartPole's shapes). Only plain MLP actor-critics stack (:func:`batching_problem` says
+why not; the on-policy loop then calls each seed's own policy): vector observations through the flatten encoder, no
+recurrent core, a scalar value head in reward units, Discrete or Box actions. Sampling draws each seed's random
+numbers from that seed's own generator (:meth:`StackedActorCritic.sample` per seed;
+:meth:`StackedActorCritic.sample_seeds` for all seeds, one argmax over every seed's Categorical), so seed k's actions
+are the ones its unbatched run draws.
 """
 
 from __future__ import annotations
@@ -20,15 +21,16 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from rlcore.nets.encoders import Flatten
 from rlcore.nets.policies import ActorCritic
+from rlcore.nets.policy import Policy
 from rlcore.nets.stacked import StackedPolicies
 
 
-def batching_problem(policy: ActorCritic) -> str | None:
+def batching_problem(policy: Policy) -> str | None:
     """Why ``policy``'s architecture cannot be stacked by :class:`StackedActorCritic`, or None when it can."""
     if type(policy) is not ActorCritic:
-        return f"{type(policy).__name__} (a recurrent policy)"
+        return f"a {type(policy).__name__}"
     if not isinstance(policy.encoder, Flatten) or len(policy.observation_space.shape or ()) != 1:
-        return f"observations {policy.observation_space} (only flat vectors batch)"
+        return "observations other than flat vectors"
     if policy.mask_slice is not None:
         return "observations carrying an action mask"
     if policy.obs_normalizer.mask is not None:
@@ -36,7 +38,7 @@ def batching_problem(policy: ActorCritic) -> str | None:
     if policy.critic.categorical or policy.critic.config.transform != "none":
         return "a categorical or transformed value head"
     if not isinstance(policy.action_space, spaces.Discrete | spaces.Box):
-        return f"actions {policy.action_space} (only Discrete and Box batch)"
+        return f"{type(policy.action_space).__name__} actions"
     return None
 
 

@@ -24,8 +24,7 @@ from rlcore.trainers.off_policy import train_off_policy
 from rlcore.trainers.off_policy_seeds import train_off_policy_seeds
 from rlcore.trainers.offline import train_offline
 from rlcore.trainers.offline_seeds import train_offline_seeds
-from rlcore.trainers.on_policy import train_on_policy
-from rlcore.trainers.on_policy_seeds import train_on_policy_seeds
+from rlcore.trainers.on_policy import train_on_policy, train_on_policy_seeds
 from rlcore.trainers.population import train_population
 from rlcore.trainers.seed_sessions import SeedRun
 from rlcore.trainers.stopping import EvaluationCallback
@@ -96,8 +95,8 @@ capabilities when ``train.batch_seeds`` is true."""
 
 def batched_trainer(params: Params) -> SeedsTrainer | None:
     """The batched trainer of ``params``' seeds, or None when they run one after another (``train.batch_seeds``
-    false, or an algorithm without ``batched_seeds``). A batched trainer may still train them one after another,
-    with a log line, for configurations it does not batch (``rlcore.trainers.on_policy_seeds.unbatched_reason``)."""
+    false, or an algorithm without ``batched_seeds``). The off-policy and offline trainers may still train them one
+    after another, with a log line, for configurations they do not batch."""
     algo_cls = algorithm_class(params.algo.name)
     if not params.train.batch_seeds or "batched_seeds" not in algo_cls.capabilities:
         return None

@@ -36,11 +36,6 @@ class CriticRows:
         """The critic's inputs of every row now, (rows, critic_width)."""
         return torch.as_tensor(self.env.critic_inputs())
 
-    def widen(self, obs: torch.Tensor) -> torch.Tensor:
-        """Observations (rows, obs_width) of the env's current step -> training rows (rows, obs_width +
-        critic_width)."""
-        return torch.cat([obs, self.inputs().to(obs.dtype)], dim=1)
-
     def shape(self, obs_shape: tuple[int, ...]) -> tuple[int, ...]:
         """A training row's shape for observations of ``obs_shape``."""
         return (obs_shape[0] + self.critic_width,)

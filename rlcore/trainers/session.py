@@ -49,7 +49,7 @@ ENTROPY_COLLAPSE = 1e-3
 
 def entropies(metrics: dict[str, float]) -> dict[str, float]:
     """The policy entropies an update logged: ``""`` -> ``entropy`` (one policy), a group -> ``<group>/entropy``
-    (``policy.groups``: ``rlcore.trainers.on_policy_groups`` logs each group's metrics under its name)."""
+    (``policy.groups``: ``rlcore.trainers.on_policy`` logs each group's metrics under its name)."""
     found = {"": metrics["entropy"]} if "entropy" in metrics else {}
     for key, value in metrics.items():
         group, _, name = key.partition("/")
