@@ -217,7 +217,7 @@ def value_family(kind: Any, config: Any, env_id: str, head: str, poisoned_seed: 
         return batch
 
     def batched(algorithms: list[Any]) -> Callable[[list[Any], list[torch.Generator]], list[dict[str, float]]]:
-        stack = NetworkStack(algorithms, head, getattr(config, "weight_decay", None))
+        stack = NetworkStack(algorithms)
 
         def update(data: list[Any], generators: list[torch.Generator]) -> list[dict[str, float]]:
             metrics: list[dict[str, float]] = kind.update_members(StackedNetworks(stack, data), [0.5] * len(data))

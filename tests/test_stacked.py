@@ -12,7 +12,7 @@ from rlcore.algos.ppo import clipped_surrogate
 from rlcore.config.sections import PolicyConfig
 from rlcore.nets.policies import ActorCritic
 from rlcore.nets.recurrent import actor_critic
-from rlcore.nets.stacked import StackedAdam, StackedPolicies, StackedRMSprop
+from rlcore.nets.stacked import StackedAdam, StackedPolicies, StackedRMSprop, clip_member_grad_norms_, masked_step
 
 SEEDS = [0, 1, 7]
 BATCH = 64
@@ -302,3 +302,33 @@ def test_stacked_rmsprop_matches_torch_rmsprop_per_seed_and_an_idle_seed_keeps_i
             torch.testing.assert_close(
                 resumed.state_dict()["state"][index]["square_avg"], entry["square_avg"], rtol=1e-5, atol=1e-9
             )
+
+
+def test_each_members_clipped_gradient_is_bitwise_clip_grad_norm_of_that_member_alone():
+    """The members' norms reduce as ``nn.utils.clip_grad_norm_`` reduces one model's: bitwise, norms and gradients
+    (SAC's clipped runs amplify an ulp there)."""
+    g = torch.Generator().manual_seed(0)
+    shapes = [(64, 4), (64,), (64, 64), (64,), (2, 64), (2,), (256, 17)]
+    for trial in range(20):
+        stacked = [torch.zeros(4, *shape, requires_grad=True) for shape in shapes]
+        for tensor in stacked:
+            tensor.grad = torch.randn(tensor.shape, generator=g) * (trial + 0.1)
+        alone = [[nn.Parameter(torch.zeros(shape)) for shape in shapes] for _ in range(4)]
+        for k, params in enumerate(alone):
+            for param, tensor in zip(params, stacked, strict=True):
+                param.grad = tensor.grad[k].clone()
+        norms = clip_member_grad_norms_(stacked, 4, MAX_GRAD_NORM)
+        for k, params in enumerate(alone):
+            assert torch.equal(norms[k], nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM))
+            assert all(torch.equal(p.grad, t.grad[k]) for p, t in zip(params, stacked, strict=True))
+
+
+def test_a_masked_step_leaves_absent_and_non_finite_members_untouched():
+    """Member 1 absent, member 2's loss NaN: their weights and Adam states stay; members 0 and 3 step."""
+    weight = torch.ones(4, 3, requires_grad=True)
+    optimizer = StackedAdam([weight], 4, lr=0.1)
+    losses = (weight * torch.tensor([1.0, 1.0, float("nan"), 2.0]).view(4, 1)).sum(-1)
+    applied = masked_step(optimizer, losses, torch.tensor([True, False, True, True]), max_grad_norm=1.0)
+    assert applied == [True, False, False, True]
+    assert torch.equal(weight[1:3].detach(), torch.ones(2, 3)) and bool((weight[[0, 3]] < 1).all())
+    assert optimizer.state[weight]["step"].tolist() == [1.0, 0.0, 0.0, 1.0]

@@ -9,7 +9,9 @@ samples, and the gradient of ``sum_k loss_k`` with respect to seed k's slice of 
 of ``loss_k`` alone. Adam is elementwise, so one ``torch.optim.Adam`` over the stacked tensors makes each seed's
 step the one its own optimizer would make as long as all seeds step together (:class:`StackedAdam` keeps a step
 count per seed, for seeds that stop early or skip a step); gradient-norm clipping is not elementwise and is done per
-seed (:meth:`StackedPolicies.clip_grad_norms_`).
+seed (:func:`clip_member_grad_norms_`). :func:`masked_step` is the one optimizer step of members stacked: the
+members' losses (M,) back-propagated where present and finite, each member's gradient clipped to its own norm, one
+step for the members whose norm is finite.
 
 Equivalence with N unbatched runs holds up to the summation order of the batched matrix products: the forward pass
 usually matches bitwise, the weight gradients (sums over the minibatch) differ by a float32 ulp or two
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar, Generic, TypeVar, cast
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import torch
 from torch import nn
@@ -131,21 +133,10 @@ class StackedPolicies(Generic[PolicyT]):
         losses.sum().backward()
         return losses.detach(), aux
 
-    @torch.no_grad()
     def clip_grad_norms_(self, max_norm: float) -> torch.Tensor:
-        """Clip each seed's gradient to the global 2-norm ``max_norm`` over that seed's parameters, as
-        ``nn.utils.clip_grad_norm_`` does for one model (the same arithmetic: the norm of the per-tensor norms,
-        ``max_norm / (norm + 1e-6)`` clamped to 1, every gradient multiplied by it). Returns the norms before
-        clipping, (N,): a non-finite one marks a seed whose step an unbatched run would skip."""
-        grads = [param.grad for param in self.params.values() if param.grad is not None]
-        if not grads:
-            return torch.zeros(self.count)
-        per_tensor = torch.stack([torch.linalg.vector_norm(grad.reshape(self.count, -1), dim=1) for grad in grads])
-        norms = torch.linalg.vector_norm(per_tensor, dim=0)  # (N,): over the tensors of each seed
-        coefficients = torch.clamp(max_norm / (norms + 1e-6), max=1.0)
-        for grad in grads:
-            grad.mul_(coefficients.view(-1, *([1] * (grad.dim() - 1))))
-        return norms
+        """Clip each seed's gradient to the global 2-norm ``max_norm`` (:func:`clip_member_grad_norms_`); returns the
+        norms before clipping, (N,)."""
+        return clip_member_grad_norms_(self.parameters(), self.count, max_norm)
 
     def adam(self, **kwargs: Any) -> torch.optim.Adam:
         """One Adam over the stacked parameters (``kwargs`` as ``torch.optim.Adam`` takes them). Adam's update is
@@ -197,6 +188,81 @@ class StackedPolicies(Generic[PolicyT]):
             policy = make_policy()
         policy.load_state_dict(self.state_dicts()[k])
         return policy
+
+
+@torch.no_grad()
+def clip_member_grad_norms_(parameters: Sequence[torch.Tensor], count: int, max_norm: float) -> torch.Tensor:
+    """Clip each member's gradient (the slices [k] of the stacked ``parameters``' gradients, (M, *shape)) to the
+    global 2-norm ``max_norm`` over that member's slices, with ``nn.utils.clip_grad_norm_``'s arithmetic: a norm per
+    tensor, their norm, ``max_norm / (norm + 1e-6)`` clamped to 1, every gradient multiplied by it. Each member's
+    per-tensor norms are a contiguous row (M, T) reduced along it, which sums as ``clip_grad_norm_`` sums one model's
+    (measured bitwise equal: SAC's clipped runs amplify an ulp there to 1e-2 in a few hundred steps). Returns the
+    norms before clipping, (M,): a non-finite one marks a member whose step a one-member run would skip."""
+    grads = [param.grad for param in parameters if param.grad is not None]
+    if not grads:
+        return torch.zeros(count)
+    per_tensor = torch.stack([torch.linalg.vector_norm(grad.reshape(count, -1), dim=1) for grad in grads], dim=1)
+    norms = torch.linalg.vector_norm(per_tensor, dim=1)
+    coefficients = torch.clamp(max_norm / (norms + 1e-6), max=1.0)
+    for grad in grads:
+        grad.mul_(coefficients.view(-1, *([1] * (grad.dim() - 1))))
+    return norms
+
+
+class SkipCounts(Protocol):
+    """An algorithm's counters of skipped optimizer steps (``rlcore.algos.base.Algorithm``'s)."""
+
+    skipped_steps: int
+    consecutive_skips: int
+
+
+def count_skips(members: Sequence[SkipCounts], applied: Sequence[bool]) -> None:
+    """Each member's optimizer step counted as ``Algorithm.apply_gradients`` counts its own: a skipped one adds to
+    ``skipped_steps`` and ``consecutive_skips``, a taken one resets ``consecutive_skips``."""
+    for member, took in zip(members, applied, strict=True):
+        if took:
+            member.consecutive_skips = 0
+        else:
+            member.skipped_steps += 1
+            member.consecutive_skips += 1
+
+
+def masked_backward(losses: torch.Tensor, present: torch.Tensor | None = None) -> torch.Tensor:
+    """Accumulate the gradients of the members' ``losses`` (M,) where ``present`` (M,) bool (None: every member) and
+    the loss is finite; the others' are replaced by 0, so no NaN reaches another member's slices (a member's
+    gradient is its own loss's: the stacked weights' slices do not mix). Returns those members, (M,) bool."""
+    backward = torch.isfinite(losses.detach())
+    if present is not None:
+        backward &= present
+    torch.where(backward, losses, 0.0).sum().backward()
+    return backward
+
+
+def masked_optimizer_step(
+    optimizer: StackedOptimizer, taking: torch.Tensor, max_grad_norm: float | None = None
+) -> list[bool]:
+    """One step of ``optimizer`` on the accumulated gradients for the members ``taking`` it ((M,) bool), each
+    member's gradient clipped to its own ``max_grad_norm`` (None: not clipped); a member whose norm is not finite
+    sits out. Returns each member's ``applied`` (one host read)."""
+    if max_grad_norm is not None:
+        parameters = [param for group in optimizer.param_groups for param in group["params"]]
+        taking = taking & torch.isfinite(clip_member_grad_norms_(parameters, optimizer.count, max_grad_norm))
+    applied: list[bool] = taking.tolist()
+    optimizer.step(active=None if all(applied) else taking)
+    return applied
+
+
+def masked_step(
+    optimizer: StackedOptimizer,
+    losses: torch.Tensor,
+    present: torch.Tensor | None = None,
+    max_grad_norm: float | None = None,
+) -> list[bool]:
+    """One optimizer step of M stacked members on their losses (M,): gradients zeroed, :func:`masked_backward`,
+    :func:`masked_optimizer_step`. Returns each member's ``applied``: False for a member absent (``present``) or
+    whose loss or clipped gradient norm is not finite (its weights and optimizer state untouched)."""
+    optimizer.zero_grad(set_to_none=True)
+    return masked_optimizer_step(optimizer, masked_backward(losses, present), max_grad_norm)
 
 
 class StackedOptimizer(torch.optim.Optimizer):

@@ -175,7 +175,7 @@ class _Phase:
 
     def __init__(self, seeds: list[Seed], collectors: list[Collector]) -> None:
         self.seeds, self.collectors = seeds, collectors
-        self.stack = NetworkStack([_algorithm(seed) for seed in seeds], "q", weight_decay=None)
+        self.stack = NetworkStack([_algorithm(seed) for seed in seeds])
 
     def run(self, steps: int) -> None:
         """``steps`` gradient steps of every seed (a seed whose loss or gradient norm is not finite skips its step,

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from rlcore.algos.bc import BC, BCConfig
+from rlcore.algos.bc import BC
 from rlcore.algos.value_members import NetworkStack, StackedNetworks
 from rlcore.nets.policies import CategoricalActor, GaussianActor
 from rlcore.trainers.offline import run_offline
@@ -93,9 +93,7 @@ class _Cohort:
 
     def __init__(self, seeds: list[SeedSession[DatasetSource]]) -> None:
         self.seeds = seeds
-        config: BCConfig = seeds[0].session.params.algo  # type: ignore[assignment]
-        head = "logits" if seeds[0].session.policy.discrete else "mean"
-        self.stack = NetworkStack([_algorithm(seed) for seed in seeds], head, weight_decay=config.weight_decay)
+        self.stack = NetworkStack([_algorithm(seed) for seed in seeds])
 
     def update(self, batches: list[dict[str, torch.Tensor]]) -> list[dict[str, float]]:
         """One gradient step of every seed on its minibatch (a seed whose loss is not finite skips it, as its
