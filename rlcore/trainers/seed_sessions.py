@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Protocol
+from typing import Any, ClassVar, Generic, Protocol
 
 import torch
 from gymnasium import spaces
@@ -43,6 +43,8 @@ class SeedSession(Generic[SourceT]):
     torch_rng: torch.Tensor
     finished: bool = False
     summary: dict[str, Any] | None = None
+    one_seed_run: ClassVar[bool] = False
+    """Whether this is a one-seed run's session (:meth:`alone`), not a seed of ``train.seeds``."""
 
     @classmethod
     def alone(cls, seed: int, session: TrainingSession[SourceT]) -> SeedSession[SourceT]:
@@ -69,6 +71,8 @@ class SeedSession(Generic[SourceT]):
 
 class _Alone(SeedSession[SourceT]):
     """:meth:`SeedSession.alone`: nothing to swap in."""
+
+    one_seed_run = True
 
     @contextlib.contextmanager
     def own_rng(self) -> Iterator[None]:
