@@ -141,7 +141,7 @@ class StackedSACSteps(MemberSteps):
         as ``Normal.rsample`` draws them ((M, 2, B, action_dim); zeros for an absent member); discrete: None."""
         if self.members.discrete:
             return None
-        shape = (len(batches[0]["obs"]), self.seeds[0].session.policy.action_dim)
+        shape = (len(batches[0]["obs"]), self.members.algorithms[0].policy.action_dim)
         noise = torch.zeros(len(self.seeds), 2, *shape)
         for k, seed in enumerate(self.seeds):
             if present[k]:
