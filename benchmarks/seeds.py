@@ -50,6 +50,7 @@ FAMILIES: dict[str, tuple[str, int]] = {
     "dqn": ("configs/dqn-cartpole.yaml", 20_000),
     "sac": ("configs/sac-pendulum.yaml", 5_000),
     "bc": ("offline.yaml", 2_000),
+    "dqn-minatar": ("configs/dqn-minatar-breakout.yaml", 8_000),  # 750 gradient steps past its warm-up
 }
 """Family -> (preset, budget in its step unit: env steps, or gradient steps for BC)."""
 

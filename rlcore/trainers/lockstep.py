@@ -181,7 +181,7 @@ class Lockstep:
                 seed.finish(reason)
         self.live = [seed for seed in seeds if not seed.finished]
         self.steps = member_steps(self.live)
-        if not all(seed.one_seed_run for seed in seeds):
+        if self.live and not all(seed.one_seed_run for seed in seeds):
             names = ", ".join(f"seed {seed.seed}" for seed in self.live)
             log.info("train.seeds: %d seeds trained as one program, %s (%s)", len(self.live), self.steps.form, names)
 
