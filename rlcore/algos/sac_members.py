@@ -32,7 +32,7 @@ from rlcore.nets.blocks import EnsembleLinear, TwinQ, polyak_update
 from rlcore.nets.distributions import masked_logits
 from rlcore.nets.policies import SquashedGaussianActor, squashed_gaussian, squashed_sample
 from rlcore.nets.policy import Policy
-from rlcore.nets.stacked import StackedAdam, StackedPolicies, count_skips, masked_step
+from rlcore.nets.stacked import StackedAdam, StackedPolicies, count_skips, each_member, masked_step
 
 
 class SACAlgorithm(Protocol):
@@ -227,6 +227,8 @@ class StackedSAC(SACMembers):
         self.batches: list[dict[str, torch.Tensor]] = []
         self.noise: torch.Tensor | None = None
         self.present = [True] * self.count
+        self.same_features = not any(algorithm.policy.obs_normalizer.enabled for algorithm in algorithms)
+        """Whether every member's features are one function of its observations (no normalizer statistics)."""
 
     @staticmethod
     def stacks(algorithm: SACAlgorithm) -> bool:
@@ -257,12 +259,11 @@ class StackedSAC(SACMembers):
 
     @torch.no_grad()
     def features(self, key: str, target: bool = False) -> torch.Tensor:  # the encoders and normalizers hold no weights
-        return torch.stack(
-            [
-                (a.critic_target if target else a.critic).encode(a.policy.obs_normalizer(batch[key]))
-                for a, batch in zip(self.algorithms, self.batches, strict=True)
-            ]
-        )
+        functions = [
+            lambda x, a=a: (a.critic_target if target else a.critic).encode(a.policy.obs_normalizer(x))
+            for a in self.algorithms
+        ]
+        return each_member(functions, [batch[key] for batch in self.batches], self.same_features)
 
     def _twin(self, stacked: StackedPolicies[TwinQ], x: torch.Tensor) -> torch.Tensor:
         """Every member's twin critics on its own inputs: ``x`` (M, B, in) -> (M, 2, B, out), each ensemble layer one
@@ -296,9 +297,8 @@ class StackedSAC(SACMembers):
 
     def _actor_features(self, key: str) -> torch.Tensor:
         with torch.no_grad():  # the encoders and normalizers hold no weights
-            return torch.stack(
-                [a.policy.features(batch[key]) for a, batch in zip(self.algorithms, self.batches, strict=True)]
-            )
+            functions = [a.policy.features for a in self.algorithms]
+            return each_member(functions, [batch[key] for batch in self.batches], self.same_features)
 
     def logits(self, key: str) -> torch.Tensor:
         logits = self.actor.mlp("logits", self._actor_features(key))

@@ -29,7 +29,7 @@ from rlcore.nets.blocks import polyak_update
 from rlcore.nets.distributions import masked_logits
 from rlcore.nets.policies import CategoricalActor, GaussianActor, QPolicy
 from rlcore.nets.policy import Policy
-from rlcore.nets.stacked import StackedAdam, StackedPolicies, count_skips, masked_step
+from rlcore.nets.stacked import StackedAdam, StackedPolicies, count_skips, each_member, masked_step
 
 Batch = dict[str, torch.Tensor]
 
@@ -119,6 +119,8 @@ class NetworkStack:
         decay = float(group["weight_decay"]) if isinstance(own, torch.optim.AdamW) else 0.0  # BC's decoupled decay
         self.optimizer = StackedAdam(self.online.parameters(), self.count, lr, betas, eps, weight_decay=decay)
         self.optimizer.load_seed_state_dicts([getattr(a, "optimizer").state_dict() for a in algorithms])  # noqa: B009
+        self.same_features = not any(policy.obs_normalizer.enabled for policy in self.policies)
+        """Whether every member's features are one function of its observations (no normalizer statistics)."""
 
     @staticmethod
     def stacks(policy: Policy) -> bool:
@@ -167,9 +169,8 @@ class StackedNetworks(Networks):
         stacked, modules = (stack.online, stack.policies) if network == "online" else (stack.target, stack.targets)
         assert stacked is not None
         with torch.no_grad():  # the encoders and normalizers hold no weights (each network's own statistics)
-            features = torch.stack(
-                [module.features(batch[key]) for module, batch in zip(modules, self.batches, strict=True)]
-            )
+            functions = [module.features for module in modules]
+            features = each_member(functions, [batch[key] for batch in self.batches], self.stack.same_features)
         scores = stacked.mlp(stack.head, features)
         if stack.head == "mean":
             return scores

@@ -190,6 +190,19 @@ class StackedPolicies(Generic[PolicyT]):
         return policy
 
 
+def each_member(
+    functions: Sequence[Callable[[torch.Tensor], torch.Tensor]], inputs: Sequence[torch.Tensor], same: bool
+) -> torch.Tensor:
+    """Each member's ``functions[k]`` of its ``inputs[k]`` (B, ...), stacked: (M, B, ...). ``same``: every member's
+    function is one function of its input (an encoder without weights, no statistics of its own), so it runs once
+    over every member's rows (measured: a third of stacked DQN's forward time went to M separate calls)."""
+    if not same:
+        return torch.stack([function(x) for function, x in zip(functions, inputs, strict=True)])
+    x = torch.stack(list(inputs))
+    out = functions[0](x.flatten(0, 1))
+    return out.view(x.shape[0], x.shape[1], *out.shape[1:])
+
+
 @torch.no_grad()
 def clip_member_grad_norms_(parameters: Sequence[torch.Tensor], count: int, max_norm: float) -> torch.Tensor:
     """Clip each member's gradient (the slices [k] of the stacked ``parameters``' gradients, (M, *shape)) to the
