@@ -47,6 +47,8 @@ class MemberSteps(ABC):
 
     form: ClassVar[str]
     """How the members step, for the log line."""
+    stacked: ClassVar[bool] = True
+    """Whether the members' state lives in stacked tensors while training (else in their sessions' own modules)."""
 
     def __init__(self, seeds: Sequence[SeedSession[Any]]) -> None:
         self.seeds = list(seeds)
@@ -69,6 +71,7 @@ class EachOwn(MemberSteps):
     are their sessions' own, so nothing is written back."""
 
     form = "each its own network"
+    stacked = False
 
     def acting(self) -> None:
         pass
@@ -194,8 +197,9 @@ class Lockstep:
     def checkpoints(self) -> None:
         """Each member's metrics row, evaluation and checkpoint when due, and its stop conditions (under its own
         state of torch's global generator); a member that stops finishes its run."""
-        due = [seed.session.evaluation_due or seed.session.stops.budget(seed.session.state) for seed in self.live]
-        if any(due):  # an evaluation, a checkpoint or the end reads the members' own modules
+        if self.steps.stacked and any(
+            seed.session.evaluation_due or seed.session.stops.budget(seed.session.state) for seed in self.live
+        ):  # an evaluation, a checkpoint or the end reads the members' own modules
             self.steps.write_back()
         for seed in self.live:
             with seed.own_rng():
