@@ -420,3 +420,31 @@ def test_member_k_of_the_lockstep_steps_is_the_one_member_update_with_seed_k(kin
                 assert torch.equal(mine, theirs), kind
             else:
                 torch.testing.assert_close(mine, theirs, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("kind", ["dqn-mlp", "sac-mlp", "bc-mlp"])
+def test_a_member_absent_from_a_stacked_step_is_its_run_without_that_step(kind: str) -> None:
+    """Seed 1 has no batch at the second step (its update phase was shorter): it sits that step out (weights,
+    optimizer state, counters and target untouched) and ends as its one-member run of the other two steps."""
+    algo, config, observations, actions, policy, form = KINDS[kind]
+
+    def make(seed: int) -> Any:
+        torch.manual_seed(seed)
+        return algo(algo.make_policy(observations, actions, policy, config), config)
+
+    members = [Member(SessionView(make(seed))) for seed in SEEDS[:2]]
+    steps = member_steps(members)  # type: ignore[arg-type]
+    assert type(steps) is form
+    for update in range(UPDATES):
+        steps.step(
+            [kind_batch(seed, update, observations, actions) for seed in SEEDS[:1]]
+            + [None if update == 1 else kind_batch(SEEDS[1], update, observations, actions)]
+        )
+    steps.write_back()
+    alone = make(SEEDS[1])
+    for update in (0, 2):
+        alone.update(kind_batch(SEEDS[1], update, observations, actions), 0.5)
+    absent = members[1].session.algorithm
+    assert (absent.gradient_steps, absent.skipped_steps) == (alone.gradient_steps, alone.skipped_steps) == (2, 0)
+    for mine, theirs in zip(weights(absent), weights(alone), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=RTOL, atol=ATOL)
