@@ -258,7 +258,8 @@ def preset_tree(preset: str) -> dict[str, Any]:
 
 def overrides_of(preset: str) -> list[str]:
     tree = preset_tree(preset)
-    return [*tiny_budget(tree), f"seed={tree['seed']}", *GOLDEN_OVERRIDES.get(preset, [])]
+    seed = [f"seed={tree['seed']}"] if "seed" in tree else []  # offline.yaml: params.yaml's, through its base
+    return [*tiny_budget(tree), *seed, *GOLDEN_OVERRIDES.get(preset, [])]
 
 
 def pipeline(preset: str, project: Path) -> dict[str, Any]:

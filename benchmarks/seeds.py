@@ -55,6 +55,7 @@ FAMILIES: dict[str, tuple[str, int]] = {
     # recurrent policy (each seed's own policy in turn, in the same loop).
     "ppo-hopper": ("configs/ppo-hopper.yaml", 8_192),
     "ppo-lstm": ("configs/ppo-lstm-cartpole-po.yaml", 16_384),
+    "dqn-minatar": ("configs/dqn-minatar-breakout.yaml", 8_000),  # 750 gradient steps past its warm-up
 }
 """Family -> (preset, budget in its step unit: env steps, or gradient steps for BC)."""
 

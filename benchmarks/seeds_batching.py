@@ -7,7 +7,8 @@ loss and the entropy, per-seed gradient-norm clipping and an Adam step. Three wa
 - ``sequential``: N ``rlcore.algos.ppo.PPO`` objects, ``PPO.update`` on each one's rollout in turn (what N runs cost
   today, minus their envs);
 - ``vmap``: one :class:`rlcore.nets.stacked.StackedPolicies`, the per-seed loss (the PPO arithmetic for one policy)
-  run under ``torch.func.vmap``, one Adam over the stacked parameters, ``clip_grad_norms_`` per seed;
+  run under ``torch.func.vmap`` over ``functional_call`` (:func:`vmapped_backward`: rlcore no longer has this form),
+  one Adam over the stacked parameters, ``clip_grad_norms_`` per seed;
 - ``bmm``: the same stacked parameters, the loss written batched by hand on ``StackedPolicies.mlp`` (each layer one
   ``torch.baddbmm``, every reduction over the seed's own samples); valid for vector observations without
   normalization (the policy's encoder and normalizer are then the identity).
@@ -46,7 +47,9 @@ from typing import Any  # noqa: E402
 
 import gymnasium as gym  # noqa: E402
 import torch  # noqa: E402
+from torch import nn  # noqa: E402
 from torch.distributions import Categorical  # noqa: E402
+from torch.func import functional_call, vmap  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -173,15 +176,52 @@ def ppo_loss_by_hand(stacked: StackedPolicies[ActorCritic], batch: Batch, algo: 
     return torch.stack([policy_loss.detach(), value_loss.detach(), entropy.detach(), clipped, kl], dim=1)
 
 
+class _Bound(nn.Module):
+    """Calls ``fn(policy, *args)``: what lets ``functional_call`` run any function of a policy."""
+
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(self.policy, *args)
+
+
+def vmapped_backward(
+    stacked: StackedPolicies[ActorCritic], loss_fn: Callable[..., Any], *args: torch.Tensor
+) -> torch.Tensor:
+    """``loss_fn(policy, *args_k)`` (a loss and its diagnostics) for every seed under ``torch.func.vmap`` over
+    ``functional_call``, the losses' sum back-propagated into the stacked parameters; the diagnostics, (N, ...)."""
+    bound = _Bound(stacked.template)
+
+    def one(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], *seed_args: torch.Tensor) -> Any:
+        named = {f"policy.{name}": value for name, value in {**params, **buffers}.items()}
+        return functional_call(bound, named, (loss_fn, *seed_args))
+
+    losses, diagnostics = vmap(one)(stacked.params, stacked.buffers, *args)
+    losses.sum().backward()
+    return diagnostics
+
+
+def stacked_policies(seeds: list[int], make_policy: Callable[[], ActorCritic]) -> StackedPolicies[ActorCritic]:
+    """Each seed's policy as its unbatched run initializes it (torch seeded, then built), stacked."""
+    policies = []
+    for seed in seeds:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            policies.append(make_policy())
+    return StackedPolicies(policies)
+
+
 class Stacked:
     """N seeds in one :class:`StackedPolicies`, updated by one vmapped (or hand-batched) program."""
 
     def __init__(
         self, seeds: list[int], make_policy: Callable[[], ActorCritic], algo: PPOConfig, by_hand: bool
     ) -> None:
-        self.stacked = StackedPolicies.build(seeds, make_policy)
+        self.stacked = stacked_policies(seeds, make_policy)
         self.algo, self.by_hand = algo, by_hand
-        self.optimizer = self.stacked.adam(lr=algo.lr, eps=algo.adam_eps, fused=True)  # as PPO builds its own
+        self.optimizer = torch.optim.Adam(self.stacked.parameters(), lr=algo.lr, eps=algo.adam_eps, fused=True)
         self.generators = [torch.Generator().manual_seed(seed) for seed in seeds]
 
     def update(self, rollouts: list[RolloutBuffer]) -> dict[str, list[float]]:
@@ -205,8 +245,8 @@ class Stacked:
                 if self.by_hand:
                     diagnostics = ppo_loss_by_hand(stacked, batch, algo, clip)
                 else:
-                    _, (diagnostics,) = stacked.backward(
-                        lambda policy, *seed_batch: ppo_loss(policy, *seed_batch, algo, clip), *batch
+                    diagnostics = vmapped_backward(
+                        stacked, lambda policy, *seed_batch: ppo_loss(policy, *seed_batch, algo, clip), *batch
                     )
                 if algo.max_grad_norm is not None:
                     stacked.clip_grad_norms_(algo.max_grad_norm)
@@ -216,7 +256,9 @@ class Stacked:
         return {"policy_loss": (totals[:, 0] / minibatches).tolist()}  # one read of the diagnostics per update
 
     def state_dicts(self) -> list[dict[str, torch.Tensor]]:
-        return self.stacked.state_dicts()
+        tensors = {**self.stacked.params, **self.stacked.buffers}
+        keys = self.stacked.template.state_dict().keys()
+        return [{key: tensors[key][k].detach().clone() for key in keys} for k in range(self.stacked.count)]
 
 
 def max_difference(a: list[dict[str, torch.Tensor]], b: list[dict[str, torch.Tensor]]) -> float:

@@ -12,15 +12,20 @@ interval, and a member whose batch holds a NaN (its critics' and actor's steps s
 DQN, BC: ``update_members`` over ``StackedNetworks`` against ``update`` (``OneNetwork``) per seed, on synthetic
 replay or dataset batches with CartPole's or Pendulum's spaces (double and plain DQN, hard and Polyak target
 updates, clipped gradients, AdamW's weight decay), with a member whose batch holds a NaN observation.
+
+Kinds that do not stack (CNN and Dict encoders, DQN's dueling head, TD3+BC, IQL): the lockstep loop's members
+(``rlcore.trainers.lockstep.member_steps``) step each its own network by its own ``update``, bitwise the one-member
+run's; the MLP kinds are stacked.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -28,14 +33,19 @@ from rlcore.algos.a2c import A2C, A2CConfig
 from rlcore.algos.base import OnPolicyAlgorithm
 from rlcore.algos.bc import BC, BCConfig
 from rlcore.algos.dqn import DQN, DQNConfig
+from rlcore.algos.iql import IQL, IQLConfig
 from rlcore.algos.members import StackedMembers, stacked_optimizer
 from rlcore.algos.ppo import PPO, PPOConfig
 from rlcore.algos.sac import SAC, SACConfig
 from rlcore.algos.sac_members import StackedSAC
+from rlcore.algos.td3bc import TD3BC, TD3BCConfig
 from rlcore.algos.value_members import NetworkStack, StackedNetworks
 from rlcore.config.sections import PolicyConfig
 from rlcore.data.rollouts import RolloutBuffer
+from rlcore.envs.observations import PackedDict
 from rlcore.nets.stacked_actor_critic import StackedActorCritic
+from rlcore.trainers.lockstep import EachOwn, StackedSACSteps, StackedValue, member_steps
+from rlcore.trainers.seed_sessions import SeedSession
 
 SEEDS = [0, 1, 2]
 UPDATES = 3
@@ -210,7 +220,7 @@ def value_family(kind: Any, config: Any, env_id: str, head: str, poisoned_seed: 
         return batch
 
     def batched(algorithms: list[Any]) -> Callable[[list[Any], list[torch.Generator]], list[dict[str, float]]]:
-        stack = NetworkStack(algorithms, head, getattr(config, "weight_decay", None))
+        stack = NetworkStack(algorithms)
 
         def update(data: list[Any], generators: list[torch.Generator]) -> list[dict[str, float]]:
             metrics: list[dict[str, float]] = kind.update_members(StackedNetworks(stack, data), [0.5] * len(data))
@@ -317,3 +327,122 @@ def test_a_value_member_with_a_nan_observation_skips_its_step_and_the_others_ste
     assert [algorithm.skipped_steps for algorithm in algorithms] == [int(k == poisoned) for k in range(len(SEEDS))]
     assert [m["loss"] != m["loss"] for m in metrics[1]] == [k == poisoned for k in range(len(SEEDS))]  # NaN
     assert all(torch.isfinite(param).all() for algorithm in algorithms for param in algorithm.policy.parameters())
+
+
+IMAGE = gym.spaces.Box(0, 255, (3, 12, 12), dtype=np.uint8)
+VECTOR, DISCRETE, BOX = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(3), gym.spaces.Box(-2.0, 2.0, (2,))
+DICT = PackedDict(
+    gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (8, 8), np.uint8), "vector": gym.spaces.Box(-1, 1, (3,))})
+)
+"""A ``Dict`` observation as the policies see it: packed into one Box (``rlcore.envs.observations``)."""
+CNN = PolicyConfig(hidden_sizes=[16], encoder="small_cnn")
+KINDS: dict[str, tuple[Any, Any, gym.Space, gym.Space, PolicyConfig, type]] = {
+    "dqn-cnn": (DQN, DQNConfig(), IMAGE, DISCRETE, CNN, EachOwn),
+    "dqn-dueling": (DQN, DQNConfig(dueling=True), VECTOR, DISCRETE, POLICY, EachOwn),
+    "dqn-mlp": (DQN, DQNConfig(), VECTOR, DISCRETE, POLICY, StackedValue),
+    "sac-dict": (SAC, SACConfig(name="sac", max_grad_norm=1.0), DICT, BOX, POLICY, EachOwn),
+    "sac-cnn-discrete": (SAC, SACConfig(name="sac"), IMAGE, DISCRETE, CNN, EachOwn),
+    "sac-mlp": (SAC, SACConfig(name="sac"), VECTOR, BOX, POLICY, StackedSACSteps),
+    "bc-cnn": (BC, BCConfig(), IMAGE, DISCRETE, CNN, EachOwn),
+    "bc-mlp": (BC, BCConfig(), VECTOR, BOX, POLICY, StackedValue),
+    "td3bc": (TD3BC, TD3BCConfig(name="td3bc"), VECTOR, BOX, POLICY, EachOwn),
+    "iql": (IQL, IQLConfig(name="iql"), VECTOR, DISCRETE, POLICY, EachOwn),
+}
+"""Each kind: its algorithm, config, observation and action spaces, policy config and the form its members take."""
+
+
+@dataclass
+class SessionView:
+    """What the member steps read of a seed's training session: its algorithm and progress."""
+
+    algorithm: Any
+    progress_fraction: float = 0.5
+
+
+@dataclass
+class Member:
+    """A seed of the lockstep loop as the member steps read it, with its own state of torch's global generator."""
+
+    session: SessionView
+    torch_rng: torch.Tensor = field(default_factory=torch.get_rng_state)
+    one_seed_run = False
+    own_rng = SeedSession.own_rng
+
+
+def kind_batch(seed: int, update: int, observations: gym.Space, actions: gym.Space) -> dict[str, torch.Tensor]:
+    """A synthetic replay or dataset batch of 16 transitions of these spaces (every field each algorithm reads)."""
+    g = torch.Generator().manual_seed(1_000 * seed + update)
+
+    def sample(space: gym.Space) -> torch.Tensor:
+        if isinstance(space, gym.spaces.Discrete):
+            return torch.randint(int(space.n), (16,), generator=g)
+        if space.dtype == np.uint8:
+            return torch.randint(256, (16, *space.shape), generator=g, dtype=torch.uint8)
+        return torch.rand(16, *space.shape, generator=g) * 2 - 1
+
+    return {
+        "obs": sample(observations),
+        "next_obs": sample(observations),
+        "actions": sample(actions),
+        "rewards": torch.randn(16, generator=g),
+        "discounts": torch.full((16,), 0.99),
+        "terminated": torch.zeros(16, dtype=torch.bool),
+    }
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_member_k_of_the_lockstep_steps_is_the_one_member_update_with_seed_k(kind: str) -> None:
+    """Two members of ``kind`` step in the form the kind takes (each its own network: bitwise each seed's own
+    update; stacked: within rtol 1e-4), three steps, each seed's generator its own."""
+    algo, config, observations, actions, policy, form = KINDS[kind]
+
+    def make(seed: int) -> Any:
+        torch.manual_seed(seed)
+        return algo(algo.make_policy(observations, actions, policy, config), config)
+
+    members = []
+    for seed in SEEDS[:2]:
+        algorithm = make(seed)
+        members.append(Member(SessionView(algorithm)))  # its generator state: as its session left it
+    steps = member_steps(members)  # type: ignore[arg-type]
+    assert type(steps) is form
+    for update in range(UPDATES):
+        steps.step([kind_batch(seed, update, observations, actions) for seed in SEEDS[:2]])
+    steps.write_back()
+    for k, seed in enumerate(SEEDS[:2]):
+        alone = make(seed)
+        for update in range(UPDATES):
+            alone.update(kind_batch(seed, update, observations, actions), 0.5)
+        for mine, theirs in zip(weights(members[k].session.algorithm), weights(alone), strict=True):
+            if form is EachOwn:
+                assert torch.equal(mine, theirs), kind
+            else:
+                torch.testing.assert_close(mine, theirs, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("kind", ["dqn-mlp", "sac-mlp", "bc-mlp"])
+def test_a_member_absent_from_a_stacked_step_is_its_run_without_that_step(kind: str) -> None:
+    """Seed 1 has no batch at the second step (its update phase was shorter): it sits that step out (weights,
+    optimizer state, counters and target untouched) and ends as its one-member run of the other two steps."""
+    algo, config, observations, actions, policy, form = KINDS[kind]
+
+    def make(seed: int) -> Any:
+        torch.manual_seed(seed)
+        return algo(algo.make_policy(observations, actions, policy, config), config)
+
+    members = [Member(SessionView(make(seed))) for seed in SEEDS[:2]]
+    steps = member_steps(members)  # type: ignore[arg-type]
+    assert type(steps) is form
+    for update in range(UPDATES):
+        steps.step(
+            [kind_batch(seed, update, observations, actions) for seed in SEEDS[:1]]
+            + [None if update == 1 else kind_batch(SEEDS[1], update, observations, actions)]
+        )
+    steps.write_back()
+    alone = make(SEEDS[1])
+    for update in (0, 2):
+        alone.update(kind_batch(SEEDS[1], update, observations, actions), 0.5)
+    absent = members[1].session.algorithm
+    assert (absent.gradient_steps, absent.skipped_steps) == (alone.gradient_steps, alone.skipped_steps) == (2, 0)
+    for mine, theirs in zip(weights(absent), weights(alone), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=RTOL, atol=ATOL)

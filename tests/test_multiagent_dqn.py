@@ -162,14 +162,15 @@ def test_dqn_trains_on_simple_spread_and_its_greedy_policy_has_per_agent_returns
 
 
 def test_train_seeds_batch_each_seeds_gradient_steps(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """``train.seeds: [0, 1]`` on simple_spread: the gradient steps are batched (the log says so), and seed k is the
-    run with ``seed: k`` trained alone: the same replay buffer (so the same actions in every step), the same step
-    counts and RNG state, the Q-network within float32 summation order grown over 300 Adam steps (measured: at most
-    1.5e-7, weights of scale ~1; over 600 steps seed 1 drifted to 7.5e-5: compared with rtol and atol 1e-4)."""
+    """``train.seeds: [0, 1]`` on simple_spread: the seeds train as one program, their gradient steps stacked (the
+    log says so), and seed k is the run with ``seed: k`` trained alone: the same replay buffer (so the same actions in
+    every step), the same step counts and RNG state, the Q-network within float32 summation order grown over 300
+    Adam steps (measured: at most 1.5e-7, weights of scale ~1; over 600 steps seed 1 drifted to 7.5e-5: compared with
+    rtol and atol 1e-4)."""
     seeds = {"seeds": [0, 1], "max_steps": 600, "eval_every": 600, "log_every": 600, "eval_episodes": 1}
     with caplog.at_level(logging.INFO, logger="rlcore"):
         train_stage(validate_params(spread(train=SPREAD["train"] | seeds)), tmp_path)
-    assert "2 seeds' gradient steps batched" in caplog.text
+    assert "2 seeds trained as one program, stacked" in caplog.text
     largest = 0.0
     for seed in (0, 1):
         alone = spread(train=SPREAD["train"] | seeds | {"seeds": None}, seed=seed, name=f"alone_{seed}")

@@ -1,7 +1,8 @@
-"""DQN's ``train.seeds`` with batched gradient steps (``rlcore.trainers.off_policy_seeds``): seed k of the batched run
-is the run with ``seed: k`` (its replay buffer, evaluations, step counts and RNG states equal; its Q-network, target
-network and Adam moments within float32 summation order), the seeds differ, the dueling head trains the seeds one
-after another, and a killed batched run resumes each seed from its own checkpoint.
+"""DQN's ``train.seeds`` as one program (``rlcore.trainers.off_policy``, ``rlcore.trainers.lockstep``): seed k of the
+batched run is the run with ``seed: k`` (its replay buffer, evaluations, step counts and RNG states equal; its
+Q-network, target network and Adam moments within float32 summation order), the seeds differ, the dueling head
+steps each seed's own network in the one program, and a killed batched run resumes each seed from its own
+checkpoint.
 
 Measured (CartPole, 1200 env steps, 384 gradient steps per seed): the largest difference of any weight or moment from
 the unbatched run's is about 5e-7 (weights of scale ~1)."""
@@ -17,13 +18,12 @@ import numpy as np
 import pytest
 import torch
 from test_seeds import assert_identical
-from test_seeds_batched_offline import checkpoints, differences
+from test_seeds_batched_offline import checkpoints, differences, spy_forms
 
 from rlcore.common.checkpoints import list_checkpoints
 from rlcore.common.files import read_json
 from rlcore.params import load_params
 from rlcore.stages import train_stage
-from rlcore.trainers import off_policy_seeds
 from rlcore.trainers.off_policy import Collector
 from rlcore.trainers.sources import ReplaySource
 from tests.conftest import PROJECT
@@ -46,8 +46,8 @@ BUDGET = [
 the target copied every 100 gradient steps."""
 
 
-BATCHED_CALLS: list[int] = []
-"""The number of seeds in each call of the batched trainer during the fixture's batched run."""
+BATCHED_CALLS: list[tuple[int, str]] = []
+"""(members, form) of each set of member steps built during the fixture's batched run."""
 
 
 def train(root: Path, *overrides: str) -> None:
@@ -64,11 +64,8 @@ def new_project(root: Path) -> Path:
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``train.seeds: [0, 1, 2]`` trained batched into ``runs/batched`` and one after another into ``runs/single``."""
     root = new_project(tmp_path_factory.mktemp("batched-dqn"))
-    batched = off_policy_seeds._train_batched
-    with pytest.MonkeyPatch.context() as patch:  # a spy that calls through: which seeds the batched step trained
-        patch.setattr(
-            off_policy_seeds, "_train_batched", lambda seeds: (BATCHED_CALLS.append(len(seeds)), batched(seeds))[1]
-        )
+    with pytest.MonkeyPatch.context() as patch:  # which seeds stepped stacked
+        spy_forms(patch, BATCHED_CALLS)
         train(root, "train.seeds=[0, 1, 2]")
     train(root, "train.seeds=[0, 1, 2]", "name=single", "train.batch_seeds=false")
     return root
@@ -105,7 +102,7 @@ def test_each_batched_seed_is_the_run_with_that_seed(project: Path) -> None:
                 assert np.array_equal(values, single_replay[name][key]), f"seed {seed} replay {key}"
     # The batched trainer ran all three seeds in one program (bitwise equality to the unbatched runs is allowed: on
     # some CPUs the batched products sum in the same order).
-    assert BATCHED_CALLS and max(BATCHED_CALLS) == 3, BATCHED_CALLS
+    assert (3, "stacked") in BATCHED_CALLS, BATCHED_CALLS
 
 
 def test_the_batched_seeds_differ(project: Path) -> None:
@@ -114,13 +111,16 @@ def test_the_batched_seeds_differ(project: Path) -> None:
         assert not torch.equal(first[0][key], first[1][key]) and not torch.equal(first[1][key], first[2][key]), key
 
 
-def test_the_dueling_head_trains_the_seeds_one_after_another(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Out of the batched scope: the opened seeds train one after another, bitwise as with ``batch_seeds: false``."""
+def test_the_dueling_head_steps_each_seeds_own_network_in_one_program(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A head that does not stack: the seeds train as one program, each its own network updated in turn, bitwise as
+    with ``batch_seeds: false``."""
     root = new_project(tmp_path)
     short = ["train.max_steps=600", "algo.dueling=true", "train.seeds=[0, 1]"]
     with caplog.at_level(logging.INFO, logger="rlcore"):
         train(root, *short)
-    assert "train.seeds: DQN's dueling head is not batched; training the seeds one after another" in caplog.text
+    assert "train.seeds: 2 seeds trained as one program, each its own network (seed 0, seed 1)" in caplog.text
     train(root, *short, "name=single", "train.batch_seeds=false")
     for seed in (0, 1):
         (mine,) = checkpoints(root / "runs" / "batched" / f"seed_{seed}")
@@ -148,7 +148,7 @@ def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(
     finished = {path: path.stat().st_mtime_ns for path in (run / "seed_0").rglob("*") if path.is_file()}
     with caplog.at_level(logging.INFO, logger="rlcore"):
         train(root, "train.seeds=[0, 1, 2]")
-    assert "seed 0: finished" in caplog.text and "2 seeds' gradient steps batched" in caplog.text
+    assert "seed 0: finished" in caplog.text and "2 seeds trained as one program, stacked" in caplog.text
     assert caplog.text.count("replay transitions from step_0000000600.npz") == 2
     assert {path: path.stat().st_mtime_ns for path in finished} == finished
     for seed in (1, 2):
@@ -159,8 +159,8 @@ def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(
 def test_a_step_where_some_seeds_loss_is_not_finite_is_skipped_by_that_seed_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A NaN in seed 1's replay batch at its gradient step 10: seed 1 skips it (as its unbatched run does), the
-    rest of that phase runs seed by seed, and the next phase's seeds update apart (their Adam counts differ)."""
+    """A NaN in seed 1's replay batch at its gradient step 10: seed 1 skips it (as its unbatched run does) while seed
+    0 takes it, and the seeds step on together (their Adam counts differ: one per member)."""
     root = new_project(tmp_path)
     sample = Collector.sample
 
@@ -190,14 +190,14 @@ def test_the_batched_step_masks_illegal_actions_as_the_policy_does(
     the batched seeds equal the unbatched runs after one update phase (128 gradient steps).
 
     Not double DQN: its target reads Q_target at the online net's masked argmax, so a mask missed there picks an
-    illegal action, whose value (the lowest float) makes the loss infinite and the step runs seed by seed, exactly.
+    illegal action, whose value (the lowest float) makes the loss infinite and that seed skips the step.
     Later the runs drift apart faster than on CartPole (1200 env steps: 5e-6; with double DQN 3e-3, its argmax
     flipping among Taxi's nearly tied actions on float32 ulps)."""
     root = new_project(tmp_path)
     overrides = ["env.id=Taxi-v4", "env.action_mask=info", "algo.double_dqn=false", "train.max_steps=600"]
     overrides += ["train.seeds=[0, 1]"]
-    batched, calls = off_policy_seeds._train_batched, []
-    monkeypatch.setattr(off_policy_seeds, "_train_batched", lambda seeds: (calls.append(len(seeds)), batched(seeds))[1])
+    calls: list[tuple[int, str]] = []
+    spy_forms(monkeypatch, calls)
     train(root, *overrides)
     train(root, *overrides, "name=single", "train.batch_seeds=false")
     for seed in (0, 1):
@@ -205,4 +205,4 @@ def test_the_batched_step_masks_illegal_actions_as_the_policy_does(
         (single,) = checkpoints(root / "runs" / "single" / f"seed_{seed}")
         assert mine.meta["gradient_steps"] == 128
         differences(mine.tensors, single.tensors, f"seed {seed}")
-    assert calls and max(calls) == 2, calls  # the batched trainer ran both seeds in one program
+    assert (2, "stacked") in calls, calls  # both seeds stepped stacked

@@ -1,7 +1,7 @@
-"""BC's ``train.seeds`` as one batched program (``rlcore.trainers.offline_seeds``): seed k of the batched run is the
-run with ``seed: k`` (its evaluations, validation metrics, step counts and RNG states equal; its weights and Adam
-moments within float32 summation order), the seeds differ, and a killed batched run resumes each seed from its own
-checkpoint (seeds at different steps in different cohorts) and keeps the finished ones.
+"""BC's ``train.seeds`` as one program (``rlcore.trainers.offline``, ``rlcore.trainers.lockstep``): seed k of the
+batched run is the run with ``seed: k`` (its evaluations, validation metrics, step counts and RNG states equal; its
+weights and Adam moments within float32 summation order), the seeds differ, and a killed batched run resumes each
+seed from its own checkpoint (seeds at different steps step together) and keeps the finished ones.
 
 Measured (CartPole and Pendulum, 90 gradient steps of 64): the largest difference of any weight or moment from the
 unbatched run's is about 1e-7 (weights of scale ~1); validation metrics agree within a few float32 ulps."""
@@ -20,16 +20,31 @@ import yaml
 from conftest import preset_text
 from test_seeds import assert_identical
 
+from rlcore.algos.value_members import NetworkStack
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.common.files import read_json
 from rlcore.config.sections import Params
 from rlcore.params import validate_params
 from rlcore.stages import collect_stage, train_stage
-from rlcore.trainers import offline_seeds
+from rlcore.trainers import lockstep
 from rlcore.trainers.sources import DatasetSource
 
-BATCHED_CALLS: dict[str, list[int]] = {}
-"""Per case: the number of seeds in each call of the batched trainer during the fixture's batched run."""
+BATCHED_CALLS: dict[str, list[tuple[int, str]]] = {}
+"""Per case: (members, form) of each set of member steps built during the fixture's batched run."""
+
+
+def spy_forms(patch: pytest.MonkeyPatch, calls: list[tuple[int, str]]) -> None:
+    """Record in ``calls`` (members, form) of every set of member steps the lockstep loop builds (calling through)."""
+    build = lockstep.member_steps
+
+    def spied(seeds: Any) -> lockstep.MemberSteps:
+        steps = build(seeds)
+        calls.append((len(seeds), steps.form))
+        return steps
+
+    patch.setattr(lockstep, "member_steps", spied)
+
+
 RTOL, ATOL = 1e-5, 1e-6
 """Weights and Adam moments (scale ~1 and below) after 90 steps differ by ~1e-7 at most (float32 sums in another
 order in the batched matrix products): a few times below these."""
@@ -90,10 +105,8 @@ def project(
     ``runs/batched`` and one after another into ``runs/single``)."""
     case: str = request.param
     root = new_project(tmp_path_factory.mktemp(f"batched-{case}"), datasets(case))
-    batched = offline_seeds._train_batched
-    calls = BATCHED_CALLS.setdefault(case, [])
-    with pytest.MonkeyPatch.context() as patch:  # a spy that calls through: which seeds the batched step trained
-        patch.setattr(offline_seeds, "_train_batched", lambda seeds: (calls.append(len(seeds)), batched(seeds))[1])
+    with pytest.MonkeyPatch.context() as patch:  # which seeds stepped stacked
+        spy_forms(patch, BATCHED_CALLS.setdefault(case, []))
         train_stage(bc_params(case, train={"seeds": [0, 1, 2]}), root)
     train_stage(bc_params(case, name="single", train={"seeds": [0, 1, 2], "batch_seeds": False}), root)
     return case, root
@@ -140,7 +153,7 @@ def test_each_batched_seed_is_the_run_with_that_seed(project: tuple[str, Path]) 
             assert returns[0] == pytest.approx(returns[1], rel=RTOL, abs=ATOL), where
     # The batched trainer ran (all three seeds in one program); bitwise equality to the unbatched run is allowed:
     # on some CPUs the batched matrix products sum in the same order for the discrete case.
-    assert BATCHED_CALLS[case] and max(BATCHED_CALLS[case]) == 3, BATCHED_CALLS
+    assert (3, "stacked") in BATCHED_CALLS[case], BATCHED_CALLS
 
 
 def test_the_batched_seeds_differ(project: tuple[str, Path]) -> None:
@@ -177,7 +190,7 @@ def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(
     finished = snapshot(run / "seed_0")
     with caplog.at_level(logging.INFO, logger="rlcore"):
         train_stage(bc_params(case, train={"seeds": [0, 1, 2]}), root)
-    assert "seed 0: finished" in caplog.text and "2 seeds trained as one batched program" in caplog.text
+    assert "seed 0: finished" in caplog.text and "2 seeds trained as one program, stacked" in caplog.text
     assert snapshot(run / "seed_0") == finished
     for seed in (1, 2):
         summary = read_json(run / f"seed_{seed}" / "train_summary.json")
@@ -222,18 +235,18 @@ def test_a_step_where_some_seeds_loss_is_not_finite_is_skipped_by_those_seeds_on
     assert adam_steps == [30, 29, 28]
 
 
-def test_seeds_out_of_the_batched_scope_train_one_after_another(
+def test_seeds_whose_networks_do_not_stack_step_each_its_own_network_in_one_program(
     datasets: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """When the seeds cannot share a gradient step, the opened seeds train one after another, said in one log line,
-    bitwise as with ``train.batch_seeds: false``."""
+    """A kind that does not stack (as image BC's CNN): the seeds still train as one program, each its own network
+    updated in turn, bitwise as with ``train.batch_seeds: false``."""
     root = new_project(tmp_path, datasets("discrete"))
-    monkeypatch.setattr(offline_seeds, "_not_batchable", lambda session: "a reason")
+    monkeypatch.setattr(NetworkStack, "stacks", staticmethod(lambda policy: False))
     train = {"seeds": [0, 1], "max_steps": 30}
     with caplog.at_level(logging.INFO, logger="rlcore"):
         train_stage(bc_params("discrete", train=train), root)
-    assert "train.seeds: a reason; training the seeds one after another" in caplog.text
-    assert "as one batched program" not in caplog.text
+    assert "train.seeds: 2 seeds trained as one program, each its own network (seed 0, seed 1)" in caplog.text
+    assert "one after another" not in caplog.text
     train_stage(bc_params("discrete", name="single", train={**train, "batch_seeds": False}), root)
     for seed in (0, 1):
         (mine,) = checkpoints(root / "runs" / "batched" / f"seed_{seed}")
@@ -251,8 +264,8 @@ def test_the_batched_step_masks_illegal_actions_as_the_policy_does(
     dataset = collect_stage(bc_params("discrete", **masked), tmp_path / "collect")
     changes = {**masked, "dataset": {"path": str(dataset), "validation_fraction": 0.2}}
     train = {"seeds": [0, 1], "max_steps": 30}
-    batched, calls = offline_seeds._train_batched, []
-    monkeypatch.setattr(offline_seeds, "_train_batched", lambda seeds: (calls.append(len(seeds)), batched(seeds))[1])
+    calls: list[tuple[int, str]] = []
+    spy_forms(monkeypatch, calls)
     train_stage(bc_params("discrete", **changes, train=train), tmp_path)
     train_stage(bc_params("discrete", **changes, name="single", train={**train, "batch_seeds": False}), tmp_path)
     for seed in (0, 1):
@@ -261,4 +274,4 @@ def test_the_batched_step_masks_illegal_actions_as_the_policy_does(
         differences(mine.tensors, single.tensors, f"seed {seed}")
         for name, value in mine.meta["validation"].items():
             assert value == pytest.approx(single.meta["validation"][name], rel=RTOL, abs=ATOL), f"seed {seed} {name}"
-    assert calls and max(calls) == 2, calls  # the batched trainer ran both seeds in one program
+    assert (2, "stacked") in calls, calls  # both seeds stepped stacked

@@ -1,16 +1,16 @@
-"""SAC's ``train.seeds`` with batched gradient steps (``rlcore.trainers.off_policy_seeds``, ``SAC.update_members``):
+"""SAC's ``train.seeds`` as one program (``rlcore.trainers.off_policy``, ``SAC.update_members`` over ``StackedSAC``):
 seed k of the batched run is the run with ``seed: k`` (replay buffer, evaluations, step counts and RNG states equal;
 actor, critics, targets, log alpha and Adam moments within rtol 1e-5 / atol 1e-6), the seeds differ, discrete SAC
 batches too, a step some seed cannot take is taken by that seed as its unbatched run takes it, and a killed batched
-run resumes each seed from its own checkpoint. The fixture checks the trainer's log line: the seeds are batched, not
-the one-after-another fallback (which would pass the equivalence trivially).
+run resumes each seed from its own checkpoint. The fixture checks the trainer's log line: the seeds are stacked, not
+each its own network in turn (which would pass the equivalence trivially).
 
 Measured (Pendulum, 600 env steps, 400 gradient steps per seed, gradients clipped; CartPole discrete, 300 steps):
 the largest difference of any weight or moment from the unbatched run's is 0 (bitwise: each seed's matrix products
-are the same ``baddbmm`` slices, Adam elementwise, the clipping norms torch's own per seed
-(``rlcore.algos.sac_members.clip_each_member``), each seed's reparameterization noise its own generator's draw); the
-tolerance is kept for BLAS builds that block the stacked products differently. With ``StackedPolicies``' stacked
-norm instead, the clipped runs differ by 1e-7 after 100 steps and by 1e-2 after 400."""
+are the same ``baddbmm`` slices, Adam elementwise, the clipping norms summed as torch's own per seed
+(``rlcore.nets.stacked.clip_member_grad_norms_``), each seed's reparameterization noise its own generator's draw);
+the tolerance is kept for BLAS builds that block the stacked products differently. With the per-tensor norms reduced
+across the members' axis instead, the clipped runs differ by 1e-7 after 100 steps and by 1e-2 after 400."""
 
 from __future__ import annotations
 
@@ -29,12 +29,12 @@ from test_seeds_batched_off_policy import replay_arrays
 from test_seeds_batched_offline import checkpoints, differences
 
 from rlcore.algos import sac
+from rlcore.algos.sac_members import StackedSAC
 from rlcore.common.checkpoints import list_checkpoints
 from rlcore.common.files import read_json
 from rlcore.config.sections import PolicyConfig
 from rlcore.params import load_params
 from rlcore.stages import train_stage
-from rlcore.trainers import off_policy_seeds
 from rlcore.trainers.off_policy import Collector
 from rlcore.trainers.sources import ReplaySource
 
@@ -76,7 +76,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     clipped = "algo.max_grad_norm=1.0"  # clipped every step: per-seed norms off by an ulp drift apart by 400 steps
     with logged_lines() as lines:  # caplog is per test; this fixture is per module
         train(root, "train.seeds=[0, 1, 2]", clipped)
-    assert "train.seeds: 3 seeds' gradient steps batched (seed 0, seed 1, seed 2)" in lines, lines
+    assert "train.seeds: 3 seeds trained as one program, stacked (seed 0, seed 1, seed 2)" in lines, lines
     train(root, "train.seeds=[0, 1, 2]", clipped, "name=single", "train.batch_seeds=false")
     return root
 
@@ -150,7 +150,7 @@ def test_discrete_sac_with_clipped_gradients_batches(tmp_path: Path, caplog: pyt
     overrides = ["train.max_steps=300", "train.eval_every=300", "algo.max_grad_norm=0.5", "train.seeds=[0, 1]"]
     with caplog.at_level(logging.INFO, logger="rlcore"):
         train(root, *overrides, preset=DISCRETE)
-    assert "train.seeds: 2 seeds' gradient steps batched" in caplog.text
+    assert "train.seeds: 2 seeds trained as one program, stacked" in caplog.text
     train(root, *overrides, "name=single", "train.batch_seeds=false", preset=DISCRETE)
     assert_equivalent(root, (0, 1), [300])
 
@@ -173,7 +173,7 @@ def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(
     finished = {path: path.stat().st_mtime_ns for path in (run / "seed_0").rglob("*") if path.is_file()}
     with caplog.at_level(logging.INFO, logger="rlcore"):
         train(root, "train.seeds=[0, 1]")
-    assert "seed 0: finished" in caplog.text and "1 seeds' gradient steps batched" in caplog.text
+    assert "seed 0: finished" in caplog.text and "1 seeds trained as one program" in caplog.text
     assert caplog.text.count("replay transitions from step_0000000300.npz") == 1
     assert {path: path.stat().st_mtime_ns for path in finished} == finished
     summary: dict[str, Any] = read_json(run / "seed_1" / "train_summary.json")
@@ -235,14 +235,13 @@ def test_a_step_some_seed_cannot_take_is_skipped_by_that_seed_only(
     assert (critic_steps, actor_steps) == ((99, 99) if part == "critic" else (100, 99))
 
 
-def test_pixels_train_the_seeds_one_after_another() -> None:
-    """Out of the batched scope: an image encoder has weights (the actor's and the critics' own), so the trainer's
-    reason is that (and the seeds train one after another, as ``test_seeds_batched_off_policy`` checks for DQN)."""
+def test_pixels_step_each_seeds_own_networks() -> None:
+    """An image encoder has weights (the actor's and the critics' own): its seeds do not stack, and each seed's own
+    networks step in turn in the one program (as ``test_seeds_batched_off_policy`` checks for DQN's dueling head)."""
     observations = gym.spaces.Box(0, 255, (3, 36, 36), np.uint8)
     actions = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
     config = sac.SACConfig(name="sac")
     policy = sac.SAC.make_policy(observations, actions, PolicyConfig(hidden_sizes=[8], encoder="small_cnn"), config)
-    reason = off_policy_seeds.sac_not_batchable(sac.SAC(policy, config))
-    assert reason is not None and reason.startswith("the observations' encoder") and "has weights" in reason
+    assert not StackedSAC.stacks(sac.SAC(policy, config))
     vector = sac.SAC.make_policy(gym.spaces.Box(-1, 1, (3,)), actions, PolicyConfig(hidden_sizes=[8]), config)
-    assert off_policy_seeds.sac_not_batchable(sac.SAC(vector, config)) is None
+    assert StackedSAC.stacks(sac.SAC(vector, config))

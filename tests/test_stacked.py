@@ -1,5 +1,6 @@
-"""Stacked policies (``rlcore.nets.stacked``): N seeds of rlcore's PPO actor-critic trained as one vmapped program
-match N unbatched models trained alone, seed by seed."""
+"""Stacked policies (``rlcore.nets.stacked``): N seeds of rlcore's PPO actor-critic trained on their stacked
+parameters (each seed's loss run under ``torch.func.vmap`` here: the per-seed code, the reference) match N unbatched
+models trained alone, seed by seed; the stacked optimizers, the per-member clipping and the masked step."""
 
 from collections.abc import Callable
 
@@ -7,12 +8,13 @@ import gymnasium as gym
 import pytest
 import torch
 from torch import nn
+from torch.func import functional_call, vmap
 
 from rlcore.algos.ppo import clipped_surrogate
 from rlcore.config.sections import PolicyConfig
 from rlcore.nets.policies import ActorCritic
 from rlcore.nets.recurrent import actor_critic
-from rlcore.nets.stacked import StackedAdam, StackedPolicies, StackedRMSprop
+from rlcore.nets.stacked import StackedAdam, StackedPolicies, StackedRMSprop, clip_member_grad_norms_, masked_step
 
 SEEDS = [0, 1, 7]
 BATCH = 64
@@ -62,6 +64,42 @@ def batches(count: int, return_scale: list[float] | None = None) -> Batch:
     return obs, actions, old_log_probs, advantages, returns
 
 
+def build(seeds: list[int]) -> StackedPolicies[ActorCritic]:
+    """Each seed's policy as its unbatched run initializes it, stacked; the global generator's state is kept."""
+    with torch.random.fork_rng(devices=[]):
+        return StackedPolicies([solo(seed) for seed in seeds])
+
+
+class Loss(nn.Module):
+    """``ppo_loss`` of the policy it holds: what lets ``functional_call`` run it on one seed's stacked slices."""
+
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, *batch: torch.Tensor) -> torch.Tensor:
+        return ppo_loss(self.policy, *batch)
+
+
+def backward(stacked: StackedPolicies[ActorCritic], batch: Batch) -> None:
+    """Every seed's PPO loss on its slice of ``batch`` (the unbatched code under ``torch.func.vmap``), their sum
+    back-propagated into the stacked parameters."""
+    loss = Loss(stacked.template)
+
+    def one(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], *seed_batch: torch.Tensor):
+        named = {f"policy.{name}": value for name, value in {**params, **buffers}.items()}
+        return functional_call(loss, named, seed_batch)
+
+    vmap(one)(stacked.params, stacked.buffers, *batch).sum().backward()
+
+
+def state_dicts(stacked: StackedPolicies[ActorCritic]) -> list[dict[str, torch.Tensor]]:
+    """Each seed's tensors, keyed as the plain policy's ``state_dict``."""
+    tensors = {**stacked.params, **stacked.buffers}
+    keys = stacked.template.state_dict().keys()  # not the non-persistent buffers (a value head's fixed support)
+    return [{key: tensors[key][k].detach().clone() for key in keys} for k in range(stacked.count)]
+
+
 def train_solo(seed: int, batch: Batch) -> ActorCritic:
     """STEPS Adam steps of one unbatched model on its own batch, clipping as ``Algorithm.apply_gradients`` does."""
     policy = solo(seed)
@@ -77,11 +115,11 @@ def train_solo(seed: int, batch: Batch) -> ActorCritic:
 def train_stacked(
     seeds: list[int], batch: Batch, clip: Callable[[StackedPolicies[ActorCritic]], object]
 ) -> StackedPolicies[ActorCritic]:
-    stacked = StackedPolicies.build(seeds, make_policy)
-    optimizer = stacked.adam(lr=LR, eps=ADAM_EPS, fused=True)
+    stacked = build(seeds)
+    optimizer = torch.optim.Adam(stacked.parameters(), lr=LR, eps=ADAM_EPS, fused=True)
     for _ in range(STEPS):
         optimizer.zero_grad(set_to_none=True)
-        stacked.backward(ppo_loss, *batch)
+        backward(stacked, batch)
         clip(stacked)
         optimizer.step()
     return stacked
@@ -100,31 +138,17 @@ def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
     return max(float((a[key].double() - b[key].double()).abs().max()) for key in a)
 
 
-def test_build_initializes_each_seed_as_an_unbatched_run_and_keeps_the_global_generator():
-    before = torch.get_rng_state()
-    stacked = StackedPolicies.build(SEEDS, make_policy)
-    assert torch.equal(torch.get_rng_state(), before)
-    for k, seed in enumerate(SEEDS):
-        expected = solo(seed).state_dict()
-        state = stacked.state_dicts()[k]
-        assert state.keys() == expected.keys()
-        for key in expected:
-            assert torch.equal(state[key], expected[key]), key
-
-
-def test_batched_forward_and_batched_linear_path_match_each_seed():
-    stacked = StackedPolicies.build(SEEDS, make_policy)
+def test_the_batched_linear_path_matches_each_seed():
+    stacked = build(SEEDS)
     obs = batches(len(SEEDS))[0]
-    scores = stacked.forward("act_scores", obs)
-    values = stacked.forward("value", obs)
-    by_hand = stacked.mlp("actor", obs)  # the vmap-free path (vector observations: the encoder is a flatten)
+    scores = stacked.mlp("actor", obs)  # vector observations: the encoder is a flatten
+    values = stacked.mlp("critic.net", obs).squeeze(-1)
     assert scores.shape == (len(SEEDS), BATCH, 2) and values.shape == (len(SEEDS), BATCH)
     for k, seed in enumerate(SEEDS):
         policy = solo(seed)
         with torch.no_grad():
             torch.testing.assert_close(scores[k], policy.act_scores(obs[k]), rtol=1e-6, atol=1e-7)
             torch.testing.assert_close(values[k], policy.value(obs[k]), rtol=1e-6, atol=1e-7)
-            torch.testing.assert_close(by_hand[k], policy.act_scores(obs[k]), rtol=1e-6, atol=1e-7)
 
 
 def test_adam_steps_with_per_seed_clipping_match_each_seed_trained_alone():
@@ -137,22 +161,10 @@ def test_adam_steps_with_per_seed_clipping_match_each_seed_trained_alone():
     stacked = train_stacked(SEEDS, batch, per_seed_clip)
     for k, seed in enumerate(SEEDS):
         alone = train_solo(seed, tuple(t[k] for t in batch)).state_dict()
-        trained = stacked.state_dicts()[k]
+        trained = state_dicts(stacked)[k]
         assert max_difference(trained, solo(seed).state_dict()) > 1e-4  # the steps moved the weights
         for key in alone:
             torch.testing.assert_close(trained[key], alone[key], rtol=1e-6, atol=1e-7, msg=key)
-
-
-def test_unstacked_state_dicts_load_into_the_plain_policy_class():
-    stacked = train_stacked(SEEDS, batches(len(SEEDS)), per_seed_clip)
-    obs = torch.randn(8, 4)
-    for k in range(len(SEEDS)):
-        plain = make_policy()
-        plain.load_state_dict(stacked.state_dicts()[k])  # strict: the same keys as the class's own
-        same = stacked.policy(k, make_policy)
-        with torch.no_grad():
-            assert torch.equal(plain.act_scores(obs), same.act_scores(obs))
-            assert torch.equal(plain.act_scores(obs), stacked.forward("act_scores", obs.expand(3, 8, 4))[k])
 
 
 @pytest.mark.parametrize("clip", [per_seed_clip, global_clip], ids=["per_seed", "global"])
@@ -165,7 +177,7 @@ def test_a_seed_with_a_large_gradient_does_not_shrink_the_others_steps(clip):
     matches = []
     for k, seed in enumerate(SEEDS):
         alone = train_solo(seed, tuple(t[k] for t in batch)).state_dict()
-        matches.append(max_difference(stacked.state_dicts()[k], alone) < 1e-6)
+        matches.append(max_difference(state_dicts(stacked)[k], alone) < 1e-6)
     if clip is per_seed_clip:
         assert matches == [True, True, True]
     else:
@@ -174,11 +186,11 @@ def test_a_seed_with_a_large_gradient_does_not_shrink_the_others_steps(clip):
 
 def stacked_adam_run(batch: Batch, idle: dict[int, list[int]]) -> tuple[StackedPolicies[ActorCritic], StackedAdam]:
     """STEPS steps with :class:`StackedAdam`; at step ``i`` the seeds (indices) in ``idle[i]`` sit out."""
-    stacked = StackedPolicies.build(SEEDS, make_policy)
+    stacked = build(SEEDS)
     optimizer = StackedAdam(stacked.parameters(), len(SEEDS), lr=LR, eps=ADAM_EPS)
     for step in range(STEPS):
         optimizer.zero_grad(set_to_none=True)
-        stacked.backward(ppo_loss, *batch)
+        backward(stacked, batch)
         stacked.clip_grad_norms_(MAX_GRAD_NORM)
         active = torch.ones(len(SEEDS), dtype=torch.bool)
         active[idle.get(step, [])] = False
@@ -193,7 +205,7 @@ def test_stacked_adam_with_every_seed_active_matches_torch_adam_per_seed():
     for k, seed in enumerate(SEEDS):
         alone = train_solo(seed, tuple(t[k] for t in batch)).state_dict()
         for key in alone:
-            torch.testing.assert_close(stacked.state_dicts()[k][key], alone[key], rtol=1e-6, atol=1e-7, msg=key)
+            torch.testing.assert_close(state_dicts(stacked)[k][key], alone[key], rtol=1e-6, atol=1e-7, msg=key)
 
 
 def test_a_seed_that_sits_out_steps_matches_its_unbatched_run_with_fewer_steps():
@@ -201,11 +213,11 @@ def test_a_seed_that_sits_out_steps_matches_its_unbatched_run_with_fewer_steps()
     it ends as an unbatched run that took 3 steps, with its own Adam step count (3, where the others have 5). A
     shared counter (``torch.optim.Adam`` over the stacked tensors) would give it the others' bias correction."""
     batch = batches(len(SEEDS))
-    stacked = StackedPolicies.build(SEEDS, make_policy)
+    stacked = build(SEEDS)
     optimizer = StackedAdam(stacked.parameters(), len(SEEDS), lr=LR, eps=ADAM_EPS)
     for step in range(STEPS):
         optimizer.zero_grad(set_to_none=True)
-        stacked.backward(ppo_loss, *batch)
+        backward(stacked, batch)
         stacked.clip_grad_norms_(MAX_GRAD_NORM)
         active = torch.tensor([True, step not in (1, 2), True])
         if step in (1, 2):
@@ -221,7 +233,7 @@ def test_a_seed_that_sits_out_steps_matches_its_unbatched_run_with_fewer_steps()
         nn.utils.clip_grad_norm_(policy.parameters(), MAX_GRAD_NORM)
         alone.step()
     for key, value in policy.state_dict().items():
-        torch.testing.assert_close(stacked.state_dicts()[1][key], value, rtol=1e-6, atol=1e-7, msg=key)
+        torch.testing.assert_close(state_dicts(stacked)[1][key], value, rtol=1e-6, atol=1e-7, msg=key)
     seed_state = optimizer.seed_state_dict(1)
     assert {float(entry["step"]) for entry in seed_state["state"].values()} == {3.0}
     assert {float(entry["step"]) for entry in optimizer.seed_state_dict(0)["state"].values()} == {5.0}
@@ -244,41 +256,18 @@ def test_stacked_adam_state_round_trips_through_per_seed_state_dicts():
             assert torch.equal(again.state[param][key], optimizer.state[param][key])
 
 
-def test_each_seed_keeps_its_own_normalizer_statistics():
-    """Buffers are stacked too: a per-seed in-place update (``ObsNormalizer.update``) lands in that seed's slice."""
-    env = gym.make("CartPole-v1")
-    config = PolicyConfig(normalize_obs=True)
-
-    def normalized() -> ActorCritic:
-        return actor_critic(env.observation_space, env.action_space, config, None)
-
-    stacked = StackedPolicies.build(SEEDS, normalized)
-    alone = [normalized() for _ in SEEDS]
-    g = torch.Generator().manual_seed(5)
-    for update in range(3):
-        obs = torch.randn(len(SEEDS), 32, 4, generator=g) * torch.tensor([1.0, 5.0, 0.1]).view(-1, 1, 1) + update
-        stacked.update_(lambda policy, seed_obs: policy.obs_normalizer.update(seed_obs), obs)
-        for k, policy in enumerate(alone):
-            policy.obs_normalizer.update(obs[k])
-    env.close()
-    for k, policy in enumerate(alone):
-        for name in ("mean", "var", "count"):
-            assert torch.equal(stacked.buffers[f"obs_normalizer.{name}"][k], getattr(policy.obs_normalizer, name))
-    assert not torch.equal(stacked.buffers["obs_normalizer.var"][0], stacked.buffers["obs_normalizer.var"][1])
-
-
 def test_stacked_rmsprop_matches_torch_rmsprop_per_seed_and_an_idle_seed_keeps_its_weights():
     """A2C's optimizer: seed 1 sits out step 2 (NaN gradient there) and ends as its unbatched run with one step fewer;
     its per-seed state loads into ``torch.optim.RMSprop``. Per-seed learning rates (a float64 tensor) too."""
     batch = batches(len(SEEDS))
     rates = [LR, 2 * LR, LR / 2]
-    stacked = StackedPolicies.build(SEEDS, make_policy)
+    stacked = build(SEEDS)
     optimizer = StackedRMSprop(stacked.parameters(), len(SEEDS), alpha=0.99, eps=ADAM_EPS)
     for group in optimizer.param_groups:
         group["lr"] = torch.tensor(rates, dtype=torch.float64)
     for step in range(STEPS):
         optimizer.zero_grad(set_to_none=True)
-        stacked.backward(ppo_loss, *batch)
+        backward(stacked, batch)
         stacked.clip_grad_norms_(MAX_GRAD_NORM)
         if step == 2:
             for param in stacked.parameters():
@@ -294,7 +283,7 @@ def test_stacked_rmsprop_matches_torch_rmsprop_per_seed_and_an_idle_seed_keeps_i
             nn.utils.clip_grad_norm_(policy.parameters(), MAX_GRAD_NORM)
             alone.step()
         for key, value in policy.state_dict().items():
-            torch.testing.assert_close(stacked.state_dicts()[k][key], value, rtol=1e-5, atol=1e-6, msg=key)
+            torch.testing.assert_close(state_dicts(stacked)[k][key], value, rtol=1e-5, atol=1e-6, msg=key)
         resumed = torch.optim.RMSprop(policy.parameters(), lr=rates[k], alpha=0.99, eps=ADAM_EPS)
         resumed.load_state_dict(optimizer.seed_state_dict(k))
         for index, entry in alone.state_dict()["state"].items():
@@ -302,3 +291,33 @@ def test_stacked_rmsprop_matches_torch_rmsprop_per_seed_and_an_idle_seed_keeps_i
             torch.testing.assert_close(
                 resumed.state_dict()["state"][index]["square_avg"], entry["square_avg"], rtol=1e-5, atol=1e-9
             )
+
+
+def test_each_members_clipped_gradient_is_bitwise_clip_grad_norm_of_that_member_alone():
+    """The members' norms reduce as ``nn.utils.clip_grad_norm_`` reduces one model's: bitwise, norms and gradients
+    (SAC's clipped runs amplify an ulp there)."""
+    g = torch.Generator().manual_seed(0)
+    shapes = [(64, 4), (64,), (64, 64), (64,), (2, 64), (2,), (256, 17)]
+    for trial in range(20):
+        stacked = [torch.zeros(4, *shape, requires_grad=True) for shape in shapes]
+        for tensor in stacked:
+            tensor.grad = torch.randn(tensor.shape, generator=g) * (trial + 0.1)
+        alone = [[nn.Parameter(torch.zeros(shape)) for shape in shapes] for _ in range(4)]
+        for k, params in enumerate(alone):
+            for param, tensor in zip(params, stacked, strict=True):
+                param.grad = tensor.grad[k].clone()
+        norms = clip_member_grad_norms_(stacked, 4, MAX_GRAD_NORM)
+        for k, params in enumerate(alone):
+            assert torch.equal(norms[k], nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM))
+            assert all(torch.equal(p.grad, t.grad[k]) for p, t in zip(params, stacked, strict=True))
+
+
+def test_a_masked_step_leaves_absent_and_non_finite_members_untouched():
+    """Member 1 absent, member 2's loss NaN: their weights and Adam states stay; members 0 and 3 step."""
+    weight = torch.ones(4, 3, requires_grad=True)
+    optimizer = StackedAdam([weight], 4, lr=0.1)
+    losses = (weight * torch.tensor([1.0, 1.0, float("nan"), 2.0]).view(4, 1)).sum(-1)
+    applied = masked_step(optimizer, losses, torch.tensor([True, False, True, True]), max_grad_norm=1.0)
+    assert applied == [True, False, False, True]
+    assert torch.equal(weight[1:3].detach(), torch.ones(2, 3)) and bool((weight[[0, 3]] < 1).all())
+    assert optimizer.state[weight]["step"].tolist() == [1.0, 0.0, 0.0, 1.0]

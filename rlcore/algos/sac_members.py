@@ -9,14 +9,12 @@ What differs between one member and N lives here, and only here:
   member dimension of one broadcasts away), and its optimizer steps are ``Algorithm.optimizer_step``: one seed's
   arithmetic is bitwise what it was before the update was written over members.
 - :class:`StackedSAC` runs N seeds stacked: each linear layer one ``torch.baddbmm`` over the stacked weights (the
-  twin critics' ensemble axis folded into the member axis, (N * 2, in, out)), each member's loss its own, a
-  non-finite loss or gradient norm masked out of that member's step only (the skip counted on its own algorithm),
-  each member's gradient clipped to its own norm, one :class:`rlcore.nets.stacked.StackedAdam` step per optimizer
-  with a step count per member, and the targets' Polyak update one ``torch._foreach_lerp_``. Box actions' standard
-  normal draws are given per member (:meth:`StackedSAC.load`), drawn from each seed's own generator.
-
-In scope of :class:`StackedSAC`: encoders without weights (vector or discrete observations), fp32 on the CPU
-(``rlcore.trainers.off_policy_seeds.sac_not_batchable``).
+  twin critics' ensemble axis folded into the member axis, (N * 2, in, out)), each member's loss its own, one masked
+  step per optimizer (:func:`rlcore.nets.stacked.masked_step`: a member absent from the step, or whose loss or
+  clipped gradient norm is not finite, sits out that optimizer's step, the skip counted on its own algorithm), and
+  the targets' Polyak update one ``torch._foreach_lerp_``. Box actions' standard normal draws are given per member
+  (:meth:`StackedSAC.load`), drawn from each seed's own generator. It stacks encoders without weights (vector or
+  discrete observations, :meth:`StackedSAC.stacks`); other kinds train each member's own ``SAC.update`` in turn.
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ from rlcore.nets.blocks import EnsembleLinear, TwinQ, polyak_update
 from rlcore.nets.distributions import masked_logits
 from rlcore.nets.policies import SquashedGaussianActor, squashed_gaussian, squashed_sample
 from rlcore.nets.policy import Policy
-from rlcore.nets.stacked import StackedAdam, StackedPolicies
+from rlcore.nets.stacked import StackedAdam, StackedPolicies, count_skips, each_member, masked_step
 
 
 class SACAlgorithm(Protocol):
@@ -228,13 +226,29 @@ class StackedSAC(SACMembers):
             self.optimizers[part] = optimizer
         self.batches: list[dict[str, torch.Tensor]] = []
         self.noise: torch.Tensor | None = None
-        self._applied: list[torch.Tensor] = []  # per optimizer step of this gradient step: (M,) bool taken
+        self.present = [True] * self.count
+        self.same_features = not any(algorithm.policy.obs_normalizer.enabled for algorithm in algorithms)
+        """Whether every member's features are one function of its observations (no normalizer statistics)."""
 
-    def load(self, batches: Sequence[dict[str, torch.Tensor]], noise: torch.Tensor | None) -> None:
+    @staticmethod
+    def stacks(algorithm: SACAlgorithm) -> bool:
+        """Whether N seeds' SAC stack: the actor's and the critics' encoders hold no weights (vector or discrete
+        observations)."""
+        encoders = (algorithm.policy.encoder, algorithm.critic.encoder)
+        return not any(True for encoder in encoders for _ in encoder.parameters())
+
+    def load(
+        self,
+        batches: Sequence[dict[str, torch.Tensor]],
+        noise: torch.Tensor | None,
+        present: Sequence[bool] | None = None,
+    ) -> None:
         """The next gradient step's replay batches, one per member; ``noise``: Box actions' standard normal draws
         (M, 2, B, action_dim), [:, 0] for s' and [:, 1] for s, each member's from its own generator; None for
-        discrete actions."""
+        discrete actions. ``present``: the members taking this step (None: every one); an absent member's batch is
+        any batch of the right shapes, its losses masked out, its counters and targets untouched."""
         self.batches, self.noise = list(batches), noise
+        self.present = [True] * self.count if present is None else list(present)
 
     @property
     def log_alpha(self) -> torch.Tensor:
@@ -245,12 +259,11 @@ class StackedSAC(SACMembers):
 
     @torch.no_grad()
     def features(self, key: str, target: bool = False) -> torch.Tensor:  # the encoders and normalizers hold no weights
-        return torch.stack(
-            [
-                (a.critic_target if target else a.critic).encode(a.policy.obs_normalizer(batch[key]))
-                for a, batch in zip(self.algorithms, self.batches, strict=True)
-            ]
-        )
+        functions = [
+            lambda x, a=a: (a.critic_target if target else a.critic).encode(a.policy.obs_normalizer(x))
+            for a in self.algorithms
+        ]
+        return each_member(functions, [batch[key] for batch in self.batches], self.same_features)
 
     def _twin(self, stacked: StackedPolicies[TwinQ], x: torch.Tensor) -> torch.Tensor:
         """Every member's twin critics on its own inputs: ``x`` (M, B, in) -> (M, 2, B, out), each ensemble layer one
@@ -284,9 +297,8 @@ class StackedSAC(SACMembers):
 
     def _actor_features(self, key: str) -> torch.Tensor:
         with torch.no_grad():  # the encoders and normalizers hold no weights
-            return torch.stack(
-                [a.policy.features(batch[key]) for a, batch in zip(self.algorithms, self.batches, strict=True)]
-            )
+            functions = [a.policy.features for a in self.algorithms]
+            return each_member(functions, [batch[key] for batch in self.batches], self.same_features)
 
     def logits(self, key: str) -> torch.Tensor:
         logits = self.actor.mlp("logits", self._actor_features(key))
@@ -310,36 +322,25 @@ class StackedSAC(SACMembers):
                 param.requires_grad_(True)
 
     def step(self, part: str, losses: torch.Tensor) -> None:
-        optimizer, parameters = self.optimizers[part], self.parameters[part]
-        detached = losses.detach()
-        finite = torch.isfinite(detached)
-        optimizer.zero_grad(set_to_none=True)
-        torch.where(finite, losses, 0.0).sum().backward()  # no NaN reaches another member's slices
-        clip = self.config.max_grad_norm
-        if clip is not None and part != "alpha":
-            finite &= torch.isfinite(clip_each_member(parameters, self.count, clip))
-        optimizer.step(active=finite)
-        self._applied.append(finite)
+        present = None if all(self.present) else torch.tensor(self.present)
+        clip = self.config.max_grad_norm if part != "alpha" else None
+        applied = masked_step(self.optimizers[part], losses, present, clip)
+        stepping = [k for k in range(self.count) if self.present[k]]
+        count_skips([self.algorithms[k] for k in stepping], [applied[k] for k in stepping])
 
     def end_step(self) -> None:
-        applied = torch.stack(self._applied, dim=1).tolist()  # (M, optimizer steps): one read per gradient step
-        self._applied = []
-        for algorithm, steps in zip(self.algorithms, applied, strict=True):
-            for took in steps:  # in order, as Algorithm.optimizer_step counts them
-                if took:
-                    algorithm.consecutive_skips = 0
-                else:
-                    algorithm.skipped_steps += 1
-                    algorithm.consecutive_skips += 1
-            algorithm.gradient_steps += 1
-        due = [a.gradient_steps % self.config.target_update_interval == 0 for a in self.algorithms]
+        due = []
+        for algorithm, present in zip(self.algorithms, self.present, strict=True):
+            if present:
+                algorithm.gradient_steps += 1
+            due.append(present and algorithm.gradient_steps % self.config.target_update_interval == 0)
         if not any(due):
             return
         targets, sources = self.target.parameters(), self.critic.parameters()
         with torch.no_grad():
             if all(due):
                 torch._foreach_lerp_(targets, sources, self.config.tau)
-            else:  # members whose counts differ (resumed apart): each due one's slices
+            else:  # members whose counts differ (resumed apart) or absent: each due one's slices
                 for k in (k for k, is_due in enumerate(due) if is_due):
                     torch._foreach_lerp_([t[k] for t in targets], [s[k] for s in sources], self.config.tau)
 
@@ -365,21 +366,3 @@ def own_optimizers(algorithm: SACAlgorithm) -> list[torch.optim.Optimizer]:
     """SAC's optimizers in the order of :data:`PARTS` (the alpha optimizer only with ``ent_coef: auto``)."""
     own = [algorithm.critic_optimizer, algorithm.actor_optimizer, algorithm.alpha_optimizer]
     return [optimizer for optimizer in own if optimizer is not None]
-
-
-@torch.no_grad()
-def clip_each_member(parameters: Sequence[torch.Tensor], count: int, max_norm: float) -> torch.Tensor:
-    """Clip each member's gradient (the slices [k] of the stacked ``parameters``' gradients, (M, *shape)) to the
-    global 2-norm ``max_norm`` with ``nn.utils.clip_grad_norm_``'s own arithmetic on that member's slices (a norm per
-    tensor by ``torch._foreach_norm``, their norm, ``max_norm / (norm + 1e-6)`` clamped to 1), so bitwise what the
-    one-member step clips: ``StackedPolicies.clip_grad_norms_`` reduces the stacked tensors at once, within ulps of
-    it, and SAC's clipped runs amplify those ulps to 1e-2 in a few hundred steps. Returns the norms before clipping,
-    (M,)."""
-    grads = [param.grad for param in parameters if param.grad is not None]
-    norms = []
-    for k in range(count):
-        slices = [grad[k] for grad in grads]
-        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(slices, 2.0)), 2.0)
-        torch._foreach_mul_(slices, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
-        norms.append(norm)
-    return torch.stack(norms)

@@ -9,10 +9,10 @@ member and N lives here, as :mod:`rlcore.algos.members` holds it for the on-poli
   encoders, action masks) and its own optimizer, its batch's tensors (B, ...) and its losses scalars; its step is
   :meth:`rlcore.algos.base.Algorithm.optimizer_step`, its target update ``polyak_update``.
 - :class:`StackedNetworks` runs N seeds' MLP heads on encoders without weights stacked (``StackedPolicies.mlp``:
-  one ``baddbmm`` per layer), their batches (M, B, ...), losses (M,); each member's gradient clipped to its own norm,
-  a member with a non-finite loss or gradient norm skips its step (counted on its own algorithm) while the others
-  take theirs (:class:`~rlcore.nets.stacked.StackedAdam`: a step count per member), and each member's target network
-  updated on its own schedule.
+  one ``baddbmm`` per layer; :meth:`NetworkStack.stacks` says which policies), their batches (M, B, ...), losses
+  (M,); one masked step (:func:`rlcore.nets.stacked.masked_step`: each member's gradient clipped to its own norm, a
+  member absent from this step or with a non-finite loss or gradient norm sits out while the others step), and each
+  present member's target network updated on its own schedule.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import torch
 from torch import nn
 
 from rlcore.algos.base import Algorithm
-from rlcore.algos.members import count_step
 from rlcore.nets.blocks import polyak_update
 from rlcore.nets.distributions import masked_logits
+from rlcore.nets.policies import CategoricalActor, GaussianActor, QPolicy
 from rlcore.nets.policy import Policy
-from rlcore.nets.stacked import StackedAdam, StackedPolicies
+from rlcore.nets.stacked import StackedAdam, StackedPolicies, count_skips, each_member, masked_step
 
 Batch = dict[str, torch.Tensor]
 
@@ -96,16 +96,19 @@ class OneNetwork(Networks):
             polyak_update(getattr(self.algorithm, "target"), self.policy, tau)  # noqa: B009 (DQN's)
 
 
+HEADS = {QPolicy: "q", CategoricalActor: "logits", GaussianActor: "mean"}
+"""The policies :class:`NetworkStack` stacks, and the name of the MLP each has on its encoder's features."""
+
+
 class NetworkStack:
     """N seeds' policies (and target networks) stacked with their optimizer state, kept from step to step while
     these seeds train together; :meth:`write_back` puts a seed's state into its own policy, target and optimizer
-    (what its evaluations and checkpoints read). ``head``: the policy's MLP on the encoder's features (QPolicy's
-    "q", CategoricalActor's "logits", GaussianActor's "mean"); the encoders hold no weights."""
+    (what its evaluations and checkpoints read). The policies are of a kind :meth:`stacks`."""
 
-    def __init__(self, algorithms: Sequence[Algorithm[Any, Any]], head: str, weight_decay: float | None) -> None:
+    def __init__(self, algorithms: Sequence[Algorithm[Any, Any]]) -> None:
         self.algorithms = list(algorithms)
         self.policies: list[Policy] = [algorithm.policy for algorithm in self.algorithms]
-        self.head, self.count = head, len(self.algorithms)
+        self.head, self.count = HEADS[type(self.policies[0])], len(self.algorithms)
         self.online: StackedPolicies[nn.Module] = StackedPolicies(self.policies)
         targets = [getattr(algorithm, "target", None) for algorithm in self.algorithms]
         self.targets: list[Policy] = [target for target in targets if target is not None]
@@ -113,12 +116,26 @@ class NetworkStack:
         own: torch.optim.Optimizer = getattr(self.algorithms[0], "optimizer")  # noqa: B009 (DQN's, BC's)
         group = own.param_groups[0]
         lr, betas, eps = float(group["lr"]), (float(group["betas"][0]), float(group["betas"][1])), float(group["eps"])
-        self.optimizer = (
-            StackedAdam(self.online.parameters(), self.count, lr=lr, betas=betas, eps=eps)
-            if weight_decay is None
-            else StackedAdam(self.online.parameters(), self.count, lr, betas, eps, weight_decay=weight_decay)
-        )
+        decay = float(group["weight_decay"]) if isinstance(own, torch.optim.AdamW) else 0.0  # BC's decoupled decay
+        self.optimizer = StackedAdam(self.online.parameters(), self.count, lr, betas, eps, weight_decay=decay)
         self.optimizer.load_seed_state_dicts([getattr(a, "optimizer").state_dict() for a in algorithms])  # noqa: B009
+        self.same_features = not any(policy.obs_normalizer.enabled for policy in self.policies)
+        """Whether every member's features are one function of its observations (no normalizer statistics)."""
+
+    @staticmethod
+    def stacks(policy: Policy) -> bool:
+        """Whether N seeds' ``policy`` stack: an MLP head (:data:`HEADS`; not DQN's dueling head) on an encoder
+        without weights (vector or discrete observations). Other kinds train each member's own network in turn."""
+        if type(policy) not in HEADS or getattr(policy, "dueling", False):
+            return False
+        return not any(True for _ in policy.encoder.parameters())
+
+    @torch.no_grad()
+    def write_policies(self) -> None:
+        """Every seed's online weights into its own policy (what acting reads between update phases)."""
+        for k, policy in enumerate(self.policies):
+            for name, param in policy.named_parameters():
+                param.copy_(self.online.params[name][k])
 
     @torch.no_grad()
     def write_back(self, k: int) -> None:
@@ -137,21 +154,23 @@ class NetworkStack:
 
 
 class StackedNetworks(Networks):
-    """A :class:`NetworkStack` on this step's batches (one per member, stacked)."""
+    """A :class:`NetworkStack` on this step's batches (one per member, stacked). ``present``: each member's taking
+    this step (None: every one); an absent member's batch is any batch of the right shapes (its loss is masked out,
+    its counters and target untouched)."""
 
-    def __init__(self, stack: NetworkStack, batches: Sequence[Batch]) -> None:
+    def __init__(self, stack: NetworkStack, batches: Sequence[Batch], present: Sequence[bool] | None = None) -> None:
         keys = ("actions", "rewards", "discounts") if stack.target is not None else ("actions",)
         super().__init__(stack.algorithms, {key: torch.stack([batch[key] for batch in batches]) for key in keys})
         self.stack, self.batches = stack, list(batches)
+        self.present = [True] * self.count if present is None else list(present)
 
     def scores(self, network: str, key: str) -> torch.Tensor:
         stack = self.stack
         stacked, modules = (stack.online, stack.policies) if network == "online" else (stack.target, stack.targets)
         assert stacked is not None
         with torch.no_grad():  # the encoders and normalizers hold no weights (each network's own statistics)
-            features = torch.stack(
-                [module.features(batch[key]) for module, batch in zip(modules, self.batches, strict=True)]
-            )
+            functions = [module.features for module in modules]
+            features = each_member(functions, [batch[key] for batch in self.batches], self.stack.same_features)
         scores = stacked.mlp(stack.head, features)
         if stack.head == "mean":
             return scores
@@ -163,23 +182,18 @@ class StackedNetworks(Networks):
         return self.stack.online.params["log_std"].unsqueeze(1) if self.stack.head == "mean" else None
 
     def step(self, losses: torch.Tensor, max_grad_norm: float | None) -> None:
-        stack = self.stack
-        applied = torch.isfinite(losses.detach())
-        stack.optimizer.zero_grad(set_to_none=True)
-        # A member's gradient is its own loss's: the stacked weights' slices do not mix.
-        torch.where(applied, losses, 0.0).sum().backward()
-        if max_grad_norm is not None:
-            applied &= torch.isfinite(stack.online.clip_grad_norms_(max_grad_norm))
-        flags = applied.tolist()
-        stack.optimizer.step(active=None if all(flags) else applied)
-        for algorithm, stepped in zip(self.algorithms, flags, strict=True):
-            count_step(algorithm, stepped)
+        present = None if all(self.present) else torch.tensor(self.present)
+        applied = masked_step(self.stack.optimizer, losses, present, max_grad_norm)
+        stepping = [k for k in range(self.count) if self.present[k]]
+        count_skips([self.algorithms[k] for k in stepping], [applied[k] for k in stepping])
+        for k in stepping:
+            self.algorithms[k].gradient_steps += 1
 
     @torch.no_grad()
     def update_targets(self, interval: int, tau: float) -> None:
         stack = self.stack
         assert stack.target is not None
-        due = [k for k, algorithm in enumerate(self.algorithms) if algorithm.gradient_steps % interval == 0]
+        due = [k for k, a in enumerate(self.algorithms) if self.present[k] and a.gradient_steps % interval == 0]
         if not due:
             return
         targets, sources = list(stack.target.params.values()), list(stack.online.params.values())

@@ -1,50 +1,32 @@
-"""N copies of one policy, one per seed, trained as one batched program: parameters stacked along a leading seed
-dimension, each seed's code run under ``torch.func.vmap``.
+"""N copies of one network, one per seed (the members of a batched run), stacked along a leading member dimension,
+and the one optimizer step of stacked members.
 
-The per-seed code is the unbatched code: a loss written for one policy and one seed's minibatch
-(``fn(policy, *tensors)``) is run for every seed at once by :meth:`StackedPolicies.map`
-(``torch.func.stack_module_state`` + ``functional_call`` under ``vmap``, as the PyTorch model-ensembling tutorial
-does it). Seeds never mix: every reduction inside ``fn`` (means, advantage normalization) is over that seed's
-samples, and the gradient of ``sum_k loss_k`` with respect to seed k's slice of a stacked parameter is the gradient
-of ``loss_k`` alone. Adam is elementwise, so one ``torch.optim.Adam`` over the stacked tensors makes each seed's
-step the one its own optimizer would make as long as all seeds step together (:class:`StackedAdam` keeps a step
-count per seed, for seeds that stop early or skip a step); gradient-norm clipping is not elementwise and is done per
-seed (:meth:`StackedPolicies.clip_grad_norms_`).
+:class:`StackedPolicies` holds the stacked parameters; :meth:`StackedPolicies.mlp` runs each ``nn.Linear`` of an MLP
+as one ``torch.baddbmm`` over them, for losses written over the member dimension with every reduction over a
+member's own samples. :func:`masked_step` is the members' optimizer step: their losses (M,) back-propagated where
+present and finite, each member's gradient clipped to its own norm, one step of a :class:`StackedOptimizer` (a step
+count per member) for the members whose norm is finite.
 
-Equivalence with N unbatched runs holds up to the summation order of the batched matrix products: the forward pass
-usually matches bitwise, the weight gradients (sums over the minibatch) differ by a float32 ulp or two
-(``tests/test_stacked.py`` measures it). :meth:`StackedPolicies.mlp` is the faster batched-linear path for rlcore's
-MLPs (``torch.baddbmm`` over the stacked weights, no vmap), for losses written batched by hand: vmap's rule for a
-linear layer with stacked weights costs ~3x a ``baddbmm``, so a vmapped update is ~1.5x an unbatched one for one seed
-and the hand-batched one is not (``benchmarks/seeds_batching.py`` and its table in ``benchmarks/README.md``).
+The gradient of ``sum_k loss_k`` with respect to member k's slice of a stacked parameter is the gradient of
+``loss_k`` alone, and Adam is elementwise, so each member's step is its own optimizer's up to the summation order of
+the batched matrix products (a float32 ulp or two in the weight gradients; ``tests/test_stacked.py`` measures it).
+``torch.func.vmap`` over ``functional_call`` (PyTorch's model-ensembling recipe) is not used: its rule for a linear
+layer with stacked weights costs ~3x a ``baddbmm``, so a vmapped update is ~1.5x an unbatched one for one seed
+(``benchmarks/seeds_batching.py`` and ``benchmarks/members.py``, their tables in ``benchmarks/README.md``).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar, Generic, TypeVar, cast
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import torch
 from torch import nn
-from torch.func import functional_call, stack_module_state, vmap
+from torch.func import stack_module_state
 from torch.optim.adam import adam
 
 PolicyT = TypeVar("PolicyT", bound=nn.Module)
-
-_PREFIX = "policy."
-
-
-class _Bound(nn.Module):
-    """Calls ``fn(policy, *args)``: what lets ``functional_call`` run any function of a policy, not only its
-    ``forward``."""
-
-    def __init__(self, policy: nn.Module) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def forward(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return fn(self.policy, *args)
 
 
 class StackedPolicies(Generic[PolicyT]):
@@ -52,8 +34,8 @@ class StackedPolicies(Generic[PolicyT]):
 
     ``params`` are leaf tensors (N, *shape) that require grad: pass :meth:`parameters` to an optimizer. ``buffers``
     (normalizer statistics, fixed supports) are stacked too, so each seed keeps its own. The policies given are
-    copied, not kept: training changes the stacked tensors only (:meth:`state_dicts` and :meth:`policy` read them
-    back out).
+    copied, not kept: training changes the stacked tensors only (their owners copy slice k back into a seed's own
+    module).
     """
 
     def __init__(self, policies: Sequence[PolicyT]) -> None:
@@ -67,91 +49,18 @@ class StackedPolicies(Generic[PolicyT]):
         # The architecture only: its own tensors live on the meta device, so a name missing from the stacked
         # dicts fails loudly instead of silently using one seed's value.
         self.template: PolicyT = copy.deepcopy(policies[0]).to("meta")
-        self._bound = _Bound(self.template)
         params, buffers = stack_module_state(list(policies))
         self.params: dict[str, torch.Tensor] = params
         self.buffers: dict[str, torch.Tensor] = buffers
-        self._state_keys = list(self.template.state_dict().keys())
-
-    @classmethod
-    def build(cls, seeds: Sequence[int], make_policy: Callable[[], PolicyT]) -> StackedPolicies[PolicyT]:
-        """One policy per seed, each initialized as an unbatched run with that seed initializes its policy:
-        ``torch.manual_seed(seed)`` then ``make_policy()`` (``TrainingSession`` seeds torch, then builds the policy
-        before anything else draws from torch's global generator). The caller's global generator state is kept."""
-        policies: list[PolicyT] = []
-        for seed in seeds:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                policies.append(make_policy())
-        return cls(policies)
 
     def parameters(self) -> list[torch.Tensor]:
         """The stacked parameters, (N, *shape) each, in the policy's ``named_parameters`` order."""
         return list(self.params.values())
 
-    def map(self, fn: Callable[..., Any], *args: Any, in_dims: int | None | tuple[Any, ...] = 0) -> Any:
-        """``fn(policy, *args_k)`` for every seed k at once: each tensor in ``args`` is (N, ...) and seed k's slice
-        is what ``fn`` sees (``in_dims`` as ``torch.func.vmap`` takes it: None for an argument every seed shares).
-        Outputs are stacked along a leading dim of N. ``fn`` is the unbatched code: it must not call ``.item()`` or
-        branch on tensor values (vmap cannot), and draws no random numbers."""
-        arg_dims = in_dims if isinstance(in_dims, tuple) else (in_dims,) * len(args)
-
-        def one(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], *seed_args: Any) -> Any:
-            state = (
-                {_PREFIX + name: value for name, value in params.items()},
-                {_PREFIX + name: value for name, value in buffers.items()},
-            )
-            return functional_call(self._bound, state, (fn, *seed_args))
-
-        return vmap(one, in_dims=(0, 0, *arg_dims))(self.params, self.buffers, *args)
-
-    def update_(self, fn: Callable[..., None], *args: Any) -> None:
-        """``fn(policy, *args_k)`` for every seed, for its in-place effect on the stacked buffers: e.g.
-        ``update_(lambda policy, obs: policy.obs_normalizer.update(obs), obs)`` with ``obs`` (N, B, *obs_shape)
-        merges each seed's batch into that seed's own normalizer statistics."""
-
-        def run(policy: nn.Module, *seed_args: Any) -> torch.Tensor:
-            fn(policy, *seed_args)
-            return torch.zeros(())  # vmap wants a tensor out
-
-        self.map(run, *args)
-
-    def forward(self, method: str, obs: torch.Tensor) -> Any:
-        """A policy method of one tensor for every seed: ``forward("act_scores", obs)`` with ``obs``
-        (N, B, *obs_shape) gives (N, B, action_dim), seed k's from seed k's weights and observations."""
-        return self.map(lambda policy, seed_obs: getattr(policy, method)(seed_obs), obs)
-
-    def backward(self, loss_fn: Callable[..., Any], *args: Any) -> tuple[torch.Tensor, Any]:
-        """Per-seed losses ``loss_fn(policy, *args_k)`` (a scalar, or a tuple whose first element is the scalar and
-        the rest per-seed diagnostics) and their gradients, accumulated into the stacked parameters' ``.grad``:
-        (losses (N,), diagnostics stacked (N, ...) or None). The gradient of the sum of the losses with respect to
-        seed k's slice is seed k's own gradient."""
-        out = self.map(loss_fn, *args)
-        losses, aux = (out[0], out[1:]) if isinstance(out, tuple) else (out, None)
-        losses.sum().backward()
-        return losses.detach(), aux
-
-    @torch.no_grad()
     def clip_grad_norms_(self, max_norm: float) -> torch.Tensor:
-        """Clip each seed's gradient to the global 2-norm ``max_norm`` over that seed's parameters, as
-        ``nn.utils.clip_grad_norm_`` does for one model (the same arithmetic: the norm of the per-tensor norms,
-        ``max_norm / (norm + 1e-6)`` clamped to 1, every gradient multiplied by it). Returns the norms before
-        clipping, (N,): a non-finite one marks a seed whose step an unbatched run would skip."""
-        grads = [param.grad for param in self.params.values() if param.grad is not None]
-        if not grads:
-            return torch.zeros(self.count)
-        per_tensor = torch.stack([torch.linalg.vector_norm(grad.reshape(self.count, -1), dim=1) for grad in grads])
-        norms = torch.linalg.vector_norm(per_tensor, dim=0)  # (N,): over the tensors of each seed
-        coefficients = torch.clamp(max_norm / (norms + 1e-6), max=1.0)
-        for grad in grads:
-            grad.mul_(coefficients.view(-1, *([1] * (grad.dim() - 1))))
-        return norms
-
-    def adam(self, **kwargs: Any) -> torch.optim.Adam:
-        """One Adam over the stacked parameters (``kwargs`` as ``torch.optim.Adam`` takes them). Adam's update is
-        elementwise and its state (moments) has the parameters' shape, so it is per seed while every seed steps
-        together; its step counter is one per tensor, so a seed that must sit out a step needs :class:`StackedAdam`."""
-        return torch.optim.Adam(self.parameters(), **kwargs)
+        """Clip each seed's gradient to the global 2-norm ``max_norm`` (:func:`clip_member_grad_norms_`); returns the
+        norms before clipping, (N,)."""
+        return clip_member_grad_norms_(self.parameters(), self.count, max_norm)
 
     def mlp(self, name: str, x: torch.Tensor) -> torch.Tensor:
         """The policy's ``nn.Sequential`` MLP ``name`` (e.g. ``"actor"``, ``"critic.net"``; built by
@@ -172,31 +81,93 @@ class StackedPolicies(Generic[PolicyT]):
                 x = layer(x)  # an activation
         return x
 
-    def state_dicts(self) -> list[dict[str, torch.Tensor]]:
-        """Per-seed state dicts (copies) with the plain policy's keys: what ``policy.load_state_dict`` takes and
-        what a per-seed checkpoint stores."""
-        stacked = {**self.params, **self.buffers}
-        return [{key: stacked[key][k].detach().clone() for key in self._state_keys} for k in range(self.count)]
 
-    @torch.no_grad()
-    def load_state_dicts(self, states: Sequence[dict[str, torch.Tensor]]) -> None:
-        """Copy per-seed state dicts (e.g. resumed checkpoints) into the stacked tensors."""
-        if len(states) != self.count:
-            raise ValueError(f"states: expected {self.count} state dicts, got {len(states)}")
-        stacked = {**self.params, **self.buffers}
-        for k, state in enumerate(states):
-            if set(state) != set(self._state_keys):
-                raise ValueError(f"states[{k}]: expected the keys {self._state_keys}, got {sorted(state)}")
-            for key in self._state_keys:
-                stacked[key][k].copy_(state[key])
+def each_member(
+    functions: Sequence[Callable[[torch.Tensor], torch.Tensor]], inputs: Sequence[torch.Tensor], same: bool
+) -> torch.Tensor:
+    """Each member's ``functions[k]`` of its ``inputs[k]`` (B, ...), stacked: (M, B, ...). ``same``: every member's
+    function is one function of its input (an encoder without weights, no statistics of its own), so it runs once
+    over every member's rows (measured: a third of stacked DQN's forward time went to M separate calls)."""
+    if not same:
+        return torch.stack([function(x) for function, x in zip(functions, inputs, strict=True)])
+    x = torch.stack(list(inputs))
+    out = functions[0](x.flatten(0, 1))
+    return out.view(x.shape[0], x.shape[1], *out.shape[1:])
 
-    def policy(self, k: int, make_policy: Callable[[], PolicyT]) -> PolicyT:
-        """Seed ``k`` as a plain policy: ``make_policy()`` with seed k's weights and buffers loaded (for acting,
-        evaluation and export). The global generator's state is kept."""
-        with torch.random.fork_rng(devices=[]):
-            policy = make_policy()
-        policy.load_state_dict(self.state_dicts()[k])
-        return policy
+
+@torch.no_grad()
+def clip_member_grad_norms_(parameters: Sequence[torch.Tensor], count: int, max_norm: float) -> torch.Tensor:
+    """Clip each member's gradient (the slices [k] of the stacked ``parameters``' gradients, (M, *shape)) to the
+    global 2-norm ``max_norm`` over that member's slices, with ``nn.utils.clip_grad_norm_``'s arithmetic: a norm per
+    tensor, their norm, ``max_norm / (norm + 1e-6)`` clamped to 1, every gradient multiplied by it. Each member's
+    per-tensor norms are a contiguous row (M, T) reduced along it, which sums as ``clip_grad_norm_`` sums one model's
+    (measured bitwise equal: SAC's clipped runs amplify an ulp there to 1e-2 in a few hundred steps). Returns the
+    norms before clipping, (M,): a non-finite one marks a member whose step a one-member run would skip."""
+    grads = [param.grad for param in parameters if param.grad is not None]
+    if not grads:
+        return torch.zeros(count)
+    per_tensor = torch.stack([torch.linalg.vector_norm(grad.reshape(count, -1), dim=1) for grad in grads], dim=1)
+    norms = torch.linalg.vector_norm(per_tensor, dim=1)
+    coefficients = torch.clamp(max_norm / (norms + 1e-6), max=1.0)
+    for grad in grads:
+        grad.mul_(coefficients.view(-1, *([1] * (grad.dim() - 1))))
+    return norms
+
+
+class SkipCounts(Protocol):
+    """An algorithm's counters of skipped optimizer steps (``rlcore.algos.base.Algorithm``'s)."""
+
+    skipped_steps: int
+    consecutive_skips: int
+
+
+def count_skips(members: Sequence[SkipCounts], applied: Sequence[bool]) -> None:
+    """Each member's optimizer step counted as ``Algorithm.apply_gradients`` counts its own: a skipped one adds to
+    ``skipped_steps`` and ``consecutive_skips``, a taken one resets ``consecutive_skips``."""
+    for member, took in zip(members, applied, strict=True):
+        if took:
+            member.consecutive_skips = 0
+        else:
+            member.skipped_steps += 1
+            member.consecutive_skips += 1
+
+
+def masked_backward(losses: torch.Tensor, present: torch.Tensor | None = None) -> torch.Tensor:
+    """Accumulate the gradients of the members' ``losses`` (M,) where ``present`` (M,) bool (None: every member) and
+    the loss is finite; the others' are replaced by 0, so no NaN reaches another member's slices (a member's
+    gradient is its own loss's: the stacked weights' slices do not mix). Returns those members, (M,) bool."""
+    backward = torch.isfinite(losses.detach())
+    if present is not None:
+        backward &= present
+    torch.where(backward, losses, 0.0).sum().backward()
+    return backward
+
+
+def masked_optimizer_step(
+    optimizer: StackedOptimizer, taking: torch.Tensor, max_grad_norm: float | None = None
+) -> list[bool]:
+    """One step of ``optimizer`` on the accumulated gradients for the members ``taking`` it ((M,) bool), each
+    member's gradient clipped to its own ``max_grad_norm`` (None: not clipped); a member whose norm is not finite
+    sits out. Returns each member's ``applied`` (one host read)."""
+    if max_grad_norm is not None:
+        parameters = [param for group in optimizer.param_groups for param in group["params"]]
+        taking = taking & torch.isfinite(clip_member_grad_norms_(parameters, optimizer.count, max_grad_norm))
+    applied: list[bool] = taking.tolist()
+    optimizer.step(active=None if all(applied) else taking)
+    return applied
+
+
+def masked_step(
+    optimizer: StackedOptimizer,
+    losses: torch.Tensor,
+    present: torch.Tensor | None = None,
+    max_grad_norm: float | None = None,
+) -> list[bool]:
+    """One optimizer step of M stacked members on their losses (M,): gradients zeroed, :func:`masked_backward`,
+    :func:`masked_optimizer_step`. Returns each member's ``applied``: False for a member absent (``present``) or
+    whose loss or clipped gradient norm is not finite (its weights and optimizer state untouched)."""
+    optimizer.zero_grad(set_to_none=True)
+    return masked_optimizer_step(optimizer, masked_backward(losses, present), max_grad_norm)
 
 
 class StackedOptimizer(torch.optim.Optimizer):

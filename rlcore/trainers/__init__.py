@@ -20,10 +20,8 @@ from rlcore.algos.base import (
 from rlcore.config.sections import Params
 from rlcore.registry import algorithm_class
 from rlcore.trainers.actor_learner import train_actor_learner
-from rlcore.trainers.off_policy import train_off_policy
-from rlcore.trainers.off_policy_seeds import train_off_policy_seeds
-from rlcore.trainers.offline import train_offline
-from rlcore.trainers.offline_seeds import train_offline_seeds
+from rlcore.trainers.off_policy import train_off_policy, train_off_policy_seeds
+from rlcore.trainers.offline import train_offline, train_offline_seeds
 from rlcore.trainers.on_policy import train_on_policy, train_on_policy_seeds
 from rlcore.trainers.population import train_population
 from rlcore.trainers.seed_sessions import SeedRun

@@ -8,6 +8,14 @@ worth, as in SB3 and CleanRL, not a burst of ``learning_starts x gradient_steps_
 warm-up's random data (and ``learning_starts: 0`` with n-step returns never samples an empty replay).
 Evaluation, checkpoints, logging and stop conditions are the session's; the replay buffer is the source's.
 
+One loop serves one seed's run and ``train.seeds``' N seeds trained as one program (:func:`run_off_policy` over
+their open sessions, ``rlcore.trainers.lockstep``): per vector step every seed steps its own envs into its own replay
+with its own exploration (:class:`Collector`); when an update phase is due, the seeds' gradient steps run together,
+stacked where their networks' kind stacks (DQN's and SAC's MLPs on vector observations) and each seed's own network
+in turn otherwise (CNN and Dict encoders, the dueling head). Seed k is the run with ``seed: k``: its envs,
+exploration draws, replay batches, evaluations, checkpoints and stop conditions are its own, and its gradient steps
+equal that run's up to the float32 summation order of the stacked products (each its own network: bitwise).
+
 A PettingZoo Parallel env (``rlcore.envs.multiagent``) trains independent learners with parameter sharing: each agent
 of each env copy is a row of the vector env, so every agent's transition (its observation with its one-hot, its
 action, its reward, its next observation, its own termination or truncation) is a transition of the one replay
@@ -22,6 +30,7 @@ agent, each batch dispatched by agent id, over AEC envs where one agent acts per
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +42,8 @@ from rlcore.config.sections import Params
 from rlcore.envs.action_masks import legal_actions, random_legal_actions
 from rlcore.envs.actions import random_actions
 from rlcore.envs.observations import obs_tensor
+from rlcore.trainers.lockstep import Lockstep
+from rlcore.trainers.seed_sessions import SeedRun, SeedSession, abandoned_on_error, open_seed_sessions
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import ReplaySource
 from rlcore.trainers.stopping import EvaluationCallback
@@ -52,20 +63,34 @@ def train_off_policy(
     with TrainingSession(
         params, run_dir, on_evaluation, resume_from, ReplaySource, keep_finished=keep_finished
     ) as session:
-        return run_off_policy(session)
+        seed = SeedSession.alone(params.seed, session)
+        run_off_policy([seed])
+        assert seed.summary is not None  # the loop runs every session to its end
+        return seed.summary
 
 
-def run_off_policy(session: TrainingSession[ReplaySource]) -> dict[str, Any]:
-    """The loop of an open session, to its end: act and store, gradient steps when due, evaluations and
-    checkpoints when due, until a stop condition. Returns the train summary."""
-    algorithm, collector = session.algorithm, Collector(session)
-    assert isinstance(algorithm, OffPolicyAlgorithm)
-    stop_reason = session.stops.budget(session.state)
-    while stop_reason is None:
-        for _ in range(collector.step()):
-            session.after_update(algorithm.update(collector.sample(), session.progress_fraction))
-        stop_reason = session.checkpoint_due_or_stop()
-    return session.finish(stop_reason)
+def train_off_policy_seeds(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
+    """Train the seeds' runs (each into its ``run_dir``) as one program; a seed whose folder holds its finished run
+    with the same train params is kept, an interrupted one resumes from its latest checkpoint."""
+    seeds = open_seed_sessions(runs, on_evaluation, ReplaySource)
+    with abandoned_on_error(seeds):
+        run_off_policy(seeds)
+
+
+def run_off_policy(seeds: Sequence[SeedSession[ReplaySource]]) -> None:
+    """The loop of open sessions, each to its end: act and store, gradient steps when due, evaluations and
+    checkpoints when due, until each one's stop condition."""
+    members = Lockstep(seeds)
+    collectors = {id(seed): Collector(seed.session) for seed in members.live}
+    while members.live:
+        due = [collectors[id(seed)].step() for seed in members.live]
+        for step in range(max(due)):  # a seed due for fewer gradient steps sits out the rest
+            members.step(
+                [collectors[id(seed)].sample() if step < d else None for seed, d in zip(members.live, due, strict=True)]
+            )
+        if any(due):
+            members.steps.acting()
+        members.checkpoints()
 
 
 class Collector:

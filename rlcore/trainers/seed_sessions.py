@@ -1,7 +1,6 @@
-"""What the batched trainers of several seeds (``train.seeds``) share: a seed's run (:class:`SeedRun`), its open
-``TrainingSession`` (opened as its one-seed run opens it, with the state of torch's global generator that run would
-have), the family-independent frame of a batched run (:func:`train_family_seeds`), and each seed's optimizer state
-moved into and out of one optimizer over the seeds' stacked parameters."""
+"""What the trainers of several seeds (``train.seeds``) share: a seed's run (:class:`SeedRun`), and its open
+``TrainingSession`` (:class:`SeedSession`: opened as its one-seed run opens it, with the state of torch's global
+generator that run would have), every seed's opened at once and abandoned together on an error."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Protocol
+from typing import Any, ClassVar, Generic, Protocol
 
 import torch
 from gymnasium import spaces
@@ -36,12 +35,21 @@ class SeedRun:
 @dataclass
 class SeedSession(Generic[SourceT]):
     """One seed's open session, and the state of torch's global generator as its own run would have it (each
-    session seeds the global generator when it opens; its checkpoints save the state)."""
+    session seeds the global generator when it opens; its checkpoints save the state). ``summary``: its train
+    summary once finished."""
 
     seed: int
     session: TrainingSession[SourceT]
     torch_rng: torch.Tensor
     finished: bool = False
+    summary: dict[str, Any] | None = None
+    one_seed_run: ClassVar[bool] = False
+    """Whether this is a one-seed run's session (:meth:`alone`), not a seed of ``train.seeds``."""
+
+    @classmethod
+    def alone(cls, seed: int, session: TrainingSession[SourceT]) -> SeedSession[SourceT]:
+        """A one-seed run's session, the only one open: torch's global generator is its own as it is."""
+        return _Alone(seed, session, torch.empty(0))
 
     @contextlib.contextmanager
     def own_rng(self) -> Iterator[None]:
@@ -57,8 +65,18 @@ class SeedSession(Generic[SourceT]):
     def finish(self, reason: str) -> None:
         """The session's final evaluation, checkpoint and summary."""
         with self.own_rng():
-            self.session.finish(reason)
+            self.summary = self.session.finish(reason)
         self.finished = True
+
+
+class _Alone(SeedSession[SourceT]):
+    """:meth:`SeedSession.alone`: nothing to swap in."""
+
+    one_seed_run = True
+
+    @contextlib.contextmanager
+    def own_rng(self) -> Iterator[None]:
+        yield
 
 
 def open_seed_sessions(
@@ -109,41 +127,3 @@ def abandoned_on_error(seeds: Sequence[OpenSeed]) -> Iterator[None]:
             if not seed.finished:
                 seed.session.__exit__(type(error), error, error.__traceback__)
         raise
-
-
-def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
-    """The steps an optimizer over one policy has taken (0 before the first)."""
-    state = optimizer.state_dict()["state"]
-    return int(state[0]["step"]) if state else 0
-
-
-@dataclass(frozen=True)
-class BatchedFamily(Generic[SourceT]):
-    """How one algorithm family trains several seeds: its data source, why a run's seeds cannot batch (None: they
-    can), its one-seed loop on an open session, and its batched loop over the open sessions."""
-
-    make_source: Callable[[Params, spaces.Space, spaces.Space], SourceT]
-    not_batchable: Callable[[TrainingSession[SourceT]], str | None]
-    run_one: Callable[[TrainingSession[SourceT]], object]
-    train_batched: Callable[[list[SeedSession[SourceT]]], None]
-
-
-def train_family_seeds(
-    family: BatchedFamily[SourceT], runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | None
-) -> None:
-    """Train the seeds' runs (each into its ``run_dir``) as one batched program of ``family``, or one after another
-    (with a log line) when the first seed's session says they cannot batch. A seed whose folder holds its finished
-    run with the same train params is kept; an interrupted one resumes from its latest checkpoint."""
-    seeds = open_seed_sessions(runs, on_evaluation, family.make_source)
-    with abandoned_on_error(seeds):
-        if not seeds:
-            return
-        reason = family.not_batchable(seeds[0].session)
-        if reason is not None:
-            log.info("train.seeds: %s; training the seeds one after another", reason)
-            for seed in seeds:
-                with seed.own_rng():
-                    family.run_one(seed.session)
-                seed.finished = True
-            return
-        family.train_batched(seeds)
