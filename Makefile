@@ -36,10 +36,11 @@ run: setup
 	echo "Offline branch:  $(CURDIR)/export/bc-cartpole/policy.onnx, report: reports/bc-cartpole/report.md (dataset: data/dataset.parquet)"
 
 # Two parts: the tests that may share the machine on two pytest-xdist workers (one per core here; a module stays on
-# one worker, so its fixtures are made once), then the `serial` ones alone (servers, actor and worker processes).
+# one worker, so its fixtures are made once; the files with the most learning tests first, in tests/conftest.py's
+# order, not xdist's most-tests-first), then the `serial` ones alone (servers, actor and worker processes).
 # Both parts always run; the target fails if either did.
 test: setup-dev
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not serial"; parallel=$$?; \
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not serial"; parallel=$$?; \
 	$(BIN)/python -m pytest -m serial; serial=$$?; \
 	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 
@@ -47,7 +48,7 @@ test: setup-dev
 # `test` is: the ones that may share the machine on two workers, then the few `serial` ones (worker and actor
 # processes) alone; the target fails if either part did.
 test-fast: setup-dev
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow and not server and not serial"; parallel=$$?; \
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not server and not serial"; parallel=$$?; \
 	$(BIN)/python -m pytest -m "serial and not slow and not server"; serial=$$?; \
 	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 
