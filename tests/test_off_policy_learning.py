@@ -36,12 +36,16 @@ def test_sac_reaches_minus_200_on_pendulum_within_8k_steps_seed_0(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_discrete_sac_reaches_400_on_cartpole_within_50k_steps_seed_1(tmp_path: Path):
+def test_discrete_sac_reaches_150_on_cartpole_within_10k_steps_seed_1(tmp_path: Path):
+    # Measured (2026-11-29, seed 1): periodic evaluations 121, 219, 186, 215, 223 at 2k-10k env steps; the 10,240
+    # checkpoint is selected, test mean 226 on 100 episodes (46 CPU s of training). A tenth of the budget (1,024 env
+    # steps: the random warm-up, learning_starts 1000) tests at 9.3. Reaching 400 (seed 1: 34,816 env steps, 128 CPU
+    # s) is benchmarks/sac_discrete_cartpole.py's.
     metrics = _selected_score(
-        tmp_path, "sac-discrete-cartpole.yaml", ["seed=1", "train.max_steps=50000", "train.target_return=450"]
+        tmp_path, "sac-discrete-cartpole.yaml", ["seed=1", "train.max_steps=10240", "train.target_return=450"]
     )
-    assert metrics["env_steps"] <= 50_000
-    assert metrics["mean_return"] >= 400, metrics
+    assert metrics["env_steps"] <= 10_240
+    assert metrics["mean_return"] >= 150, metrics
 
 
 @pytest.mark.parametrize(
