@@ -136,12 +136,7 @@ def one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) ->
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every server test is also ``serial``: ``make test`` runs the serial tests alone, after the others ran on two
-    pytest-xdist workers (a Prefect test harness hung at teardown, and an IMPALA learning test missed its threshold,
-    beside another worker)."""
-    for item in items:
-        if item.get_closest_marker("server"):
-            item.add_marker(pytest.mark.serial)
+    """The files with the most learning tests first (:func:`heaviest_files_first`)."""
     items[:] = heaviest_files_first(items)
 
 
