@@ -27,11 +27,13 @@ def test_dqn_reaches_475_on_cartpole_within_50k_steps_seed_0(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_sac_reaches_minus_200_on_pendulum_within_8k_steps_seed_0(tmp_path: Path):
-    # Measured (2026-11-25, seed 0): the checkpoint at 6000 env steps is selected, test mean -145.3 (95% CI low
-    # -164.2) on 100 episodes; a 12k budget selects its last checkpoint, -143.3 (longer: benchmarks/sac_pendulum.py).
-    metrics = _selected_score(tmp_path, "sac-pendulum.yaml", ["seed=0", "train.max_steps=8000"])
-    assert metrics["env_steps"] <= 8_000
+def test_sac_reaches_minus_200_on_pendulum_within_6k_steps_seed_0(tmp_path: Path):
+    # Measured (2026-11-29, seed 0): periodic evaluations -1397, -1723, -986, -200, -192, -188 at 1k-6k env steps
+    # (then -190 and -255 at 7k and 8k, the old budget); the 6000 checkpoint is selected, test mean -145.3 on 100
+    # episodes (86 CPU s of training for 8k). A tenth of the budget is the random warm-up (learning_starts 1000).
+    # Longer: benchmarks/sac_pendulum.py.
+    metrics = _selected_score(tmp_path, "sac-pendulum.yaml", ["seed=0", "train.max_steps=6000"])
+    assert metrics["env_steps"] <= 6_000
     assert metrics["mean_return"] >= -200, metrics
 
 
