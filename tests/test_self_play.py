@@ -264,6 +264,7 @@ def test_the_state_dict_loads_with_weights_only_and_restores_the_pool() -> None:
     assert other.rng.random() == pool.rng.random()
 
 
+@pytest.mark.slow
 def test_a_killed_self_play_run_resumes_with_the_checkpoints_pool_and_ratings(tmp_path: Path) -> None:
     """Killed after its first checkpoint (env step 256), a self-play run resumes there: the pool, ratings, counters
     and generator as the checkpoint saved them (episodes restart, as in every rlcore run); two such resumes end
