@@ -35,19 +35,22 @@ run: setup
 	echo "Report:          $(CURDIR)/reports/$$name/report.md  (scores.json, metrics.json, learning_curve.png)"; \
 	echo "Offline branch:  $(CURDIR)/export/bc-cartpole/policy.onnx, report: reports/bc-cartpole/report.md (dataset: data/dataset.parquet)"
 
-# Two parts: the tests that may share the machine on two pytest-xdist workers (one per core here; a module stays on
-# one worker, so its fixtures are made once), then the `serial` ones alone (servers, actor and worker processes).
-# Both parts always run; the target fails if either did.
+# Three parts, each after the other: the tests that may share the machine on two pytest-xdist workers (one per core
+# here; a module stays on one worker, so its fixtures are made once; the files with the most learning tests first, in
+# tests/conftest.py's order, not xdist's most-tests-first); then the `server` tests, two at a time (each server on its
+# own free ports and folders; they mostly wait on their servers); then the `serial` ones alone (actor and worker
+# processes, kills, whose timing and learning assume a quiet machine). All parts always run; the target fails if any did.
 test: setup-dev
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not serial"; parallel=$$?; \
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not serial and not server"; parallel=$$?; \
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "server and not serial"; server=$$?; \
 	$(BIN)/python -m pytest -m serial; serial=$$?; \
-	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
+	[ $$parallel -eq 0 ] && [ $$server -eq 0 ] && [ $$serial -eq 0 ]
 
 # The unit tests only: no learning runs, no whole-pipeline DVC runs, no Prefect/PostgreSQL/Dask servers. Split as
 # `test` is: the ones that may share the machine on two workers, then the few `serial` ones (worker and actor
 # processes) alone; the target fails if either part did.
 test-fast: setup-dev
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow and not server and not serial"; parallel=$$?; \
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not server and not serial"; parallel=$$?; \
 	$(BIN)/python -m pytest -m "serial and not slow and not server"; serial=$$?; \
 	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from common import ROOT, over_seeds, stdout_to_stderr
 
-from rlcore.config.reading import parse_yaml, read_yaml_mapping
+from rlcore.config.inheritance import BASE_KEY, read_params_tree
+from rlcore.config.reading import parse_yaml
 
 # The offline learning test's settings for each algorithm (tests/test_offline_learning.py), and variants of IQL.
 NETS = {"normalize_obs": True, "hidden_sizes": [128, 128], "activation": "relu"}
@@ -58,7 +59,8 @@ def variant_from_spec(spec: str) -> tuple[str, dict[str, Any]]:
 def offline_params(work: Path, changes: dict[str, Any]) -> Any:
     from rlcore.params import validate_params
 
-    tree = read_yaml_mapping(ROOT / "offline.yaml")
+    tree = read_params_tree(ROOT / "offline.yaml")  # with params.yaml's keys, which it inherits (base)
+    tree.pop(BASE_KEY)
     for key, value in changes.items():
         tree[key] = {**tree[key], **value} if isinstance(value, dict) and key != "algo" else value
     tree["train"]["progress_bar"] = "off"

@@ -136,9 +136,24 @@ def one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) ->
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every server test is also ``serial``: ``make test`` runs the serial tests alone, after the others ran on two
-    pytest-xdist workers (a Prefect test harness hung at teardown, and an IMPALA learning test missed its threshold,
-    beside another worker)."""
+    """The files with the most learning tests first (:func:`heaviest_files_first`)."""
+    items[:] = heaviest_files_first(items)
+
+
+SLOW_TEST_WEIGHT = 100
+"""A ``slow`` test's weight against a unit test's 1 when files are ordered: they take minutes, the others a second."""
+
+
+def heaviest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` file by file, the files with the most ``slow`` tests first (each file's own order kept). ``make
+    test`` hands whole files to two pytest-xdist workers in this order (``--dist loadfile --no-loadscope-reorder``):
+    the longest files start first instead of leaving one worker alone with a ten-minute file at the end."""
+    files: dict[Path, list[pytest.Item]] = {}
     for item in items:
-        if item.get_closest_marker("server"):
-            item.add_marker(pytest.mark.serial)
+        files.setdefault(item.path, []).append(item)
+
+    def weight(tests: list[pytest.Item]) -> int:
+        return sum(SLOW_TEST_WEIGHT if test.get_closest_marker("slow") else 1 for test in tests)
+
+    ordered = sorted(files.values(), key=weight, reverse=True)
+    return [item for tests in ordered for item in tests]

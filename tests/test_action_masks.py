@@ -271,6 +271,7 @@ def test_collection_stores_the_mask_and_bc_learns_under_it(tmp_path: Path) -> No
         assert legal(bc.policy.deterministic_action(obs), torch.as_tensor(masks))
 
 
+@pytest.mark.slow
 def test_exported_onnx_takes_the_mask_and_never_chooses_a_masked_action(tmp_path: Path) -> None:
     """Both exported graphs choose legal actions only, and -1 (``NO_LEGAL_ACTION``, on the model card) for a row
     whose mask allows nothing (the argmax of all-minimum scores would be action 0, an illegal one)."""

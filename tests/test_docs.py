@@ -201,6 +201,7 @@ def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return site
 
 
+@pytest.mark.slow  # the site build (built_site) is the cost, ~5 s
 def test_the_site_builds_with_strict(built_site: Path):
     """``make docs`` in CI's ``make test``: a broken link, anchor or include, or a page missing from the nav fails."""
     assert (built_site / "params.html").is_file()
@@ -235,6 +236,7 @@ def _on_disk(page: Path, reference: str) -> Path | None:
     return (page.parent / reference.split("#")[0].split("?")[0]).resolve()
 
 
+@pytest.mark.slow  # the site build (built_site) is the cost, ~5 s
 @pytest.mark.parametrize("page", ["index.html", "algorithms/ppo.html"])
 def test_the_built_site_works_from_disk_and_fetches_nothing_from_the_internet(built_site: Path, page: str):
     """``site/index.html`` opened as a file: every link leads to a page file (not a folder listing), every script,

@@ -137,6 +137,7 @@ def test_without_eval_opponents_metrics_and_params_have_no_opponents(tmp_path: P
     assert "against each of `eval.opponents`" not in (outputs(tmp_path).report).read_text()
 
 
+@pytest.mark.slow
 def test_with_train_seeds_the_exported_seed_plays_the_named_opponents(tmp_path: Path) -> None:
     metrics = pipeline(tmp_path, {"perfect": PERFECT}, seeds=[0, 1])
     assert list(metrics["outcomes_by_opponent"]) == ["perfect"]

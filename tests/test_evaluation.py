@@ -132,6 +132,7 @@ def test_a_seed_outside_its_range_is_refused_in_one_line(project: Path):
 # --- every episode its own seed ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_evaluate_stage_runs_100_distinct_episodes_on_pendulum(tmp_path: Path):
     """100 episodes at 32 side by side: every one starts from its own state (batches used to share seeds: 35)."""
     base = [

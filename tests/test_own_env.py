@@ -103,6 +103,7 @@ def runs_on_the_env(root: Path) -> None:
     assert re.fullmatch(r"return -?\d+\.\d\d\n", shown.stdout), shown.stdout
 
 
+@pytest.mark.slow
 def test_the_pages_own_env_trains_evaluates_selects_exports_and_runs_in_onnxruntime(tmp_path: Path) -> None:
     root = own_project(tmp_path, TINY)
     commands = page_commands()[1:-1]  # the last, compare, draws DVC experiments: the DVC test below runs it

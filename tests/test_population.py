@@ -221,6 +221,7 @@ def test_es_parameters_after_3_iterations_are_identical_with_1_and_2_workers_and
     _assert_same_tensors(third["one"][1], third["dev"][1], "workers vs in-process")
 
 
+@pytest.mark.slow
 def test_a_resumed_es_run_ends_with_the_parameters_of_an_uninterrupted_one(tmp_path: Path):
     params = _es_params("algo.runner=dev", "train.eval_every=1", "train.max_steps=2500")
     train_stage(params, tmp_path / "whole")

@@ -264,6 +264,7 @@ def test_the_state_dict_loads_with_weights_only_and_restores_the_pool() -> None:
     assert other.rng.random() == pool.rng.random()
 
 
+@pytest.mark.slow
 def test_a_killed_self_play_run_resumes_with_the_checkpoints_pool_and_ratings(tmp_path: Path) -> None:
     """Killed after its first checkpoint (env step 256), a self-play run resumes there: the pool, ratings, counters
     and generator as the checkpoint saved them (episodes restart, as in every rlcore run); two such resumes end
@@ -302,29 +303,27 @@ def test_a_killed_self_play_run_resumes_with_the_checkpoints_pool_and_ratings(tm
 
 
 @pytest.mark.slow
-def test_the_self_play_preset_meets_the_tictactoe_targets(tmp_path: Path) -> None:
+def test_self_play_alone_learns_to_beat_the_random_player_it_never_met(tmp_path: Path) -> None:
     """configs/ppo-tictactoe-selfplay.yaml (self-play from exploring starts in random board frames, selected against
-    the one-step-lookahead player) at 225k learner moves instead of its 450k, seed 2: the selected model's 1,000 test
-    games against the uniformly random player are won or drawn >= 0.95 of the time in each seat, and >= 0.8 of its
-    1,000 games against the perfect player are draws (the issue's targets; neither opponent trained, stopped or
-    selected anything). The budget is the smallest measured to pass (2026-11-29; 326 s here, was 300k and 716 s
-    under load): at 150k the second seat against the random player is 0.822 < 0.95, so the thresholds discriminate.
-    The preset's own budget on seeds 0-2: benchmarks/README.md."""
+    the one-step-lookahead player), seed 2, 40,960 learner moves: trained against nothing but itself and its
+    snapshots, the selected model wins >= 0.76 of its 400 test games against the uniformly random player. Measured
+    2026-11-29: 0.82 (win or draw 0.915 moving first, 0.725 second; 70 CPU s of training). A tenth of the budget
+    (4,096 moves) wins 0.695 (0.875, 0.595), random moves 0.44 (0.585 first, 0.288 second). The preset's targets
+    (>= 0.95 win or draw in each seat against random, >= 0.8 draws against the perfect player; 225k moves or more,
+    326 s here) are benchmarks/tictactoe.py's (``--preset configs/ppo-tictactoe-selfplay.yaml``)."""
     from rlcore.stages import evaluate_stage, select_stage, train_stage
 
     params = load_params(
         PROJECT / "configs" / "ppo-tictactoe-selfplay.yaml",
-        ["seed=2", "train.max_steps=225000", "train.progress_bar=off"],
+        ["seed=2", "train.max_steps=40960", "eval.test_episodes=400", "train.progress_bar=off"],
     )
     train_stage(params, tmp_path)
     evaluate_stage(params, tmp_path)
     select_stage(params, tmp_path)
     metrics = json.loads((outputs(tmp_path).metrics).read_text())
-    random, perfect = (metrics["outcomes_by_opponent"][name] for name in ("random", "perfect"))
-    assert random["episodes"] == perfect["episodes"] == 1000
-    seats = (random["first"]["win_or_draw_rate"], random["second"]["win_or_draw_rate"])
-    assert min(seats) >= 0.95, (seats, random)
-    assert perfect["win_rate"] == 0.0 and perfect["draw_rate"] >= 0.8, perfect
+    random = metrics["outcomes_by_opponent"]["random"]
+    assert random["episodes"] == 400
+    assert random["win_rate"] >= 0.76, random
     run = next((tmp_path / "runs").iterdir())
     state = load_checkpoint(list_checkpoints(run / "checkpoints")[-1][1]).tensors["self_play"]
     assert float(state["learner_rating"]) > 1200.0

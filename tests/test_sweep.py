@@ -176,6 +176,7 @@ def test_set_values_edits_only_the_value_and_keeps_the_comment() -> None:
     assert missing == ["algo.n_steps"]
 
 
+@pytest.mark.slow
 def test_a_weak_trial_is_pruned_after_its_first_seed(project: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Two seeds per trial one after another (``train.batch_seeds: false``; batched trials:
     ``tests/test_sweep_seeds.py``), pruning only from the first seed's score on (n_warmup_steps = slot - 1)."""
@@ -309,6 +310,7 @@ def test_a_trial_asked_for_by_a_process_killed_before_it_claimed_it_is_recovered
     assert retry.params == asked.params and retry.system_attrs["retry_history"] == [asked.number]
 
 
+@pytest.mark.slow
 def test_a_trial_over_two_envs_averages_scores_normalized_to_each_target(project: Path) -> None:
     overrides = [
         "train.max_steps=4096",
@@ -357,6 +359,7 @@ class RecordingExecutor:
         self.closed = True
 
 
+@pytest.mark.slow
 def test_the_driver_runs_trials_through_a_trial_executor_and_tells_optuna_each_result(project: Path) -> None:
     executor = RecordingExecutor()
     two_short = [*SHORT, "train.max_steps=2048", "train.eval_every=1024", "sweep.n_trials=2", "sweep.pruner=none"]

@@ -203,6 +203,7 @@ def test_evaluation_reports_outcomes_by_seat() -> None:
 # --- export --------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_exported_onnx_model_plays_only_legal_moves(tmp_path: Path) -> None:
     """A policy with sharp random logits (unmasked it picks occupied cells often), exported with its mask input,
     plays 200 games against the random opponent through onnxruntime: every move is legal."""
@@ -271,6 +272,7 @@ TINY_PPO = {
 }
 
 
+@pytest.mark.slow
 def test_the_same_seed_trains_the_same_policy_against_the_same_opponent_moves(tmp_path: Path) -> None:
     """Two runs of 2,048 learner moves, seed 0: the same periodic scores and outcomes (the opponent's generator is
     seeded from the episodes' seeds)."""
