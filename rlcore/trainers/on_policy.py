@@ -1,12 +1,9 @@
 """The on-policy loop over members: collect a rollout -> advantages -> the algorithm's update, repeated, for one run or
 for several seeds' runs (``train.seeds``) in lockstep.
 
-A run (``rlcore.trainers.on_policy_runs``) is one training session (its run directory, envs, evaluator, stop
-conditions, checkpoints, curriculum lesson and self-play pool) and its stream of torch's global random numbers; its
-members are the sets of parameters acting on its env rows: its policy, or with ``policy.groups`` one policy per group
-on its agents' rows (``rlcore.envs.agent_groups``), each with its own algorithm (optimizer, reward normalizer, reward
-signals, BC regularizer), rollout and recurrent state. One run is the single-seed run; ``train.seeds`` is one run
-per seed, each the run with ``seed: k``.
+Runs and members (``rlcore.trainers.on_policy_runs``): a run is one training session with its own random streams
+(one run is the single-seed run; ``train.seeds`` one run per seed, each the run with ``seed: k``), its members its
+policy or, with ``policy.groups``, one policy per group on its agents' rows.
 
 Per iteration: ``algo.n_steps`` vector steps of every run (of a PettingZoo env: over each agent of each copy,
 ``rlcore.envs.multiagent``), every member acting for its rows through the acting form
