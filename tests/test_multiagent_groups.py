@@ -16,7 +16,7 @@ import torch
 from conftest import outputs
 from gymnasium import spaces
 
-import rlcore.trainers.on_policy as on_policy
+import rlcore.trainers.on_policy_runs as on_policy_runs
 import rlcore.trainers.session as session_module
 from rlcore.algos.ppo import PPO
 from rlcore.common.checkpoints import load_checkpoint
@@ -179,14 +179,14 @@ def test_a_group_with_zero_advantages_does_not_move(tmp_path: Path, monkeypatch:
             return torch.zeros_like(rollout.values), rollout.values.clone()
         return original(self, rollout)
 
-    members = on_policy.Run._members
+    members = on_policy_runs.Run._members
 
-    def snapshot(self: on_policy.Run, obs_dtype: torch.dtype) -> Any:
+    def snapshot(self: on_policy_runs.Run, obs_dtype: torch.dtype) -> Any:
         started.update({k: v.clone() for k, v in self.session.policy.state_dict().items()})
         return members(self, obs_dtype)
 
     monkeypatch.setattr(PPO, "advantages", zero_for_blue)
-    monkeypatch.setattr(on_policy.Run, "_members", snapshot)
+    monkeypatch.setattr(on_policy_runs.Run, "_members", snapshot)
     algo = {"name": "ppo", "n_steps": 8, "batch_size": 16, "vf_coef": 0.0, "ent_coef": 0.0}
     params = validate_params(_tree(max_steps=48) | {"algo": algo})
     train(params, tmp_path / "run")

@@ -171,13 +171,17 @@ class KilledAt:
         return False
 
 
+@pytest.mark.parametrize(
+    "memory", [[], ["policy.memory={type: gru, size: 8, sequence_length: 8}"]], ids=["stacked", "recurrent"]
+)
 def test_a_killed_batched_run_resumes_every_seed_from_its_own_checkpoint(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    memory: list[str], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Killed after seed 0's checkpoint at 1024 and before seed 1's: the next run resumes seed 0 at 1024 and seed 1
     at 512 (each with its own learning rate from then on; seed 0 finishes first, seed 1 goes on alone) and each ends
-    as its one-seed run resumed from the same folder does. Progress lines name their seed."""
-    overrides = [*TINY, "train.max_steps=1536", "train.seeds=[0, 1]"]
+    as its one-seed run resumed from the same folder does, whether the seeds are stacked or (a recurrent policy) each
+    acts in turn with its own memory and random numbers. Progress lines name their seed."""
+    overrides = [*TINY, *memory, "train.max_steps=1536", "train.seeds=[0, 1]"]
     root = tmp_path / "batched"
     root.mkdir()
     shutil.copy(PROJECT / "params.yaml", root / "params.yaml")

@@ -32,7 +32,7 @@ from rlcore.nets.policy import Policy
 from rlcore.nets.stacked_actor_critic import StackedActorCritic, batching_problem
 
 if TYPE_CHECKING:
-    from rlcore.trainers.on_policy import Run
+    from rlcore.trainers.on_policy_runs import Run
 
 
 class Acting(ABC):
