@@ -30,10 +30,17 @@ from typing import Any, Protocol, cast
 
 import torch
 
-from rlcore.algos.base import Algorithm, OnPolicyAlgorithm
+from rlcore.algos.base import OnPolicyAlgorithm
 from rlcore.data.rollouts import RolloutBuffer
 from rlcore.nets.policies import ActorCritic
-from rlcore.nets.stacked import StackedAdam, StackedOptimizer, StackedRMSprop
+from rlcore.nets.stacked import (
+    StackedAdam,
+    StackedOptimizer,
+    StackedRMSprop,
+    count_skips,
+    masked_backward,
+    masked_optimizer_step,
+)
 from rlcore.nets.stacked_actor_critic import StackedActorCritic
 
 OnPolicy = OnPolicyAlgorithm[Any, ActorCritic]
@@ -336,31 +343,15 @@ class StackedMembers(Members):
         self.optimizer.zero_grad(set_to_none=True)
 
     def backward(self, losses: torch.Tensor, present: torch.Tensor) -> None:
-        detached = losses.detach()
-        self._finite &= torch.isfinite(detached) | ~present
-        # A member's gradient is its own loss's: the stacked weights' slices do not mix.
-        torch.where(present & torch.isfinite(detached), losses, 0.0).sum().backward()
+        self._finite &= masked_backward(losses, present) | ~present
 
     def step(self, max_grad_norm: float | None, taking: Sequence[bool]) -> None:
-        applied = torch.tensor(list(taking)) & self._finite
-        if max_grad_norm is not None:
-            applied &= torch.isfinite(self.stacked.stacked.clip_grad_norms_(max_grad_norm))
-        self.optimizer.step(active=applied)
-        for algorithm, took, stepped in zip(self.algorithms, taking, applied.tolist(), strict=True):
-            if took:
-                count_step(algorithm, stepped)
+        applied = masked_optimizer_step(self.optimizer, torch.tensor(list(taking)) & self._finite, max_grad_norm)
+        stepping = [k for k, took in enumerate(taking) if took]
+        for k in stepping:
+            self.algorithms[k].gradient_steps += 1
+        count_skips([self.algorithms[k] for k in stepping], [applied[k] for k in stepping])
         self._finite = torch.ones(self.count, dtype=torch.bool)
-
-
-def count_step(algorithm: Algorithm[Any, Any], applied: bool) -> None:
-    """What ``Algorithm.apply_gradients`` and an update count for one gradient step of a member (``applied``: taken,
-    else skipped for a non-finite loss or gradient)."""
-    algorithm.gradient_steps += 1
-    if applied:
-        algorithm.consecutive_skips = 0
-    else:
-        algorithm.skipped_steps += 1
-        algorithm.consecutive_skips += 1
 
 
 def padded_groups(groups: Sequence[Sequence[torch.Tensor]]) -> Iterator[MemberBatch]:
