@@ -20,6 +20,8 @@ from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.params import load_params
 from rlcore.stages import collect_stage, train_stage
 
+pytestmark = pytest.mark.slow  # every case trains two seeds of a preset (tiny budgets, still a training run)
+
 FORMS = {
     "configs/dqn-cartpole.yaml": "stacked",
     "configs/dqn-minatar-breakout.yaml": "each its own network",

@@ -25,6 +25,8 @@ from rlcore.data.collection import CollectionPlan, collect_dataset
 from rlcore.params import load_params
 from rlcore.stages.train import train_stage
 
+pytestmark = pytest.mark.slow  # every case trains two seeds of a preset (tiny budgets, still a training run)
+
 ON_POLICY = sorted(
     preset
     for preset in ["params.yaml", *(f"configs/{path.name}" for path in (PROJECT / "configs").glob("*.yaml"))]
