@@ -123,8 +123,7 @@ def seeds_trainer(params: Params) -> SeedsTrainer | None:
 
 def not_batched_reason(params: Params) -> str | None:
     """Why the seeds of ``params`` train one after another (``train.batch_seeds`` false, or an algorithm whose family
-    has no trainer of seeds together), or None: :func:`seeds_trainer` trains them (a batched trainer may still, with
-    a log line, train them one after another for a configuration it does not batch)."""
+    has no trainer of seeds together), or None: :func:`seeds_trainer` trains them."""
     if seeds_trainer(params) is not None:
         return None
     return "train.batch_seeds is false" if not params.train.batch_seeds else f"{params.algo.name} does not batch"

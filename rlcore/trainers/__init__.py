@@ -93,8 +93,7 @@ capabilities when ``train.batch_seeds`` is true."""
 
 def batched_trainer(params: Params) -> SeedsTrainer | None:
     """The batched trainer of ``params``' seeds, or None when they run one after another (``train.batch_seeds``
-    false, or an algorithm without ``batched_seeds``). The off-policy and offline trainers may still train them one
-    after another, with a log line, for configurations they do not batch."""
+    false, or an algorithm without ``batched_seeds``)."""
     algo_cls = algorithm_class(params.algo.name)
     if not params.train.batch_seeds or "batched_seeds" not in algo_cls.capabilities:
         return None
