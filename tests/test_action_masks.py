@@ -318,7 +318,9 @@ def test_ppo_with_masks_learns_taxi_within_300k_steps_seed_0(tmp_path: Path) -> 
     model's test score
     (100 deterministic episodes; an optimal policy averages about 8) is at least 5, and every greedy action it took
     was legal (an illegal pickup or drop-off costs -10, which a mean of 5 over 100 episodes would not survive)."""
-    params = load_params(PROJECT / "configs" / "ppo-taxi-masked.yaml", ["seed=0", "train.progress_bar=off"])
+    # No wall-clock cap: the preset's 600 s stopped training at 100k env steps on a machine at load 10.
+    overrides = ["seed=0", "train.progress_bar=off", "train.max_wall_seconds=null"]
+    params = load_params(PROJECT / "configs" / "ppo-taxi-masked.yaml", overrides)
     train_stage(params, tmp_path)
     evaluate_stage(params, tmp_path)
     select_stage(params, tmp_path)

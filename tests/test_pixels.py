@@ -97,11 +97,13 @@ def test_dqn_on_minatar_breakout_trains_from_a_bool_frame_replay_and_exports(tmp
         ("params.yaml", ["train.max_steps=10240", "train.eval_every=5120"]),
         (
             "configs/sac-discrete-cartpole.yaml",
-            ["train.max_steps=3000", "train.eval_every=1500", "algo.learning_starts=500"],
+            # 500 updates: the 1,500-step checkpoint tests at 20 (2026-11-29; was 3,000 steps)
+            ["train.max_steps=1500", "train.eval_every=750", "algo.learning_starts=500"],
         ),
         (
             "configs/sac-pendulum.yaml",
-            ["env.kwargs={action: box}", "train.max_steps=2000", "train.eval_every=1000", "algo.learning_starts=500"],
+            # 1,000 updates: the 750-step checkpoint (250 updates) already tests at 20 (2026-11-29; was 2,000 steps)
+            ["env.kwargs={action: box}", "train.max_steps=1500", "train.eval_every=750", "algo.learning_starts=500"],
         ),
     ],
     ids=["ppo", "sac-discrete", "sac-box"],

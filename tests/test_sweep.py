@@ -252,7 +252,7 @@ def test_two_sweep_processes_on_one_study_run_trials_concurrently_without_losing
 @pytest.mark.serial
 @pytest.mark.slow
 def test_sigkill_mid_sweep_then_rerun_completes_the_study_and_keeps_finished_trials(project: Path) -> None:
-    overrides = [*SHORT, "sweep.n_trials=6", "sweep.workers=2"]
+    overrides = [*SHORT, "sweep.n_trials=4", "sweep.workers=2"]  # killed with 2 finished and 1 or 2 running
     sweep = _spawn(project, overrides)
     deadline = time.monotonic() + 240
     while len(trials_in(project, TrialState.COMPLETE)) < 2 or not trials_in(project, TrialState.RUNNING):
@@ -268,7 +268,7 @@ def test_sigkill_mid_sweep_then_rerun_completes_the_study_and_keeps_finished_tri
     result = rlcore("sweep", "--no-flow", *sets(overrides), cwd=project)
 
     after = load_study(project).trials
-    assert_recovered(before, after, finished=6)
+    assert_recovered(before, after, finished=4)
     for number in running:
         assert "process stopped" in after[number].user_attrs["error"]
     assert "left running by a stopped process" in result.stderr
