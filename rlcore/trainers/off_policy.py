@@ -10,11 +10,13 @@ Evaluation, checkpoints, logging and stop conditions are the session's; the repl
 
 One loop serves one seed's run and ``train.seeds``' N seeds trained as one program (:func:`run_off_policy` over
 their open sessions, ``rlcore.trainers.lockstep``): per vector step every seed steps its own envs into its own replay
-with its own exploration (:class:`Collector`); when an update phase is due, the seeds' gradient steps run together,
-stacked where their networks' kind stacks (DQN's and SAC's MLPs on vector observations) and each seed's own network
-in turn otherwise (CNN and Dict encoders, the dueling head). Seed k is the run with ``seed: k``: its envs,
-exploration draws, replay batches, evaluations, checkpoints and stop conditions are its own, and its gradient steps
-equal that run's up to the float32 summation order of the stacked products (each its own network: bitwise).
+with its own exploration (:class:`Collector`); when an update phase is due, the seeds' gradient steps run together.
+Where their networks' kind stacks (DQN's and SAC's MLPs on vector observations) both are stacked: one forward pass
+acts for every seed (``MemberSteps.explore``, each seed's epsilon-greedy or Gaussian draw from its own generator)
+and one update steps them; otherwise each seed's own network acts and steps in turn (CNN and Dict encoders, the
+dueling head). Seed k is the run with ``seed: k``: its envs, exploration draws, replay batches, evaluations,
+checkpoints and stop conditions are its own, and its actions and gradient steps equal that run's up to the float32
+rounding of the stacked products (each its own network: bitwise).
 
 A PettingZoo Parallel env (``rlcore.envs.multiagent``) trains independent learners with parameter sharing: each agent
 of each env copy is a row of the vector env, so every agent's transition (its observation with its one-hot, its
