@@ -353,10 +353,11 @@ KINDS: dict[str, tuple[Any, Any, gym.Space, gym.Space, PolicyConfig, type]] = {
 
 @dataclass
 class SessionView:
-    """What the member steps read of a seed's training session: its algorithm and progress."""
+    """What the member steps read of a seed's training session: its algorithm, progress and generator."""
 
     algorithm: Any
     progress_fraction: float = 0.5
+    generator: torch.Generator = field(default_factory=torch.Generator)
 
 
 @dataclass
@@ -446,3 +447,38 @@ def test_a_member_absent_from_a_stacked_step_is_its_run_without_that_step(kind: 
     assert (absent.gradient_steps, absent.skipped_steps) == (alone.gradient_steps, alone.skipped_steps) == (2, 0)
     for mine, theirs in zip(weights(absent), weights(alone), strict=True):
         torch.testing.assert_close(mine, theirs, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize(
+    ("kind", "algo", "config", "actions"),
+    [
+        ("dqn", DQN, DQNConfig(exploration_fraction=1.0), DISCRETE),  # epsilon 0.525 at progress 0.5: both branches
+        ("sac", SAC, SACConfig(name="sac"), BOX),
+        ("sac-discrete", SAC, SACConfig(name="sac"), DISCRETE),
+    ],
+)
+def test_stacked_members_act_for_every_seed_as_each_seed_alone(kind: str, algo: Any, config: Any, actions: Any) -> None:
+    """The stacked forms act for every member in one forward pass (``MemberSteps.explore``), each member's draw from
+    its own session's generator: the actions its own algorithm's ``explore`` draws from that generator (within rtol
+    1e-4; discrete actions equal), and each generator left in the state its own draw leaves it, for one env row and
+    for several."""
+
+    def make(seed: int) -> Any:
+        torch.manual_seed(seed)
+        return algo(algo.make_policy(VECTOR, actions, POLICY, config), config)
+
+    members = [Member(SessionView(make(seed), generator=torch.Generator().manual_seed(100 + seed))) for seed in SEEDS]
+    steps = member_steps(members)  # type: ignore[arg-type]
+    assert steps.stacked
+    for rows in (1, 4, 1):
+        obs = [torch.randn(rows, *VECTOR.shape) for _ in SEEDS]
+        alone = [torch.Generator() for _ in SEEDS]
+        for generator, member in zip(alone, members, strict=True):
+            generator.set_state(member.session.generator.get_state())
+        explored = steps.explore(obs)
+        assert explored is not None
+        for k, member in enumerate(members):
+            algorithm = member.session.algorithm
+            theirs = algorithm.explore(obs[k], member.session.progress_fraction, alone[k])
+            torch.testing.assert_close(explored[k], theirs, rtol=RTOL, atol=ATOL)
+            assert torch.equal(member.session.generator.get_state(), alone[k].get_state()), f"{kind} seed {k}"

@@ -29,7 +29,7 @@ from torch import nn
 from torch.distributions import TanhTransform
 
 from rlcore.nets.blocks import EnsembleLinear, TwinQ, polyak_update
-from rlcore.nets.distributions import masked_logits
+from rlcore.nets.distributions import masked_logits, sample_categorical
 from rlcore.nets.policies import SquashedGaussianActor, squashed_gaussian, squashed_sample
 from rlcore.nets.policy import Policy
 from rlcore.nets.stacked import StackedAdam, StackedPolicies, count_skips, each_member, masked_step
@@ -311,6 +311,26 @@ class StackedSAC(SACMembers):
         mean, log_std = SquashedGaussianActor.mean_log_std(trunk)
         return squashed_sample(squashed_gaussian(mean, log_std, [TanhTransform(cache_size=1)]), self.noise[:, draw])
 
+    @torch.no_grad()
+    def explore(self, obs: Sequence[torch.Tensor], generators: Sequence[torch.Generator]) -> list[torch.Tensor]:
+        """Every seed's exploration actions for its observations ``obs[k]`` (B, ...) from the stacked actors: one
+        forward pass for all of them, then each seed's draw from its own generator, the draws its one-seed run makes
+        (``SquashedGaussianActor.sample_of``: its Gaussian noise and squashing; discrete: ``sample_categorical``)."""
+        policies = [algorithm.policy for algorithm in self.algorithms]
+        features = each_member([policy.features for policy in policies], obs, self.same_features)
+        if self.discrete:
+            logits = self.actor.mlp("logits", features)
+            return [
+                sample_categorical(masked_logits(logits[k], policy.action_mask(obs[k])), generators[k])
+                for k, policy in enumerate(policies)
+            ]
+        mean, log_std = SquashedGaussianActor.mean_log_std(self.actor.mlp("trunk", features))
+        actions = []
+        for k, policy in enumerate(policies):
+            assert isinstance(policy, SquashedGaussianActor)
+            actions.append(policy.sample_of(mean[k], log_std[k], generators[k]))
+        return actions
+
     @contextlib.contextmanager
     def critics_frozen(self) -> Iterator[None]:
         for param in self.critic.parameters():
@@ -345,18 +365,19 @@ class StackedSAC(SACMembers):
                     torch._foreach_lerp_([t[k] for t in targets], [s[k] for s in sources], self.config.tau)
 
     @torch.no_grad()
-    def write_back(self, actors_only: bool = False) -> None:
-        """Every member's actor, critics, targets, log alpha and Adam states into its own ``SAC``; ``actors_only``:
-        the actors only (what acting reads)."""
+    def write_back(self) -> None:
+        """Every member's actor, critics, targets, log alpha and Adam states into its own ``SAC``."""
         for index, algorithm in enumerate(self.algorithms):
-            parts: list[tuple[nn.Module, StackedPolicies[Any]]] = [(algorithm.policy, self.actor)]
-            if not actors_only:
-                parts += [(algorithm.critic, self.critic), (algorithm.critic_target, self.target)]
-                algorithm.log_alpha.copy_(self._log_alpha[index])
-                for part, own in zip(PARTS, own_optimizers(algorithm), strict=False):
-                    state = own.state_dict()  # its param groups (fused, ...) stay its own
-                    state["state"] = self.optimizers[part].seed_state_dict(index)["state"]
-                    own.load_state_dict(state)
+            parts: list[tuple[nn.Module, StackedPolicies[Any]]] = [
+                (algorithm.policy, self.actor),
+                (algorithm.critic, self.critic),
+                (algorithm.critic_target, self.target),
+            ]
+            algorithm.log_alpha.copy_(self._log_alpha[index])
+            for part, own in zip(PARTS, own_optimizers(algorithm), strict=False):
+                state = own.state_dict()  # its param groups (fused, ...) stay its own
+                state["state"] = self.optimizers[part].seed_state_dict(index)["state"]
+                own.load_state_dict(state)
             for module, stacked in parts:
                 for name, param in module.named_parameters():
                     param.copy_(stacked.params[name][index])

@@ -131,11 +131,20 @@ class NetworkStack:
         return not any(True for _ in policy.encoder.parameters())
 
     @torch.no_grad()
-    def write_policies(self) -> None:
-        """Every seed's online weights into its own policy (what acting reads between update phases)."""
+    def explore(
+        self, obs: Sequence[torch.Tensor], epsilons: Sequence[float], generators: Sequence[torch.Generator]
+    ) -> list[torch.Tensor]:
+        """Every seed's epsilon-greedy actions for its observations ``obs[k]`` (B, ...) from the stacked online
+        Q-networks: one forward pass for all of them, then each seed's draw (``QPolicy.sample_of``) with its own
+        ``epsilons[k]`` from its own generator, the draws its one-seed run makes."""
+        features = each_member([policy.features for policy in self.policies], obs, self.same_features)
+        scores = self.online.mlp(self.head, features)
+        actions = []
         for k, policy in enumerate(self.policies):
-            for name, param in policy.named_parameters():
-                param.copy_(self.online.params[name][k])
+            assert isinstance(policy, QPolicy)  # DQN's members (BC's do not act here)
+            mask = policy.action_mask(obs[k])
+            actions.append(policy.sample_of(masked_logits(scores[k], mask), mask, generators[k], epsilons[k]))
+        return actions
 
     @torch.no_grad()
     def write_back(self, k: int) -> None:

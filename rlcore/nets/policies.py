@@ -213,10 +213,21 @@ class QPolicy(Policy):
         self, obs: torch.Tensor, generator: torch.Generator | None = None, epsilon: float | None = None
     ) -> torch.Tensor:
         """Epsilon-greedy: a uniformly random (legal) action with probability ``epsilon``."""
+        return self.sample_of(self.act_scores(obs), self.action_mask(obs), generator, epsilon)
+
+    def sample_of(
+        self,
+        scores: torch.Tensor,
+        mask: torch.Tensor | None,
+        generator: torch.Generator | None = None,
+        epsilon: float | None = None,
+    ) -> torch.Tensor:
+        """:meth:`sample_action`'s draw from ``generator`` given the Q-values ``scores`` (B, n_actions; illegal
+        actions already at the lowest value) and the action ``mask`` (B, n_actions) or None: what N seeds' stacked
+        Q-values are drawn through, each seed's rows with its own generator."""
         epsilon = self.eval_epsilon if epsilon is None else epsilon
-        greedy = self.deterministic_action(obs)
+        greedy = scores.argmax(dim=-1)
         explore = torch.rand(greedy.shape, generator=generator) < epsilon
-        mask = self.action_mask(obs)
         if mask is None:
             random = torch.randint(self.action_dim, greedy.shape, generator=generator)
         else:
@@ -285,7 +296,14 @@ class SquashedGaussianActor(Policy):
         return self.action_loc + self.action_scale * torch.tanh(self.act_scores(obs))
 
     def sample_action(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        mean, log_std = self._mean_log_std(obs)
+        return self.sample_of(*self._mean_log_std(obs), generator)
+
+    def sample_of(
+        self, mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """:meth:`sample_action`'s draw from ``generator`` given the Gaussian's ``mean`` and clamped ``log_std``
+        (B, action_dim each; :meth:`mean_log_std`), squashed into the bounds: what N seeds' stacked actor outputs
+        are drawn through, each seed's rows with its own generator."""
         u = mean + log_std.exp() * torch.randn(mean.shape, generator=generator)
         return self.action_loc + self.action_scale * torch.tanh(u)
 

@@ -15,8 +15,10 @@ seeds trained as one program (:class:`Lockstep`: their sessions' bookkeeping), a
 
 A member absent from a gradient step (its update phase is shorter) is given no batch: the stacked forms mask it out
 of the step (``rlcore.nets.stacked.masked_step``), its counters and targets untouched. The stacked forms hold the
-truth while training; :meth:`MemberSteps.acting` puts the acting networks into the sessions between update phases
-and :meth:`MemberSteps.write_back` everything before an evaluation, a checkpoint or the end.
+truth while training: the stacked forms also act for every member from them (:meth:`MemberSteps.explore`: one
+stacked forward pass per vector step, then each member's exploration draw from its own generator, the draws of its
+one-seed run), and :meth:`MemberSteps.write_back` puts everything into the sessions before an evaluation, a
+checkpoint or the end.
 """
 
 from __future__ import annotations
@@ -57,9 +59,11 @@ class MemberSteps(ABC):
     def step(self, batches: Sequence[Batch | None]) -> list[Metrics | None]:
         """One gradient step of each member given a batch (None: absent from this step); its update metrics."""
 
-    @abstractmethod
-    def acting(self) -> None:
-        """Every member's acting network in its session (between update phases)."""
+    def explore(self, obs: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+        """Every member's exploration actions for its observations ``obs[k]`` (B, ...), as its algorithm's
+        ``explore`` draws them from its session's generator at its progress; None: each member explores through its
+        own algorithm (the members' own networks are current)."""
+        return None
 
     @abstractmethod
     def write_back(self) -> None:
@@ -72,9 +76,6 @@ class EachOwn(MemberSteps):
 
     form = "each its own network"
     stacked = False
-
-    def acting(self) -> None:
-        pass
 
     def write_back(self) -> None:
         pass
@@ -115,8 +116,11 @@ class StackedValue(MemberSteps):
         metrics = self.update(members, [seed.session.progress_fraction for seed in self.seeds])
         return [member if taking else None for member, taking in zip(metrics, present, strict=True)]
 
-    def acting(self) -> None:
-        self.stack.write_policies()
+    def explore(self, obs: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+        if not isinstance(self.stack.algorithms[0], DQN):
+            return None  # BC's members do not explore
+        epsilons = [cast(DQN, seed.session.algorithm).epsilon(seed.session.progress_fraction) for seed in self.seeds]
+        return self.stack.explore(obs, epsilons, [seed.session.generator for seed in self.seeds])
 
     def write_back(self) -> None:
         for k in range(len(self.seeds)):
@@ -152,8 +156,8 @@ class StackedSACSteps(MemberSteps):
                     noise[k] = torch.stack([torch.empty(shape).normal_() for _ in range(2)])
         return noise
 
-    def acting(self) -> None:
-        self.members.write_back(actors_only=True)
+    def explore(self, obs: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+        return self.members.explore(obs, [seed.session.generator for seed in self.seeds])
 
     def write_back(self) -> None:
         self.members.write_back()

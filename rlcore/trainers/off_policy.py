@@ -10,11 +10,13 @@ Evaluation, checkpoints, logging and stop conditions are the session's; the repl
 
 One loop serves one seed's run and ``train.seeds``' N seeds trained as one program (:func:`run_off_policy` over
 their open sessions, ``rlcore.trainers.lockstep``): per vector step every seed steps its own envs into its own replay
-with its own exploration (:class:`Collector`); when an update phase is due, the seeds' gradient steps run together,
-stacked where their networks' kind stacks (DQN's and SAC's MLPs on vector observations) and each seed's own network
-in turn otherwise (CNN and Dict encoders, the dueling head). Seed k is the run with ``seed: k``: its envs,
-exploration draws, replay batches, evaluations, checkpoints and stop conditions are its own, and its gradient steps
-equal that run's up to the float32 summation order of the stacked products (each its own network: bitwise).
+with its own exploration (:class:`Collector`); when an update phase is due, the seeds' gradient steps run together.
+Where their networks' kind stacks (DQN's and SAC's MLPs on vector observations) both are stacked: one forward pass
+acts for every seed (``MemberSteps.explore``, each seed's epsilon-greedy or Gaussian draw from its own generator)
+and one update steps them; otherwise each seed's own network acts and steps in turn (CNN and Dict encoders, the
+dueling head). Seed k is the run with ``seed: k``: its envs, exploration draws, replay batches, evaluations,
+checkpoints and stop conditions are its own, and its actions and gradient steps equal that run's up to the float32
+rounding of the stacked products (each its own network: bitwise).
 
 A PettingZoo Parallel env (``rlcore.envs.multiagent``) trains independent learners with parameter sharing: each agent
 of each env copy is a row of the vector env, so every agent's transition (its observation with its one-hot, its
@@ -83,13 +85,11 @@ def run_off_policy(seeds: Sequence[SeedSession[ReplaySource]]) -> None:
     members = Lockstep(seeds)
     collectors = {id(seed): Collector(seed.session) for seed in members.live}
     while members.live:
-        due = [collectors[id(seed)].step() for seed in members.live]
+        live = [collectors[id(seed)] for seed in members.live]
+        explored = members.steps.explore([c.observations() for c in live]) if all(c.exploring for c in live) else None
+        due = [c.step(None if explored is None else explored[k]) for k, c in enumerate(live)]
         for step in range(max(due)):  # a seed due for fewer gradient steps sits out the rest
-            members.step(
-                [collectors[id(seed)].sample() if step < d else None for seed, d in zip(members.live, due, strict=True)]
-            )
-        if any(due):
-            members.steps.acting()
+            members.step([c.sample() if step < d else None for c, d in zip(live, due, strict=True)])
         members.checkpoints()
 
 
@@ -103,20 +103,32 @@ class Collector:
         session.source.reset(session.state.env_steps)
         self.collected_since_update, self.gradient_credit = 0, 0.0
 
-    def step(self) -> int:
-        """One vector step of the envs into the replay; the gradient steps due now (0 between update phases). The
-        observation normalizer takes a replay sample at the start of each phase."""
+    @property
+    def exploring(self) -> bool:
+        """Whether this vector step acts by the algorithm's exploration (the warm-up's random actions are over)."""
+        return self.session.state.env_steps >= self.config.learning_starts
+
+    def observations(self) -> torch.Tensor:
+        """The envs' current observations, as the algorithm's ``explore`` reads them."""
+        return obs_tensor(self.session.source.stepper.obs)
+
+    def step(self, explored: torch.Tensor | None = None) -> int:
+        """One vector step of the envs into the replay; the gradient steps due now (0 between update phases).
+        ``explored``: this step's exploration actions drawn for the session elsewhere (its members' stacked forward
+        pass), else its algorithm draws them. The observation normalizer takes a replay sample at the start of each
+        phase."""
         session, cfg, state = self.session, self.config, self.session.state
         stepper, replay = session.source.stepper, session.source.replay
         num_envs = stepper.env.num_envs  # rows: a multi-agent env has one per agent of each copy
         legal = legal_actions(session.observation_space, stepper.obs)  # None: no action mask
-        if state.env_steps < cfg.learning_starts and legal is not None:
+        if not self.exploring and legal is not None:
             actions = random_legal_actions(legal, session.rng)[0]
-        elif state.env_steps < cfg.learning_starts:
+        elif not self.exploring:
             actions = random_actions(session.action_space, num_envs, session.rng)
         else:
-            obs_t = obs_tensor(stepper.obs)
-            actions = self.algorithm.explore(obs_t, session.progress_fraction, session.generator).numpy()
+            if explored is None:
+                explored = self.algorithm.explore(self.observations(), session.progress_fraction, session.generator)
+            actions = explored.numpy()
         steps_before = state.env_steps
         step = stepper.step(actions)
         replay.add(
