@@ -347,10 +347,9 @@ class StackedMembers(Members):
 
     def step(self, max_grad_norm: float | None, taking: Sequence[bool]) -> None:
         applied = masked_optimizer_step(self.optimizer, torch.tensor(list(taking)) & self._finite, max_grad_norm)
-        stepping = [k for k, took in enumerate(taking) if took]
-        for k in stepping:
-            self.algorithms[k].gradient_steps += 1
-        count_skips([self.algorithms[k] for k in stepping], [applied[k] for k in stepping])
+        count_skips(self.algorithms, applied, taking)
+        for algorithm, took in zip(self.algorithms, taking, strict=True):
+            algorithm.gradient_steps += took
         self._finite = torch.ones(self.count, dtype=torch.bool)
 
 

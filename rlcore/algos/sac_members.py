@@ -345,8 +345,7 @@ class StackedSAC(SACMembers):
         present = None if all(self.present) else torch.tensor(self.present)
         clip = self.config.max_grad_norm if part != "alpha" else None
         applied = masked_step(self.optimizers[part], losses, present, clip)
-        stepping = [k for k in range(self.count) if self.present[k]]
-        count_skips([self.algorithms[k] for k in stepping], [applied[k] for k in stepping])
+        count_skips(self.algorithms, applied, self.present)
 
     def end_step(self) -> None:
         due = []

@@ -193,10 +193,9 @@ class StackedNetworks(Networks):
     def step(self, losses: torch.Tensor, max_grad_norm: float | None) -> None:
         present = None if all(self.present) else torch.tensor(self.present)
         applied = masked_step(self.stack.optimizer, losses, present, max_grad_norm)
-        stepping = [k for k in range(self.count) if self.present[k]]
-        count_skips([self.algorithms[k] for k in stepping], [applied[k] for k in stepping])
-        for k in stepping:
-            self.algorithms[k].gradient_steps += 1
+        count_skips(self.algorithms, applied, self.present)
+        for algorithm, took_part in zip(self.algorithms, self.present, strict=True):
+            algorithm.gradient_steps += took_part
 
     @torch.no_grad()
     def update_targets(self, interval: int, tau: float) -> None:

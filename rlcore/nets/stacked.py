@@ -121,10 +121,13 @@ class SkipCounts(Protocol):
     consecutive_skips: int
 
 
-def count_skips(members: Sequence[SkipCounts], applied: Sequence[bool]) -> None:
+def count_skips(members: Sequence[SkipCounts], applied: Sequence[bool], present: Sequence[bool] | None = None) -> None:
     """Each member's optimizer step counted as ``Algorithm.apply_gradients`` counts its own: a skipped one adds to
-    ``skipped_steps`` and ``consecutive_skips``, a taken one resets ``consecutive_skips``."""
-    for member, took in zip(members, applied, strict=True):
+    ``skipped_steps`` and ``consecutive_skips``, a taken one resets ``consecutive_skips``; a member not ``present``
+    (None: every one is) took no part in the step and is not counted."""
+    for k, (member, took) in enumerate(zip(members, applied, strict=True)):
+        if present is not None and not present[k]:
+            continue
         if took:
             member.consecutive_skips = 0
         else:

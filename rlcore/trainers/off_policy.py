@@ -86,7 +86,9 @@ def run_off_policy(seeds: Sequence[SeedSession[ReplaySource]]) -> None:
     collectors = {id(seed): Collector(seed.session) for seed in members.live}
     while members.live:
         live = [collectors[id(seed)] for seed in members.live]
-        explored = members.steps.explore([c.observations() for c in live]) if all(c.exploring for c in live) else None
+        # The stacked forms act for every seed at once; each its own network acts inside its Collector.step.
+        stacked_acting = members.steps.stacked and all(c.exploring for c in live)
+        explored = members.steps.explore([c.observations() for c in live]) if stacked_acting else None
         due = [c.step(None if explored is None else explored[k]) for k, c in enumerate(live)]
         for step in range(max(due)):  # a seed due for fewer gradient steps sits out the rest
             members.step([c.sample() if step < d else None for c, d in zip(live, due, strict=True)])
