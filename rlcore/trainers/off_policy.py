@@ -45,7 +45,7 @@ from rlcore.envs.action_masks import legal_actions, random_legal_actions
 from rlcore.envs.actions import random_actions
 from rlcore.envs.observations import obs_tensor
 from rlcore.trainers.lockstep import Lockstep
-from rlcore.trainers.seed_sessions import SeedRun, SeedSession, abandoned_on_error, open_seed_sessions
+from rlcore.trainers.seed_sessions import SeedRun, SeedSession, run_alone, run_together
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import ReplaySource
 from rlcore.trainers.stopping import EvaluationCallback
@@ -65,18 +65,13 @@ def train_off_policy(
     with TrainingSession(
         params, run_dir, on_evaluation, resume_from, ReplaySource, keep_finished=keep_finished
     ) as session:
-        seed = SeedSession.alone(params.seed, session)
-        run_off_policy([seed])
-        assert seed.summary is not None  # the loop runs every session to its end
-        return seed.summary
+        return run_alone(run_off_policy, session)
 
 
 def train_off_policy_seeds(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
     """Train the seeds' runs (each into its ``run_dir``) as one program; a seed whose folder holds its finished run
     with the same train params is kept, an interrupted one resumes from its latest checkpoint."""
-    seeds = open_seed_sessions(runs, on_evaluation, ReplaySource)
-    with abandoned_on_error(seeds):
-        run_off_policy(seeds)
+    run_together(run_off_policy, runs, on_evaluation, ReplaySource)
 
 
 def run_off_policy(seeds: Sequence[SeedSession[ReplaySource]]) -> None:

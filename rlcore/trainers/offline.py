@@ -24,7 +24,7 @@ import torch
 from rlcore.algos.base import OfflineConfig
 from rlcore.config.sections import Params
 from rlcore.trainers.lockstep import Lockstep
-from rlcore.trainers.seed_sessions import SeedRun, SeedSession, abandoned_on_error, open_seed_sessions
+from rlcore.trainers.seed_sessions import SeedRun, SeedSession, run_alone, run_together
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import DatasetSource
 from rlcore.trainers.stopping import EvaluationCallback
@@ -44,18 +44,13 @@ def train_offline(
     with TrainingSession(
         params, run_dir, on_evaluation, resume_from, DatasetSource, keep_finished=keep_finished
     ) as session:
-        seed = SeedSession.alone(params.seed, session)
-        run_offline([seed])
-        assert seed.summary is not None  # the loop runs every session to its end
-        return seed.summary
+        return run_alone(run_offline, session)
 
 
 def train_offline_seeds(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
     """Train the seeds' runs (each into its ``run_dir``) as one program; a seed whose folder holds its finished run
     with the same train params is kept, an interrupted one resumes from its latest checkpoint."""
-    seeds = open_seed_sessions(runs, on_evaluation, DatasetSource)
-    with abandoned_on_error(seeds):
-        run_offline(seeds)
+    run_together(run_offline, runs, on_evaluation, DatasetSource)
 
 
 def run_offline(seeds: Sequence[SeedSession[DatasetSource]]) -> None:

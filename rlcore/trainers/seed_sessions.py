@@ -107,6 +107,31 @@ def open_seed_sessions(
     return seeds
 
 
+SessionsLoop = Callable[[Sequence[SeedSession[SourceT]]], None]
+"""A lockstep loop (``run_off_policy``, ``run_offline``): runs open sessions, each to its end."""
+
+
+def run_alone(loop: SessionsLoop[SourceT], session: TrainingSession[SourceT]) -> dict[str, Any]:
+    """A one-seed run's open ``session`` through ``loop`` (as its only member); its train summary."""
+    seed = SeedSession.alone(session.params.seed, session)
+    loop([seed])
+    assert seed.summary is not None  # the loop runs every session to its end
+    return seed.summary
+
+
+def run_together(
+    loop: SessionsLoop[SourceT],
+    runs: Sequence[SeedRun],
+    on_evaluation: EvaluationCallback | None,
+    make_source: Callable[[Params, spaces.Space, spaces.Space], SourceT],
+) -> None:
+    """The seeds' runs (each into its ``run_dir``) through ``loop`` as one program; a seed whose folder holds its
+    finished run with the same train params is kept, an interrupted one resumes from its latest checkpoint."""
+    seeds = open_seed_sessions(runs, on_evaluation, make_source)
+    with abandoned_on_error(seeds):
+        loop(seeds)
+
+
 class OpenSeed(Protocol):
     """A seed of a batched run as :func:`abandoned_on_error` reads it (a :class:`SeedSession`, or a trainer's own
     record of a seed)."""
