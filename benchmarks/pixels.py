@@ -131,6 +131,15 @@ def sb3_evaluate(
 
 
 def sb3_ppo_minatar(seed: int, steps: int, test_episodes: int) -> dict[str, Any]:
+    model = sb3_ppo_minatar_model(seed)
+    return {
+        **sb3_learn(model, steps),
+        **sb3_evaluate(model, "MinAtar/Breakout-v1", seed, test_episodes, env_kwargs={"max_episode_steps": 10_000}),
+    }
+
+
+def sb3_ppo_minatar_model(seed: int) -> Any:
+    """SB3 PPO with the preset's hyperparameters and rlcore's MinAtar CNN, on 16 env copies seeded from ``seed``."""
     import gymnasium as gym
     import torch
     from stable_baselines3 import PPO
@@ -157,7 +166,7 @@ def sb3_ppo_minatar(seed: int, steps: int, test_episodes: int) -> dict[str, Any]
             return self.net(obs.permute(0, 3, 1, 2).float())
 
     env = make_vec_env("MinAtar/Breakout-v1", n_envs=16, seed=seed)
-    model = PPO(
+    return PPO(
         "MlpPolicy",
         env,
         learning_rate=lambda progress: 5e-4 * progress,
@@ -179,10 +188,6 @@ def sb3_ppo_minatar(seed: int, steps: int, test_episodes: int) -> dict[str, Any]
         seed=seed,
         device="cpu",
     )
-    return {
-        **sb3_learn(model, steps),
-        **sb3_evaluate(model, "MinAtar/Breakout-v1", seed, test_episodes, env_kwargs={"max_episode_steps": 10_000}),
-    }
 
 
 def sb3_sac_halfcheetah(seed: int, steps: int, test_episodes: int) -> dict[str, Any]:
