@@ -1,24 +1,16 @@
-"""N copies of one network, one per seed (the members of a batched run), stacked along a leading member dimension,
-and the one optimizer step of stacked members.
+"""N members' networks of one architecture stacked along a leading member dimension, and their optimizers.
 
-:class:`StackedPolicies` holds the stacked parameters; :meth:`StackedPolicies.mlp` runs each ``nn.Linear`` of an MLP
-as one ``torch.baddbmm`` over them, for losses written over the member dimension with every reduction over a
-member's own samples. :func:`masked_step` is the members' optimizer step: their losses (M,) back-propagated where
-present and finite, each member's gradient clipped to its own norm, one step of a :class:`StackedOptimizer` (a step
-count per member) for the members whose norm is finite.
-
-The gradient of ``sum_k loss_k`` with respect to member k's slice of a stacked parameter is the gradient of
-``loss_k`` alone, and Adam is elementwise, so each member's step is its own optimizer's up to the summation order of
-the batched matrix products (a float32 ulp or two in the weight gradients; ``tests/test_stacked.py`` measures it).
-``torch.func.vmap`` over ``functional_call`` (PyTorch's model-ensembling recipe) is not used: its rule for a linear
-layer with stacked weights costs ~3x a ``baddbmm``, so a vmapped update is ~1.5x an unbatched one for one seed
-(``benchmarks/seeds_batching.py`` and ``benchmarks/members.py``, their tables in ``benchmarks/README.md``).
+:class:`StackedModules` is the one stacked form every family uses: named parts (each member's module, stacked
+parameters and buffers (M, *shape)), each ``nn.Linear`` of an MLP one ``torch.baddbmm`` (:meth:`StackedPolicies.mlp`:
+(M, B, in) -> (M, B, out)), the members' own optimizers as one :class:`StackedOptimizer` each, member k written back
+into its own modules and optimizers. :func:`stacking_problem` is the one rule of what stacks; :func:`masked_step` is
+the members' optimizer step. Why ``baddbmm`` and not ``torch.func.vmap``: ``docs/members-design.md``.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import torch
@@ -30,13 +22,10 @@ PolicyT = TypeVar("PolicyT", bound=nn.Module)
 
 
 class StackedPolicies(Generic[PolicyT]):
-    """N policies of one architecture with their parameters and buffers stacked along dim 0 (the seed).
+    """N modules of one architecture with their parameters and buffers stacked along dim 0 (the member).
 
-    ``params`` are leaf tensors (N, *shape) that require grad: pass :meth:`parameters` to an optimizer. ``buffers``
-    (normalizer statistics, fixed supports) are stacked too, so each seed keeps its own. The policies given are
-    copied, not kept: training changes the stacked tensors only (their owners copy slice k back into a seed's own
-    module).
-    """
+    ``params``: leaf tensors (N, *shape) that require grad; ``buffers`` (normalizer statistics, fixed supports) are
+    stacked too. The modules given are copied, not kept: training changes the stacked tensors only."""
 
     def __init__(self, policies: Sequence[PolicyT]) -> None:
         if not policies:
@@ -45,28 +34,25 @@ class StackedPolicies(Generic[PolicyT]):
         if len(kinds) != 1:
             raise ValueError(f"policies: expected one class, got {sorted(kind.__name__ for kind in kinds)}")
         self.count = len(policies)
-        """N, the number of stacked seeds."""
-        # The architecture only: its own tensors live on the meta device, so a name missing from the stacked
-        # dicts fails loudly instead of silently using one seed's value.
+        """N, the number of stacked members."""
+        # The architecture only, on the meta device: a name missing from the stacked dicts fails loudly.
         self.template: PolicyT = copy.deepcopy(policies[0]).to("meta")
         params, buffers = stack_module_state(list(policies))
         self.params: dict[str, torch.Tensor] = params
         self.buffers: dict[str, torch.Tensor] = buffers
 
     def parameters(self) -> list[torch.Tensor]:
-        """The stacked parameters, (N, *shape) each, in the policy's ``named_parameters`` order."""
+        """The stacked parameters, (N, *shape) each, in the module's ``named_parameters`` order."""
         return list(self.params.values())
 
     def clip_grad_norms_(self, max_norm: float) -> torch.Tensor:
-        """Clip each seed's gradient to the global 2-norm ``max_norm`` (:func:`clip_member_grad_norms_`); returns the
-        norms before clipping, (N,)."""
+        """Clip each member's gradient to the global 2-norm ``max_norm`` (:func:`clip_member_grad_norms_`); returns
+        the norms before clipping, (N,)."""
         return clip_member_grad_norms_(self.parameters(), self.count, max_norm)
 
     def mlp(self, name: str, x: torch.Tensor) -> torch.Tensor:
-        """The policy's ``nn.Sequential`` MLP ``name`` (e.g. ``"actor"``, ``"critic.net"``; built by
-        ``rlcore.nets.blocks.mlp``) for every seed without vmap: ``x`` (N, B, in) -> (N, B, out), each
-        ``nn.Linear`` as one ``torch.baddbmm`` over the stacked weights. Differentiable: for losses written batched
-        by hand, with every reduction over dim 1 (the seed's samples)."""
+        """The ``nn.Sequential`` MLP ``name`` (``rlcore.nets.blocks.mlp``'s, e.g. ``"actor"``, ``"critic.net"``) of
+        every member: ``x`` (N, B, in) -> (N, B, out), each ``nn.Linear`` one ``torch.baddbmm``. Differentiable."""
         module = self.template.get_submodule(name)
         if not isinstance(module, nn.Sequential):
             raise TypeError(f"{name}: expected an nn.Sequential MLP, got {type(module).__name__}")
@@ -81,13 +67,145 @@ class StackedPolicies(Generic[PolicyT]):
                 x = layer(x)  # an activation
         return x
 
+    @torch.no_grad()
+    def write_weights(self, k: int, module: nn.Module) -> None:
+        """Member ``k``'s stacked parameters into ``module`` (its buffers are left: the module keeps them)."""
+        for name, param in module.named_parameters():
+            param.copy_(self.params[name][k])
+
+    @torch.no_grad()
+    def load_buffers(self, k: int, module: nn.Module) -> None:
+        """``module``'s buffers (its normalizer's statistics) into member ``k``'s stacked buffers."""
+        for name, buffer in module.named_buffers():
+            if name in self.buffers:
+                self.buffers[name][k].copy_(buffer)
+
+
+def stacking_problem(
+    module: nn.Module, kinds: Collection[type[nn.Module]], refused: Mapping[str, Callable[[Any], bool]]
+) -> str | None:
+    """Why N members' ``module`` do not stack, or None: the one rule is an MLP head (a class in ``kinds``) on an
+    encoder without weights; ``refused`` states what else a family leaves to each member's own module (a
+    description -> whether it applies to ``module``), tested in order."""
+    if type(module) not in kinds:
+        return f"a {type(module).__name__}"
+    problem = next((reason for reason, applies in refused.items() if applies(module)), None)
+    encoder = getattr(module, "encoder", None)
+    if problem is None and encoder is not None and any(True for _ in encoder.parameters()):
+        return "an encoder with weights"
+    return problem
+
+
+class SkipCounts(Protocol):
+    """An algorithm's counters of skipped optimizer steps (``rlcore.algos.base.Algorithm``'s)."""
+
+    skipped_steps: int
+    consecutive_skips: int
+
+
+class StackedModules:
+    """N members stacked: each part (``parts[name]``: each member's module of one architecture) a
+    :class:`StackedPolicies`, each member's loose tensors (``tensors[name]``: SAC's log alpha) stacked as leaves
+    (N, *shape), and each optimizer (``optimizers[name]``: each member's own, and the parts and tensors it steps)
+    one :func:`stacked_optimizer` with each member's state loaded from its own. The members' modules, tensors and
+    optimizers are kept: :meth:`write_weights` and :meth:`write_optimizers` put member k's state back into them."""
+
+    def __init__(
+        self,
+        parts: Mapping[str, Sequence[nn.Module]],
+        optimizers: Mapping[str, tuple[Sequence[torch.optim.Optimizer], Sequence[str]]] | None = None,
+        tensors: Mapping[str, Sequence[torch.Tensor]] | None = None,
+    ) -> None:
+        self.members = {name: list(modules) for name, modules in parts.items()}
+        self.parts: dict[str, StackedPolicies[nn.Module]] = {name: StackedPolicies(m) for name, m in parts.items()}
+        self.count = len(next(iter(self.members.values())))
+        """N."""
+        self.own_tensors = {name: list(own) for name, own in (tensors or {}).items()}
+        self.tensors = {
+            name: torch.stack([tensor.detach() for tensor in own]).requires_grad_(own[0].requires_grad)
+            for name, own in self.own_tensors.items()
+        }
+        self.own_optimizers = {name: list(own) for name, (own, _) in (optimizers or {}).items()}
+        self.optimizers = {
+            name: stacked_optimizer([param for part in steps for param in self.parameters(part)], own)
+            for name, (own, steps) in (optimizers or {}).items()
+        }
+
+    def parameters(self, name: str) -> list[torch.Tensor]:
+        """The stacked parameters of part or tensor ``name``, (N, *shape) each."""
+        return [self.tensors[name]] if name in self.tensors else self.parts[name].parameters()
+
+    def step(
+        self, name: str, losses: torch.Tensor, present: Sequence[bool], clip: float | None, by: Sequence[SkipCounts]
+    ) -> None:
+        """One :func:`masked_step` of optimizer ``name`` on the members' ``losses`` (N,) for those ``present``, each
+        gradient clipped to ``clip``, each member's skipped step counted on its algorithm in ``by``."""
+        mask = None if all(present) else torch.tensor(list(present))
+        count_skips(by, masked_step(self.optimizers[name], losses, mask, clip), present)
+
+    @torch.no_grad()
+    def update_target(self, target: str, source: str, due: Sequence[bool], tau: float) -> None:
+        """``polyak_update`` of part ``target`` toward part ``source`` for the members ``due`` (N,): the stacked
+        parameters in one ``torch._foreach_*`` call, each due member's own buffers copied."""
+        members = [k for k, is_due in enumerate(due) if is_due]
+        targets, sources = self.parts[target].parameters(), self.parts[source].parameters()
+        if not members:
+            return
+        if len(members) < self.count:  # only the due members' slices
+            targets = [tensor[k] for k in members for tensor in targets]
+            sources = [tensor[k] for k in members for tensor in sources]
+        if tau >= 1.0:
+            torch._foreach_copy_(targets, sources)
+        else:
+            torch._foreach_lerp_(targets, sources, tau)
+        for k in members:
+            buffers = zip(self.members[target][k].buffers(), self.members[source][k].buffers(), strict=True)
+            for target_buffer, source_buffer in buffers:
+                target_buffer.copy_(source_buffer)
+
+    @torch.no_grad()
+    def write_weights(self, k: int) -> None:
+        """Member ``k``'s stacked parameters and tensors into its own modules and tensors."""
+        for name, stacked in self.parts.items():
+            stacked.write_weights(k, self.members[name][k])
+        for name, tensor in self.tensors.items():
+            self.own_tensors[name][k].copy_(tensor[k])
+
+    def write_optimizers(self, k: int) -> None:
+        """Member ``k``'s optimizer states and learning rates into its own optimizers (what its checkpoint saves)."""
+        for name, stacked in self.optimizers.items():
+            stacked.write_seed(k, self.own_optimizers[name][k])
+
+    def load_buffers(self, k: int) -> None:
+        """Member ``k``'s own modules' buffers (normalizer statistics) into the stacked buffers."""
+        for name, stacked in self.parts.items():
+            stacked.load_buffers(k, self.members[name][k])
+
+
+def stacked_optimizer(params: list[torch.Tensor], own: Sequence[torch.optim.Optimizer]) -> StackedOptimizer:
+    """The members' own optimizers ``own`` (one kind and configuration: Adam, AdamW or RMSprop) as one over their
+    stacked ``params`` (N, *shape), each member's state loaded from its own."""
+    first, count = own[0], len(own)
+    group = first.param_groups[0]
+    stacked: StackedOptimizer
+    if isinstance(first, torch.optim.RMSprop):
+        stacked = StackedRMSprop(params, count, lr=group["lr"], alpha=group["alpha"], eps=group["eps"])
+    elif isinstance(first, torch.optim.Adam | torch.optim.AdamW):
+        betas = (float(group["betas"][0]), float(group["betas"][1]))
+        decay = float(group["weight_decay"]) if isinstance(first, torch.optim.AdamW) else 0.0  # decoupled (BC's)
+        fused = bool(group.get("fused"))  # SAC's alpha optimizer is not: the same kernel, the same ulps
+        stacked = StackedAdam(params, count, group["lr"], betas, group["eps"], weight_decay=decay, fused=fused)
+    else:
+        raise ValueError(f"optimizers: expected Adam, AdamW or RMSprop, got {type(first).__name__}")
+    stacked.load_seed_state_dicts([optimizer.state_dict() for optimizer in own])
+    return stacked
+
 
 def each_member(
     functions: Sequence[Callable[[torch.Tensor], torch.Tensor]], inputs: Sequence[torch.Tensor], same: bool
 ) -> torch.Tensor:
     """Each member's ``functions[k]`` of its ``inputs[k]`` (B, ...), stacked: (M, B, ...). ``same``: every member's
-    function is one function of its input (an encoder without weights, no statistics of its own), so it runs once
-    over every member's rows (measured: a third of stacked DQN's forward time went to M separate calls)."""
+    function is one function (an encoder without weights or statistics), run once over every member's rows."""
     if not same:
         return torch.stack([function(x) for function, x in zip(functions, inputs, strict=True)])
     x = torch.stack(list(inputs))
@@ -98,11 +216,9 @@ def each_member(
 @torch.no_grad()
 def clip_member_grad_norms_(parameters: Sequence[torch.Tensor], count: int, max_norm: float) -> torch.Tensor:
     """Clip each member's gradient (the slices [k] of the stacked ``parameters``' gradients, (M, *shape)) to the
-    global 2-norm ``max_norm`` over that member's slices, with ``nn.utils.clip_grad_norm_``'s arithmetic: a norm per
-    tensor, their norm, ``max_norm / (norm + 1e-6)`` clamped to 1, every gradient multiplied by it. Each member's
-    per-tensor norms are a contiguous row (M, T) reduced along it, which sums as ``clip_grad_norm_`` sums one model's
-    (measured bitwise equal: SAC's clipped runs amplify an ulp there to 1e-2 in a few hundred steps). Returns the
-    norms before clipping, (M,): a non-finite one marks a member whose step a one-member run would skip."""
+    global 2-norm ``max_norm`` over that member's slices, with ``nn.utils.clip_grad_norm_``'s arithmetic and
+    summation order (a norm per tensor, their norm; SAC's clipped runs amplify an ulp there). Returns the norms
+    before clipping, (M,): a non-finite one marks a member whose step a one-member run would skip."""
     grads = [param.grad for param in parameters if param.grad is not None]
     if not grads:
         return torch.zeros(count)
@@ -114,17 +230,10 @@ def clip_member_grad_norms_(parameters: Sequence[torch.Tensor], count: int, max_
     return norms
 
 
-class SkipCounts(Protocol):
-    """An algorithm's counters of skipped optimizer steps (``rlcore.algos.base.Algorithm``'s)."""
-
-    skipped_steps: int
-    consecutive_skips: int
-
-
 def count_skips(members: Sequence[SkipCounts], applied: Sequence[bool], present: Sequence[bool] | None = None) -> None:
-    """Each member's optimizer step counted as ``Algorithm.apply_gradients`` counts its own: a skipped one adds to
-    ``skipped_steps`` and ``consecutive_skips``, a taken one resets ``consecutive_skips``; a member not ``present``
-    (None: every one is) took no part in the step and is not counted."""
+    """Each member's optimizer step counted as ``Algorithm.apply_gradients`` counts its own (a skip adds to
+    ``skipped_steps`` and ``consecutive_skips``, a step taken resets ``consecutive_skips``); a member not
+    ``present`` (None: every one is) took no part and is not counted."""
     for k, (member, took) in enumerate(zip(members, applied, strict=True)):
         if present is not None and not present[k]:
             continue
@@ -137,8 +246,7 @@ def count_skips(members: Sequence[SkipCounts], applied: Sequence[bool], present:
 
 def masked_backward(losses: torch.Tensor, present: torch.Tensor | None = None) -> torch.Tensor:
     """Accumulate the gradients of the members' ``losses`` (M,) where ``present`` (M,) bool (None: every member) and
-    the loss is finite; the others' are replaced by 0, so no NaN reaches another member's slices (a member's
-    gradient is its own loss's: the stacked weights' slices do not mix). Returns those members, (M,) bool."""
+    the loss is finite (the others' replaced by 0: no NaN reaches another member's slices). Returns those, (M,)."""
     backward = torch.isfinite(losses.detach())
     if present is not None:
         backward &= present
@@ -149,9 +257,9 @@ def masked_backward(losses: torch.Tensor, present: torch.Tensor | None = None) -
 def masked_optimizer_step(
     optimizer: StackedOptimizer, taking: torch.Tensor, max_grad_norm: float | None = None
 ) -> list[bool]:
-    """One step of ``optimizer`` on the accumulated gradients for the members ``taking`` it ((M,) bool), each
-    member's gradient clipped to its own ``max_grad_norm`` (None: not clipped); a member whose norm is not finite
-    sits out. Returns each member's ``applied`` (one host read)."""
+    """One step of ``optimizer`` for the members ``taking`` it ((M,) bool), each member's gradient clipped to its own
+    ``max_grad_norm`` (None: not clipped); a member whose norm is not finite sits out. Returns each one's
+    ``applied`` (one host read)."""
     if max_grad_norm is not None:
         parameters = [param for group in optimizer.param_groups for param in group["params"]]
         taking = taking & torch.isfinite(clip_member_grad_norms_(parameters, optimizer.count, max_grad_norm))
@@ -174,17 +282,16 @@ def masked_step(
 
 
 class StackedOptimizer(torch.optim.Optimizer):
-    """Base of the optimizers over stacked parameters (N, *shape): a step count per seed, the state tensors named in
-    ``moments`` of the parameters' shape, and each seed's state in the format of torch's own optimizer
-    (:meth:`seed_state_dict`, :meth:`load_seed_state_dicts`), so a per-seed checkpoint resumes unbatched too. A
-    param group's ``lr`` is a float or a float64 tensor (N,) of per-seed rates (schedules driven by each seed's
-    progress)."""
+    """Base of the optimizers over stacked parameters (N, *shape): a step count per member, the state tensors named
+    in ``moments``, and each member's state in torch's own optimizer's format (:meth:`seed_state_dict`,
+    :meth:`load_seed_state_dicts`, :meth:`write_seed`), so a per-seed checkpoint resumes unbatched too. A param
+    group's ``lr`` is a float or a float64 tensor (N,) of per-member rates (schedules of each member's progress)."""
 
     moments: ClassVar[tuple[str, ...]] = ()
     """The per-element state tensors, named as torch's optimizer names them."""
 
     def __init__(self, params: Iterable[torch.Tensor], count: int, defaults: dict[str, Any]) -> None:
-        """``params``: tensors (``count``, *shape) whose dim 0 is the seed (:meth:`StackedPolicies.parameters`)."""
+        """``params``: tensors (``count``, *shape) whose dim 0 is the member."""
         super().__init__(params, defaults)
         self.count = count
         for group in self.param_groups:
@@ -228,6 +335,17 @@ class StackedOptimizer(torch.optim.Optimizer):
             groups.append({**options, "lr": lr, "params": ids})
         return {"state": state, "param_groups": groups}
 
+    def write_seed(self, k: int, own: torch.optim.Optimizer) -> None:
+        """Seed ``k``'s state and learning rate into its own optimizer ``own`` (over one member's parameters in the
+        same order), as ``own`` would hold them after its own steps."""
+        saved = self.seed_state_dict(k)
+        params = [param for group in own.param_groups for param in group["params"]]
+        for index, param in enumerate(params):
+            if index in saved["state"]:
+                own.state[param] = saved["state"][index]
+        for group, mine in zip(own.param_groups, saved["param_groups"], strict=True):
+            group["lr"] = mine["lr"]
+
     def load_seed_state_dicts(self, states: Sequence[dict[str, Any]]) -> None:
         """The inverse of :meth:`seed_state_dict` for every seed (e.g. resuming from per-seed checkpoints written by
         unbatched runs or by :meth:`seed_state_dict`). A seed without a state for a parameter (a fresh run beside
@@ -248,19 +366,11 @@ class StackedOptimizer(torch.optim.Optimizer):
 
 
 class StackedAdam(StackedOptimizer):
-    """Adam (Kingma & Ba, 2015; torch's default form: no weight decay, no AMSGrad) over stacked parameters, with a
-    step counter per seed, so a seed can sit out steps (:meth:`step` with ``active``) and still take exactly the
-    steps its unbatched run takes: a seed that stopped early (PPO's target KL, a reached stop condition) or whose
-    gradient was not finite keeps its weights, moments and bias correction.
-
-    The arithmetic is torch's fused Adam kernel (``torch.optim.Adam(fused=True)``'s): over the stacked tensors at
-    once while every seed steps with one count and one rate (the common case), else over the stepping seeds' views
-    of them, each with its own count (one call per distinct rate). Measured on PPO CartPole's 8 stacked actor-critics
-    (CPU time per step): 0.7 ms with every seed stepping and 2.4 ms with one sitting out, where the elementwise ops
-    written out in Python took 4.0 and 4.9 ms. Adam is elementwise, so a seed's step is its unbatched optimizer's.
-    :meth:`seed_state_dict` writes one seed's state as ``torch.optim.Adam`` saves its own, so a per-seed checkpoint
-    resumes unbatched too.
-    """
+    """Adam (torch's form, no AMSGrad; AdamW's decoupled decay) over stacked parameters, a step count per member,
+    so a member can sit out steps (:meth:`step` with ``active``: stopped early, a non-finite gradient) and keep its
+    weights, moments and bias correction. The arithmetic is torch's Adam kernel (fused, as the members' own): over
+    the stacked tensors at once while every member steps with one count and one rate, else over the stepping
+    members' views, one call per distinct rate (timings: ``docs/members-design.md``)."""
 
     moments = ("exp_avg", "exp_avg_sq")
 
@@ -275,11 +385,8 @@ class StackedAdam(StackedOptimizer):
         weight_decay: float = 0.0,
         fused: bool = True,
     ) -> None:
-        """``params``: tensors (``count``, *shape) whose dim 0 is the seed (:meth:`StackedPolicies.parameters`).
-        ``weight_decay``: AdamW's decoupled decay (``torch.optim.AdamW``'s); ``fused``: False runs torch's
-        single-tensor kernel instead, for a stack that must match an unbatched optimizer that is not fused (SAC's
-        alpha: the two differ by ulps, which a few hundred steps amplify). Neither enters the saved state: an unbatched
-        run sets them on its own optimizer."""
+        """``params``: tensors (``count``, *shape). ``fused``: False runs torch's single-tensor kernel, for members
+        whose own optimizer is not fused (the two differ by ulps, which a few hundred steps amplify)."""
         super().__init__(params, count, {"lr": lr, "betas": betas, "eps": eps})
         self.weight_decay = weight_decay
         self.fused = fused
