@@ -122,26 +122,35 @@ class MemberSet(Generic[AlgorithmT]):
 
 
 class Members(MemberSet[OnPolicy], ABC):
-    """M members' networks, rollouts, optimizers and counters, as an on-policy update reads them."""
+    """M members' networks, rollouts (of one shape), optimizer and counters, as an on-policy update reads them."""
+
+    def __init__(
+        self, algorithms: Sequence[OnPolicy], rollouts: Sequence[RolloutBuffer], optimizer: torch.optim.Optimizer
+    ) -> None:
+        super().__init__(algorithms)
+        self.rollouts, self.optimizer = list(rollouts), optimizer
 
     @abstractmethod
     def field(self, name: str) -> torch.Tensor:
         """A stored rollout field, each member's flat steps: (M, T * E, ...)."""
 
-    @abstractmethod
     def env_steps(self) -> int:
         """Env steps in each member's rollout (autoreset steps included)."""
+        return int(self.rollouts[0].rewards.numel())
 
-    @abstractmethod
     def valid_indices(self) -> list[torch.Tensor]:
         """Each member's trained-on flat steps."""
+        return [rollout.flat_valid_indices() for rollout in self.rollouts]
 
-    @abstractmethod
     def orders(
         self, batch_sizes: Sequence[int], generators: Sequence[torch.Generator], running: Sequence[bool]
     ) -> list[list[torch.Tensor]]:
         """Each running member's shuffled minibatches of its valid steps, drawn from its own generator (a member not
         running draws nothing: [])."""
+        return [
+            list(rollout.minibatches(size, generator)) if run else []
+            for rollout, size, generator, run in zip(self.rollouts, batch_sizes, generators, running, strict=True)
+        ]
 
     @abstractmethod
     def losses(
@@ -159,11 +168,14 @@ class Members(MemberSet[OnPolicy], ABC):
         """The context the losses' forward passes run in (``train.precision``)."""
         return contextlib.nullcontext()
 
-    @abstractmethod
-    def set_learning_rates(self, rates: Sequence[float]) -> None: ...
+    def set_learning_rates(self, rates: Sequence[float]) -> None:
+        """Each member's learning rate (one float while they agree, else a float64 tensor (M,))."""
+        rate: float | torch.Tensor = rates[0] if len(set(rates)) == 1 else torch.tensor(rates, dtype=torch.float64)
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
 
-    @abstractmethod
-    def zero_grad(self) -> None: ...
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
 
     @abstractmethod
     def backward(self, losses: torch.Tensor, present: torch.Tensor) -> None:
@@ -194,9 +206,8 @@ class OneMember(Members):
     leading dim of 1."""
 
     def __init__(self, algorithm: OnPolicy, rollout: RolloutBuffer) -> None:
-        super().__init__([algorithm])
+        super().__init__([algorithm], [rollout], getattr(algorithm, "optimizer"))  # noqa: B009 (PPO's, A2C's)
         self.algorithm, self.policy, self.rollout = algorithm, algorithm.policy, rollout
-        self.optimizer: torch.optim.Optimizer = getattr(algorithm, "optimizer")  # noqa: B009 (PPO's, A2C's)
         self._flat: dict[str, torch.Tensor] = {}
 
     def _flat_field(self, name: str) -> torch.Tensor:
@@ -209,17 +220,6 @@ class OneMember(Members):
 
     def take(self, name: str, batch: MemberBatch) -> torch.Tensor:
         return self._flat_field(name)[batch.parts[0]]
-
-    def env_steps(self) -> int:
-        return int(self.rollout.rewards.numel())
-
-    def valid_indices(self) -> list[torch.Tensor]:
-        return [self.rollout.flat_valid_indices()]
-
-    def orders(
-        self, batch_sizes: Sequence[int], generators: Sequence[torch.Generator], running: Sequence[bool]
-    ) -> list[list[torch.Tensor]]:
-        return [list(self.rollout.minibatches(batch_sizes[0], generators[0])) if running[0] else []]
 
     def losses(
         self, batch: MemberBatch, clip_range_vf: float | None
@@ -240,13 +240,6 @@ class OneMember(Members):
     def autocast(self) -> contextlib.AbstractContextManager[None]:
         return self.algorithm.precision.autocast()
 
-    def set_learning_rates(self, rates: Sequence[float]) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = rates[0]
-
-    def zero_grad(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
-
     def backward(self, losses: torch.Tensor, present: torch.Tensor) -> None:
         self.algorithm.accumulate(losses)  # a non-finite loss is not back-propagated: the step is skipped
 
@@ -264,10 +257,10 @@ class StackedMembers(Members):
     def __init__(
         self, algorithms: Sequence[OnPolicy], stacked: StackedActorCritic, rollouts: Sequence[RolloutBuffer]
     ) -> None:
-        super().__init__(algorithms)
+        super().__init__(algorithms, rollouts, stacked.optimizers["optimizer"])
         if any(getattr(a, "behavioral_cloning", None) is not None for a in algorithms):
             raise ValueError("algorithms: the BC regularizer runs one member at a time (OneMember)")
-        self.stacked, self.optimizer, self.rollouts = stacked, stacked.optimizers["optimizer"], list(rollouts)
+        self.stacked: StackedActorCritic = stacked
         self.critic = self.algorithms[0].policy.critic  # the value head's arithmetic (its weights: the stacked ones)
         self._finite = torch.ones(self.count, dtype=torch.bool)
         self._fields: dict[str, torch.Tensor] = {}
@@ -276,20 +269,6 @@ class StackedMembers(Members):
         if name not in self._fields:  # each member's flat order is its one-member update's
             self._fields[name] = torch.stack([rollout.flat(name) for rollout in self.rollouts])
         return self._fields[name]
-
-    def env_steps(self) -> int:
-        return int(self.rollouts[0].rewards.numel())
-
-    def valid_indices(self) -> list[torch.Tensor]:
-        return [rollout.flat_valid_indices() for rollout in self.rollouts]
-
-    def orders(
-        self, batch_sizes: Sequence[int], generators: Sequence[torch.Generator], running: Sequence[bool]
-    ) -> list[list[torch.Tensor]]:
-        return [
-            list(rollout.minibatches(size, generator)) if run else []
-            for rollout, size, generator, run in zip(self.rollouts, batch_sizes, generators, running, strict=True)
-        ]
 
     def losses(
         self, batch: MemberBatch, clip_range_vf: float | None
@@ -305,19 +284,13 @@ class StackedMembers(Members):
     def extra_losses(self, generators: Sequence[torch.Generator]) -> torch.Tensor | None:
         return None
 
-    def set_learning_rates(self, rates: Sequence[float]) -> None:
-        rate: float | torch.Tensor = rates[0] if len(set(rates)) == 1 else torch.tensor(rates, dtype=torch.float64)
-        for group in self.optimizer.param_groups:
-            group["lr"] = rate
-
-    def zero_grad(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
-
     def backward(self, losses: torch.Tensor, present: torch.Tensor) -> None:
         self._finite &= masked_backward(losses, present) | ~present
 
     def step(self, max_grad_norm: float | None, taking: Sequence[bool]) -> None:
-        applied = masked_optimizer_step(self.optimizer, torch.tensor(list(taking)) & self._finite, max_grad_norm)
+        applied = masked_optimizer_step(
+            self.stacked.optimizers["optimizer"], torch.tensor(list(taking)) & self._finite, max_grad_norm
+        )
         count_skips(self.algorithms, applied, taking)
         for algorithm, took in zip(self.algorithms, taking, strict=True):
             algorithm.gradient_steps += took

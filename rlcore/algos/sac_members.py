@@ -199,12 +199,10 @@ class StackedSAC(SACMembers):
             {part: ([mine[i] for mine in own], parts[part]) for i, part in enumerate(PARTS[: len(own[0])])},
             {"log_alpha": [algorithm.log_alpha for algorithm in self.algorithms]},
         )
-        self.actor, self.critic, self.target = (self.stack.parts[name] for name in ("actor", "critic", "target"))
+        self.critic, self.target = self.stack.parts["critic"], self.stack.parts["target"]
         self.batches: list[dict[str, torch.Tensor]] = []
         self.noise: torch.Tensor | None = None
         self.present = [True] * self.count
-        self.same_features = not any(algorithm.policy.obs_normalizer.enabled for algorithm in self.algorithms)
-        """Whether every member's features are one function of its observations (no normalizer statistics)."""
 
     @staticmethod
     def stacks(algorithm: SACAlgorithm) -> bool:
@@ -239,7 +237,7 @@ class StackedSAC(SACMembers):
             lambda x, a=a: (a.critic_target if target else a.critic).encode(a.policy.obs_normalizer(x))
             for a in self.algorithms
         ]
-        return each_member(functions, [batch[key] for batch in self.batches], self.same_features)
+        return each_member(functions, [batch[key] for batch in self.batches], self.stack.same_features)
 
     def _twin(self, stacked: StackedPolicies[Any], x: torch.Tensor) -> torch.Tensor:
         """Every member's twin critics on its own inputs: ``x`` (M, B, in) -> (M, 2, B, out), each ensemble layer one
@@ -271,19 +269,14 @@ class StackedSAC(SACMembers):
         assert isinstance(policy, SquashedGaussianActor)  # the bounds are the env's, every member's the same
         return self.q(features, policy.to_unit(actions))
 
-    def _actor_features(self, key: str) -> torch.Tensor:
-        with torch.no_grad():  # the encoders and normalizers hold no weights
-            functions = [a.policy.features for a in self.algorithms]
-            return each_member(functions, [batch[key] for batch in self.batches], self.same_features)
-
     def logits(self, key: str) -> torch.Tensor:
-        logits = self.actor.mlp("logits", self._actor_features(key))
+        logits = self.stack.head("actor", "logits", [batch[key] for batch in self.batches])
         masks = [a.policy.action_mask(batch[key]) for a, batch in zip(self.algorithms, self.batches, strict=True)]
         return masked_logits(logits, None if masks[0] is None else torch.stack(masks))  # type: ignore[arg-type]
 
     def sample(self, key: str, draw: int) -> tuple[torch.Tensor, torch.Tensor]:
         assert self.noise is not None
-        trunk = self.actor.mlp("trunk", self._actor_features(key))
+        trunk = self.stack.head("actor", "trunk", [batch[key] for batch in self.batches])
         mean, log_std = SquashedGaussianActor.mean_log_std(trunk)
         return squashed_sample(squashed_gaussian(mean, log_std, [TanhTransform(cache_size=1)]), self.noise[:, draw])
 
@@ -293,14 +286,13 @@ class StackedSAC(SACMembers):
         forward pass for all of them, then each seed's draw from its own generator, the draws its one-seed run makes
         (``SquashedGaussianActor.sample_of``: its Gaussian noise and squashing; discrete: ``sample_categorical``)."""
         policies = [algorithm.policy for algorithm in self.algorithms]
-        features = each_member([policy.features for policy in policies], obs, self.same_features)
         if self.discrete:
-            logits = self.actor.mlp("logits", features)
+            logits = self.stack.head("actor", "logits", obs)
             return [
                 sample_categorical(masked_logits(logits[k], policy.action_mask(obs[k])), generators[k])
                 for k, policy in enumerate(policies)
             ]
-        mean, log_std = SquashedGaussianActor.mean_log_std(self.actor.mlp("trunk", features))
+        mean, log_std = SquashedGaussianActor.mean_log_std(self.stack.head("actor", "trunk", obs))
         actions = []
         for k, policy in enumerate(policies):
             assert isinstance(policy, SquashedGaussianActor)

@@ -19,7 +19,7 @@ from rlcore.nets.blocks import polyak_update
 from rlcore.nets.distributions import masked_logits
 from rlcore.nets.policies import CategoricalActor, GaussianActor, QPolicy
 from rlcore.nets.policy import Policy
-from rlcore.nets.stacked import StackedModules, each_member, stacking_problem
+from rlcore.nets.stacked import StackedModules, stacking_problem
 
 Batch = dict[str, torch.Tensor]
 
@@ -99,10 +99,8 @@ class NetworkStack(StackedModules):
         own = [getattr(algorithm, "optimizer") for algorithm in self.algorithms]  # noqa: B009 (DQN's, BC's)
         parts = {"online": self.policies, **({"target": self.targets} if self.targets else {})}
         super().__init__(parts, {"optimizer": (own, ["online"])})
-        self.head = HEADS[type(self.policies[0])]
+        self.mlp_name = HEADS[type(self.policies[0])]
         self.online, self.target = self.parts["online"], self.parts.get("target")
-        self.same_features = not any(policy.obs_normalizer.enabled for policy in self.policies)
-        """Whether every member's features are one function of its observations (no normalizer statistics)."""
 
     @staticmethod
     def stacks(policy: Policy) -> bool:
@@ -117,14 +115,17 @@ class NetworkStack(StackedModules):
         """Every seed's epsilon-greedy actions for its observations ``obs[k]`` (B, ...): one forward pass of the
         stacked Q-networks, then each seed's draw (``QPolicy.sample_of``) with its ``epsilons[k]`` from its own
         generator, the draws its one-seed run makes."""
-        features = each_member([policy.features for policy in self.policies], obs, self.same_features)
-        scores = self.online.mlp(self.head, features)
+        scores = self.head_of("online", obs)
         actions = []
         for k, policy in enumerate(self.policies):
             assert isinstance(policy, QPolicy)  # DQN's members (BC's do not act here)
             mask = policy.action_mask(obs[k])
             actions.append(policy.sample_of(masked_logits(scores[k], mask), mask, generators[k], epsilons[k]))
         return actions
+
+    def head_of(self, network: str, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The ``network``'s ("online", "target") head on each member's ``inputs[k]``: (N, B, n)."""
+        return self.head(network, self.mlp_name, inputs)
 
     def write_back(self, k: int) -> None:
         """Seed ``k``'s weights, target weights and optimizer state into its own modules and optimizer."""
@@ -145,20 +146,15 @@ class StackedNetworks(Networks):
 
     def scores(self, network: str, key: str) -> torch.Tensor:
         stack = self.stack
-        stacked, modules = (stack.online, stack.policies) if network == "online" else (stack.target, stack.targets)
-        assert stacked is not None
-        with torch.no_grad():  # the encoders and normalizers hold no weights (each network's own statistics)
-            functions = [module.features for module in modules]
-            features = each_member(functions, [batch[key] for batch in self.batches], self.stack.same_features)
-        scores = stacked.mlp(stack.head, features)
-        if stack.head == "mean":
+        scores = stack.head_of(network, [batch[key] for batch in self.batches])
+        if stack.mlp_name == "mean":
             return scores
         masks = [policy.action_mask(batch[key]) for policy, batch in zip(stack.policies, self.batches, strict=True)]
         # act_scores: illegal actions' scores at the lowest value (the masks of the observations)
         return scores if masks[0] is None else masked_logits(scores, torch.stack(masks))  # type: ignore[arg-type]
 
     def log_std(self) -> torch.Tensor | None:
-        return self.stack.online.params["log_std"].unsqueeze(1) if self.stack.head == "mean" else None
+        return self.stack.online.params["log_std"].unsqueeze(1) if self.stack.mlp_name == "mean" else None
 
     def step(self, losses: torch.Tensor, max_grad_norm: float | None) -> None:
         self.stack.step("optimizer", losses, self.present, max_grad_norm, self.algorithms)

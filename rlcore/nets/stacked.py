@@ -120,6 +120,9 @@ class StackedModules:
         self.parts: dict[str, StackedPolicies[nn.Module]] = {name: StackedPolicies(m) for name, m in parts.items()}
         self.count = len(next(iter(self.members.values())))
         """N."""
+        normalizers = [getattr(module, "obs_normalizer", None) for own in parts.values() for module in own]
+        self.same_features = not any(normalizer is not None and normalizer.enabled for normalizer in normalizers)
+        """Whether every member's features are one function of its observations (no normalizer statistics)."""
         self.own_tensors = {name: list(own) for name, own in (tensors or {}).items()}
         self.tensors = {
             name: torch.stack([tensor.detach() for tensor in own]).requires_grad_(own[0].requires_grad)
@@ -134,6 +137,14 @@ class StackedModules:
     def parameters(self, name: str) -> list[torch.Tensor]:
         """The stacked parameters of part or tensor ``name``, (N, *shape) each."""
         return [self.tensors[name]] if name in self.tensors else self.parts[name].parameters()
+
+    def head(self, part: str, mlp: str, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Each member's MLP ``mlp`` of part ``part`` on its own module's ``features`` of ``inputs[k]`` (B, ...): (N,
+        B, out). The features (encoders without weights, each member's normalizer statistics) carry no gradient."""
+        with torch.no_grad():
+            functions = [cast(Callable[[torch.Tensor], torch.Tensor], module.features) for module in self.members[part]]
+            features = each_member(functions, inputs, self.same_features)
+        return self.parts[part].mlp(mlp, features)
 
     def step(
         self, name: str, losses: torch.Tensor, present: Sequence[bool], clip: float | None, by: Sequence[SkipCounts]

@@ -18,8 +18,9 @@ from rlcore.nets.policy import Policy
 from rlcore.nets.stacked import StackedModules, stacking_problem
 
 REFUSED = {
-    "observations other than flat vectors": lambda p: not isinstance(p.encoder, Flatten)
-    or len(p.observation_space.shape or ()) != 1,
+    "observations other than flat vectors": lambda p: (
+        not isinstance(p.encoder, Flatten) or len(p.observation_space.shape or ()) != 1
+    ),
     "observations carrying an action mask": lambda p: p.mask_slice is not None,
     "observations normalized in part (a Dict space)": lambda p: p.obs_normalizer.mask is not None,
     "a categorical or transformed value head": lambda p: p.critic.categorical or p.critic.config.transform != "none",

@@ -54,10 +54,10 @@ class Acting(ABC):
     def update(self) -> list[list[dict[str, float]]]:
         """Every member's update on its rollout (advantages in place); its metrics (per run, per member)."""
 
-    @abstractmethod
     def evaluate(self, indices: list[int]) -> dict[int, EvalResult]:
         """The evaluations of the runs at ``indices`` (of :attr:`runs`) the form runs itself, by index; a run
-        left out is evaluated by its session."""
+        left out is evaluated by its session (by default every one: its own evaluator's loop)."""
+        return {}
 
     @abstractmethod
     def before_checkpoints(self, indices: list[int]) -> None:
@@ -100,9 +100,6 @@ class EachMemberActing(Acting):
 
     def begin_rollout(self) -> None:
         """Nothing: each policy acts with its own statistics."""
-
-    def evaluate(self, indices: list[int]) -> dict[int, EvalResult]:
-        return {}  # each session evaluates its own policy (recurrent state, masks: the evaluator's own loop)
 
     def before_checkpoints(self, indices: list[int]) -> None:
         """Nothing: each algorithm's optimizer is the one its checkpoint saves."""
