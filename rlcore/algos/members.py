@@ -1,6 +1,7 @@
-"""The members an on-policy update (``PPO.update_members``, ``A2C.update_members``) trains, with a leading member
-dimension (``docs/members-design.md``): :class:`OneMember` (M = 1, every policy the single path serves, in its own
-shapes) or :class:`StackedMembers` (M = N seeds' MLP actor-critics stacked, ``rlcore.nets.stacked_actor_critic``).
+"""The members an on-policy update trains (PPO's and A2C's ``update_members``), with a leading member dimension.
+
+:class:`OneMember`: M = 1, every policy the single path serves, in its own shapes; :class:`StackedMembers`: M = N
+seeds' MLP actor-critics stacked (``rlcore.nets.stacked_actor_critic``). Design: ``docs/members-design.md``.
 Samples (M, B, ...) of :class:`MemberBatch`, each member's reductions over its own samples (:meth:`MemberBatch.mean`);
 a member absent from a step, or whose loss or gradient norm is not finite, sits it out (counted on its algorithm).
 """

@@ -1,7 +1,8 @@
-"""The members a SAC update (``SAC.update_members``) trains, with a leading member dimension
-(``docs/members-design.md``): :class:`OneSAC` (M = 1, every network kind the single path serves, in its own shapes)
-or :class:`StackedSAC` (M = N seeds' actors, twin critics, targets, log alphas and optimizers stacked, the twin
-critics' ensemble axis folded into the member axis: (M * 2, in, out)). Batches (M, B, ...), losses (M,), Q-values
+"""The members a SAC update trains (``SAC.update_members``), with a leading member dimension.
+
+:class:`OneSAC`: M = 1, every network kind the single path serves, in its own shapes; :class:`StackedSAC`: M = N
+seeds' actors, twin critics, targets, log alphas and optimizers stacked, the twin critics' ensemble axis folded into
+the member axis, (M * 2, in, out). Design: ``docs/members-design.md``. Batches (M, B, ...), losses (M,), Q-values
 (M, 2, B[, n]); a member absent from a step, or whose loss or gradient norm is not finite, sits out that optimizer's
 step (counted on its algorithm); Box actions' standard normal draws come per member from its own generator.
 """

@@ -1,7 +1,9 @@
-"""The members an update on replay or dataset batches (``DQN.update_members``, ``BC.update_members``) trains, with a
-leading member dimension (``docs/members-design.md``): :class:`OneNetwork` (M = 1, every network kind the single path
-serves, in its own shapes) or :class:`StackedNetworks` (M = N seeds' MLP heads on encoders without weights stacked in
-a :class:`NetworkStack`). Batches (M, B, ...), losses (M,); a member absent from a step, or whose loss or gradient
+"""The members an update on replay or dataset batches trains (DQN's and BC's ``update_members``), with a leading
+member dimension.
+
+:class:`OneNetwork`: M = 1, every network kind the single path serves, in its own shapes; :class:`StackedNetworks`:
+M = N seeds' MLP heads on encoders without weights stacked in a :class:`NetworkStack`. Design:
+``docs/members-design.md``. Batches (M, B, ...), losses (M,); a member absent from a step, or whose loss or gradient
 norm is not finite, sits it out (counted on its algorithm); each member's target network on its own schedule.
 """
 

@@ -1,7 +1,8 @@
-"""N seeds' actor-critics (PPO's and A2C's policies) stacked (:class:`StackedModules`): features, action scores,
-values and distributions for (N, B, ...) inputs, seed k's from seed k's weights and normalizer statistics, each
-seed's actions drawn from its own generator (what its unbatched run draws). Shapes: observations and features
-(N, B, obs_dim), scores (N, B, action_dim), values (N, B).
+"""N seeds' actor-critics (PPO's and A2C's policies) stacked, and which ones stack.
+
+Features, action scores, values and distributions for (N, B, ...) inputs, seed k's from seed k's weights and
+normalizer statistics, each seed's actions drawn from its own generator (what its unbatched run draws). Shapes:
+observations and features (N, B, obs_dim), scores (N, B, action_dim), values (N, B).
 """
 
 from __future__ import annotations

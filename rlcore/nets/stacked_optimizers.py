@@ -1,6 +1,8 @@
-"""Optimizers over N stacked members' parameters (N, *shape): torch's Adam, AdamW and RMSprop with a step count per
-member (:class:`StackedAdam`, :class:`StackedRMSprop`), built from the members' own (:func:`stacked_optimizer`), each
-member's state in its own optimizer's format. A member's step is its own optimizer's up to summation order.
+"""Optimizers over N stacked members' parameters (N, *shape), each member with its own step count and state.
+
+Torch's Adam, AdamW and RMSprop (:class:`StackedAdam`, :class:`StackedRMSprop`), built from the members' own
+(:func:`stacked_optimizer`), each member's state in its own optimizer's format. A member's step is its own
+optimizer's up to summation order.
 """
 
 from __future__ import annotations
