@@ -23,7 +23,7 @@ from rlcore.nets.blocks import EnsembleLinear, TwinQ, polyak_update
 from rlcore.nets.distributions import masked_logits, sample_categorical
 from rlcore.nets.policies import CategoricalActor, SquashedGaussianActor, squashed_gaussian, squashed_sample
 from rlcore.nets.policy import Policy
-from rlcore.nets.stacked import StackedModules, StackedPolicies, each_member, stacking_problem
+from rlcore.nets.stacked import StackedModules, StackedPolicies, each_member, unstackable
 
 
 class SACAlgorithm(Protocol):
@@ -207,10 +207,10 @@ class StackedSAC(SACMembers):
 
     @staticmethod
     def stacks(algorithm: SACAlgorithm) -> bool:
-        """Whether N seeds' SAC stack (``stacking_problem``: the actor's and the critics' encoders hold no
+        """Whether N seeds' SAC stack (``unstackable``: the actor's and the critics' encoders hold no
         weights)."""
-        actor = stacking_problem(algorithm.policy, (CategoricalActor, SquashedGaussianActor), {})
-        return actor is None and stacking_problem(algorithm.critic, (TwinQ,), {}) is None
+        actor = unstackable(algorithm.policy, (CategoricalActor, SquashedGaussianActor), {})
+        return actor is None and unstackable(algorithm.critic, (TwinQ,), {}) is None
 
     def load(
         self,

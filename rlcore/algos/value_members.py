@@ -21,7 +21,7 @@ from rlcore.nets.blocks import polyak_update
 from rlcore.nets.distributions import masked_logits
 from rlcore.nets.policies import CategoricalActor, GaussianActor, QPolicy
 from rlcore.nets.policy import Policy
-from rlcore.nets.stacked import StackedModules, stacking_problem
+from rlcore.nets.stacked import StackedModules, unstackable
 
 Batch = dict[str, torch.Tensor]
 
@@ -86,7 +86,7 @@ class OneNetwork(Networks):
 HEADS = {QPolicy: "q", CategoricalActor: "logits", GaussianActor: "mean"}
 """The policies :class:`NetworkStack` stacks, and the name of the MLP each has on its encoder's features."""
 REFUSED = {"a dueling head": lambda policy: getattr(policy, "dueling", False)}
-"""What a value member leaves to each seed's own network beyond the rule of ``stacking_problem``."""
+"""What a value member leaves to each seed's own network beyond the rule of ``unstackable``."""
 
 
 class NetworkStack(StackedModules):
@@ -106,9 +106,9 @@ class NetworkStack(StackedModules):
 
     @staticmethod
     def stacks(policy: Policy) -> bool:
-        """Whether N seeds' ``policy`` stack (``stacking_problem``: an MLP head of :data:`HEADS` on an encoder
+        """Whether N seeds' ``policy`` stack (``unstackable``: an MLP head of :data:`HEADS` on an encoder
         without weights, not DQN's dueling head). Other kinds train each member's own network in turn."""
-        return stacking_problem(policy, HEADS, REFUSED) is None
+        return unstackable(policy, HEADS, REFUSED) is None
 
     @torch.no_grad()
     def explore(

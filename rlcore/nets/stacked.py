@@ -3,7 +3,7 @@
 :class:`StackedModules` is the one stacked form every family uses: named parts (each member's module, stacked
 parameters and buffers (M, *shape)), each ``nn.Linear`` of an MLP one ``torch.baddbmm`` (:meth:`StackedPolicies.mlp`:
 (M, B, in) -> (M, B, out)), the members' own optimizers as one each (``rlcore.nets.stacked_optimizers``), member k
-written back into its own modules and optimizers. :func:`stacking_problem` is the one rule of what stacks;
+written back into its own modules and optimizers. :func:`unstackable` is the one rule of what stacks;
 :func:`masked_step` the members' optimizer step (a member absent, or whose loss or gradient norm is not finite, sits
 out while the others step).
 Why ``baddbmm`` and not ``torch.func.vmap``: ``docs/members-design.md``.
@@ -84,7 +84,7 @@ class StackedPolicies(Generic[PolicyT]):
                 self.buffers[name][k].copy_(buffer)
 
 
-def stacking_problem(
+def unstackable(
     module: nn.Module, kinds: Collection[type[nn.Module]], refused: Mapping[str, Callable[[Any], bool]]
 ) -> str | None:
     """Why N members' ``module`` do not stack, or None: the one rule is an MLP head (a class in ``kinds``) on an

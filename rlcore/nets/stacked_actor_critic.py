@@ -16,7 +16,7 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 from rlcore.nets.encoders import Flatten
 from rlcore.nets.policies import ActorCritic
 from rlcore.nets.policy import Policy
-from rlcore.nets.stacked import StackedModules, stacking_problem
+from rlcore.nets.stacked import StackedModules, unstackable
 
 REFUSED = {
     "observations other than flat vectors": lambda p: (
@@ -27,12 +27,12 @@ REFUSED = {
     "a categorical or transformed value head": lambda p: p.critic.categorical or p.critic.config.transform != "none",
     "actions other than Discrete or Box": lambda p: not isinstance(p.action_space, spaces.Discrete | spaces.Box),
 }
-"""What an actor-critic leaves to each seed's own policy beyond the rule of :func:`stacking_problem`."""
+"""What an actor-critic leaves to each seed's own policy beyond the rule of :func:`unstackable`."""
 
 
 def batching_problem(policy: Policy) -> str | None:
     """Why ``policy``'s architecture cannot be stacked by :class:`StackedActorCritic`, or None when it can."""
-    return stacking_problem(policy, (ActorCritic,), REFUSED)
+    return unstackable(policy, (ActorCritic,), REFUSED)
 
 
 class StackedActorCritic(StackedModules):
