@@ -189,15 +189,15 @@ class StackedSAC(SACMembers):
 
     def __init__(self, algorithms: Sequence[SACAlgorithm]) -> None:
         super().__init__(algorithms)
-        own = [own_optimizers(algorithm) for algorithm in self.algorithms]
-        parts = {"critic": ["critic"], "actor": ["actor"], "alpha": ["log_alpha"]}
+        own = [own_optimizers(algorithm) for algorithm in self.algorithms]  # each in PARTS' order
+        steps = {"critic": ["critic"], "actor": ["actor"], "alpha": ["log_alpha"]}  # what each optimizer steps
         self.stack = StackedModules(
             {
                 "actor": [algorithm.policy for algorithm in self.algorithms],
                 "critic": [algorithm.critic for algorithm in self.algorithms],
                 "target": [algorithm.critic_target for algorithm in self.algorithms],
             },
-            {part: ([mine[i] for mine in own], parts[part]) for i, part in enumerate(PARTS[: len(own[0])])},
+            {part: ([mine[i] for mine in own], steps[part]) for i, part in enumerate(PARTS[: len(own[0])])},
             {"log_alpha": [algorithm.log_alpha for algorithm in self.algorithms]},
         )
         self.critic, self.target = self.stack.parts["critic"], self.stack.parts["target"]
