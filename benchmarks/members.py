@@ -305,10 +305,9 @@ class Batched(Learner):
     def weights(self) -> list[dict[str, torch.Tensor]]:
         if self.form == "today":
             if self.algo == "ppo":
-                return [
-                    {f"policy.{n}": v for n, v in s.items() if n in dict(self.members[0].policy.named_parameters())}
-                    for s in self.stacked_ac.stacked.state_dicts()
-                ]
+                for k in range(self.count):
+                    self.stacked_ac.write_weights(k)
+                return Loop.weights(self)  # type: ignore[arg-type]
             if self.algo == "sac":
                 self.stacked_sac.write_back()
                 return Loop.weights(self)  # type: ignore[arg-type]
