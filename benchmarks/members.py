@@ -48,7 +48,7 @@ from seeds_batching import rollout  # noqa: E402
 
 from rlcore.algos.bc import BC, bc_loss, bc_optimizer  # noqa: E402
 from rlcore.algos.dqn import DQN, dqn_loss, dqn_optimizer  # noqa: E402
-from rlcore.algos.members import StackedMembers, stacked_optimizer  # noqa: E402
+from rlcore.algos.members import StackedMembers  # noqa: E402
 from rlcore.algos.ppo import PPO  # noqa: E402
 from rlcore.algos.sac import SAC  # noqa: E402
 from rlcore.algos.sac_members import StackedSAC  # noqa: E402
@@ -210,8 +210,7 @@ class Batched(Learner):
 
     def _today(self, policies: list[Any]) -> None:
         if self.algo == "ppo":
-            self.stacked_ac = StackedActorCritic(policies)
-            self.optimizer = stacked_optimizer(self.members, self.stacked_ac)
+            self.stacked_ac = StackedActorCritic(policies, [member.optimizer for member in self.members])
         elif self.algo == "sac":
             self.stacked_sac = StackedSAC(self.members)
         else:
@@ -231,7 +230,7 @@ class Batched(Learner):
 
     # today's batched steps
     def _today_ppo(self, _: Any) -> None:
-        members = StackedMembers(self.members, self.stacked_ac, self.optimizer, self.rollouts)
+        members = StackedMembers(self.members, self.stacked_ac, self.rollouts)
         PPO.update_members(members, [PROGRESS] * self.count, self.generators)
 
     def _today_sac(self, batch: dict[str, torch.Tensor]) -> None:
@@ -306,10 +305,9 @@ class Batched(Learner):
     def weights(self) -> list[dict[str, torch.Tensor]]:
         if self.form == "today":
             if self.algo == "ppo":
-                return [
-                    {f"policy.{n}": v for n, v in s.items() if n in dict(self.members[0].policy.named_parameters())}
-                    for s in self.stacked_ac.stacked.state_dicts()
-                ]
+                for k in range(self.count):
+                    self.stacked_ac.write_weights(k)
+                return Loop.weights(self)  # type: ignore[arg-type]
             if self.algo == "sac":
                 self.stacked_sac.write_back()
                 return Loop.weights(self)  # type: ignore[arg-type]

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import emit  # noqa: E402
 
-from rlcore.nets.stacked import StackedAdam  # noqa: E402
+from rlcore.nets.stacked_optimizers import StackedAdam  # noqa: E402
 
 BATCH = 256
 

@@ -34,7 +34,7 @@ from rlcore.algos.base import OnPolicyAlgorithm
 from rlcore.algos.bc import BC, BCConfig
 from rlcore.algos.dqn import DQN, DQNConfig
 from rlcore.algos.iql import IQL, IQLConfig
-from rlcore.algos.members import StackedMembers, stacked_optimizer
+from rlcore.algos.members import StackedMembers
 from rlcore.algos.ppo import PPO, PPOConfig
 from rlcore.algos.sac import SAC, SACConfig
 from rlcore.algos.sac_members import StackedSAC
@@ -102,14 +102,16 @@ def on_policy(kind: type[OnPolicyAlgorithm[Any, Any]], config: Any, steps: int, 
         return kind(kind.make_policy(observation_space, action_space, POLICY, config), config)
 
     def batched(algorithms: list[Any]) -> Callable[[list[Any], list[torch.Generator]], list[dict[str, float]]]:
-        stacked = StackedActorCritic([algorithm.policy for algorithm in algorithms])
-        optimizer = stacked_optimizer(algorithms, stacked)
+        own = [algorithm.optimizer for algorithm in algorithms]
+        stacked = StackedActorCritic([algorithm.policy for algorithm in algorithms], own)
 
         def update(data: list[Any], generators: list[torch.Generator]) -> list[dict[str, float]]:
-            members = StackedMembers(algorithms, stacked, optimizer, data)
-            metrics = kind.update_members(members, [0.5] * len(algorithms), generators)
-            for k, algorithm in enumerate(algorithms):
-                stacked.copy_weights_to(k, algorithm.policy)
+            metrics = kind.update_members(
+                StackedMembers(algorithms, stacked, data), [0.5] * len(algorithms), generators
+            )
+            for k in range(len(algorithms)):
+                stacked.write_weights(k)
+                stacked.write_optimizers(k)
             return metrics
 
         return update

@@ -14,7 +14,8 @@ from rlcore.algos.ppo import clipped_surrogate
 from rlcore.config.sections import PolicyConfig
 from rlcore.nets.policies import ActorCritic
 from rlcore.nets.recurrent import actor_critic
-from rlcore.nets.stacked import StackedAdam, StackedPolicies, StackedRMSprop, clip_member_grad_norms_, masked_step
+from rlcore.nets.stacked import StackedPolicies, clip_member_grad_norms_, masked_step
+from rlcore.nets.stacked_optimizers import StackedAdam, StackedRMSprop
 
 SEEDS = [0, 1, 7]
 BATCH = 64

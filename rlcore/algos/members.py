@@ -1,22 +1,9 @@
-"""The members an on-policy update trains, seen with a leading member dimension (issue 39,
-``docs/members-design.md``): one policy (M = 1, the single-seed run) or N seeds' stacked actor-critics (M = N,
-``train.seeds`` batched), each answering the update in (M, B, ...) tensors.
+"""The members an on-policy update trains (PPO's and A2C's ``update_members``), with a leading member dimension.
 
-``PPO.update_members`` and ``A2C.update_members`` are written once over this interface. What differs between one
-member and N lives here, and only here:
-
-- :class:`OneMember` is a shape adapter over the plain policy and its rollout: every policy the single path serves
-  (recurrent cores with their sequence minibatches, CNN and Dict encoders, action masks, categorical and transformed
-  value heads, the BC regularizer, precision autocast, fp16 loss scaling) is its own forward pass with a leading
-  dim of 1 added to the outputs; its optimizer step is :meth:`rlcore.algos.base.Algorithm.apply_gradients`.
-- :class:`StackedMembers` runs N seeds' MLP actor-critics stacked (``rlcore.nets.stacked_actor_critic``: one
-  ``baddbmm`` per layer), each member's samples padded to the longest with a mask, gradients clipped per member and
-  one optimizer step over the stacked weights for the members that take it (``rlcore.nets.stacked``).
-
-Data-dependent control flow is masks (:class:`MemberBatch` ``present``; a member with a non-finite loss or gradient
-norm skips its step and the skip is counted on its own algorithm), and reductions run over each member's own
-samples (:meth:`MemberBatch.mean`), so member k's arithmetic is the one-member update's with seed k up to float32
-summation order.
+:class:`OneMember`: M = 1, every policy the single path serves, in its own shapes; :class:`StackedMembers`: M = N
+seeds' MLP actor-critics stacked (``rlcore.nets.stacked_actor_critic``). Design: ``docs/members-design.md``.
+Samples (M, B, ...) of :class:`MemberBatch`, each member's reductions over its own samples (:meth:`MemberBatch.mean`);
+a member absent from a step, or whose loss or gradient norm is not finite, sits it out (counted on its algorithm).
 """
 
 from __future__ import annotations
@@ -26,24 +13,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import torch
 
 from rlcore.algos.base import OnPolicyAlgorithm
 from rlcore.data.rollouts import RolloutBuffer
 from rlcore.nets.policies import ActorCritic
-from rlcore.nets.stacked import (
-    StackedAdam,
-    StackedOptimizer,
-    StackedRMSprop,
-    count_skips,
-    masked_backward,
-    masked_optimizer_step,
-)
+from rlcore.nets.stacked import count_skips, masked_backward, masked_optimizer_step
 from rlcore.nets.stacked_actor_critic import StackedActorCritic
 
 OnPolicy = OnPolicyAlgorithm[Any, ActorCritic]
+AlgorithmT = TypeVar("AlgorithmT")
 
 
 class MemberBatch:
@@ -123,32 +104,54 @@ class Standardizer:
         return standard if all(self.usable) else torch.where(torch.tensor(self.usable).unsqueeze(1), standard, x)
 
 
-class Members(ABC):
-    """M members' networks, rollouts, optimizers and counters, as an on-policy update reads them."""
+class MemberSet(Generic[AlgorithmT]):
+    """M members' algorithms, as an update written over members reads them (on-policy, value, SAC).
 
-    def __init__(self, algorithms: Sequence[OnPolicy]) -> None:
+    One member (M = 1, the single-seed run: ``OneMember``, ``OneNetwork``, ``OneSAC``) answers in its plain modules'
+    own shapes, (B, ...) for (M, B, ...) and scalars for (M,): the member dimension of one broadcasts away and no
+    reshape enters the backward pass (measured ~5% of a PPO CartPole update when it did), so one seed's arithmetic is
+    the single path's, bitwise. Its optimizer steps are its algorithm's own."""
+
+    def __init__(self, algorithms: Sequence[AlgorithmT]) -> None:
         self.algorithms = list(algorithms)
         self.count = len(self.algorithms)
         """M."""
+
+    def values(self, x: torch.Tensor) -> list[float]:
+        """A per-member tensor (() or (M,)) as each member's float (one host sync)."""
+        return x.detach().reshape(self.count).tolist()
+
+
+class Members(MemberSet[OnPolicy], ABC):
+    """M members' networks, rollouts (of one shape), optimizer and counters, as an on-policy update reads them."""
+
+    def __init__(
+        self, algorithms: Sequence[OnPolicy], rollouts: Sequence[RolloutBuffer], optimizer: torch.optim.Optimizer
+    ) -> None:
+        super().__init__(algorithms)
+        self.rollouts, self.optimizer = list(rollouts), optimizer
 
     @abstractmethod
     def field(self, name: str) -> torch.Tensor:
         """A stored rollout field, each member's flat steps: (M, T * E, ...)."""
 
-    @abstractmethod
     def env_steps(self) -> int:
         """Env steps in each member's rollout (autoreset steps included)."""
+        return int(self.rollouts[0].rewards.numel())
 
-    @abstractmethod
     def valid_indices(self) -> list[torch.Tensor]:
         """Each member's trained-on flat steps."""
+        return [rollout.flat_valid_indices() for rollout in self.rollouts]
 
-    @abstractmethod
     def orders(
         self, batch_sizes: Sequence[int], generators: Sequence[torch.Generator], running: Sequence[bool]
     ) -> list[list[torch.Tensor]]:
         """Each running member's shuffled minibatches of its valid steps, drawn from its own generator (a member not
         running draws nothing: [])."""
+        return [
+            list(rollout.minibatches(size, generator)) if run else []
+            for rollout, size, generator, run in zip(self.rollouts, batch_sizes, generators, running, strict=True)
+        ]
 
     @abstractmethod
     def losses(
@@ -166,11 +169,14 @@ class Members(ABC):
         """The context the losses' forward passes run in (``train.precision``)."""
         return contextlib.nullcontext()
 
-    @abstractmethod
-    def set_learning_rates(self, rates: Sequence[float]) -> None: ...
+    def set_learning_rates(self, rates: Sequence[float]) -> None:
+        """Each member's learning rate (one float while they agree, else a float64 tensor (M,))."""
+        rate: float | torch.Tensor = rates[0] if len(set(rates)) == 1 else torch.tensor(rates, dtype=torch.float64)
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
 
-    @abstractmethod
-    def zero_grad(self) -> None: ...
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
 
     @abstractmethod
     def backward(self, losses: torch.Tensor, present: torch.Tensor) -> None:
@@ -197,14 +203,12 @@ class MemberUpdate(Protocol):
 
 
 class OneMember(Members):
-    """One algorithm's policy and rollout, M = 1: the plain module and its own shapes, (B, ...) for (1, B, ...) and
-    scalars for (1,) (the member dimension of one broadcasts away, and no reshape enters the backward pass: measured
-    ~5% of a PPO CartPole update when it did). Only :meth:`field` gives the leading dim of 1."""
+    """One algorithm's policy and rollout, M = 1 in its own shapes (:class:`MemberSet`); only :meth:`field` gives the
+    leading dim of 1."""
 
     def __init__(self, algorithm: OnPolicy, rollout: RolloutBuffer) -> None:
-        super().__init__([algorithm])
+        super().__init__([algorithm], [rollout], getattr(algorithm, "optimizer"))  # noqa: B009 (PPO's, A2C's)
         self.algorithm, self.policy, self.rollout = algorithm, algorithm.policy, rollout
-        self.optimizer: torch.optim.Optimizer = getattr(algorithm, "optimizer")  # noqa: B009 (PPO's, A2C's)
         self._flat: dict[str, torch.Tensor] = {}
 
     def _flat_field(self, name: str) -> torch.Tensor:
@@ -217,17 +221,6 @@ class OneMember(Members):
 
     def take(self, name: str, batch: MemberBatch) -> torch.Tensor:
         return self._flat_field(name)[batch.parts[0]]
-
-    def env_steps(self) -> int:
-        return int(self.rollout.rewards.numel())
-
-    def valid_indices(self) -> list[torch.Tensor]:
-        return [self.rollout.flat_valid_indices()]
-
-    def orders(
-        self, batch_sizes: Sequence[int], generators: Sequence[torch.Generator], running: Sequence[bool]
-    ) -> list[list[torch.Tensor]]:
-        return [list(self.rollout.minibatches(batch_sizes[0], generators[0])) if running[0] else []]
 
     def losses(
         self, batch: MemberBatch, clip_range_vf: float | None
@@ -248,13 +241,6 @@ class OneMember(Members):
     def autocast(self) -> contextlib.AbstractContextManager[None]:
         return self.algorithm.precision.autocast()
 
-    def set_learning_rates(self, rates: Sequence[float]) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = rates[0]
-
-    def zero_grad(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
-
     def backward(self, losses: torch.Tensor, present: torch.Tensor) -> None:
         self.algorithm.accumulate(losses)  # a non-finite loss is not back-propagated: the step is skipped
 
@@ -266,37 +252,16 @@ class OneMember(Members):
         self.algorithm.gradient_steps += 1
 
 
-def stacked_optimizer(algorithms: Sequence[OnPolicy], stacked: StackedActorCritic) -> StackedOptimizer:
-    """The members' optimizer (Adam or RMSprop, as ``algorithms[0].optimizer`` is) over the stacked weights, with each
-    member's own state loaded from its algorithm's optimizer."""
-    optimizer: torch.optim.Optimizer = getattr(algorithms[0], "optimizer")  # noqa: B009 (PPO's, A2C's)
-    group = optimizer.param_groups[0]
-    stacked_one: StackedOptimizer
-    if isinstance(optimizer, torch.optim.RMSprop):
-        stacked_one = StackedRMSprop(stacked.parameters(), stacked.count, alpha=group["alpha"], eps=group["eps"])
-    else:
-        betas = (float(group["betas"][0]), float(group["betas"][1]))
-        stacked_one = StackedAdam(stacked.parameters(), stacked.count, betas=betas, eps=float(group["eps"]))
-    stacked_one.load_seed_state_dicts([getattr(a, "optimizer").state_dict() for a in algorithms])  # noqa: B009
-    return stacked_one
-
-
 class StackedMembers(Members):
-    """N seeds' actor-critics stacked (M = N), each with its rollout (of one shape): their fields side by side, one
-    forward pass and one backward pass for all, each member's gradient clipped to its own norm and its optimizer state
-    its own."""
+    """N seeds' actor-critics and optimizers stacked (``stacked``, M = N), each with its rollout (of one shape)."""
 
     def __init__(
-        self,
-        algorithms: Sequence[OnPolicy],
-        stacked: StackedActorCritic,
-        optimizer: StackedOptimizer,
-        rollouts: Sequence[RolloutBuffer],
+        self, algorithms: Sequence[OnPolicy], stacked: StackedActorCritic, rollouts: Sequence[RolloutBuffer]
     ) -> None:
-        super().__init__(algorithms)
+        super().__init__(algorithms, rollouts, stacked.optimizers["optimizer"])
         if any(getattr(a, "behavioral_cloning", None) is not None for a in algorithms):
             raise ValueError("algorithms: the BC regularizer runs one member at a time (OneMember)")
-        self.stacked, self.optimizer, self.rollouts = stacked, optimizer, list(rollouts)
+        self.stacked: StackedActorCritic = stacked
         self.critic = self.algorithms[0].policy.critic  # the value head's arithmetic (its weights: the stacked ones)
         self._finite = torch.ones(self.count, dtype=torch.bool)
         self._fields: dict[str, torch.Tensor] = {}
@@ -306,20 +271,6 @@ class StackedMembers(Members):
             self._fields[name] = torch.stack([rollout.flat(name) for rollout in self.rollouts])
         return self._fields[name]
 
-    def env_steps(self) -> int:
-        return int(self.rollouts[0].rewards.numel())
-
-    def valid_indices(self) -> list[torch.Tensor]:
-        return [rollout.flat_valid_indices() for rollout in self.rollouts]
-
-    def orders(
-        self, batch_sizes: Sequence[int], generators: Sequence[torch.Generator], running: Sequence[bool]
-    ) -> list[list[torch.Tensor]]:
-        return [
-            list(rollout.minibatches(size, generator)) if run else []
-            for rollout, size, generator, run in zip(self.rollouts, batch_sizes, generators, running, strict=True)
-        ]
-
     def losses(
         self, batch: MemberBatch, clip_range_vf: float | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -327,26 +278,20 @@ class StackedMembers(Members):
         features = stacked.features(self.take("obs", batch))
         dist = stacked.distribution(stacked.scores(features))
         log_probs = dist.log_prob(self.take("actions", batch))
-        out = stacked.stacked.mlp("critic.net", features)
+        out = stacked.parts["policy"].mlp("critic.net", features)
         per_sample = self.critic.losses_of(out, self.take("returns", batch), self.take("values", batch), clip_range_vf)
         return log_probs, dist.entropy(), batch.mean(per_sample)
 
     def extra_losses(self, generators: Sequence[torch.Generator]) -> torch.Tensor | None:
         return None
 
-    def set_learning_rates(self, rates: Sequence[float]) -> None:
-        rate: float | torch.Tensor = rates[0] if len(set(rates)) == 1 else torch.tensor(rates, dtype=torch.float64)
-        for group in self.optimizer.param_groups:
-            group["lr"] = rate
-
-    def zero_grad(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
-
     def backward(self, losses: torch.Tensor, present: torch.Tensor) -> None:
         self._finite &= masked_backward(losses, present) | ~present
 
     def step(self, max_grad_norm: float | None, taking: Sequence[bool]) -> None:
-        applied = masked_optimizer_step(self.optimizer, torch.tensor(list(taking)) & self._finite, max_grad_norm)
+        applied = masked_optimizer_step(
+            self.stacked.optimizers["optimizer"], torch.tensor(list(taking)) & self._finite, max_grad_norm
+        )
         count_skips(self.algorithms, applied, taking)
         for algorithm, took in zip(self.algorithms, taking, strict=True):
             algorithm.gradient_steps += took

@@ -1,20 +1,10 @@
-"""The members a SAC update trains, seen with a leading member dimension (issue 39, ``docs/members-design.md``): one
-SAC (M = 1, the single-seed run) or N seeds' actors, twin critics, targets and log alphas stacked (M = N,
-``train.seeds`` batched), each answering :meth:`rlcore.algos.sac.SAC.update_members` in (M, B, ...) tensors.
+"""The members a SAC update trains (``SAC.update_members``), with a leading member dimension.
 
-What differs between one member and N lives here, and only here:
-
-- :class:`OneSAC` is a shape adapter over the plain modules: every network kind the single path serves (CNN and
-  Dict encoders, action masks, precision) is its own forward pass, (B, ...) for (1, B, ...) and scalars for (1,) (the
-  member dimension of one broadcasts away), and its optimizer steps are ``Algorithm.optimizer_step``: one seed's
-  arithmetic is bitwise what it was before the update was written over members.
-- :class:`StackedSAC` runs N seeds stacked: each linear layer one ``torch.baddbmm`` over the stacked weights (the
-  twin critics' ensemble axis folded into the member axis, (N * 2, in, out)), each member's loss its own, one masked
-  step per optimizer (:func:`rlcore.nets.stacked.masked_step`: a member absent from the step, or whose loss or
-  clipped gradient norm is not finite, sits out that optimizer's step, the skip counted on its own algorithm), and
-  the targets' Polyak update one ``torch._foreach_lerp_``. Box actions' standard normal draws are given per member
-  (:meth:`StackedSAC.load`), drawn from each seed's own generator. It stacks encoders without weights (vector or
-  discrete observations, :meth:`StackedSAC.stacks`); other kinds train each member's own ``SAC.update`` in turn.
+:class:`OneSAC`: M = 1, every network kind the single path serves, in its own shapes; :class:`StackedSAC`: M = N
+seeds' actors, twin critics, targets, log alphas and optimizers stacked, the twin critics' ensemble axis folded into
+the member axis, (M * 2, in, out). Design: ``docs/members-design.md``. Batches (M, B, ...), losses (M,), Q-values
+(M, 2, B[, n]); a member absent from a step, or whose loss or gradient norm is not finite, sits out that optimizer's
+step (counted on its algorithm); Box actions' standard normal draws come per member from its own generator.
 """
 
 from __future__ import annotations
@@ -28,11 +18,12 @@ import torch
 from torch import nn
 from torch.distributions import TanhTransform
 
+from rlcore.algos.members import MemberSet
 from rlcore.nets.blocks import EnsembleLinear, TwinQ, polyak_update
 from rlcore.nets.distributions import masked_logits, sample_categorical
-from rlcore.nets.policies import SquashedGaussianActor, squashed_gaussian, squashed_sample
+from rlcore.nets.policies import CategoricalActor, SquashedGaussianActor, squashed_gaussian, squashed_sample
 from rlcore.nets.policy import Policy
-from rlcore.nets.stacked import StackedAdam, StackedPolicies, count_skips, each_member, masked_step
+from rlcore.nets.stacked import StackedModules, StackedPolicies, each_member, unstackable
 
 
 class SACAlgorithm(Protocol):
@@ -72,13 +63,11 @@ PARTS = ("critic", "actor", "alpha")
 """The optimizers of one SAC gradient step, in the order they step."""
 
 
-class SACMembers(ABC):
+class SACMembers(MemberSet[SACAlgorithm], ABC):
     """M members' SAC networks, optimizers and counters, and each member's replay batch of the current step."""
 
     def __init__(self, algorithms: Sequence[SACAlgorithm]) -> None:
-        self.algorithms = list(algorithms)
-        self.count = len(self.algorithms)
-        """M."""
+        super().__init__(algorithms)
         first = self.algorithms[0]
         self.config = first.config
         """The members' ``SACConfig`` (one configuration)."""
@@ -129,7 +118,7 @@ class SACMembers(ABC):
 
 
 class OneSAC(SACMembers):
-    """One SAC and its replay batch, M = 1: the plain modules and their own shapes."""
+    """One SAC and its replay batch, M = 1 in its own shapes (:class:`rlcore.algos.members.MemberSet`)."""
 
     def __init__(self, algorithm: SACAlgorithm, batch: dict[str, torch.Tensor]) -> None:
         super().__init__([algorithm])
@@ -194,48 +183,34 @@ class OneSAC(SACMembers):
 
 
 class StackedSAC(SACMembers):
-    """N seeds' SAC (one configuration) stacked: actors, critics, targets, log alphas and a :class:`StackedAdam` per
-    optimizer, each member's Adam state loaded from its own algorithm's. Kept over many gradient steps (:meth:`load`
-    gives each step's batches); :meth:`write_back` puts everything back into the seeds' own modules and optimizers."""
+    """N seeds' SAC (one configuration) stacked: parts ``"actor"``, ``"critic"``, ``"target"``, the tensor
+    ``"log_alpha"`` and an optimizer per :data:`PARTS`, kept over many gradient steps (:meth:`load` gives each step's
+    batches); :meth:`write_back` puts everything back into the seeds' own modules and optimizers."""
 
     def __init__(self, algorithms: Sequence[SACAlgorithm]) -> None:
         super().__init__(algorithms)
-        algorithms = self.algorithms
-        self.actor: StackedPolicies[nn.Module] = StackedPolicies([algorithm.policy for algorithm in algorithms])
-        self.critic: StackedPolicies[TwinQ] = StackedPolicies([algorithm.critic for algorithm in algorithms])
-        self.target: StackedPolicies[TwinQ] = StackedPolicies([algorithm.critic_target for algorithm in algorithms])
-        self._log_alpha = torch.stack([algorithm.log_alpha.detach() for algorithm in algorithms])
-        self._log_alpha.requires_grad_(self.config.auto_alpha)
-        self.parameters: dict[str, list[torch.Tensor]] = {
-            "critic": self.critic.parameters(),
-            "actor": self.actor.parameters(),
-            "alpha": [self._log_alpha],
-        }
-        self.optimizers: dict[str, StackedAdam] = {}
-        for part, own in zip(PARTS, own_optimizers(algorithms[0]), strict=False):
-            group = own.param_groups[0]
-            optimizer = StackedAdam(
-                self.parameters[part],
-                self.count,
-                lr=group["lr"],
-                betas=group["betas"],
-                eps=group["eps"],
-                fused=part != "alpha",  # SAC's own alpha optimizer is not fused: the same kernel, the same ulps
-            )
-            optimizer.load_seed_state_dicts([own_optimizers(a)[PARTS.index(part)].state_dict() for a in algorithms])
-            self.optimizers[part] = optimizer
+        own = [own_optimizers(algorithm) for algorithm in self.algorithms]  # each in PARTS' order
+        steps = {"critic": ["critic"], "actor": ["actor"], "alpha": ["log_alpha"]}  # what each optimizer steps
+        self.stack = StackedModules(
+            {
+                "actor": [algorithm.policy for algorithm in self.algorithms],
+                "critic": [algorithm.critic for algorithm in self.algorithms],
+                "target": [algorithm.critic_target for algorithm in self.algorithms],
+            },
+            {part: ([mine[i] for mine in own], steps[part]) for i, part in enumerate(PARTS[: len(own[0])])},
+            {"log_alpha": [algorithm.log_alpha for algorithm in self.algorithms]},
+        )
+        self.critic, self.target = self.stack.parts["critic"], self.stack.parts["target"]
         self.batches: list[dict[str, torch.Tensor]] = []
         self.noise: torch.Tensor | None = None
         self.present = [True] * self.count
-        self.same_features = not any(algorithm.policy.obs_normalizer.enabled for algorithm in algorithms)
-        """Whether every member's features are one function of its observations (no normalizer statistics)."""
 
     @staticmethod
     def stacks(algorithm: SACAlgorithm) -> bool:
-        """Whether N seeds' SAC stack: the actor's and the critics' encoders hold no weights (vector or discrete
-        observations)."""
-        encoders = (algorithm.policy.encoder, algorithm.critic.encoder)
-        return not any(True for encoder in encoders for _ in encoder.parameters())
+        """Whether N seeds' SAC stack (``unstackable``: the actor's and the critics' encoders hold no
+        weights)."""
+        actor = unstackable(algorithm.policy, (CategoricalActor, SquashedGaussianActor), {})
+        return actor is None and unstackable(algorithm.critic, (TwinQ,), {}) is None
 
     def load(
         self,
@@ -252,7 +227,7 @@ class StackedSAC(SACMembers):
 
     @property
     def log_alpha(self) -> torch.Tensor:
-        return self._log_alpha
+        return self.stack.tensors["log_alpha"]
 
     def field(self, key: str) -> torch.Tensor:
         return torch.stack([batch[key] for batch in self.batches])
@@ -263,9 +238,9 @@ class StackedSAC(SACMembers):
             lambda x, a=a: (a.critic_target if target else a.critic).encode(a.policy.obs_normalizer(x))
             for a in self.algorithms
         ]
-        return each_member(functions, [batch[key] for batch in self.batches], self.same_features)
+        return each_member(functions, [batch[key] for batch in self.batches], self.stack.same_features)
 
-    def _twin(self, stacked: StackedPolicies[TwinQ], x: torch.Tensor) -> torch.Tensor:
+    def _twin(self, stacked: StackedPolicies[Any], x: torch.Tensor) -> torch.Tensor:
         """Every member's twin critics on its own inputs: ``x`` (M, B, in) -> (M, 2, B, out), each ensemble layer one
         ``torch.baddbmm`` over the (M * 2) stacked networks (as ``EnsembleLinear`` does over its 2)."""
         count, batch = x.shape[0], x.shape[1]
@@ -295,19 +270,14 @@ class StackedSAC(SACMembers):
         assert isinstance(policy, SquashedGaussianActor)  # the bounds are the env's, every member's the same
         return self.q(features, policy.to_unit(actions))
 
-    def _actor_features(self, key: str) -> torch.Tensor:
-        with torch.no_grad():  # the encoders and normalizers hold no weights
-            functions = [a.policy.features for a in self.algorithms]
-            return each_member(functions, [batch[key] for batch in self.batches], self.same_features)
-
     def logits(self, key: str) -> torch.Tensor:
-        logits = self.actor.mlp("logits", self._actor_features(key))
+        logits = self.stack.head("actor", "logits", [batch[key] for batch in self.batches])
         masks = [a.policy.action_mask(batch[key]) for a, batch in zip(self.algorithms, self.batches, strict=True)]
         return masked_logits(logits, None if masks[0] is None else torch.stack(masks))  # type: ignore[arg-type]
 
     def sample(self, key: str, draw: int) -> tuple[torch.Tensor, torch.Tensor]:
         assert self.noise is not None
-        trunk = self.actor.mlp("trunk", self._actor_features(key))
+        trunk = self.stack.head("actor", "trunk", [batch[key] for batch in self.batches])
         mean, log_std = SquashedGaussianActor.mean_log_std(trunk)
         return squashed_sample(squashed_gaussian(mean, log_std, [TanhTransform(cache_size=1)]), self.noise[:, draw])
 
@@ -317,14 +287,13 @@ class StackedSAC(SACMembers):
         forward pass for all of them, then each seed's draw from its own generator, the draws its one-seed run makes
         (``SquashedGaussianActor.sample_of``: its Gaussian noise and squashing; discrete: ``sample_categorical``)."""
         policies = [algorithm.policy for algorithm in self.algorithms]
-        features = each_member([policy.features for policy in policies], obs, self.same_features)
         if self.discrete:
-            logits = self.actor.mlp("logits", features)
+            logits = self.stack.head("actor", "logits", obs)
             return [
                 sample_categorical(masked_logits(logits[k], policy.action_mask(obs[k])), generators[k])
                 for k, policy in enumerate(policies)
             ]
-        mean, log_std = SquashedGaussianActor.mean_log_std(self.actor.mlp("trunk", features))
+        mean, log_std = SquashedGaussianActor.mean_log_std(self.stack.head("actor", "trunk", obs))
         actions = []
         for k, policy in enumerate(policies):
             assert isinstance(policy, SquashedGaussianActor)
@@ -342,44 +311,21 @@ class StackedSAC(SACMembers):
                 param.requires_grad_(True)
 
     def step(self, part: str, losses: torch.Tensor) -> None:
-        present = None if all(self.present) else torch.tensor(self.present)
         clip = self.config.max_grad_norm if part != "alpha" else None
-        applied = masked_step(self.optimizers[part], losses, present, clip)
-        count_skips(self.algorithms, applied, self.present)
+        self.stack.step(part, losses, self.present, clip, self.algorithms)
 
     def end_step(self) -> None:
-        due = []
         for algorithm, present in zip(self.algorithms, self.present, strict=True):
-            if present:
-                algorithm.gradient_steps += 1
-            due.append(present and algorithm.gradient_steps % self.config.target_update_interval == 0)
-        if not any(due):
-            return
-        targets, sources = self.target.parameters(), self.critic.parameters()
-        with torch.no_grad():
-            if all(due):
-                torch._foreach_lerp_(targets, sources, self.config.tau)
-            else:  # members whose counts differ (resumed apart) or absent: each due one's slices
-                for k in (k for k, is_due in enumerate(due) if is_due):
-                    torch._foreach_lerp_([t[k] for t in targets], [s[k] for s in sources], self.config.tau)
+            algorithm.gradient_steps += present
+        interval = self.config.target_update_interval
+        due = [self.present[k] and a.gradient_steps % interval == 0 for k, a in enumerate(self.algorithms)]
+        self.stack.update_target("target", "critic", due, self.config.tau)
 
-    @torch.no_grad()
     def write_back(self) -> None:
         """Every member's actor, critics, targets, log alpha and Adam states into its own ``SAC``."""
-        for index, algorithm in enumerate(self.algorithms):
-            parts: list[tuple[nn.Module, StackedPolicies[Any]]] = [
-                (algorithm.policy, self.actor),
-                (algorithm.critic, self.critic),
-                (algorithm.critic_target, self.target),
-            ]
-            algorithm.log_alpha.copy_(self._log_alpha[index])
-            for part, own in zip(PARTS, own_optimizers(algorithm), strict=False):
-                state = own.state_dict()  # its param groups (fused, ...) stay its own
-                state["state"] = self.optimizers[part].seed_state_dict(index)["state"]
-                own.load_state_dict(state)
-            for module, stacked in parts:
-                for name, param in module.named_parameters():
-                    param.copy_(stacked.params[name][index])
+        for k in range(self.count):
+            self.stack.write_weights(k)
+            self.stack.write_optimizers(k)
 
 
 def own_optimizers(algorithm: SACAlgorithm) -> list[torch.optim.Optimizer]:

@@ -1,18 +1,10 @@
-"""The members an off-policy or offline update on replay or dataset batches trains (DQN, BC), seen with a leading
-member dimension (issue 39, ``docs/members-design.md``): one policy (M = 1, the single-seed run) or N seeds'
-policies stacked (M = N, ``train.seeds`` batched).
+"""The members an update on replay or dataset batches trains (DQN's and BC's ``update_members``), with a leading
+member dimension.
 
-``DQN.update_members`` and ``BC.update_members`` are written once over this interface; what differs between one
-member and N lives here, as :mod:`rlcore.algos.members` holds it for the on-policy updates:
-
-- :class:`OneNetwork` is the plain policy (every network kind the single path serves: dueling heads, CNN and Dict
-  encoders, action masks) and its own optimizer, its batch's tensors (B, ...) and its losses scalars; its step is
-  :meth:`rlcore.algos.base.Algorithm.optimizer_step`, its target update ``polyak_update``.
-- :class:`StackedNetworks` runs N seeds' MLP heads on encoders without weights stacked (``StackedPolicies.mlp``:
-  one ``baddbmm`` per layer; :meth:`NetworkStack.stacks` says which policies), their batches (M, B, ...), losses
-  (M,); one masked step (:func:`rlcore.nets.stacked.masked_step`: each member's gradient clipped to its own norm, a
-  member absent from this step or with a non-finite loss or gradient norm sits out while the others step), and each
-  present member's target network updated on its own schedule.
+:class:`OneNetwork`: M = 1, every network kind the single path serves, in its own shapes; :class:`StackedNetworks`:
+M = N seeds' MLP heads on encoders without weights stacked in a :class:`NetworkStack`. Design:
+``docs/members-design.md``. Batches (M, B, ...), losses (M,); a member absent from a step, or whose loss or gradient
+norm is not finite, sits it out (counted on its algorithm); each member's target network on its own schedule.
 """
 
 from __future__ import annotations
@@ -22,26 +14,24 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import nn
 
 from rlcore.algos.base import Algorithm
+from rlcore.algos.members import MemberSet
 from rlcore.nets.blocks import polyak_update
 from rlcore.nets.distributions import masked_logits
 from rlcore.nets.policies import CategoricalActor, GaussianActor, QPolicy
 from rlcore.nets.policy import Policy
-from rlcore.nets.stacked import StackedAdam, StackedPolicies, count_skips, each_member, masked_step
+from rlcore.nets.stacked import StackedModules, unstackable
 
 Batch = dict[str, torch.Tensor]
 
 
-class Networks(ABC):
+class Networks(MemberSet[Algorithm[Any, Any]], ABC):
     """M members' networks, optimizers and counters and this step's batches, as DQN's and BC's updates read them.
     ``batch``: the members' batch tensors, (B, ...) for one member, (M, B, ...) for M."""
 
     def __init__(self, algorithms: Sequence[Algorithm[Any, Any]], batch: Batch) -> None:
-        self.algorithms = list(algorithms)
-        self.count = len(self.algorithms)
-        """M."""
+        super().__init__(algorithms)
         self.batch = batch
 
     @abstractmethod
@@ -63,13 +53,10 @@ class Networks(ABC):
         """``polyak_update`` of the target network of each member whose gradient steps are a multiple of
         ``interval``."""
 
-    def values(self, x: torch.Tensor) -> list[float]:
-        """A per-member tensor (() or (M,)) as each member's float (one host sync)."""
-        return x.detach().reshape(self.count).tolist()
-
 
 class OneNetwork(Networks):
-    """One algorithm's policy (its ``target`` network, if it has one) and batch, M = 1."""
+    """One algorithm's policy (its ``target`` network, if it has one) and batch, M = 1 in its own shapes
+    (:class:`rlcore.algos.members.MemberSet`)."""
 
     def __init__(self, algorithm: Algorithm[Any, Any], batch: Batch) -> None:
         super().__init__([algorithm], batch)
@@ -98,47 +85,39 @@ class OneNetwork(Networks):
 
 HEADS = {QPolicy: "q", CategoricalActor: "logits", GaussianActor: "mean"}
 """The policies :class:`NetworkStack` stacks, and the name of the MLP each has on its encoder's features."""
+REFUSED = {"a dueling head": lambda policy: getattr(policy, "dueling", False)}
+"""What a value member leaves to each seed's own network beyond the rule of ``unstackable``."""
 
 
-class NetworkStack:
-    """N seeds' policies (and target networks) stacked with their optimizer state, kept from step to step while
-    these seeds train together; :meth:`write_back` puts a seed's state into its own policy, target and optimizer
-    (what its evaluations and checkpoints read). The policies are of a kind :meth:`stacks`."""
+class NetworkStack(StackedModules):
+    """N seeds' policies (part ``"online"``), target networks (``"target"``, DQN's) and optimizers stacked, kept
+    from step to step while these seeds train together. The policies are of a kind :meth:`stacks`."""
 
     def __init__(self, algorithms: Sequence[Algorithm[Any, Any]]) -> None:
         self.algorithms = list(algorithms)
         self.policies: list[Policy] = [algorithm.policy for algorithm in self.algorithms]
-        self.head, self.count = HEADS[type(self.policies[0])], len(self.algorithms)
-        self.online: StackedPolicies[nn.Module] = StackedPolicies(self.policies)
         targets = [getattr(algorithm, "target", None) for algorithm in self.algorithms]
         self.targets: list[Policy] = [target for target in targets if target is not None]
-        self.target = StackedPolicies(self.targets) if self.targets else None
-        own: torch.optim.Optimizer = getattr(self.algorithms[0], "optimizer")  # noqa: B009 (DQN's, BC's)
-        group = own.param_groups[0]
-        lr, betas, eps = float(group["lr"]), (float(group["betas"][0]), float(group["betas"][1])), float(group["eps"])
-        decay = float(group["weight_decay"]) if isinstance(own, torch.optim.AdamW) else 0.0  # BC's decoupled decay
-        self.optimizer = StackedAdam(self.online.parameters(), self.count, lr, betas, eps, weight_decay=decay)
-        self.optimizer.load_seed_state_dicts([getattr(a, "optimizer").state_dict() for a in algorithms])  # noqa: B009
-        self.same_features = not any(policy.obs_normalizer.enabled for policy in self.policies)
-        """Whether every member's features are one function of its observations (no normalizer statistics)."""
+        own = [getattr(algorithm, "optimizer") for algorithm in self.algorithms]  # noqa: B009 (DQN's, BC's)
+        parts = {"online": self.policies, **({"target": self.targets} if self.targets else {})}
+        super().__init__(parts, {"optimizer": (own, ["online"])})
+        self.mlp_name = HEADS[type(self.policies[0])]
+        self.online, self.target = self.parts["online"], self.parts.get("target")
 
     @staticmethod
     def stacks(policy: Policy) -> bool:
-        """Whether N seeds' ``policy`` stack: an MLP head (:data:`HEADS`; not DQN's dueling head) on an encoder
-        without weights (vector or discrete observations). Other kinds train each member's own network in turn."""
-        if type(policy) not in HEADS or getattr(policy, "dueling", False):
-            return False
-        return not any(True for _ in policy.encoder.parameters())
+        """Whether N seeds' ``policy`` stack (``unstackable``: an MLP head of :data:`HEADS` on an encoder
+        without weights, not DQN's dueling head). Other kinds train each member's own network in turn."""
+        return unstackable(policy, HEADS, REFUSED) is None
 
     @torch.no_grad()
     def explore(
         self, obs: Sequence[torch.Tensor], epsilons: Sequence[float], generators: Sequence[torch.Generator]
     ) -> list[torch.Tensor]:
-        """Every seed's epsilon-greedy actions for its observations ``obs[k]`` (B, ...) from the stacked online
-        Q-networks: one forward pass for all of them, then each seed's draw (``QPolicy.sample_of``) with its own
-        ``epsilons[k]`` from its own generator, the draws its one-seed run makes."""
-        features = each_member([policy.features for policy in self.policies], obs, self.same_features)
-        scores = self.online.mlp(self.head, features)
+        """Every seed's epsilon-greedy actions for its observations ``obs[k]`` (B, ...): one forward pass of the
+        stacked Q-networks, then each seed's draw (``QPolicy.sample_of``) with its ``epsilons[k]`` from its own
+        generator, the draws its one-seed run makes."""
+        scores = self.head_of("online", obs)
         actions = []
         for k, policy in enumerate(self.policies):
             assert isinstance(policy, QPolicy)  # DQN's members (BC's do not act here)
@@ -146,20 +125,14 @@ class NetworkStack:
             actions.append(policy.sample_of(masked_logits(scores[k], mask), mask, generators[k], epsilons[k]))
         return actions
 
-    @torch.no_grad()
+    def head_of(self, network: str, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The ``network``'s ("online", "target") head on each member's ``inputs[k]``: (N, B, n)."""
+        return self.head(network, self.mlp_name, inputs)
+
     def write_back(self, k: int) -> None:
         """Seed ``k``'s weights, target weights and optimizer state into its own modules and optimizer."""
-        algorithm = self.algorithms[k]
-        stacks = [(self.policies[k], self.online)] + ([] if self.target is None else [(self.targets[k], self.target)])
-        for module, stacked in stacks:
-            for name, param in module.named_parameters():
-                param.copy_(stacked.params[name][k])
-        optimizer: torch.optim.Optimizer = getattr(algorithm, "optimizer")  # noqa: B009
-        saved = self.optimizer.seed_state_dict(k)
-        params = [param for group in optimizer.param_groups for param in group["params"]]
-        for index, param in enumerate(params):
-            if index in saved["state"]:
-                optimizer.state[param] = saved["state"][index]
+        self.write_weights(k)
+        self.write_optimizers(k)
 
 
 class StackedNetworks(Networks):
@@ -175,44 +148,21 @@ class StackedNetworks(Networks):
 
     def scores(self, network: str, key: str) -> torch.Tensor:
         stack = self.stack
-        stacked, modules = (stack.online, stack.policies) if network == "online" else (stack.target, stack.targets)
-        assert stacked is not None
-        with torch.no_grad():  # the encoders and normalizers hold no weights (each network's own statistics)
-            functions = [module.features for module in modules]
-            features = each_member(functions, [batch[key] for batch in self.batches], self.stack.same_features)
-        scores = stacked.mlp(stack.head, features)
-        if stack.head == "mean":
+        scores = stack.head_of(network, [batch[key] for batch in self.batches])
+        if stack.mlp_name == "mean":
             return scores
         masks = [policy.action_mask(batch[key]) for policy, batch in zip(stack.policies, self.batches, strict=True)]
         # act_scores: illegal actions' scores at the lowest value (the masks of the observations)
         return scores if masks[0] is None else masked_logits(scores, torch.stack(masks))  # type: ignore[arg-type]
 
     def log_std(self) -> torch.Tensor | None:
-        return self.stack.online.params["log_std"].unsqueeze(1) if self.stack.head == "mean" else None
+        return self.stack.online.params["log_std"].unsqueeze(1) if self.stack.mlp_name == "mean" else None
 
     def step(self, losses: torch.Tensor, max_grad_norm: float | None) -> None:
-        present = None if all(self.present) else torch.tensor(self.present)
-        applied = masked_step(self.stack.optimizer, losses, present, max_grad_norm)
-        count_skips(self.algorithms, applied, self.present)
+        self.stack.step("optimizer", losses, self.present, max_grad_norm, self.algorithms)
         for algorithm, took_part in zip(self.algorithms, self.present, strict=True):
             algorithm.gradient_steps += took_part
 
-    @torch.no_grad()
     def update_targets(self, interval: int, tau: float) -> None:
-        stack = self.stack
-        assert stack.target is not None
-        due = [k for k, a in enumerate(self.algorithms) if self.present[k] and a.gradient_steps % interval == 0]
-        if not due:
-            return
-        targets, sources = list(stack.target.params.values()), list(stack.online.params.values())
-        if len(due) < self.count:  # only the due members' slices
-            targets = [tensor[k] for k in due for tensor in targets]
-            sources = [tensor[k] for k in due for tensor in sources]
-        if tau >= 1.0:
-            torch._foreach_copy_(targets, sources)
-        else:
-            torch._foreach_lerp_(targets, sources, tau)
-        for k in due:  # each member's buffers (normalizer statistics) into its target, as polyak_update copies them
-            buffers = zip(stack.targets[k].buffers(), stack.policies[k].buffers(), strict=True)
-            for target_buffer, source_buffer in buffers:
-                target_buffer.copy_(source_buffer)
+        due = [self.present[k] and a.gradient_steps % interval == 0 for k, a in enumerate(self.algorithms)]
+        self.stack.update_target("target", "online", due, tau)

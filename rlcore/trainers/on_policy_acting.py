@@ -1,18 +1,11 @@
 """How the members of the on-policy loop (``rlcore.trainers.on_policy``) act and learn: two forms of one interface.
 
-- :class:`StackedActing`: the seeds' MLP actor-critics stacked (``rlcore.nets.stacked_actor_critic``: one ``baddbmm``
-  per layer), one forward pass per vector step over (N, E, obs) for every seed's envs, each seed's actions drawn from
-  its own generator (what its one-seed run draws from torch's global one), one update for all (the algorithm's
-  ``update_members`` over ``rlcore.algos.members.StackedMembers``), the periodic and final evaluations of the seeds
-  due at the same step run together (``rlcore.evaluation.batched``). Chosen when the runs' network kind stacks
-  (:func:`stacking_problem`: a plain MLP actor-critic).
-- :class:`EachMemberActing`: every member's own policy called in turn, with its own recurrent state and action
-  mask, and its own update (``algorithm.update``: ``update_members`` over ``OneMember``); each session evaluates its
-  own policy. Any policy: recurrent cores, CNN and Dict encoders, action masks, categorical and transformed value
-  heads, agent groups, the BC regularizer, precision, a GPU learner. One run is this form.
-
-Why not ``torch.func.vmap`` for the other kinds: measured slower here than a loop over the members' own modules, and
-without a batching rule for ``aten::lstm`` (``docs/members-design.md``).
+- :class:`StackedActing`: the seeds' MLP actor-critics stacked (``rlcore.nets.stacked_actor_critic``), one forward
+  pass per vector step over (N, E, obs) for every seed's envs, each seed's actions drawn from its own generator, one
+  ``update_members`` over ``StackedMembers`` for all, the evaluations due at one step run together
+  (``rlcore.evaluation.batched``). Chosen when the runs' network kind stacks (:func:`stacking_problem`).
+- :class:`EachMemberActing`: every member's own policy (recurrent state, action mask) and update in turn; any
+  policy. One run is this form. Why not ``torch.func.vmap`` for the other kinds: ``docs/members-design.md``.
 """
 
 from __future__ import annotations
@@ -23,7 +16,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 import torch
 
-from rlcore.algos.members import MemberUpdate, StackedMembers, stacked_optimizer
+from rlcore.algos.members import MemberUpdate, StackedMembers
 from rlcore.config.sections import Params
 from rlcore.envs.observations import obs_tensor
 from rlcore.evaluation.batched import BatchedAct, evaluate_together, evaluation_mismatch
@@ -61,10 +54,10 @@ class Acting(ABC):
     def update(self) -> list[list[dict[str, float]]]:
         """Every member's update on its rollout (advantages in place); its metrics (per run, per member)."""
 
-    @abstractmethod
     def evaluate(self, indices: list[int]) -> dict[int, EvalResult]:
         """The evaluations of the runs at ``indices`` (of :attr:`runs`) the form runs itself, by index; a run
-        left out is evaluated by its session."""
+        left out is evaluated by its session (by default every one: its own evaluator's loop)."""
+        return {}
 
     @abstractmethod
     def before_checkpoints(self, indices: list[int]) -> None:
@@ -107,9 +100,6 @@ class EachMemberActing(Acting):
 
     def begin_rollout(self) -> None:
         """Nothing: each policy acts with its own statistics."""
-
-    def evaluate(self, indices: list[int]) -> dict[int, EvalResult]:
-        return {}  # each session evaluates its own policy (recurrent state, masks: the evaluator's own loop)
 
     def before_checkpoints(self, indices: list[int]) -> None:
         """Nothing: each algorithm's optimizer is the one its checkpoint saves."""
@@ -167,13 +157,13 @@ class StackedActing(Acting):
         members = [run.members[0] for run in self.runs]
         self.policies = [member.policy for member in members]
         self.algorithms = [member.algorithm for member in members]
-        self.stacked = StackedActorCritic(self.policies)
-        self.optimizer = stacked_optimizer(self.algorithms, self.stacked)
+        own = [getattr(algorithm, "optimizer") for algorithm in self.algorithms]  # noqa: B009 (PPO's, A2C's)
+        self.stacked = StackedActorCritic(self.policies, own)
 
     def _load_buffers(self) -> None:
         """The policies' normalizer statistics (updated after each update) into the stacked buffers."""
-        for k, policy in enumerate(self.policies):
-            self.stacked.load_buffers_from(k, policy)
+        for k in range(self.stacked.count):
+            self.stacked.load_buffers(k)
 
     def begin_rollout(self) -> None:
         self._load_buffers()
@@ -198,13 +188,13 @@ class StackedActing(Acting):
 
     def update(self) -> list[list[dict[str, float]]]:
         rollouts = [run.members[0].rollout for run in self.runs]
-        members = StackedMembers(self.algorithms, self.stacked, self.optimizer, rollouts)
+        members = StackedMembers(self.algorithms, self.stacked, rollouts)
         progress = [run.session.progress_fraction for run in self.runs]
         generators = [run.session.generator for run in self.runs]
         algorithm = cast(type[MemberUpdate], type(self.algorithms[0]))
         metrics = algorithm.update_members(members, progress, generators)
-        for k, policy in enumerate(self.policies):
-            self.stacked.copy_weights_to(k, policy)
+        for k in range(self.stacked.count):
+            self.stacked.write_weights(k)
         return [[mine] for mine in metrics]
 
     def evaluate(self, indices: list[int]) -> dict[int, EvalResult]:
@@ -219,14 +209,7 @@ class StackedActing(Acting):
         """Seed k's stacked optimizer state into its algorithm's own optimizer (what its checkpoint saves, in the
         one-seed format), for k in ``indices``."""
         for k in indices:
-            optimizer: torch.optim.Optimizer = getattr(self.algorithms[k], "optimizer")  # noqa: B009 (PPO's, A2C's)
-            saved = self.optimizer.seed_state_dict(k)
-            params = [param for group in optimizer.param_groups for param in group["params"]]
-            for index, param in enumerate(params):
-                if index in saved["state"]:
-                    optimizer.state[param] = saved["state"][index]
-            for group, stacked_group in zip(optimizer.param_groups, saved["param_groups"], strict=True):
-                group["lr"] = stacked_group["lr"]
+            self.stacked.write_optimizers(k)
 
     def restack(self, runs: list[Run]) -> None:
         changed = len(runs) != len(self.runs)
