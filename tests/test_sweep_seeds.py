@@ -51,7 +51,7 @@ def test_batched_trials_score_each_seed_as_the_trials_one_after_another_do(
     """Two trials x two seeds (2,048 env steps each), batched and with ``train.batch_seeds: false``: the same sampled
     values, and each seed's
     validation and test scores equal (measured: equal; the batched seeds' weights equal the unbatched runs' up to
-    float32 rounding, ``tests/test_seeds_batched.py``, so the scores, greedy returns of 3 episodes, are compared
+    float32 rounding, ``tests/test_seeds_contract.py``, so the scores, greedy returns of 3 episodes, are compared
     with rtol 1e-6 / atol 1e-6 rather than bitwise)."""
     loops: list[int] = []
     run = on_policy.OnPolicyLoop.run
