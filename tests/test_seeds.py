@@ -285,7 +285,7 @@ def test_a_killed_process_resumes_the_seed_it_was_training(tmp_path: Path) -> No
     from tests.conftest import RLCORE
 
     (tmp_path / "params.yaml").write_text((Path(__file__).parents[1] / "params.yaml").read_text())
-    budget = 16384
+    budget = 8192  # seed 1: 6,144 env steps (12 rollouts) between its second checkpoint and its end to be killed in
     overrides = sets(
         [
             "name=killed",
