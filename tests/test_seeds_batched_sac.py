@@ -110,6 +110,10 @@ def assert_equivalent(root: Path, seeds: tuple[int, ...], steps: list[int]) -> l
     return largest
 
 
+FEWER = ["algo.train_freq=4", "algo.gradient_steps_per_sample=0.25"]
+"""A gradient step every 4 env steps (100 by the end of the budget): what resumes is the same with fewer."""
+
+
 def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -118,7 +122,7 @@ def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(
     root = new_project(tmp_path)
     with monkeypatch.context() as patch:  # every checkpoint's replay kept, as a kill before the next one leaves it
         patch.setattr(ReplaySource, "_keep_only", lambda self, run_root, step: None)
-        train(root, "train.seeds=[0, 1]")
+        train(root, "train.seeds=[0, 1]", *FEWER)
     run = root / "runs" / "batched"
     (run / "seed_1" / "train_summary.json").unlink()
     _, last = list_checkpoints(run / "seed_1" / "checkpoints")[-1]
@@ -127,7 +131,7 @@ def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(
         replay.unlink()
     finished = {path: path.stat().st_mtime_ns for path in (run / "seed_0").rglob("*") if path.is_file()}
     with caplog.at_level(logging.INFO, logger="rlcore"):
-        train(root, "train.seeds=[0, 1]")
+        train(root, "train.seeds=[0, 1]", *FEWER)
     assert "seed 0: finished" in caplog.text and "1 seeds trained as one program" in caplog.text
     assert caplog.text.count("replay transitions from step_0000000300.npz") == 1
     assert {path: path.stat().st_mtime_ns for path in finished} == finished
