@@ -1,9 +1,8 @@
-"""``train.seeds`` batched (``train.batch_seeds``, the default): seed k of a batched run is the run with ``seed: k``
-(the same evaluations, counters and random-number states; weights and optimizer state equal up to float32 rounding),
-for PPO (ragged minibatches, per-seed target-KL stops, observation normalization, Box actions) and A2C (RMSprop,
-Adam); a batched run killed
-mid-way resumes each seed from its own checkpoint; the acting form stacks plain MLPs and names why others act member by
-member; more seeds than the memory holds are refused in one line."""
+"""``train.seeds`` batched (``train.batch_seeds``, the default), PPO and what is not "member k is the run with
+``seed: k``" (that, for every family: ``tests/test_seeds_contract.py``): a batched run killed mid-way resumes each
+seed from its own checkpoint; the acting form stacks plain MLPs and names why others act member by member; more seeds
+than the memory holds are refused in one line; the seeds' evaluations and categorical draws batched are each seed's
+own."""
 
 from __future__ import annotations
 
@@ -34,26 +33,9 @@ TINY = [
     "train.progress_bar=off",
 ]
 """PPO CartPole (params.yaml): 16 envs x 32 steps per rollout, a checkpoint after each of the two updates."""
-A2C = ["train.max_steps=512", "train.eval_every=256", "train.log_every=256"]
-"""A2C CartPole (its preset): 16 envs x 8 steps per update, a checkpoint after every two updates."""
-CASES: dict[str, tuple[str, list[str]]] = {
-    "cartpole": ("params.yaml", []),
-    # Box actions (a Gaussian with per-seed log std), normalized observations (per-seed statistics), value clipping.
-    "pendulum": (
-        "params.yaml",
-        ["env.id=Pendulum-v1", "policy.normalize_obs=true", "algo.clip_range_vf=0.5", "algo.ent_coef=0.01"],
-    ),
-    # Seed 1 stops its first update after 4 of 5 epochs (8 gradient steps), seed 0 takes all 10.
-    "target-kl": ("params.yaml", ["algo.target_kl=0.002"]),
-    "a2c": ("configs/a2c-cartpole.yaml", A2C),  # RMSprop
-    "a2c-adam": ("configs/a2c-cartpole.yaml", [*A2C, "algo.optimizer=adam", "algo.lr_schedule=linear"]),
-}
-"""Per case: the params file and its overrides on top of ``TINY``."""
 RTOL, ATOL = 1e-5, 1e-6
-"""Weights and optimizer moments: batched matrix products and masked sums round differently from the unbatched
-kernels (StackedAdam is torch's fused kernel; measured: at most 6e-8 on the weights after two updates). Evaluation
-returns: equal for Discrete actions (the greedy action does not move), within a relative 1e-6 for Box actions
-(measured: 2e-9)."""
+"""Weights and optimizer moments of a resumed seed against its one-seed run: batched matrix products and masked sums
+round differently from the unbatched kernels (measured: at most 6e-8 on the weights after two updates)."""
 
 
 def train_project(root: Path, overrides: list[str], preset: str = "params.yaml") -> Path:
@@ -113,50 +95,6 @@ def assert_same_run(batched: Path, single: Path) -> float:
             assert ours_entry == pytest.approx(their_entry, rel=1e-4, abs=1e-9), where
         largest = max(largest, max_difference(mine.tensors, other.tensors, where))
     return largest
-
-
-@pytest.fixture(scope="module", params=list(CASES))
-def batched_and_single(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[str, Path, Path]:
-    """(the case, a project trained with ``train.seeds: [0, 1]`` batched, the folder of projects trained with
-    ``seed: 0`` and ``seed: 1``)."""
-    case: str = request.param
-    preset, overrides = CASES[case][0], [*TINY, *CASES[case][1]]
-    root = tmp_path_factory.mktemp(f"batched-{case}")
-    batched = train_project(root / "batched", [*overrides, "train.seeds=[0, 1]"], preset)
-    for seed in (0, 1):
-        train_project(root / f"seed_{seed}", [*overrides, f"seed={seed}"], preset)
-    return case, batched, root
-
-
-def test_each_seed_of_a_batched_run_is_the_run_with_that_seed(batched_and_single: tuple[str, Path, Path]) -> None:
-    _, batched, root = batched_and_single
-    for seed in (0, 1):
-        assert_same_run(batched / "runs" / "seeds" / f"seed_{seed}", root / f"seed_{seed}" / "runs" / "seeds")
-
-
-def test_the_seeds_of_a_batched_run_differ(batched_and_single: tuple[str, Path, Path]) -> None:
-    _, batched, _ = batched_and_single
-    first = [checkpoints(batched / "runs" / "seeds" / f"seed_{seed}")[0].tensors["policy"] for seed in (0, 1)]
-    assert not torch.equal(first[0]["actor.0.weight"], first[1]["actor.0.weight"])
-
-
-def epochs_per_update(run_dir: Path) -> list[float]:
-    rows = (run_dir / "dvclive" / "plots" / "metrics" / "train" / "epochs.tsv").read_text().splitlines()[1:]
-    return [float(row.split("\t")[1]) for row in rows]
-
-
-@pytest.mark.parametrize("batched_and_single", ["cartpole", "target-kl"], indirect=True)
-def test_a_seed_stopped_by_its_target_kl_sits_out_while_the_other_goes_on(
-    batched_and_single: tuple[str, Path, Path],
-) -> None:
-    """With ``algo.target_kl`` seed 1's first update stops after 4 epochs and seed 0's does not: the active mask
-    held seed 1's weights while seed 0 stepped (the equality with the one-seed runs above proves the weights);
-    without it both take every epoch."""
-    case, batched, _ = batched_and_single
-    epochs = [epochs_per_update(batched / "runs" / "seeds" / f"seed_{seed}") for seed in (0, 1)]
-    assert epochs == ([[5.0, 5.0], [4.0, 5.0]] if case == "target-kl" else [[5.0, 5.0], [5.0, 5.0]])
 
 
 class KilledAt:

@@ -1,25 +1,17 @@
 """SAC's ``train.seeds`` as one program (``rlcore.trainers.off_policy``, ``SAC.update_members`` over ``StackedSAC``,
-acting through ``StackedSAC.explore``): seed k of the batched run is the run with ``seed: k`` (step counts and RNG
-states equal; replay, evaluations, actor, critics, targets, log alpha and Adam moments within rtol 1e-4 / atol 1e-6,
-issue 39's float-rounding contract), the seeds differ, discrete SAC batches too, a step some seed cannot take is
-taken by that seed as its unbatched run takes it, and a killed batched run resumes each seed from its own
-checkpoint. The fixture checks the trainer's log line: the seeds are stacked, not each its own network in turn
-(which would pass the equivalence trivially).
+acting through ``StackedSAC.explore``), what is not "member k is the run with ``seed: k``" (that, Box and Discrete
+actions, gradients clipped: ``tests/test_seeds_contract.py``): a step some seed cannot take is taken by that seed as
+its unbatched run takes it, a killed batched run resumes each seed from its own checkpoint, and image encoders step
+each seed's own networks.
 
-Measured (Pendulum, gradients clipped): the updates alone are bitwise the unbatched run's (each seed's matrix products
-the same ``baddbmm`` slices, Adam elementwise, the clipping norms summed as torch's own per seed,
-``rlcore.nets.stacked.clip_member_grad_norms_``, each seed's reparameterization noise its own generator's draw), but
-the stacked acting pass rounds the actor's last layer (64 -> 2 for one env row) an ulp away from ``nn.Linear``'s, and
-clipped SAC on Pendulum carries an ulp on: 4e-8 in any weight or moment after 100 gradient steps, 7e-4 after 400 (as
-the per-tensor norms reduced across the members' axis once did: 1e-7 after 100 steps, 1e-2 after 400). So the
-equivalence is checked after 100 gradient steps, and after 20 where a seed skips a step (unclipped, a hidden ReLU
-unit flipped by the drift put 1.8e-4 into a critic weight after 100 steps)."""
+Measured (Pendulum, gradients clipped): the stacked acting pass rounds the actor's last layer (64 -> 2 for one env
+row) an ulp away from ``nn.Linear``'s, and clipped SAC on Pendulum carries an ulp on: 4e-8 in any weight or moment
+after 100 gradient steps, 7e-4 after 400. So a skipped step is checked after 20 gradient steps (unclipped, a hidden
+ReLU unit flipped by the drift put 1.8e-4 into a critic weight after 100 steps)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +34,6 @@ from rlcore.trainers.off_policy import Collector
 from rlcore.trainers.sources import ReplaySource
 
 PRESET = "configs/sac-pendulum.yaml"
-DISCRETE = "configs/sac-discrete-cartpole.yaml"
 BUDGET = [
     "name=batched",
     "train.max_steps=600",
@@ -66,46 +57,14 @@ Pendulum's dynamics carry it on. Integer columns (step counts, dones) stay equal
 ``ACTING_WEIGHTS_ATOL``."""
 
 
-def train(root: Path, *overrides: str, preset: str = PRESET) -> None:
-    train_stage(load_params(root / preset, [*BUDGET, *overrides]), root)
+def train(root: Path, *overrides: str) -> None:
+    train_stage(load_params(root / PRESET, [*BUDGET, *overrides]), root)
 
 
 def new_project(root: Path) -> Path:
     (root / "configs").mkdir(parents=True)
-    for preset in (PRESET, DISCRETE):
-        (root / preset).write_text(preset_text(preset))
+    (root / PRESET).write_text(preset_text(PRESET))
     return root
-
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``train.seeds: [0, 1, 2]`` with gradient clipping trained batched into ``runs/batched`` and one after another
-    into ``runs/single``."""
-    root = new_project(tmp_path_factory.mktemp("batched-sac"))
-    clipped = "algo.max_grad_norm=1.0"  # clipped every step: per-seed norms off by an ulp drift apart by 400 steps
-    short = ["train.max_steps=300", "train.eval_every=250", clipped]  # 50 and 100 gradient steps (the docstring)
-    with logged_lines() as lines:  # caplog is per test; this fixture is per module
-        train(root, "train.seeds=[0, 1, 2]", *short)
-    assert "train.seeds: 3 seeds trained as one program, stacked (seed 0, seed 1, seed 2)" in lines, lines
-    train(root, "train.seeds=[0, 1, 2]", *short, "name=single", "train.batch_seeds=false")
-    return root
-
-
-@contextlib.contextmanager
-def logged_lines() -> Iterator[list[str]]:
-    """The lines the ``rlcore`` logger logs at INFO in the block."""
-    lines: list[str] = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
-    logger = logging.getLogger("rlcore")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 def close(mine: Any, theirs: Any, where: str) -> list[tuple[float, str]]:
@@ -151,36 +110,8 @@ def assert_equivalent(root: Path, seeds: tuple[int, ...], steps: list[int]) -> l
     return largest
 
 
-def test_each_batched_seed_is_the_run_with_that_seed(project: Path) -> None:
-    """Every checkpoint of seed k: the same evaluation returns, counters, RNG states and replay as the unbatched
-    run's; actor, critics, targets, log alpha and the three Adam states within rtol 1e-5 / atol 1e-6 (measured: 0)."""
-    assert_equivalent(project, (0, 1, 2), [250, 300])
-    (last,) = checkpoints(project / "runs" / "batched" / "seed_2")[-1:]
-    algorithm = last.tensors["algorithm"]
-    assert {"critic", "critic_target", "log_alpha"} <= algorithm.keys()
-    assert float(algorithm["log_alpha"]) != 0.0, "alpha never tuned"
-
-
-def test_the_batched_seeds_differ(project: Path) -> None:
-    first = [checkpoints(project / "runs" / "batched" / f"seed_{seed}")[0].tensors for seed in (0, 1, 2)]
-    for part in ("policy",):
-        for key in (key for key in first[0][part] if key.endswith("weight")):
-            assert not torch.equal(first[0][part][key], first[1][part][key]), key
-            assert not torch.equal(first[1][part][key], first[2][part][key]), key
-    critics = [tensors["algorithm"]["critic"]["layers.0.weight"] for tensors in first]
-    assert not torch.equal(critics[0], critics[1]) and not torch.equal(critics[1], critics[2])
-
-
-def test_discrete_sac_with_clipped_gradients_batches(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Discrete SAC (CartPole), each seed's gradients clipped to its own norm: the batched seeds are the unbatched
-    runs after 100 gradient steps."""
-    root = new_project(tmp_path)
-    overrides = ["train.max_steps=300", "train.eval_every=300", "algo.max_grad_norm=0.5", "train.seeds=[0, 1]"]
-    with caplog.at_level(logging.INFO, logger="rlcore"):
-        train(root, *overrides, preset=DISCRETE)
-    assert "train.seeds: 2 seeds trained as one program, stacked" in caplog.text
-    train(root, *overrides, "name=single", "train.batch_seeds=false", preset=DISCRETE)
-    assert_equivalent(root, (0, 1), [300])
+FEWER = ["algo.train_freq=4", "algo.gradient_steps_per_sample=0.25"]
+"""A gradient step every 4 env steps (100 by the end of the budget): what resumes is the same with fewer."""
 
 
 def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(
@@ -191,7 +122,7 @@ def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(
     root = new_project(tmp_path)
     with monkeypatch.context() as patch:  # every checkpoint's replay kept, as a kill before the next one leaves it
         patch.setattr(ReplaySource, "_keep_only", lambda self, run_root, step: None)
-        train(root, "train.seeds=[0, 1]")
+        train(root, "train.seeds=[0, 1]", *FEWER)
     run = root / "runs" / "batched"
     (run / "seed_1" / "train_summary.json").unlink()
     _, last = list_checkpoints(run / "seed_1" / "checkpoints")[-1]
@@ -200,7 +131,7 @@ def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(
         replay.unlink()
     finished = {path: path.stat().st_mtime_ns for path in (run / "seed_0").rglob("*") if path.is_file()}
     with caplog.at_level(logging.INFO, logger="rlcore"):
-        train(root, "train.seeds=[0, 1]")
+        train(root, "train.seeds=[0, 1]", *FEWER)
     assert "seed 0: finished" in caplog.text and "1 seeds trained as one program" in caplog.text
     assert caplog.text.count("replay transitions from step_0000000300.npz") == 1
     assert {path: path.stat().st_mtime_ns for path in finished} == finished

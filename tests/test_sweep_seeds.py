@@ -3,7 +3,7 @@ with a batched trainer): the per-seed scores are the one-after-another trial's, 
 seed, the pruner sees the seeds' aggregate at every evaluation round and a pruned trial stops the batched run, and a
 killed batched trial is failed and retried from scratch in a fresh folder (it does not resume the killed one's seeds).
 
-Budget: PPO on CartPole-v1 (the default params), 4,096 env steps per seed, an evaluation (3 episodes) every 2,048,
+Budget: PPO on CartPole-v1 (the default params), 2,048 env steps per seed, an evaluation (3 episodes) every 1,024,
 3 validation and 5 test episodes."""
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from rlcore.common.files import read_json
 from rlcore.trainers import on_policy
 
 SEEDS = [
-    "train.max_steps=4096",
-    "train.eval_every=2048",
+    "train.max_steps=2048",
+    "train.eval_every=1024",
     "train.target_return=null",
     "eval.episodes=3",
     "eval.test_episodes=5",
@@ -48,10 +48,10 @@ BATCHED_LINE = "sweep.seeds: a trial trains its 2 seeds together (train.batch_se
 def test_batched_trials_score_each_seed_as_the_trials_one_after_another_do(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two trials x two seeds (2,048 env steps each), batched and with ``train.batch_seeds: false``: the same sampled
+    """Two trials x two seeds (1,024 env steps each), batched and with ``train.batch_seeds: false``: the same sampled
     values, and each seed's
     validation and test scores equal (measured: equal; the batched seeds' weights equal the unbatched runs' up to
-    float32 rounding, ``tests/test_seeds_batched.py``, so the scores, greedy returns of 3 episodes, are compared
+    float32 rounding, ``tests/test_seeds_contract.py``, so the scores, greedy returns of 3 episodes, are compared
     with rtol 1e-6 / atol 1e-6 rather than bitwise)."""
     loops: list[int] = []
     run = on_policy.OnPolicyLoop.run
@@ -61,7 +61,7 @@ def test_batched_trials_score_each_seed_as_the_trials_one_after_another_do(
         (tmp_path / mode).mkdir()
         root = copy_project(tmp_path / mode)
         with caplog.at_level(logging.INFO, logger="rlcore"):
-            short = [*SEEDS, "train.max_steps=2048", "train.eval_every=1024", "sweep.n_trials=2", *extra]
+            short = [*SEEDS, "train.max_steps=1024", "train.eval_every=512", "sweep.n_trials=2", *extra]
             run_sweep(plan_sweep("params.yaml", short, root))
         tables[mode] = pd.read_csv(root / "reports" / "sweep" / "trials.csv")
     assert BATCHED_LINE in caplog.text
@@ -100,12 +100,12 @@ def test_a_batched_trial_reports_the_seeds_aggregate_per_round_and_a_pruned_one_
     project: Path,
 ) -> None:
     """The median pruner from the first round on: the trial reports the mean of its two seeds' first evaluations
-    (at step 1) and is pruned there; the seed whose evaluation completed the round stops at once (2,048 steps), the
-    other at its next evaluation (4,096), both long before their 8,192-step budget; no seed is evaluated or
+    (at step 1) and is pruned there; the seed whose evaluation completed the round stops at once (1,024 steps), the
+    other at its next evaluation (2,048), both long before their 4,096-step budget; no seed is evaluated or
     selected, and the trial is recorded PRUNED with the env steps it trained."""
     overrides = [
         *SEEDS,
-        "train.max_steps=8192",  # slot: ceil(8192 / 2048) + 2 = 6 steps per group
+        "train.max_steps=4096",  # slot: ceil(4096 / 1024) + 2 = 6 steps per group
         "sweep.space={algo.lr: {type: categorical, choices: [1.0e-5]}}",
         "sweep.n_trials=2",
         "sweep.pruner=median",
@@ -117,16 +117,16 @@ def test_a_batched_trial_reports_the_seeds_aggregate_per_round_and_a_pruned_one_
     folder = project / trial.user_attrs["folder"]
     summaries = [read_json(folder / f"seed_{seed}" / "runs" / "ppo-cartpole" / "train_summary.json") for seed in (0, 1)]
     first = [summary["evaluations"][0] for summary in summaries]
-    assert [evaluation["env_steps"] for evaluation in first] == [2048, 2048]
+    assert [evaluation["env_steps"] for evaluation in first] == [1024, 1024]
     assert trial.intermediate_values == {1: pytest.approx(sum(e["mean_return"] for e in first) / 2, rel=1e-12)}
-    assert sorted(summary["env_steps"] for summary in summaries) == [2048, 4096]
+    assert sorted(summary["env_steps"] for summary in summaries) == [1024, 2048]
     assert {summary["stop_reason"] for summary in summaries} == {"stopped by the evaluation callback"}
-    assert trial.user_attrs["env_steps"] == 6144 and trial.user_attrs["counterfactual_env_steps"] == 16384
+    assert trial.user_attrs["env_steps"] == 3072 and trial.user_attrs["counterfactual_env_steps"] == 8192
     assert trial.user_attrs["scores"] == []
     assert not list(folder.glob("seed_*/reports/metrics.json"))
     record = read_json(folder / "trial.json")
     assert record["state"] == "pruned"
-    assert sorted(run["env_steps"] for run in record["runs"]) == [2048, 4096]
+    assert sorted(run["env_steps"] for run in record["runs"]) == [1024, 2048]
 
 
 @pytest.mark.slow
