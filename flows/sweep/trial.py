@@ -10,7 +10,7 @@ selection used; normalized per env); the trial's value aggregates them. The sele
 Groups. The runs train in groups (:func:`run_groups`): an env's seeds together (one batched program, or IMPALA, ES
 and SVPG sharing their worker processes; ``rlcore.stages.train.train_seed_roots``, the trainer of ``train.seeds``)
 when ``train.batch_seeds`` is true (the default); else one run at a time. Seed k of a batched group is the
-run with ``seed: k`` (``tests/test_seeds_batched*.py``), so the scores are the one-at-a-time trial's.
+run with ``seed: k`` (``tests/test_seeds_contract.py``), so the scores are the one-at-a-time trial's.
 
 Pruning. Group ``g``'s i-th evaluation round (every seed of the group evaluated at the same step) is reported at
 step ``g * slot + i`` as the aggregate of the seeds' scores (one run: its score; ``slot`` leaves room for every
