@@ -1,6 +1,6 @@
 """``rlcore init [DIR]`` (issue 38): a working project outside this repository, whose dvc.yaml is the same
-generator's output as this repository's; on a registered env (CartPole) with tiny budgets, ``dvc repro`` runs it and a
-second ``dvc status`` finds everything up to date."""
+generator's output as this repository's. That ``dvc repro`` runs such a project and ``dvc status`` then finds it up to
+date is tests/test_own_env.py's DVC test (the same new project, with the user's own env)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 from cli_support import run_in_process
-from conftest import PROJECT, outputs, tool_env
+from conftest import PROJECT, tool_env
 
 from rlcore.params import load_params
 from rlcore.project.pipeline_file import pipeline_yaml
@@ -67,21 +66,3 @@ def test_the_dvc_yaml_of_a_stage_depends_on_the_project_s_files_and_params_only(
     assert list(stages) == ["train", "evaluate", "select", "export"]
     deps = [dep for stage in stages.values() for dep in stage.get("deps", [])]
     assert all(re.fullmatch(r"(runs|reports|models)/\$\{name\}.*", dep) for dep in deps), deps
-
-
-@pytest.mark.slow
-def test_dvc_repro_runs_a_new_project_and_then_finds_it_up_to_date(tmp_path: Path) -> None:
-    """The four stages on CartPole with tiny budgets (``dvc exp run -S`` style keys set in params.yaml)."""
-    init(tmp_path)
-    params = yaml.safe_load((tmp_path / "params.yaml").read_text())
-    params["train"].update(max_steps=1024, eval_every=512, eval_episodes=2, target_return=None)
-    params["eval"].update(episodes=2, test_episodes=3)
-    params["export"]["parity_observations"] = 20
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    run("git", "add", "-A", cwd=tmp_path)
-    run("git", "commit", "-q", "-m", "project", cwd=tmp_path)
-    first = run(DVC, "repro", cwd=tmp_path)
-    assert set(re.findall(r"Running stage '([^']+)'", first.stdout)) == {"train", "evaluate", "select", "export"}
-    assert (outputs(tmp_path, "ppo-cartpole").export / "policy.onnx").is_file()
-    assert "Data and pipelines are up to date" in run(DVC, "status", cwd=tmp_path).stdout
-    assert "Running stage" not in run(DVC, "repro", cwd=tmp_path).stdout

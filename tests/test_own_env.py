@@ -140,7 +140,9 @@ def test_a_new_project_with_its_own_env_runs_in_dvc_compares_experiments_and_rer
     tmp_path: Path,
 ) -> None:
     """Issue 38's user, in a folder outside this repository: ``rlcore init``, the page's reach_env.py (a class, not
-    registered) named by ``env.id``, ``dvc repro`` -> an ONNX model onnxruntime runs on the env; two ``dvc exp run
+    registered) named by ``env.id``, ``dvc repro`` -> every stage up to date for ``dvc status``, an ONNX model
+    onnxruntime runs on the env (the one ``dvc repro`` of a new project in the suite: tests/test_init.py checks the
+    files ``rlcore init`` writes, tests/test_dvc_pipeline.py a registered env's pipeline); two ``dvc exp run
     -S algo.lr=...`` -> ``dvc exp show --json`` holds both experiments' test scores as numbers and ``rlcore compare``
     draws their curves together; an ``eval.episodes`` change re-runs evaluate, select and export and nothing else."""
     root = own_project(tmp_path, TINY)
@@ -148,6 +150,7 @@ def test_a_new_project_with_its_own_env_runs_in_dvc_compares_experiments_and_rer
     subprocess.run(["git", "add", "-A"], cwd=root, check=True, env=tool_env())
     subprocess.run(["git", "commit", "-qm", "reach"], cwd=root, check=True, env=tool_env())
     assert ran(dvc(root, "repro")) == {"train", "evaluate", "select", "export"}
+    assert "Data and pipelines are up to date" in dvc(root, "status").stdout
     runs_on_the_env(root)
     curve = root / "runs" / "reach" / "dvclive" / "plots" / "metrics" / "eval" / "mean_return.tsv"
     curves = {yaml.safe_load((root / "params.yaml").read_text())["algo"]["lr"]: read_curve(curve)}
