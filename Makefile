@@ -40,10 +40,11 @@ run: setup
 # tests/conftest.py's order, not xdist's most-tests-first); then the `server` tests, two at a time (each server on its
 # own free ports and folders; they mostly wait on their servers); then the `serial` ones alone (actor and worker
 # processes, kills, whose timing and learning assume a quiet machine). All parts always run; the target fails if any did.
+# Each part ends with its slowest tests (--durations): where the suite's time goes, in every CI log.
 test: setup-dev
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not serial and not server"; parallel=$$?; \
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "server and not serial"; server=$$?; \
-	$(BIN)/python -m pytest -m serial; serial=$$?; \
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=25 -m "not serial and not server"; parallel=$$?; \
+	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=10 -m "server and not serial"; server=$$?; \
+	$(BIN)/python -m pytest --durations=10 -m serial; serial=$$?; \
 	[ $$parallel -eq 0 ] && [ $$server -eq 0 ] && [ $$serial -eq 0 ]
 
 # The unit tests only: no learning runs, no whole-pipeline DVC runs, no Prefect/PostgreSQL/Dask servers. Split as
