@@ -56,6 +56,8 @@ FAMILIES: dict[str, tuple[str, int]] = {
     "ppo-hopper": ("configs/ppo-hopper.yaml", 8_192),
     "ppo-lstm": ("configs/ppo-lstm-cartpole-po.yaml", 16_384),
     "dqn-minatar": ("configs/dqn-minatar-breakout.yaml", 8_000),  # 750 gradient steps past its warm-up
+    "ppo-minatar": ("configs/ppo-minatar-breakout.yaml", 8_192),  # 4 rollouts of 2,048 (a CNN: each its own)
+    "ppo-simple-spread": ("configs/ppo-simple-spread.yaml", 4_800),  # 4 rollouts of 1,200 agent steps
 }
 """Family -> (preset, budget in its step unit: env steps, or gradient steps for BC)."""
 
