@@ -206,7 +206,12 @@ def draw_figure(rows: list[dict[str, Any]], metric: str, path: Path) -> None:
             counts = sorted({count for repeat in repeats for count in repeat})
             counts_seen.update(counts)
             medians = [statistics.median(r[count] for r in repeats if count in r) for count in counts]
-            (line,) = axes.plot(counts, medians, marker="o", label=f"{family} ({len(repeats)} run(s), median)")
+            (line,) = axes.plot(
+                counts,
+                medians,
+                marker="o",
+                label=family if len(repeats) == 1 else f"{family} ({len(repeats)} runs, median)",
+            )
             for repeat in repeats:
                 axes.scatter(list(repeat), list(repeat.values()), s=10, alpha=0.4, color=line.get_color())
         ticks = sorted(counts_seen)
