@@ -143,16 +143,23 @@ class ReplayBuffer:
             discounts = self.gamma * (1.0 - terminated[envs].astype(np.float32))
             self._insert(obs_writes, actions[envs], rewards[envs], next_writes, discounts)
             return
-        for env, obs_write, next_write in zip(envs, obs_writes, next_writes, strict=True):
+        complete: list[tuple[int, np.ndarray, float, int, float]] = []
+        ended = (terminated | truncated).tolist()
+        for env, obs_write, next_write in zip(envs.tolist(), obs_writes.tolist(), next_writes.tolist(), strict=True):
             window = self._pending[env]
-            window.append((int(obs_write), actions[env], float(rewards[env])))
-            if terminated[env] or truncated[env]:
+            window.append((obs_write, actions[env], float(rewards[env])))
+            if ended[env]:
                 while window:  # every pending start gets its (shorter) return up to the episode's end
-                    self._emit(window, int(next_write), bool(terminated[env]))
+                    complete.append(self._completed(window, next_write, bool(terminated[env])))
                     window.pop(0)
             elif len(window) == self.n_step:
-                self._emit(window, int(next_write), False)
+                complete.append(self._completed(window, next_write, False))
                 window.pop(0)
+        if complete:  # one insertion for the step's complete transitions, in the order they completed
+            obs_rows, first_actions, returns, next_rows, discounts = zip(*complete, strict=True)
+            self._insert(
+                np.array(obs_rows), np.stack(first_actions), np.array(returns), np.array(next_rows), np.array(discounts)
+            )
 
     def _write_observations(self, obs: np.ndarray, next_obs: np.ndarray, envs: np.ndarray) -> np.ndarray:
         """Store ``obs`` of ``envs`` where it is not the lane's latest row already, then their ``next_obs``;
@@ -187,13 +194,15 @@ class ReplayBuffer:
             self._oldest_write = int(writes.min()) if len(writes) else self.obs_writes
         return first
 
-    def _emit(self, window: list[tuple[int, np.ndarray, float]], next_write: int, terminal: bool) -> None:
+    def _completed(
+        self, window: list[tuple[int, np.ndarray, float]], next_write: int, terminal: bool
+    ) -> tuple[int, np.ndarray, float, int, float]:
+        """The transition from the window's first step to ``next_write``: its obs row, action, n-step return,
+        next_obs row and discount."""
         ret = sum(self.gamma**k * reward for k, (_, _, reward) in enumerate(window))
         discount = 0.0 if terminal else self.gamma ** len(window)
         obs_write, first_action, _ = window[0]
-        self._insert(
-            np.array([obs_write]), first_action[None], np.array([ret]), np.array([next_write]), np.array([discount])
-        )
+        return obs_write, first_action, ret, next_write, discount
 
     def _insert(
         self,
