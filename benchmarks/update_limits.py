@@ -69,20 +69,25 @@ def make_optimizer_step(optimizer: torch.optim.Optimizer, compiled: bool) -> Cal
     return torch.compile(optimizer.step)
 
 
+def preset_algorithm(algo: str) -> tuple[Any, Any, Any]:
+    """(params, a probe env, the algorithm) of ``PRESETS[algo]``, built as the trainers build them."""
+    import gymnasium as gym
+
+    params = load_params(PRESETS[algo], [])
+    env = gym.make(params.env.id)
+    algo_cls = algorithm_class(params.algo.name)
+    policy = algo_cls.make_policy(env.observation_space, env.action_space, params.policy, params.algo)
+    return params, env, algo_cls(policy, params.algo)
+
+
 # --- A2C: one step on n_steps x num_envs CartPole samples, separate [64, 64] tanh actor and critic, RMSprop ---
 
 
 def a2c_ways(compile_too: bool) -> dict[str, Way]:
-    import gymnasium as gym
-
     from rlcore.data.rollouts import RolloutBuffer
 
-    params = load_params(PRESETS["a2c"], [])
+    params, env, algorithm = preset_algorithm("a2c")
     cfg, steps, envs = params.algo, params.algo.n_steps, params.env.num_envs
-    env = gym.make(params.env.id)
-    algo_cls = algorithm_class(cfg.name)
-    policy = algo_cls.make_policy(env.observation_space, env.action_space, params.policy, cfg)
-    algorithm = algo_cls(policy, cfg)
     obs_dim, n_actions = env.observation_space.shape[0], int(env.action_space.n)
     rollout = RolloutBuffer(steps, envs, (obs_dim,), (), torch.int64)
     rollout.obs.normal_()
@@ -146,14 +151,8 @@ def plain_way(
 
 
 def dqn_ways(compile_too: bool) -> dict[str, Way]:
-    import gymnasium as gym
-
-    params = load_params(PRESETS["dqn"], [])
+    params, env, algorithm = preset_algorithm("dqn")
     cfg = params.algo
-    env = gym.make(params.env.id)
-    algo_cls = algorithm_class(cfg.name)
-    policy = algo_cls.make_policy(env.observation_space, env.action_space, params.policy, cfg)
-    algorithm = algo_cls(policy, cfg)
     obs_dim, n_actions, batch_size = env.observation_space.shape[0], int(env.action_space.n), cfg.batch_size
     batch = {
         "obs": torch.randn(batch_size, obs_dim),
@@ -195,14 +194,8 @@ def dqn_ways(compile_too: bool) -> dict[str, Way]:
 
 
 def sac_ways(compile_too: bool) -> dict[str, Way]:
-    import gymnasium as gym
-
-    params = load_params(PRESETS["sac"], [])
+    params, env, algorithm = preset_algorithm("sac")
     cfg = params.algo
-    env = gym.make(params.env.id)
-    algo_cls = algorithm_class(cfg.name)
-    policy = algo_cls.make_policy(env.observation_space, env.action_space, params.policy, cfg)
-    algorithm = algo_cls(policy, cfg)
     obs_dim, action_dim, batch_size = env.observation_space.shape[0], env.action_space.shape[0], cfg.batch_size
     batch = {
         "obs": torch.randn(batch_size, obs_dim),
