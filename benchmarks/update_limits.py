@@ -305,7 +305,7 @@ def time_ways(ways: dict[str, Way], updates: int, repeats: int) -> dict[str, flo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--algos", nargs="+", choices=sorted(MAKERS), default=sorted(MAKERS))
     parser.add_argument("--updates", type=int, default=300, help="updates per timed block")
     parser.add_argument("--repeats", type=int, default=5, help="timed blocks per way (the median is reported)")
