@@ -70,8 +70,6 @@ def test_a_finished_run_is_not_replaced_by_other_params_under_its_name(finished:
 
 
 def test_replace_trains_the_changed_params_in_place_of_the_finished_run(finished: Path) -> None:
-    outcome = run_in_process(
-        ["train", "--replace", *sets([*TINY, "name=first", "seed=1"])], finished, limit=300
-    )
+    outcome = run_in_process(["train", "--replace", *sets([*TINY, "name=first", "seed=1"])], finished, limit=300)
     assert outcome.returncode == 0, outcome.stderr
     assert "the new run replaced the previous one" in outcome.stderr

@@ -1154,11 +1154,7 @@ def invalid_values(path: tuple[str, ...], field: Any) -> st.SearchStrategy[Any]:
     return st.one_of(strategies)
 
 
-FIELDS = [
-    (algo, path, field)
-    for algo in PRESETS
-    for path, field in leaves(params_model(algo))
-]
+FIELDS = [(algo, path, field) for algo in PRESETS for path, field in leaves(params_model(algo))]
 
 
 def base_tree(algo: str) -> dict[str, Any]:
