@@ -194,8 +194,7 @@ def sb3_worker(workload: Workload, seed: int, steps: int, test_episodes: int, cu
     with stdout_to_stderr():
         model.learn(total_timesteps=steps, callback=callback)
     wall = time.perf_counter() - started
-    kwargs_test = kwargs if workload.preset == "ppo-minatar-breakout" else {}
-    test = pixels.sb3_evaluate(model, workload.env_id, seed, test_episodes, normalized_like=normalized, **kwargs_test)
+    test = pixels.sb3_evaluate(model, workload.env_id, seed, test_episodes, normalized_like=normalized, **kwargs)
     return {"train_wall_seconds": round(wall, 1), **test, "curve": points}
 
 
@@ -234,8 +233,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     steps = args.steps or workload.steps
     common = [sys.executable, __file__, name, "--steps", str(steps), "--test-episodes", str(args.test_episodes)]
     common += ["--curve-points", str(args.curve_points), "--eval-episodes", str(args.eval_episodes)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    os.environ.update(env)
+    os.environ["OMP_NUM_THREADS"] = "1"  # the workers inherit it: one torch thread each
     result: dict[str, Any] = {
         "benchmark": "real_workloads",
         "workload": name,

@@ -135,6 +135,41 @@ def one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) ->
 
 
 @pytest.hookimpl(tryfirst=True)
+def assert_trees_match(mine: Any, theirs: Any, where: str, rtol: float | None = None, atol: float = 0.0) -> None:
+    """Two checkpoints' trees (dicts, lists, tuples, tensors, plain values) alike: containers of one kind and keys,
+    tensors of one dtype and shape, float tensors within ``rtol`` / ``atol`` (None: bitwise), every other tensor
+    (random-number states among them) and value equal. ``where`` names the first difference."""
+    import torch
+
+    if isinstance(mine, torch.Tensor):
+        assert isinstance(theirs, torch.Tensor) and mine.dtype == theirs.dtype and mine.shape == theirs.shape, where
+        if rtol is not None and mine.is_floating_point():
+            torch.testing.assert_close(mine, theirs, rtol=rtol, atol=atol, msg=lambda message: f"{where}: {message}")
+        else:
+            assert torch.equal(mine, theirs), f"{where}: max difference {(mine.double() - theirs.double()).abs().max()}"
+    elif isinstance(mine, dict):
+        assert isinstance(theirs, dict) and mine.keys() == theirs.keys(), f"{where}: {mine.keys()} != {theirs.keys()}"
+        for key in mine:
+            assert_trees_match(mine[key], theirs[key], f"{where}/{key}", rtol, atol)
+    elif isinstance(mine, list | tuple):
+        assert type(mine) is type(theirs) and len(mine) == len(theirs), where
+        for index, (item, other) in enumerate(zip(mine, theirs, strict=True)):
+            assert_trees_match(item, other, f"{where}[{index}]", rtol, atol)
+    else:
+        assert mine == theirs, f"{where}: {mine!r} != {theirs!r}"
+
+
+def replay_arrays(run_dir: Path) -> dict[str, Any]:
+    """The arrays of every replay file beside a run's checkpoints (off-policy runs), by file name then array name."""
+    import numpy as np
+
+    arrays: dict[str, Any] = {}
+    for path in sorted((run_dir / "replay").glob("*.npz")):
+        with np.load(path) as saved:
+            arrays[path.name] = {key: saved[key] for key in saved.files}
+    return arrays
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The files with the most learning tests first (:func:`heaviest_files_first`)."""
     items[:] = heaviest_files_first(items)

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from conftest import outputs
+from conftest import assert_trees_match, outputs
 
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.common.files import read_json
@@ -74,23 +73,6 @@ def checkpoints(run_dir: Path) -> list[Any]:
     return [load_checkpoint(path) for _, path in list_checkpoints(run_dir / "checkpoints")]
 
 
-def assert_identical(mine: Any, theirs: Any, where: str) -> None:
-    """Equal containers, bitwise-equal tensors (dtype and shape too); ``where`` names the first difference."""
-    if isinstance(mine, torch.Tensor):
-        assert isinstance(theirs, torch.Tensor) and mine.dtype == theirs.dtype, where
-        assert torch.equal(mine, theirs), f"{where}: max difference {(mine.double() - theirs.double()).abs().max()}"
-    elif isinstance(mine, dict):
-        assert isinstance(theirs, dict) and mine.keys() == theirs.keys(), f"{where}: keys {mine.keys()} != {theirs}"
-        for key in mine:
-            assert_identical(mine[key], theirs[key], f"{where}/{key}")
-    elif isinstance(mine, list | tuple):
-        assert type(mine) is type(theirs) and len(mine) == len(theirs), where
-        for index, (item, other) in enumerate(zip(mine, theirs, strict=True)):
-            assert_identical(item, other, f"{where}[{index}]")
-    else:
-        assert mine == theirs, f"{where}: {mine!r} != {theirs!r}"
-
-
 def evaluated(candidate: dict[str, Any]) -> dict[str, Any]:
     """An evaluation without what names its run (the folder, the seed, the file's hash: its metadata holds the
     command and ``train.seeds``)."""
@@ -122,11 +104,11 @@ def test_each_seed_is_the_run_with_that_seed(seeded: Path, tmp_path: Path) -> No
     assert ours[0].meta["gradient_steps"] > 0, "no update before the first checkpoint: raise its step"
     for mine, single_run in zip(ours, theirs, strict=True):
         where = mine.path.name
-        assert_identical(mine.tensors, single_run.tensors, where)
+        assert_trees_match(mine.tensors, single_run.tensors, where)
         for key in ("numpy_rng", "env_steps", "gradient_steps", "updates"):
-            assert_identical(mine.meta.get(key), single_run.meta.get(key), f"{where} meta {key}")
+            assert_trees_match(mine.meta.get(key), single_run.meta.get(key), f"{where} meta {key}")
         curves = [[untimed(entry) for entry in run.meta["evaluations"]] for run in (mine, single_run)]
-        assert_identical(*curves, f"{where} meta evaluations")
+        assert_trees_match(*curves, f"{where} meta evaluations")
 
 
 @pytest.mark.slow

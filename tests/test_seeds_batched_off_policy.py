@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from test_seeds_batched_offline import checkpoints, differences
@@ -50,14 +49,6 @@ def new_project(root: Path) -> Path:
     (root / PRESET).parent.mkdir(parents=True)
     shutil.copy(PROJECT / PRESET, root / PRESET)
     return root
-
-
-def replay_arrays(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
-    arrays: dict[str, dict[str, np.ndarray]] = {}
-    for path in sorted((run_dir / "replay").glob("*.npz")):
-        with np.load(path) as saved:
-            arrays[path.name] = {key: saved[key] for key in saved.files}
-    return arrays
 
 
 def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(

@@ -19,8 +19,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import preset_text
-from test_seeds_batched_off_policy import replay_arrays
+from conftest import preset_text, replay_arrays
 from test_seeds_batched_offline import checkpoints, differences
 
 from rlcore.algos import sac

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import PROJECT, preset_text, sets
+from conftest import PROJECT, assert_trees_match, preset_text, replay_arrays, sets
 from test_presets_pipeline import skip_without_extra
 
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
@@ -231,53 +231,6 @@ def trained(
     return name, root, log
 
 
-def close(mine: Any, theirs: Any, where: str) -> None:
-    """Two checkpoints' tensor trees: float tensors within RTOL and ATOL; integer and bool tensors (random-number
-    states among them) and everything else equal."""
-    if isinstance(mine, torch.Tensor):
-        assert isinstance(theirs, torch.Tensor) and mine.dtype == theirs.dtype and mine.shape == theirs.shape, where
-        if mine.is_floating_point():
-            torch.testing.assert_close(mine, theirs, rtol=RTOL, atol=ATOL, msg=lambda message: f"{where}: {message}")
-        else:
-            assert torch.equal(mine, theirs), where
-    elif isinstance(mine, dict):
-        assert isinstance(theirs, dict) and mine.keys() == theirs.keys(), f"{where}: {mine.keys()} != {theirs.keys()}"
-        for key in mine:
-            close(mine[key], theirs[key], f"{where}/{key}")
-    elif isinstance(mine, list | tuple):
-        assert len(mine) == len(theirs), where
-        for index, (item, other) in enumerate(zip(mine, theirs, strict=True)):
-            close(item, other, f"{where}[{index}]")
-    else:
-        assert mine == theirs, f"{where}: {mine!r} != {theirs!r}"
-
-
-def identical(mine: Any, theirs: Any, where: str) -> None:
-    """Equal containers, bitwise-equal tensors (dtype and shape too); ``where`` names the first difference."""
-    if isinstance(mine, torch.Tensor):
-        assert isinstance(theirs, torch.Tensor) and mine.dtype == theirs.dtype and mine.shape == theirs.shape, where
-        assert torch.equal(mine, theirs), f"{where}: max difference {(mine.double() - theirs.double()).abs().max()}"
-    elif isinstance(mine, dict):
-        assert isinstance(theirs, dict) and mine.keys() == theirs.keys(), f"{where}: {mine.keys()} != {theirs.keys()}"
-        for key in mine:
-            identical(mine[key], theirs[key], f"{where}/{key}")
-    elif isinstance(mine, list | tuple):
-        assert len(mine) == len(theirs), where
-        for index, (item, other) in enumerate(zip(mine, theirs, strict=True)):
-            identical(item, other, f"{where}[{index}]")
-    else:
-        assert mine == theirs, f"{where}: {mine!r} != {theirs!r}"
-
-
-def replays(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
-    """The arrays of every replay file beside a run's checkpoints (off-policy runs), by file name."""
-    arrays: dict[str, dict[str, np.ndarray]] = {}
-    for path in sorted((run_dir / "replay").glob("*.npz")):
-        with np.load(path) as saved:
-            arrays[path.name] = {key: saved[key] for key in saved.files}
-    return arrays
-
-
 def untimed(evaluations: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{key: value for key, value in entry.items() if key != "wall_seconds"} for entry in evaluations]
 
@@ -297,11 +250,11 @@ def test_member_k_of_a_batched_run_is_the_one_seed_run_with_seed_k(trained: tupl
     for key in ("env_steps", "gradient_steps", "updates", "numpy_rng", "skipped_steps"):
         assert ours[1].meta.get(key) == alone.meta.get(key), key
     exact = case.form != "stacked"  # each seed's own network: the one-seed run's kernels, bitwise
-    (identical if exact else close)(ours[1].tensors, alone.tensors, name)
+    assert_trees_match(ours[1].tensors, alone.tensors, name, rtol=None if exact else RTOL, atol=ATOL)
     assert ours[1].meta.get("validation") == pytest.approx(alone.meta.get("validation"), rel=RTOL, abs=ATOL)
     mine, theirs = (
-        replays(root / "batched" / "runs" / "contract" / "seed_1"),
-        replays(root / "alone" / "runs" / "contract"),
+        replay_arrays(root / "batched" / "runs" / "contract" / "seed_1"),
+        replay_arrays(root / "alone" / "runs" / "contract"),
     )
     assert mine.keys() == theirs.keys()
     for file, arrays in mine.items():
@@ -324,7 +277,7 @@ def test_a_batched_run_is_bitwise_the_same_run_again(
     for seed in (0, 1):
         again = last_checkpoint(tmp_path / "runs" / "contract" / f"seed_{seed}")
         first = last_checkpoint(root / "batched" / "runs" / "contract" / f"seed_{seed}")
-        identical(again.tensors, first.tensors, f"{name} seed {seed}")
+        assert_trees_match(again.tensors, first.tensors, f"{name} seed {seed}")
         assert untimed(again.meta["evaluations"]) == untimed(first.meta["evaluations"])
         assert again.meta["numpy_rng"] == first.meta["numpy_rng"]
 
