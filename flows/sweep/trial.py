@@ -53,7 +53,7 @@ from rlcore.evaluation.selection import scores_on_test
 from rlcore.params import validate_params
 from rlcore.stages import evaluate_stage, select_stage, train_stage
 from rlcore.stages.train import not_batched_reason, train_seed_roots
-from rlcore.trainers import batched_trainer
+from rlcore.trainers import family_of
 
 AGGREGATES = {"mean": statistics.fmean, "median": statistics.median, "min": min, "iqm": iqm}
 
@@ -140,9 +140,7 @@ def seeds_batched(params: Params) -> bool:
 
 def seeds_together_words(params: Params) -> str:
     """How seeds train together for ``params``' algorithm: one batched program, or sharing worker processes."""
-    if batched_trainer(params) is not None:
-        return "as one batched program"
-    return "sharing their worker processes (one learner process)"
+    return family_of(params).seeds_together
 
 
 def seeds_line(params: Params) -> str | None:

@@ -217,8 +217,12 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
     """Optional params it honours: ``memory`` (``policy.memory``), ``precision`` (``train.precision`` other than
     fp32), ``cuda`` (``train.device: cuda``), ``action_mask`` (``env.action_mask``: its losses and targets read the
     masked policy), ``multiagent`` (a PettingZoo env, each agent's steps rows of the rollout:
-    ``rlcore.envs.multiagent``), ``batched_seeds`` (``train.seeds`` trained as one batched program: its family's
-    trainer in ``rlcore.trainers.BATCHED_TRAINERS``). Others are refused at load (``rlcore.params``)."""
+    ``rlcore.envs.multiagent``). Others are refused at load (``rlcore.params``)."""
+
+    @classmethod
+    def check_params(cls, params: Any) -> None:
+        """Refuse (``ConfigError``, one line) params this algorithm cannot run with, before anything is written (at
+        the start of training; ES: rollouts need a step budget)."""
 
     def __init__(self, policy: PolicyT, config: ConfigT) -> None:
         self.policy = policy
@@ -432,10 +436,6 @@ class PopulationAlgorithm(Algorithm[ConfigT, PolicyT]):
         super().__init__(policy, config)
         self.iterations = 0
         """Iterations told so far: the weights version workers see, and with the run's seed the seed of ``ask``."""
-
-    @classmethod
-    def check_params(cls, params: Any) -> None:
-        """Refuse (``ConfigError``, one line) params this algorithm cannot run with, before anything is written."""
 
     @abstractmethod
     def members(self) -> list[Policy]:

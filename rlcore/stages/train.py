@@ -10,28 +10,17 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlcore.algos.base import ActorLearnerAlgorithm, PopulationAlgorithm
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
 from rlcore.common.errors import CheckpointError, ConfigError
 from rlcore.common.stage_paths import Layout, project_path
 from rlcore.config.sections import Params
-from rlcore.registry import algorithm_class
 from rlcore.stages.seeds import run_seeds, seed_layouts, seed_params
-from rlcore.trainers import SeedRun, SeedsTrainer, batched_trainer, is_offline, train
-from rlcore.trainers.actor_learner import train_actor_learner_seeds
+from rlcore.trainers import SeedRun, is_offline, train, train_seeds
 from rlcore.trainers.fingerprint import changed_key, trained_params
 from rlcore.trainers.finished_runs import RunFinishedError
-from rlcore.trainers.population import train_population_seeds
 from rlcore.trainers.stopping import EvaluationCallback
 
 log = logging.getLogger("rlcore")
-
-SHARED_WORKERS_TRAINERS: dict[type, SeedsTrainer] = {
-    ActorLearnerAlgorithm: train_actor_learner_seeds,
-    PopulationAlgorithm: train_population_seeds,
-}
-"""Family -> its trainer of several seeds whose worker processes (IMPALA's actors, ES and SVPG's rollout workers)
-start once and serve every seed, one learner process holding every seed's learner."""
 
 
 def train_stage(
@@ -45,9 +34,9 @@ def train_stage(
     trained with other train params is refused (:func:`refuse_replacing_a_finished_run`) unless ``replace``: the
     pipelines (dvc.yaml, whose cache keeps the previous run, and the Prefect flows) replace it.
 
-    With ``train.seeds``: seed ``k``'s run (``rlcore.stages.seeds``) into ``runs/<name>/seed_<k>/``, all together by
-    the family's batched trainer (``train.batch_seeds``, ``rlcore.trainers.batched_trainer``), by the family's
-    worker processes serving every seed (:data:`SHARED_WORKERS_TRAINERS`), or in the list's order; a seed whose
+    With ``train.seeds``: seed ``k``'s run (``rlcore.stages.seeds``) into ``runs/<name>/seed_<k>/``, all together
+    through the family's loop (``train.batch_seeds``, ``rlcore.trainers.train_seeds``: one batched loop, or the
+    family's worker processes serving every seed), or in the list's order; a seed whose
     run finished with the same train params is kept, an interrupted one resumes, so a killed
     run goes on with the seed it was training. ``resume_from`` is refused (it names one seed's checkpoint).
     """
@@ -100,40 +89,26 @@ def refuse_replacing_a_finished_run(params: Params, run_dir: Path) -> None:
 def train_seed_roots(seeds: Sequence[tuple[Params, Path]], on_evaluation: EvaluationCallback | None = None) -> None:
     """Train one-seed runs (``seed: k``, no ``train.seeds``; equal but for ``seed``), each into its own project
     root's ``runs/<name>/`` (paths in its params relative to that root), as :func:`train_stage` trains the seeds of
-    ``train.seeds`` (:func:`seeds_trainer`: one batched program, or worker processes every seed shares, else one
-    after another with a log line); a finished run with the same train params is kept, an interrupted one resumes.
-    ``on_evaluation`` is called after every seed's evaluations (a batched run evaluates its seeds at the same
-    steps)."""
+    ``train.seeds`` (together through the family's loop, or one after another with a log line); a finished run with
+    the same train params is kept, an interrupted one resumes. ``on_evaluation`` is called after every seed's
+    evaluations (a batched run evaluates its seeds at the same steps)."""
     runs = [
         SeedRun(params.seed, _project_paths(params, root), Layout(root, params.name).run_dir) for params, root in seeds
     ]
     _train_seed_runs(runs, on_evaluation)
 
 
-def seeds_trainer(params: Params) -> SeedsTrainer | None:
-    """The trainer of ``params``' seeds together: the family's batched trainer, or the one whose worker processes
-    serve every seed (:data:`SHARED_WORKERS_TRAINERS`); None when they train one after another
-    (``train.batch_seeds`` false, or a family with neither)."""
-    batched = batched_trainer(params)
-    if batched is not None or not params.train.batch_seeds:
-        return batched
-    algo_cls = algorithm_class(params.algo.name)
-    return next((trainer for family, trainer in SHARED_WORKERS_TRAINERS.items() if issubclass(algo_cls, family)), None)
-
-
 def not_batched_reason(params: Params) -> str | None:
-    """Why the seeds of ``params`` train one after another (``train.batch_seeds`` false, or an algorithm whose family
-    has no trainer of seeds together), or None: :func:`seeds_trainer` trains them."""
-    if seeds_trainer(params) is not None:
-        return None
-    return "train.batch_seeds is false" if not params.train.batch_seeds else f"{params.algo.name} does not batch"
+    """Why the seeds of ``params`` train one after another, or None: they train together
+    (``rlcore.trainers.train_seeds``)."""
+    return None if params.train.batch_seeds else "train.batch_seeds is false"
 
 
 def _train_seed_runs(runs: list[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
-    """The seeds' runs by :func:`seeds_trainer`, or one after another when there is none."""
-    together = seeds_trainer(runs[0].params)
-    if together is not None:
-        together(runs, on_evaluation)
+    """The seeds' runs together (``rlcore.trainers.train_seeds``), or one after another (``train.batch_seeds``
+    false)."""
+    if runs[0].params.train.batch_seeds:
+        train_seeds(runs, on_evaluation)
         return
     log.info("train.seeds: the seeds train one after another, not batched: %s", not_batched_reason(runs[0].params))
     for run in runs:

@@ -1,13 +1,14 @@
 """Training: one loop per algorithm family and what the loops share (the session, experience sources, the run
-directory, metrics, stopping, warm starts, the memory estimate); :func:`train` runs the loop of the algorithm's family.
+directory, metrics, stopping, warm starts, the memory estimate); :func:`train` runs one run through its family's loop,
+:func:`train_seeds` every seed of ``train.seeds`` through the same loop as one program.
 
 May import: ``rlcore.workers`` and every layer below it; not ``rlcore.stages`` or ``rlcore.cli``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from rlcore.algos.base import (
     ActorLearnerAlgorithm,
@@ -19,40 +20,54 @@ from rlcore.algos.base import (
 )
 from rlcore.config.sections import Params
 from rlcore.registry import algorithm_class
-from rlcore.trainers.actor_learner import train_actor_learner
-from rlcore.trainers.off_policy import train_off_policy, train_off_policy_seeds
-from rlcore.trainers.offline import train_offline, train_offline_seeds
-from rlcore.trainers.on_policy import train_on_policy, train_on_policy_seeds
-from rlcore.trainers.population import train_population
-from rlcore.trainers.seed_sessions import SeedRun
+from rlcore.trainers.actor_learner import run_actor_learner
+from rlcore.trainers.off_policy import run_off_policy
+from rlcore.trainers.offline import run_offline
+from rlcore.trainers.on_policy import run_on_policy
+from rlcore.trainers.population import run_population
+from rlcore.trainers.seed_sessions import SeedRun, SessionsLoop, SourceFactory, run_alone, run_together
+from rlcore.trainers.session import TrainingSession
+from rlcore.trainers.sources import DatasetSource, DataSource, EnvSource, ReplaySource
 from rlcore.trainers.stopping import EvaluationCallback
 
 
-class Trainer(Protocol):
-    """A family's trainer: train ``params`` into ``run_dir`` (resuming an interrupted run there, or from
-    ``resume_from``); ``keep_finished``: a finished run with these train params is kept (``RunFinishedError``).
-    Returns the train summary."""
+@dataclass(frozen=True)
+class Family:
+    """An algorithm family's training: its loop over open sessions (a run's alone, or every seed's of
+    ``train.seeds`` as one program), the source of its experience, and how its seeds share that program (for logs:
+    one batched loop, or the family's worker processes)."""
 
-    def __call__(
-        self,
-        params: Params,
-        run_dir: Path,
-        on_evaluation: EvaluationCallback | None = None,
-        resume_from: Path | None = None,
-        *,
-        keep_finished: bool = False,
-    ) -> dict[str, Any]: ...
+    loop: SessionsLoop[Any]
+    make_source: SourceFactory[Any]
+    seeds_together: str
+
+
+def _no_source(*_: Any) -> DataSource:
+    return DataSource()  # the workers' rollouts are the experience (rlcore.workers)
 
 
 # The keys are the abstract family classes: mypy refuses abstract classes as type[...] values (type-abstract).
-TRAINERS: dict[type[Algorithm[Any, Any]], Trainer] = {
-    OnPolicyAlgorithm: train_on_policy,  # type: ignore[type-abstract]
-    OffPolicyAlgorithm: train_off_policy,  # type: ignore[type-abstract]
-    OfflineAlgorithm: train_offline,  # type: ignore[type-abstract]
-    ActorLearnerAlgorithm: train_actor_learner,  # type: ignore[type-abstract]
-    PopulationAlgorithm: train_population,  # type: ignore[type-abstract]
+FAMILIES: dict[type[Algorithm[Any, Any]], Family] = {
+    OnPolicyAlgorithm: Family(run_on_policy, lambda params, *_: EnvSource(params), "as one batched program"),  # type: ignore[type-abstract]
+    OffPolicyAlgorithm: Family(run_off_policy, ReplaySource, "as one batched program"),  # type: ignore[type-abstract]
+    OfflineAlgorithm: Family(run_offline, DatasetSource, "as one batched program"),  # type: ignore[type-abstract]
+    ActorLearnerAlgorithm: Family(  # type: ignore[type-abstract]
+        run_actor_learner, _no_source, "sharing their worker processes (one learner process)"
+    ),
+    PopulationAlgorithm: Family(  # type: ignore[type-abstract]
+        run_population, _no_source, "sharing their worker processes (one learner process)"
+    ),
 }
-"""Family -> its trainer."""
+"""Family -> how it trains."""
+
+
+def family_of(params: Params) -> Family:
+    """The training of ``params.algo``'s family."""
+    algo_cls = algorithm_class(params.algo.name)
+    for family, training in FAMILIES.items():
+        if issubclass(algo_cls, family):
+            return training
+    raise TypeError(f"{algo_cls.__name__} belongs to no algorithm family with a trainer")
 
 
 def train(
@@ -63,41 +78,27 @@ def train(
     *,
     keep_finished: bool = False,
 ) -> dict[str, Any]:
-    """Train ``params`` into ``run_dir`` (resuming an interrupted run there); returns the train summary.
-    ``keep_finished``: a finished run in ``run_dir`` with these train params is kept (``RunFinishedError``)."""
-    algo_cls = algorithm_class(params.algo.name)
-    for family, trainer in TRAINERS.items():
-        if issubclass(algo_cls, family):
-            return trainer(params, run_dir, on_evaluation, resume_from, keep_finished=keep_finished)
-    raise TypeError(f"{algo_cls.__name__} belongs to no algorithm family with a trainer")
+    """Train ``params`` into ``run_dir`` (resuming an interrupted run there, or from ``resume_from``); returns the
+    train summary. ``keep_finished``: a finished run in ``run_dir`` with these train params is kept
+    (``RunFinishedError``)."""
+    algorithm_class(params.algo.name).check_params(params)
+    family = family_of(params)
+    with TrainingSession(
+        params, run_dir, on_evaluation, resume_from, family.make_source, keep_finished=keep_finished
+    ) as session:
+        return run_alone(family.loop, session)
+
+
+def train_seeds(runs: list[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
+    """Train every seed's run (``train.seeds``, each into its ``run_dir``) through the family's loop as one program,
+    each seed's run its one-seed run with its own random streams. A seed whose folder holds its finished run with the
+    same train params is kept; an interrupted one resumes from its own checkpoint."""
+    params = runs[0].params
+    algorithm_class(params.algo.name).check_params(params)
+    family = family_of(params)
+    run_together(family.loop, runs, on_evaluation, family.make_source)
 
 
 def is_offline(params: Params) -> bool:
     """Whether ``params`` train from a dataset (the offline family) rather than from env steps."""
     return issubclass(algorithm_class(params.algo.name), OfflineAlgorithm)
-
-
-SeedsTrainer = Callable[[list[SeedRun], EvaluationCallback | None], None]
-"""Trains several seeds' runs together, each into its own run directory. A seed whose run folder holds a finished run
-with the same train params is kept (open its session with ``keep_finished=True`` and skip it on
-``RunFinishedError``); an interrupted one resumes."""
-
-BATCHED_TRAINERS: dict[type[Algorithm[Any, Any]], SeedsTrainer] = {
-    OnPolicyAlgorithm: train_on_policy_seeds,  # type: ignore[type-abstract]
-    OffPolicyAlgorithm: train_off_policy_seeds,  # type: ignore[type-abstract]
-    OfflineAlgorithm: train_offline_seeds,  # type: ignore[type-abstract]
-}
-"""Family -> its trainer of several seeds as one batched program; used for algorithms with ``batched_seeds`` in their
-capabilities when ``train.batch_seeds`` is true."""
-
-
-def batched_trainer(params: Params) -> SeedsTrainer | None:
-    """The batched trainer of ``params``' seeds, or None when they run one after another (``train.batch_seeds``
-    false, or an algorithm without ``batched_seeds``)."""
-    algo_cls = algorithm_class(params.algo.name)
-    if not params.train.batch_seeds or "batched_seeds" not in algo_cls.capabilities:
-        return None
-    for family, trainer in BATCHED_TRAINERS.items():
-        if issubclass(algo_cls, family):
-            return trainer
-    return None

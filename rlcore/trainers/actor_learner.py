@@ -12,10 +12,10 @@ the trajectories dropped for too much lag, the actors replaced, and the share of
 updating rather than waiting for trajectories. Only ``runner: dev`` is bitwise reproducible: with real
 processes the order trajectories arrive in depends on timing.
 
-With ``train.seeds`` (:func:`train_actor_learner_seeds`) the actors start once and serve every seed: seed k is
-lane k of the runner (its own weights and versions; each actor process holds an actor per seed, each with its own
-envs seeded as the one-seed run's and its own sampling stream), and this one learner process holds every seed's
-learner, updating each in turn on its own trajectories, in its own session, under its own torch generator state.
+With ``train.seeds`` (:func:`run_actor_learner` given every seed's session) the actors start once and serve every
+seed: seed k is lane k of the runner (its own weights and versions; each actor process holds an actor per seed, each
+with its own envs seeded as the one-seed run's and its own sampling stream), and this one learner process holds every
+seed's learner, updating each in turn on its own trajectories, in its own session, under its own torch generator state.
 With ``runner: dev`` seed k's run is the one-seed run with ``seed: k``, bitwise; with processes each seed's
 trajectories are those its one-seed run's actors would make from the same weights, env and sampling state, and
 which of them make up a batch depends on timing, as in any run with processes. ``actor_replacements`` counts the
@@ -27,20 +27,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from rlcore.algos.base import ActorLearnerAlgorithm, ActorLearnerConfig
 from rlcore.common.seeds import training_seed
 from rlcore.config.sections import Params
 from rlcore.data.rollouts import TrajectoryBatch
-from rlcore.trainers.seed_sessions import SeedRun, SeedSession, abandoned_on_error, open_seed_sessions
-from rlcore.trainers.session import TrainingSession
+from rlcore.trainers.seed_sessions import SeedSession
 from rlcore.trainers.sources import DataSource
-from rlcore.trainers.stopping import EvaluationCallback
 from rlcore.workers.actors.actor import ActorSpec, Streams
 from rlcore.workers.actors.runners import DevRunner, LocalRunner, Runner, SpecFactory
 from rlcore.workers.weights import WeightsCodec
@@ -95,38 +91,6 @@ def make_runner(lanes: Sequence[tuple[Params, int]], weights_size: int, streams:
     )
 
 
-def train_actor_learner(
-    params: Params,
-    run_dir: Path,
-    on_evaluation: EvaluationCallback | None = None,
-    resume_from: Path | None = None,
-    *,
-    keep_finished: bool = False,
-) -> dict[str, Any]:
-    """Train ``params.algo`` (an actor-learner algorithm) into ``run_dir``; returns the train summary.
-    ``keep_finished``: a finished run in ``run_dir`` with these train params is kept (:class:`RunFinishedError`).
-    """
-    with TrainingSession(
-        params, run_dir, on_evaluation, resume_from, lambda *_: DataSource(), keep_finished=keep_finished
-    ) as session:
-        return _learn([SeedSession(params.seed, session, torch.get_rng_state())])[params.seed]
-
-
-def train_actor_learner_seeds(runs: list[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
-    """Train the seeds' runs (each into its ``run_dir``) with one set of actors serving every seed and one learner
-    process (see the module docstring). A seed whose folder holds its finished run with the same train params is
-    kept; an interrupted one resumes from its latest checkpoint."""
-    seeds = open_seed_sessions(runs, on_evaluation, lambda *_: DataSource())
-    with abandoned_on_error(seeds):
-        if seeds:
-            log.info(
-                "train.seeds: seeds %s share the %s runner's actors and one learner process",
-                ", ".join(str(seed.seed) for seed in seeds),
-                runs[0].params.algo.runner,  # type: ignore[attr-defined]
-            )
-            _learn(seeds)
-
-
 class _Learner:
     """One seed's learner in :func:`_learn`: its session, the version of its published weights, and the seconds it
     spent updating."""
@@ -170,27 +134,26 @@ class _Learner:
         session.after_env_steps(batch.env_steps)
         return session.checkpoint_due_or_stop()
 
-    def finish(self, stop_reason: str) -> dict[str, Any]:
-        """The seed's final evaluation, checkpoint and summary, under its own torch generator state."""
-        with self.seed.own_rng():
-            summary = self.session.finish(stop_reason)
-        self.seed.finished = True
-        return summary
 
-
-def _learn(seeds: Sequence[SeedSession[DataSource]]) -> dict[int, dict[str, Any]]:
-    """Train the open sessions' runs on one runner, each seed a lane, until each stops; each seed's train summary
-    by seed."""
+def run_actor_learner(seeds: Sequence[SeedSession[DataSource]]) -> None:
+    """The open sessions' runs (one run's, or every seed's of ``train.seeds``) on one runner, each a lane, until each
+    stops."""
+    if not seeds[0].one_seed_run:
+        params = seeds[0].session.params
+        log.info(
+            "train.seeds: seeds %s share the %s runner's actors and one learner process",
+            ", ".join(str(seed.seed) for seed in seeds),
+            params.algo.runner,  # type: ignore[attr-defined]
+        )
     learners = [_Learner(seed) for seed in seeds]
     lanes = [(learner.session.params, learner.session.state.env_steps) for learner in learners]
-    summaries: dict[int, dict[str, Any]] = {}
     streams = [learner.seed.own_rng for learner in learners]
     with make_runner(lanes, learners[0].codec.size, lambda lane: streams[lane]()) as runner:
         runner.start([learner.codec.encode(learner.session.policy) for learner in learners], 0)
         for lane, learner in enumerate(learners):
             stop_reason = learner.session.stops.budget(learner.session.state)
             if stop_reason is not None:
-                summaries[learner.seed.seed] = learner.finish(stop_reason)
+                learner.seed.finish(stop_reason)
                 runner.retire(lane)
         started = time.perf_counter()
         while not all(learner.seed.finished for learner in learners):
@@ -201,6 +164,5 @@ def _learn(seeds: Sequence[SeedSession[DataSource]]) -> dict[int, dict[str, Any]
                 with learner.seed.own_rng():
                     stop_reason = learner.step(runner, lane, trajectories, started)
                 if stop_reason is not None:
-                    summaries[learner.seed.seed] = learner.finish(stop_reason)
+                    learner.seed.finish(stop_reason)
                     runner.retire(lane)
-    return summaries

@@ -33,45 +33,18 @@ agent, each batch dispatched by agent id, over AEC envs where one agent acts per
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
-from rlcore.config.sections import Params
 from rlcore.envs.action_masks import legal_actions, random_legal_actions
 from rlcore.envs.actions import random_actions
 from rlcore.envs.observations import obs_tensor
 from rlcore.trainers.lockstep import Lockstep
-from rlcore.trainers.seed_sessions import SeedRun, SeedSession, run_alone, run_together
+from rlcore.trainers.seed_sessions import SeedSession
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import ReplaySource
-from rlcore.trainers.stopping import EvaluationCallback
-
-
-def train_off_policy(
-    params: Params,
-    run_dir: Path,
-    on_evaluation: EvaluationCallback | None = None,
-    resume_from: Path | None = None,
-    *,
-    keep_finished: bool = False,
-) -> dict[str, Any]:
-    """Train ``params.algo`` (a replay-based algorithm) into ``run_dir``; returns the train summary.
-    ``keep_finished``: a finished run in ``run_dir`` with these train params is kept (:class:`RunFinishedError`).
-    """
-    with TrainingSession(
-        params, run_dir, on_evaluation, resume_from, ReplaySource, keep_finished=keep_finished
-    ) as session:
-        return run_alone(run_off_policy, session)
-
-
-def train_off_policy_seeds(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
-    """Train the seeds' runs (each into its ``run_dir``) as one program; a seed whose folder holds its finished run
-    with the same train params is kept, an interrupted one resumes from its latest checkpoint."""
-    run_together(run_off_policy, runs, on_evaluation, ReplaySource)
 
 
 def run_off_policy(seeds: Sequence[SeedSession[ReplaySource]]) -> None:

@@ -16,41 +16,14 @@ bitwise).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 import torch
 
 from rlcore.algos.base import OfflineConfig
-from rlcore.config.sections import Params
 from rlcore.trainers.lockstep import Lockstep
-from rlcore.trainers.seed_sessions import SeedRun, SeedSession, run_alone, run_together
+from rlcore.trainers.seed_sessions import SeedSession
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import DatasetSource
-from rlcore.trainers.stopping import EvaluationCallback
-
-
-def train_offline(
-    params: Params,
-    run_dir: Path,
-    on_evaluation: EvaluationCallback | None = None,
-    resume_from: Path | None = None,
-    *,
-    keep_finished: bool = False,
-) -> dict[str, Any]:
-    """Train ``params.algo`` (an offline algorithm) on ``params.dataset`` into ``run_dir``.
-    ``keep_finished``: a finished run in ``run_dir`` with these train params is kept (:class:`RunFinishedError`).
-    """
-    with TrainingSession(
-        params, run_dir, on_evaluation, resume_from, DatasetSource, keep_finished=keep_finished
-    ) as session:
-        return run_alone(run_offline, session)
-
-
-def train_offline_seeds(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
-    """Train the seeds' runs (each into its ``run_dir``) as one program; a seed whose folder holds its finished run
-    with the same train params is kept, an interrupted one resumes from its latest checkpoint."""
-    run_together(run_offline, runs, on_evaluation, DatasetSource)
 
 
 def run_offline(seeds: Sequence[SeedSession[DatasetSource]]) -> None:

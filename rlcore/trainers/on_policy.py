@@ -17,19 +17,16 @@ and stop conditions are each run's session's: a run that stops finishes, and the
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-from typing import Any, cast
+from collections.abc import Sequence
+from typing import cast
 
 import torch
 
-from rlcore.config.sections import Params
 from rlcore.data.sequences import SequenceRollout
 from rlcore.trainers.on_policy_acting import acting_form
 from rlcore.trainers.on_policy_runs import Run
-from rlcore.trainers.seed_sessions import OpenSeed, SeedRun, abandoned_on_error, open_seed_sessions
-from rlcore.trainers.session import TrainingSession
+from rlcore.trainers.seed_sessions import SeedSession
 from rlcore.trainers.sources import EnvSource
-from rlcore.trainers.stopping import EvaluationCallback
 
 log = logging.getLogger("rlcore")
 
@@ -107,38 +104,16 @@ class OnPolicyLoop:
         self.acting.restack(self.runs)
 
 
-def train_on_policy(
-    params: Params,
-    run_dir: Path,
-    on_evaluation: EvaluationCallback | None = None,
-    resume_from: Path | None = None,
-    *,
-    keep_finished: bool = False,
-) -> dict[str, Any]:
-    """Train ``params.algo`` (an on-policy algorithm) into ``run_dir``; returns the train summary.
-    ``keep_finished``: a finished run in ``run_dir`` with these train params is kept (:class:`RunFinishedError`).
-    """
-    with TrainingSession(
-        params, run_dir, on_evaluation, resume_from, lambda p, *_: EnvSource(p), keep_finished=keep_finished
-    ) as session:
-        run = Run(session, None, None)
-        OnPolicyLoop([run]).run()
-        assert run.summary is not None
-        return run.summary
-
-
-def train_on_policy_seeds(runs: list[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
-    """Train every seed's run (``train.seeds``) of an on-policy algorithm as one program: the runs in lockstep, each
-    seed's run its one-seed run (its own random streams). A seed whose run finished with these train params is kept;
-    an interrupted one resumes from its own checkpoint."""
-    sessions = open_seed_sessions(runs, on_evaluation, lambda p, *_: EnvSource(p))
-    opened: list[OpenSeed] = list(sessions)
-    with abandoned_on_error(opened):
-        for k, seed in enumerate(sessions):
-            opened[k] = Run(seed.session, seed.torch_rng, seed.seed)
-        if not opened:
-            return
-        loop = OnPolicyLoop(cast(list[Run], opened))
-        seeds = [seed.seed for seed in sessions]
-        log.info("train.seeds: training seeds %s as one program (%s)", seeds, loop.acting.description)
+def run_on_policy(seeds: Sequence[SeedSession[EnvSource]]) -> None:
+    """The loop of open sessions (one run's, or every seed's of ``train.seeds`` in lockstep, each seed's run its
+    one-seed run with its own random streams), each to its end."""
+    alone = seeds[0].one_seed_run
+    runs = [Run(seed.session, None if alone else seed.torch_rng, None if alone else seed.seed) for seed in seeds]
+    loop = OnPolicyLoop(runs)
+    if not alone:
+        log.info("train.seeds: training seeds %s as one program (%s)", [s.seed for s in seeds], loop.acting.description)
+    try:
         loop.run()
+    finally:  # what finished is kept; an error abandons the others' sessions (``run_together``)
+        for seed, run in zip(seeds, runs, strict=True):
+            seed.finished, seed.summary = run.finished, run.summary

@@ -1,6 +1,7 @@
-"""What the trainers of several seeds (``train.seeds``) share: a seed's run (:class:`SeedRun`), and its open
-``TrainingSession`` (:class:`SeedSession`: opened as its one-seed run opens it, with the state of torch's global
-generator that run would have), every seed's opened at once and abandoned together on an error."""
+"""The sessions a family's loop runs: a seed's run (:class:`SeedRun`) and its open ``TrainingSession``
+(:class:`SeedSession`: opened as its one-seed run opens it, with the state of torch's global generator that run would
+have); one run's session alone (:func:`run_alone`) or every seed's of ``train.seeds`` at once (:func:`run_together`),
+abandoned together on an error."""
 
 from __future__ import annotations
 
@@ -9,14 +10,13 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol
+from typing import Any, ClassVar, Generic
 
 import torch
-from gymnasium import spaces
 
 from rlcore.config.sections import Params
 from rlcore.trainers.finished_runs import RunFinishedError
-from rlcore.trainers.session import SourceT, TrainingSession
+from rlcore.trainers.session import SourceFactory, SourceT, TrainingSession
 from rlcore.trainers.stopping import EvaluationCallback
 
 log = logging.getLogger("rlcore")
@@ -82,7 +82,7 @@ class _Alone(SeedSession[SourceT]):
 def open_seed_sessions(
     runs: Sequence[SeedRun],
     on_evaluation: EvaluationCallback | None,
-    make_source: Callable[[Params, spaces.Space, spaces.Space], SourceT],
+    make_source: SourceFactory[SourceT],
 ) -> list[SeedSession[SourceT]]:
     """Every seed's session, in the list's order; a seed whose folder holds its finished run with the same train
     params is kept (and skipped), an interrupted one resumes. On an error every session opened is abandoned."""
@@ -108,7 +108,8 @@ def open_seed_sessions(
 
 
 SessionsLoop = Callable[[Sequence[SeedSession[SourceT]]], None]
-"""A lockstep loop (``run_off_policy``, ``run_offline``): runs open sessions, each to its end."""
+"""A family's loop (``rlcore.trainers.FAMILIES``): runs open sessions (a run's alone, or every seed's), each to its
+end, setting each one's ``finished`` and ``summary``."""
 
 
 def run_alone(loop: SessionsLoop[SourceT], session: TrainingSession[SourceT]) -> dict[str, Any]:
@@ -123,7 +124,7 @@ def run_together(
     loop: SessionsLoop[SourceT],
     runs: Sequence[SeedRun],
     on_evaluation: EvaluationCallback | None,
-    make_source: Callable[[Params, spaces.Space, spaces.Space], SourceT],
+    make_source: SourceFactory[SourceT],
 ) -> None:
     """The seeds' runs (each into its ``run_dir``) through ``loop`` as one program; a seed whose folder holds its
     finished run with the same train params is kept, an interrupted one resumes from its latest checkpoint."""
@@ -132,18 +133,8 @@ def run_together(
         loop(seeds)
 
 
-class OpenSeed(Protocol):
-    """A seed of a batched run as :func:`abandoned_on_error` reads it (a :class:`SeedSession`, or a trainer's own
-    record of a seed)."""
-
-    finished: bool
-
-    @property
-    def session(self) -> TrainingSession[Any]: ...
-
-
 @contextlib.contextmanager
-def abandoned_on_error(seeds: Sequence[OpenSeed]) -> Iterator[None]:
+def abandoned_on_error(seeds: Sequence[SeedSession[Any]]) -> Iterator[None]:
     """On an error, every unfinished seed's session is abandoned as the one-seed run's would be."""
     try:
         yield

@@ -40,6 +40,8 @@ from rlcore.trainers.stopping import EvaluationCallback, StopConditions
 from rlcore.trainers.warm_start import warm_start_of
 
 SourceT = TypeVar("SourceT", bound=DataSource)
+SourceFactory = Callable[[Params, spaces.Space, spaces.Space], SourceT]
+"""Makes a session's experience source from its params and its env's observation and action spaces."""
 
 MAX_CONSECUTIVE_SKIPS = 100
 """Updates in a row with a non-finite loss or gradient after which a run is stopped as diverged."""
@@ -103,7 +105,7 @@ class TrainingSession(Generic[SourceT]):
         run_dir: Path,
         on_evaluation: EvaluationCallback | None,
         resume_from: Path | None,
-        make_source: Callable[[Params, spaces.Space, spaces.Space], SourceT],
+        make_source: SourceFactory[SourceT],
         *,
         seeds_in_memory: int = 1,
         label: str | None = None,
