@@ -5,8 +5,8 @@ return, no wall-clock limit, one evaluation at the end) for N = 1, 2, 4, 8 seeds
 runs (``rlcore train``): wall and CPU seconds, training steps per second summed over the seeds, and
 ``ratio_to_one`` = wall(N) / wall(1) (``cpu_ratio_to_one`` in CPU seconds), the cost of N seeds in units of one seed
 (N when nothing is shared; issue 39's targets: <= 2 at N = 8 for PPO, DQN, SAC and BC, <= 2 at N = 4 for the
-other presets but MinAtar's <= 2.5). ``batched`` says whether the family has a batched trainer
-(``rlcore.trainers.batched_trainer``; it may still fall back, with a log line). An untimed 10-step run first
+other presets but MinAtar's <= 2.5). ``batched`` says whether the seeds trained together
+(``train.batch_seeds``: through their family's loop, ``rlcore.trainers.train_seeds``). An untimed 10-step run first
 takes the imports. With ``--sequential`` the N = max run is repeated with ``train.batch_seeds: false``. With
 ``--repeats R`` every run is timed R times, interleaved, and the medians reported.
 
@@ -45,7 +45,6 @@ from common import ROOT, SB3_MISSING, emit, sb3_available, stdout_to_stderr  # n
 from rlcore.config.sections import Params  # noqa: E402
 from rlcore.params import load_params  # noqa: E402
 from rlcore.stages import collect_stage, train_stage  # noqa: E402
-from rlcore.trainers import batched_trainer  # noqa: E402
 
 FAMILIES: dict[str, tuple[str, int]] = {
     "ppo": ("configs/ppo-cartpole.yaml", 50_000),
@@ -120,7 +119,7 @@ def family_row(family: str, counts: list[int], sequential: bool, repeats: int) -
             rows.append(
                 {
                     "seeds": count,
-                    "batched": batch and batched_trainer(fixed_budget(preset, steps, [0], batch, base)) is not None,
+                    "batched": batch,
                     "wall_seconds": round(seconds, 2),
                     "cpu_seconds": round(cpu_seconds, 2),
                     "steps_per_second_summed": round(count * steps / seconds, 1),
@@ -163,7 +162,7 @@ def peer_row() -> dict[str, Any]:
         "benchmark": "seeds_vs_sb3",
         "target_return": TARGET,
         "seeds": list(range(8)),
-        "rlcore": {"wall_seconds": round(rlcore_seconds, 2), "batched": batched_trainer(params) is not None},
+        "rlcore": {"wall_seconds": round(rlcore_seconds, 2), "batched": params.train.batch_seeds},
     }
     if not sb3_available():
         result["sb3"] = SB3_MISSING

@@ -65,7 +65,7 @@ def bc_optimizer(parameters: Iterable[torch.Tensor], config: BCConfig) -> torch.
 
 class BC(OfflineAlgorithm[BCConfig, Policy]):
     name = "bc"
-    capabilities = frozenset({"action_mask", "batched_seeds", "multiagent"})
+    capabilities = frozenset({"action_mask", "multiagent"})
     Config = BCConfig
     action_spaces = (spaces.Discrete, spaces.Box)
 

@@ -51,7 +51,7 @@ class DQN(OffPolicyAlgorithm[DQNConfig, QPolicy]):
     name = "dqn"
     Config = DQNConfig
     action_spaces = (spaces.Discrete,)
-    capabilities = frozenset({"action_mask", "batched_seeds", "multiagent"})
+    capabilities = frozenset({"action_mask", "multiagent"})
 
     def __init__(self, policy: QPolicy, config: DQNConfig) -> None:
         super().__init__(policy, config)

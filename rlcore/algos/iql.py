@@ -77,7 +77,6 @@ class IQL(OfflineAlgorithm[IQLConfig, Policy]):
     name = "iql"
     Config = IQLConfig
     action_spaces = (spaces.Discrete, spaces.Box)
-    capabilities = frozenset({"batched_seeds"})
 
     def __init__(self, policy: Policy, config: IQLConfig) -> None:
         super().__init__(policy, config)

@@ -86,7 +86,7 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
     name = "ppo"
     Config = PPOConfig
     action_spaces = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Box)
-    capabilities = frozenset({"memory", "precision", "cuda", "action_mask", "batched_seeds", "multiagent"})
+    capabilities = frozenset({"memory", "precision", "cuda", "action_mask", "multiagent"})
 
     def __init__(self, policy: ActorCritic, config: PPOConfig) -> None:
         super().__init__(policy, config)

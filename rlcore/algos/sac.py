@@ -66,7 +66,6 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
     name = "sac"
     Config = SACConfig
     action_spaces = (spaces.Box, spaces.Discrete)
-    capabilities = frozenset({"batched_seeds"})
 
     def __init__(self, policy: Policy, config: SACConfig) -> None:
         super().__init__(policy, config)

@@ -48,7 +48,6 @@ class TD3BC(OfflineAlgorithm[TD3BCConfig, DeterministicActor]):
     name = "td3bc"
     Config = TD3BCConfig
     action_spaces = (spaces.Box,)
-    capabilities = frozenset({"batched_seeds"})
 
     def __init__(self, policy: DeterministicActor, config: TD3BCConfig) -> None:
         super().__init__(policy, config)
