@@ -47,6 +47,17 @@ class RolloutBuffer:
         self.advantages = torch.zeros(shape)
         self.returns = torch.zeros(shape)
 
+    def record_step(
+        self, t: int, rewards: np.ndarray, terminated: np.ndarray, ended: np.ndarray, valid: np.ndarray
+    ) -> None:
+        """What the env said of vector step ``t``, each (N,): written through NumPy views of the CPU storage (a
+        ``torch.as_tensor`` and a copy per field cost ~20x more, per step of every run); the float64 rewards are
+        rounded to float32 as ``torch.as_tensor`` rounds them."""
+        self.rewards.numpy()[t] = rewards
+        self.terminated.numpy()[t] = terminated
+        self.episode_end.numpy()[t] = ended
+        self.valid.numpy()[t] = valid
+
     def to(self, device: torch.device) -> RolloutBuffer:
         """This rollout with every tensor on ``device`` (a copy; ``self`` when they are there already): what a
         learner on a GPU trains on (``train.device``)."""
