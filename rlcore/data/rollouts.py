@@ -103,6 +103,21 @@ class RolloutBuffer:
         return tensor.reshape(self.num_steps * self.num_envs, *tensor.shape[2:])
 
 
+ACTING_FIELDS = ("obs", "actions", "log_probs", "values")
+"""The fields an acting step records (``Member.record``); the env's are :meth:`RolloutBuffer.record_step`'s."""
+
+
+def stack_acting_fields(rollouts: Sequence[RolloutBuffer]) -> dict[str, torch.Tensor]:
+    """The :data:`ACTING_FIELDS` of ``rollouts`` (of one shape) moved into one storage each, (M, T, N, ...), every
+    rollout's field now its view ``[k]`` with its contents kept: one write at ``[:, t]`` records a step of every
+    rollout (M per-rollout writes cost more than the stacked forward pass itself)."""
+    storage = {name: torch.stack([getattr(rollout, name) for rollout in rollouts]) for name in ACTING_FIELDS}
+    for k, rollout in enumerate(rollouts):
+        for name, stacked in storage.items():
+            setattr(rollout, name, stacked[k])
+    return storage
+
+
 def shuffled_minibatches(valid: torch.Tensor, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
     """:meth:`RolloutBuffer.minibatches` of a rollout whose validity mask is ``valid`` (T, N) bool: index batches
     into its flattened (T * N) steps (one seed's rollout of a batched run draws its own with its own generator)."""
