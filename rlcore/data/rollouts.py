@@ -47,6 +47,17 @@ class RolloutBuffer:
         self.advantages = torch.zeros(shape)
         self.returns = torch.zeros(shape)
 
+    def record_step(
+        self, t: int, rewards: np.ndarray, terminated: np.ndarray, ended: np.ndarray, valid: np.ndarray
+    ) -> None:
+        """What the env said of vector step ``t``, each (N,): written through NumPy views of the CPU storage (a
+        ``torch.as_tensor`` and a copy per field cost ~20x more, per step of every run); the float64 rewards are
+        rounded to float32 as ``torch.as_tensor`` rounds them."""
+        self.rewards.numpy()[t] = rewards
+        self.terminated.numpy()[t] = terminated
+        self.episode_end.numpy()[t] = ended
+        self.valid.numpy()[t] = valid
+
     def to(self, device: torch.device) -> RolloutBuffer:
         """This rollout with every tensor on ``device`` (a copy; ``self`` when they are there already): what a
         learner on a GPU trains on (``train.device``)."""
@@ -90,6 +101,21 @@ class RolloutBuffer:
         """A stored field with (T, N) flattened to (T * N,)."""
         tensor: torch.Tensor = getattr(self, name)
         return tensor.reshape(self.num_steps * self.num_envs, *tensor.shape[2:])
+
+
+ACTING_FIELDS = ("obs", "actions", "log_probs", "values")
+"""The fields an acting step records (``Member.record``); the env's are :meth:`RolloutBuffer.record_step`'s."""
+
+
+def stack_acting_fields(rollouts: Sequence[RolloutBuffer]) -> dict[str, torch.Tensor]:
+    """The :data:`ACTING_FIELDS` of ``rollouts`` (of one shape) moved into one storage each, (M, T, N, ...), every
+    rollout's field now its view ``[k]`` with its contents kept: one write at ``[:, t]`` records a step of every
+    rollout (M per-rollout writes cost more than the stacked forward pass itself)."""
+    storage = {name: torch.stack([getattr(rollout, name) for rollout in rollouts]) for name in ACTING_FIELDS}
+    for k, rollout in enumerate(rollouts):
+        for name, stacked in storage.items():
+            setattr(rollout, name, stacked[k])
+    return storage
 
 
 def shuffled_minibatches(valid: torch.Tensor, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:

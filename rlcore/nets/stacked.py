@@ -43,6 +43,7 @@ class StackedPolicies(Generic[PolicyT]):
         params, buffers = stack_module_state(list(policies))
         self.params: dict[str, torch.Tensor] = params
         self.buffers: dict[str, torch.Tensor] = buffers
+        self._mlps: dict[str, list[str | nn.Module]] = {}
 
     def parameters(self) -> list[torch.Tensor]:
         """The stacked parameters, (N, *shape) each, in the module's ``named_parameters`` order."""
@@ -56,19 +57,34 @@ class StackedPolicies(Generic[PolicyT]):
     def mlp(self, name: str, x: torch.Tensor) -> torch.Tensor:
         """The ``nn.Sequential`` MLP ``name`` (``rlcore.nets.blocks.mlp``'s, e.g. ``"actor"``, ``"critic.net"``) of
         every member: ``x`` (N, B, in) -> (N, B, out), each ``nn.Linear`` one ``torch.baddbmm``. Differentiable."""
-        module = self.template.get_submodule(name)
-        if not isinstance(module, nn.Sequential):
-            raise TypeError(f"{name}: expected an nn.Sequential MLP, got {type(module).__name__}")
-        for index, layer in enumerate(module):
-            if isinstance(layer, nn.Linear):
-                weight = self.params[f"{name}.{index}.weight"]  # (N, out, in)
-                bias = self.params[f"{name}.{index}.bias"]  # (N, out)
+        for layer in self._layers(name):
+            if isinstance(layer, str):
+                weight = self.params[f"{layer}.weight"]  # (N, out, in)
+                bias = self.params[f"{layer}.bias"]  # (N, out)
                 x = torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
-            elif any(True for _ in layer.parameters()) or any(True for _ in layer.buffers()):
-                raise TypeError(f"{name}.{index}: only nn.Linear layers may hold tensors, got {type(layer).__name__}")
             else:
                 x = layer(x)  # an activation
         return x
+
+    def _layers(self, name: str) -> list[str | nn.Module]:
+        """The layers of the MLP ``name``: an ``nn.Linear`` as its parameters' prefix, an activation as itself. Read
+        from the template once per name (walking its modules at every call cost ~10% of a stacked PPO update)."""
+        if name not in self._mlps:
+            module = self.template.get_submodule(name)
+            if not isinstance(module, nn.Sequential):
+                raise TypeError(f"{name}: expected an nn.Sequential MLP, got {type(module).__name__}")
+            layers: list[str | nn.Module] = []
+            for index, layer in enumerate(module):
+                if isinstance(layer, nn.Linear):
+                    layers.append(f"{name}.{index}")
+                elif any(True for _ in layer.parameters()) or any(True for _ in layer.buffers()):
+                    raise TypeError(
+                        f"{name}.{index}: only nn.Linear layers may hold tensors, got {type(layer).__name__}"
+                    )
+                else:
+                    layers.append(layer)
+            self._mlps[name] = layers
+        return self._mlps[name]
 
     @torch.no_grad()
     def write_weights(self, k: int, module: nn.Module) -> None:

@@ -18,6 +18,7 @@ import torch
 
 from rlcore.algos.members import MemberUpdate, StackedMembers
 from rlcore.config.sections import Params
+from rlcore.data.rollouts import stack_acting_fields
 from rlcore.envs.observations import obs_tensor
 from rlcore.evaluation.batched import BatchedAct, evaluate_together, evaluation_mismatch
 from rlcore.evaluation.evaluator import EvalResult
@@ -159,6 +160,7 @@ class StackedActing(Acting):
         self.algorithms = [member.algorithm for member in members]
         own = [getattr(algorithm, "optimizer") for algorithm in self.algorithms]  # noqa: B009 (PPO's, A2C's)
         self.stacked = StackedActorCritic(self.policies, own)
+        self.recorded = stack_acting_fields([member.rollout for member in members])
 
     def _load_buffers(self) -> None:
         """The policies' normalizer statistics (updated after each update) into the stacked buffers."""
@@ -177,9 +179,14 @@ class StackedActing(Acting):
         features = stacked.features(obs)
         dist = stacked.distribution(stacked.scores(features))
         actions = stacked.sample_seeds(dist, [cast(torch.Generator, run.random) for run in self.runs])
-        log_probs, values = dist.log_prob(actions), stacked.values(features)
-        for k, run in enumerate(self.runs):
-            run.members[0].record(t, obs[k], actions[k], log_probs[k], values[k])
+        recorded = {
+            "obs": obs,
+            "actions": actions,
+            "log_probs": dist.log_prob(actions),
+            "values": stacked.values(features),
+        }
+        for name, storage in self.recorded.items():  # every seed's rollout at once (Member.record's fields)
+            storage[:, t] = recorded[name]
         return [[actions[k]] for k in range(len(self.runs))]
 
     def values(self) -> list[list[torch.Tensor]]:

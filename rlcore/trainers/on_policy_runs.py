@@ -156,11 +156,7 @@ class Run:
         rewards, terminated, ended, valid = step.rewards, step.terminated, step.ended, step.valid
         if rows is not None:
             rewards, terminated, ended, valid = rewards[rows], terminated[rows], ended[rows], valid[rows]
-        rollout = member.rollout
-        rollout.rewards[t] = torch.as_tensor(rewards, dtype=torch.float32)
-        rollout.terminated[t] = torch.as_tensor(terminated)
-        rollout.episode_end[t] = torch.as_tensor(ended)
-        rollout.valid[t] = torch.as_tensor(valid)
+        member.rollout.record_step(t, rewards, terminated, ended, valid)
         member.state = reset_state(member.policy, member.next_state, ~valid)  # the step after a reset starts anew
 
     def prepare(self, member: Member, last_obs: torch.Tensor) -> dict[str, float]:
