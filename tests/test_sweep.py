@@ -22,7 +22,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import PROJECT, RLCORE, outputs, rlcore, sets
+from cli_support import run_in_process
+from conftest import PROJECT, RLCORE, outputs, sets
 from optuna.distributions import CategoricalDistribution
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
@@ -161,7 +162,8 @@ def test_sweep_apply_merges_the_best_params_into_params_yaml_keeping_its_comment
 ) -> None:
     root: Path = pruning_study["root"]
     before = (root / "params.yaml").read_text()
-    result = rlcore("sweep", "--apply", cwd=root)
+    result = run_in_process(["sweep", "--apply"], root)
+    assert result.returncode == 0, result
     after = (root / "params.yaml").read_text()
     best = load_study(root).best_params
     params = yaml.safe_load(after)
@@ -268,7 +270,8 @@ def test_sigkill_mid_sweep_then_rerun_completes_the_study_and_keeps_finished_tri
     running = [n for n, (state, _) in before.items() if state == TrialState.RUNNING]
     assert running, before
 
-    result = rlcore("sweep", "--no-flow", *sets(overrides), cwd=project)
+    result = run_in_process(["sweep", "--no-flow", *sets(overrides)], project, limit=300)
+    assert result.returncode == 0, result
 
     after = load_study(project).trials
     assert_recovered(before, after, finished=4)

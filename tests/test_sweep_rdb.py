@@ -1,6 +1,7 @@
 """Sweeps on a shared RDB storage: a real PostgreSQL server, the way several machines share one study.
 
-Every process here is a real ``rlcore sweep --no-flow``; the study lives only in PostgreSQL.
+The sweeps run side by side and the killed one are real ``rlcore sweep --no-flow`` processes; the re-run after the
+kill runs in this process (``cli_support.run_in_process``). The study lives only in PostgreSQL.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import rlcore, sets
+from cli_support import run_in_process
+from conftest import sets
 from optuna.trial import TrialState
 from postgres_server import postgres_server
 from test_sweep import SHORT, _spawn, assert_recovered
@@ -79,7 +81,7 @@ def test_sigkill_mid_sweep_on_postgresql_then_rerun_retries_the_killed_trial(pro
     assert running, before
     time.sleep(4)  # past stale_after_seconds: Optuna's own heartbeat check fails them too
 
-    result = rlcore("sweep", "--no-flow", *sets(overrides), cwd=project)
+    result = run_in_process(["sweep", "--no-flow", *sets(overrides)], project, limit=300)
 
-    assert result.returncode == 0
+    assert result.returncode == 0, result
     assert_recovered(before, _study(postgres_url, name).trials, finished=4)

@@ -19,7 +19,8 @@ from typing import Any
 import optuna
 import pandas as pd
 import pytest
-from conftest import RLCORE, rlcore, sets
+from cli_support import run_in_process
+from conftest import RLCORE, sets
 from optuna.distributions import CategoricalDistribution
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
@@ -157,7 +158,8 @@ def test_a_killed_batched_trial_is_retried_from_scratch_in_a_fresh_folder(projec
     killed_folder = project / killed.user_attrs["folder"]
     left = {path: path.stat().st_mtime_ns for path in killed_folder.rglob("*") if path.is_file()}
 
-    result = rlcore("sweep", "--no-flow", *sets(overrides), cwd=project)
+    result = run_in_process(["sweep", "--no-flow", *sets(overrides)], project, limit=300)
+    assert result.returncode == 0, result
 
     assert "left running by a stopped process" in result.stderr and BATCHED_LINE in result.stderr
     after = load_study(project).trials
