@@ -469,7 +469,7 @@ def clip_grad_norm_(parameters: Iterable[nn.Parameter], max_norm: float) -> torc
         return torch.tensor(0.0)
     first = grads[0]
     if any(grad.device != first.device or grad.dtype != first.dtype or grad.is_sparse for grad in grads):
-        return nn.utils.clip_grad_norm_(grads, max_norm)  # type: ignore[arg-type]
+        return nn.utils.clip_grad_norm_(grads, max_norm)
     norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
     torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
     return norm

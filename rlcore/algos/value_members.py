@@ -74,7 +74,11 @@ class OneNetwork(Networks):
         return log_std
 
     def step(self, losses: torch.Tensor, max_grad_norm: float | None) -> None:
-        parameters = self.policy.parameters() if max_grad_norm is not None else None
+        # The optimizer's list is the policy's parameters (``dqn_optimizer``, ``bc_optimizer``), without walking the
+        # policy's modules at every step.
+        parameters = None
+        if max_grad_norm is not None:
+            parameters = [param for group in self.optimizer.param_groups for param in group["params"]]
         self.algorithm.optimizer_step(self.optimizer, losses, parameters, max_grad_norm)
         self.algorithm.gradient_steps += 1
 
