@@ -41,10 +41,11 @@ import torch
 
 from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
 from rlcore.config.sections import Params
+from rlcore.data.replay_stack import ReplayStack
 from rlcore.envs.action_masks import legal_actions, random_legal_actions
 from rlcore.envs.actions import random_actions
 from rlcore.envs.observations import obs_tensor
-from rlcore.trainers.lockstep import Lockstep
+from rlcore.trainers.lockstep import Lockstep, StackedBatch
 from rlcore.trainers.seed_sessions import SeedRun, SeedSession, run_alone, run_together
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import ReplaySource
@@ -79,6 +80,9 @@ def run_off_policy(seeds: Sequence[SeedSession[ReplaySource]]) -> None:
     checkpoints when due, until each one's stop condition."""
     members = Lockstep(seeds)
     collectors = {id(seed): Collector(seed.session) for seed in members.live}
+    # Stacked members' replays share one storage: one gather draws every seed's batch (each from its own generator).
+    stack = ReplayStack([c.session.source.replay for c in collectors.values()]) if members.steps.stacked else None
+    position = {id(seed): k for k, seed in enumerate(members.live)}
     while members.live:
         live = [collectors[id(seed)] for seed in members.live]
         # The stacked forms act for every seed at once; each its own network acts inside its Collector.step.
@@ -86,7 +90,13 @@ def run_off_policy(seeds: Sequence[SeedSession[ReplaySource]]) -> None:
         explored = members.steps.explore([c.observations() for c in live]) if stacked_acting else None
         due = [c.step(None if explored is None else explored[k]) for k, c in enumerate(live)]
         for step in range(max(due)):  # a seed due for fewer gradient steps sits out the rest
-            members.step([c.sample() if step < d else None for c, d in zip(live, due, strict=True)])
+            present = [step < d for d in due]
+            if stack is not None and members.steps.stacked:
+                rngs = [c.session.rng if taking else None for c, taking in zip(live, present, strict=True)]
+                seats = [position[id(seed)] for seed in members.live]
+                members.step(StackedBatch(stack.sample(seats, live[0].config.batch_size, rngs), present))
+            else:
+                members.step([c.sample() if taking else None for c, taking in zip(live, present, strict=True)])
         members.checkpoints()
 
 
