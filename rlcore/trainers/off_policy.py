@@ -14,7 +14,9 @@ with its own exploration (:class:`Collector`); when an update phase is due, the 
 Where their networks' kind stacks (DQN's and SAC's MLPs on vector observations) both are stacked: one forward pass
 acts for every seed (``MemberSteps.explore``, each seed's epsilon-greedy or Gaussian draw from its own generator)
 and one update steps them; otherwise each seed's own network acts and steps in turn (CNN and Dict encoders, the
-dueling head). Seed k is the run with ``seed: k``: its envs, exploration draws, replay batches, evaluations,
+dueling head). Stacked seeds' replays share one storage (``rlcore.data.replay_stack``): each seed writes its own slice,
+and a gradient step draws each seed's slots from its own generator and gathers every seed's batch at once. Seed k is
+the run with ``seed: k``: its envs, exploration draws, replay batches, evaluations,
 checkpoints and stop conditions are its own, and its actions and gradient steps equal that run's up to the float32
 rounding of the stacked products (each its own network: bitwise).
 
