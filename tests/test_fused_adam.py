@@ -56,3 +56,17 @@ def test_fused_adam_runs_registered_hooks_through_torchs_step() -> None:
         net(torch.ones(1, 4)).sum().backward()
         optimizer.step()
     assert calls == ["post", "post"]
+
+
+def test_fused_adam_leaves_a_grad_scalers_step_to_torch() -> None:
+    """Under ``train.precision: fp16`` a GradScaler hands the fused optimizer its scale and overflow flag as attributes
+    (``_step_supports_amp_scaling``): the direct step would ignore them, so torch's step takes it."""
+    net = _net()
+    optimizer = FusedAdam(net.parameters(), lr=1e-3)
+    for _ in range(2):
+        optimizer.zero_grad()
+        net(torch.ones(1, 4)).sum().backward()
+        optimizer.step()
+    assert optimizer._fused_calls() is not None
+    optimizer.grad_scale, optimizer.found_inf = torch.tensor(2.0), torch.tensor(0.0)  # type: ignore[attr-defined]
+    assert optimizer._fused_calls() is None

@@ -6,7 +6,8 @@ by device and dtype): measured here ~8 % of a DQN CartPole run, ten times the ke
 is that optimizer (same state, same ``state_dict``, checkpoints unchanged) whose :meth:`FusedAdam.step` makes the
 same two calls (``_foreach_add_`` of the step counts, ``_fused_adam_``) on the same tensors with the same settings,
 so its steps are bitwise torch's. Any case outside the plain one (a closure, hooks, a parameter without a gradient
-or not yet with state, mixed devices or dtypes, AMSGrad, a tensor learning rate) takes torch's own step.
+or not yet with state, mixed devices or dtypes, AMSGrad, a tensor learning rate, a ``GradScaler``'s step) takes
+torch's own step.
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ class FusedAdam(torch.optim.Adam):
         """Per parameter group its (params, grads, exp_avgs, exp_avg_sqs, steps) and settings, when the step is the
         plain case of the module docstring; None otherwise."""
         if (
-            self._optimizer_step_pre_hooks
+            getattr(self, "grad_scale", None) is not None  # a GradScaler's step (fp16): torch's step unscales
+            or getattr(self, "found_inf", None) is not None
+            or self._optimizer_step_pre_hooks
             or self._optimizer_step_post_hooks
             or _global_optimizer_pre_hooks
             or _global_optimizer_post_hooks
