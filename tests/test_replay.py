@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from rlcore.common.errors import CheckpointError
 from rlcore.data.replay import FIELDS, ReplayBuffer
+from rlcore.data.replay_stack import ReplayStack
 
 GAMMA = 0.9
 
@@ -541,3 +542,31 @@ def test_sample_returns_torch_tensors_with_expected_dtypes_and_shapes(
         "rewards": (torch.float32, (8,)),
         "discounts": (torch.float32, (8,)),
     }
+
+
+def test_a_replay_stack_gathers_each_seeds_own_sample_and_keeps_its_writes_its_own(tmp_path: Path) -> None:
+    """N seeds' buffers moved into one storage (``ReplayStack``, buffers with contents already: a resumed seed's):
+    each seed's rows of one gather are its own ``sample`` from an equal generator, an absent seed draws nothing, and
+    what a seed adds afterwards lands in its slice only (its save -> load round trip as before)."""
+    buffers = [make_buffer(capacity=32, num_envs=2, n_step=2) for _ in range(3)]
+    twins = [make_buffer(capacity=32, num_envs=2, n_step=2) for _ in range(3)]
+    for k, (buffer, twin) in enumerate(zip(buffers, twins, strict=True)):
+        fill(buffer, 10 + 7 * k, 2, seed=k, continuing=True)
+        fill(twin, 10 + 7 * k, 2, seed=k, continuing=True)
+    stack = ReplayStack(buffers)
+    for k, (buffer, twin) in enumerate(zip(buffers, twins, strict=True)):  # seed 2 wraps around, seed 0 does not
+        fill(buffer, 5 + 9 * k, 2, seed=10 + k, continuing=True)
+        fill(twin, 5 + 9 * k, 2, seed=10 + k, continuing=True)
+    for step in range(3):
+        rngs = [np.random.default_rng(100 * step + k) for k in range(3)]
+        own = [twin.sample(8, np.random.default_rng(100 * step + k)) for k, twin in enumerate(twins)]
+        present = [k != step for k in range(3)]
+        fields = stack.sample([2, 0, 1], 8, [rngs[k] if present[k] else None for k in (2, 0, 1)])
+        for j, k in enumerate((2, 0, 1)):
+            assert all(torch.equal(fields[key][j], own[k][key]) for key in FIELDS) == present[k]
+            assert (rngs[k].integers(1 << 30) == np.random.default_rng(100 * step + k).integers(1 << 30)) != present[k]
+    path = tmp_path / "seed_1.npz"
+    buffers[1].save(path, env_steps=5)
+    loaded = make_buffer(capacity=32, num_envs=2, n_step=2)
+    loaded.load(path)
+    assert stored_rows(loaded) == stored_rows(twins[1])

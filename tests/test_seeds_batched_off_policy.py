@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,11 @@ from test_seeds_batched_offline import checkpoints, differences
 
 from rlcore.common.checkpoints import list_checkpoints
 from rlcore.common.files import read_json
+from rlcore.data.replay_stack import ReplayStack
 from rlcore.params import load_params
 from rlcore.stages import train_stage
 from rlcore.trainers.off_policy import Collector
+from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import ReplaySource
 from tests.conftest import PROJECT
 
@@ -43,6 +46,34 @@ the target copied every 100 gradient steps."""
 
 def train(root: Path, *overrides: str) -> None:
     train_stage(load_params(root / PRESET, [*BUDGET, *overrides]), root)
+
+
+def poison_batches(monkeypatch: pytest.MonkeyPatch, poisoned: Callable[[TrainingSession[Any]], bool]) -> None:
+    """A NaN in the first observation of each replay batch drawn for a session where ``poisoned(session)``, whether
+    the batch is its own (``Collector.sample``) or its rows of the stacked seeds' one gather (``ReplayStack``)."""
+    sample, stacked_sample, start = Collector.sample, ReplayStack.sample, Collector.__init__
+    owners: dict[int, TrainingSession[Any]] = {}  # id(replay buffer) -> its session
+
+    def own_sample(self: Collector) -> dict[str, torch.Tensor]:
+        batch = sample(self)
+        if poisoned(self.session):
+            batch["obs"][0, 0] = float("nan")
+        return batch
+
+    def stacked(self: ReplayStack, seats: Any, batch_size: int, rngs: Any) -> dict[str, torch.Tensor]:
+        fields = stacked_sample(self, seats, batch_size, rngs)
+        for j, k in enumerate(seats):
+            if rngs[j] is not None and poisoned(owners[id(self.replays[k])]):
+                fields["obs"][j, 0, 0] = float("nan")
+        return fields
+
+    def collector(self: Collector, session: TrainingSession[Any]) -> None:
+        start(self, session)
+        owners[id(session.source.replay)] = session
+
+    monkeypatch.setattr(Collector, "sample", own_sample)
+    monkeypatch.setattr(ReplayStack, "sample", stacked)
+    monkeypatch.setattr(Collector, "__init__", collector)
 
 
 def new_project(root: Path) -> Path:
@@ -85,15 +116,7 @@ def test_a_step_where_some_seeds_loss_is_not_finite_is_skipped_by_that_seed_only
     """A NaN in seed 1's replay batch at its gradient step 10: seed 1 skips it (as its unbatched run does) while seed
     0 takes it, and the seeds step on together (their Adam counts differ: one per member)."""
     root = new_project(tmp_path)
-    sample = Collector.sample
-
-    def poisoned(self: Collector) -> dict[str, torch.Tensor]:
-        batch = sample(self)
-        if self.session.params.seed == 1 and self.algorithm.gradient_steps == 10:
-            batch["obs"][0, 0] = float("nan")
-        return batch
-
-    monkeypatch.setattr(Collector, "sample", poisoned)
+    poison_batches(monkeypatch, lambda session: session.params.seed == 1 and session.algorithm.gradient_steps == 10)
     short = ["train.max_steps=900", "train.eval_every=900", "train.seeds=[0, 1]"]  # phases at env steps 512 and 768
     train(root, *short)
     train(root, *short, "name=single", "train.batch_seeds=false")

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import preset_text, replay_arrays
+from test_seeds_batched_off_policy import poison_batches
 from test_seeds_batched_offline import checkpoints, differences
 
 from rlcore.algos import sac
@@ -29,7 +30,7 @@ from rlcore.common.files import read_json
 from rlcore.config.sections import PolicyConfig
 from rlcore.params import load_params
 from rlcore.stages import train_stage
-from rlcore.trainers.off_policy import Collector
+from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import ReplaySource
 
 PRESET = "configs/sac-pendulum.yaml"
@@ -148,14 +149,10 @@ def test_a_step_some_seed_cannot_take_is_skipped_by_that_seed_only(
     gradient step of the batched run is one ``update_members`` over both seeds."""
     root = new_project(tmp_path)
     seeds: dict[int, int] = {}  # id(algorithm) -> its seed
-    sample = Collector.sample
 
-    def poisoned_sample(self: Collector) -> dict[str, torch.Tensor]:
-        seeds[id(self.algorithm)] = self.session.params.seed
-        batch = sample(self)
-        if part == "critic" and self.session.params.seed == 1 and self.algorithm.gradient_steps == 10:
-            batch["obs"][0, 0] = float("nan")
-        return batch
+    def poisoned_batch(session: TrainingSession[Any]) -> bool:
+        seeds[id(session.algorithm)] = session.params.seed
+        return part == "critic" and session.params.seed == 1 and session.algorithm.gradient_steps == 10
 
     def poisoned(loss: Any, algorithms: Any) -> Any:
         def wrapped(q_pi: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor) -> Any:
@@ -177,7 +174,7 @@ def test_a_step_some_seed_cannot_take_is_skipped_by_that_seed_only(
     )
     if part == "actor":
         monkeypatch.setattr(sac, "box_actor_loss", poisoned(sac.box_actor_loss, lambda: current[-1]))
-    monkeypatch.setattr(Collector, "sample", poisoned_sample)
+    poison_batches(monkeypatch, poisoned_batch)
     # 20 gradient steps: past the skip, short of the drift an ulp of stacked acting grows into (the module docstring)
     short = ["train.max_steps=220", "train.eval_every=220", "train.seeds=[0, 1]"]
     if part == "critic":

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from rlcore.algos.base import clip_grad_norm_
 from rlcore.algos.ppo import clipped_surrogate
 from rlcore.config.sections import PolicyConfig
 from rlcore.nets.policies import ActorCritic
@@ -311,6 +312,27 @@ def test_each_members_clipped_gradient_is_bitwise_clip_grad_norm_of_that_member_
         for k, params in enumerate(alone):
             assert torch.equal(norms[k], nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM))
             assert all(torch.equal(p.grad, t.grad[k]) for p, t in zip(params, stacked, strict=True))
+
+
+def test_one_models_clip_grad_norm_is_bitwise_torchs_finite_or_not():
+    """``rlcore.algos.base.clip_grad_norm_`` (every algorithm's one-model clipping) is ``nn.utils.clip_grad_norm_``:
+    the same norm and the same clipped gradients, bitwise, also when a gradient holds a NaN or an infinity."""
+    g = torch.Generator().manual_seed(0)
+    shapes = [(64, 4), (64,), (64, 64), (64,), (2, 64), (2,)]
+    for trial in range(20):
+        ours = [nn.Parameter(torch.zeros(shape)) for shape in shapes]
+        for param in ours:
+            param.grad = torch.randn(param.shape, generator=g) * (trial + 0.1)
+        if trial % 5 == 4:
+            ours[trial % len(shapes)].grad[0] = (float("nan"), float("inf"))[trial % 2]  # type: ignore[index]
+        theirs = [nn.Parameter(param.detach().clone()) for param in ours]
+        for param, other in zip(ours, theirs, strict=True):
+            other.grad = param.grad.clone()  # type: ignore[union-attr]
+        norm = clip_grad_norm_(ours, MAX_GRAD_NORM)
+        bits = lambda x: x.view(torch.int32)  # noqa: E731 (bitwise, NaN included)
+        assert torch.equal(bits(norm), bits(nn.utils.clip_grad_norm_(theirs, MAX_GRAD_NORM)))
+        for param, other in zip(ours, theirs, strict=True):
+            assert torch.equal(bits(param.grad), bits(other.grad))  # type: ignore[arg-type]
 
 
 def test_a_masked_step_leaves_absent_and_non_finite_members_untouched():

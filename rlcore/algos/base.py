@@ -321,7 +321,7 @@ class Algorithm(ABC, Generic[ConfigT, PolicyT]):
         scaler = self.precision.scaler
         if max_grad_norm is not None and parameters is not None:
             scaler.unscale_(optimizer)  # the norm of the true gradients (a no-op below fp16)
-            norm = nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+            norm = clip_grad_norm_(parameters, max_grad_norm)
             if not bool(torch.isfinite(norm)):
                 optimizer.zero_grad(set_to_none=True)
                 if scaler.is_enabled():
@@ -456,3 +456,20 @@ class PopulationAlgorithm(Algorithm[ConfigT, PolicyT]):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.iterations = int(state["iterations"])
+
+
+@torch.no_grad()
+def clip_grad_norm_(parameters: Iterable[nn.Parameter], max_norm: float) -> torch.Tensor:
+    """``nn.utils.clip_grad_norm_`` (2-norm) with its arithmetic, bitwise, for gradients on one device in one dtype
+    (others: that function itself); returns the norm before clipping. Its grouping of the gradients by device and
+    dtype and its three wrapped calls cost more than their arithmetic on a small network (measured: ~1/6 of a DQN
+    CartPole gradient step)."""
+    grads = [param.grad for param in parameters if param.grad is not None]
+    if not grads:
+        return torch.tensor(0.0)
+    first = grads[0]
+    if any(grad.device != first.device or grad.dtype != first.dtype or grad.is_sparse for grad in grads):
+        return nn.utils.clip_grad_norm_(grads, max_norm)
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+    return norm

@@ -21,6 +21,7 @@ from gymnasium import spaces
 from pydantic import Field
 
 from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
+from rlcore.algos.fused_adam import FusedAdam
 from rlcore.algos.value_members import Networks, OneNetwork
 from rlcore.config.sections import PolicyConfig
 from rlcore.nets.policies import QPolicy
@@ -120,6 +121,6 @@ def dqn_loss(
 
 
 def dqn_optimizer(parameters: Iterable[torch.Tensor], config: DQNConfig) -> torch.optim.Adam:
-    """DQN's optimizer over one policy's ``parameters`` (N seeds stacked step a ``StackedAdam`` loaded from theirs:
-    ``rlcore.algos.value_members.NetworkStack``)."""
-    return torch.optim.Adam(parameters, lr=config.lr, fused=True)
+    """DQN's optimizer over one policy's ``parameters``: torch's fused Adam, stepped directly (``FusedAdam``). N seeds
+    stacked step a ``StackedAdam`` loaded from theirs (``rlcore.algos.value_members.NetworkStack``)."""
+    return FusedAdam(parameters, lr=config.lr)

@@ -24,6 +24,7 @@ from gymnasium import spaces
 from pydantic import Field
 
 from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
+from rlcore.algos.fused_adam import FusedAdam
 from rlcore.algos.sac_members import OneSAC, SACMembers
 from rlcore.config.sections import PolicyConfig
 from rlcore.nets.blocks import TwinQ
@@ -82,8 +83,8 @@ class SAC(OffPolicyAlgorithm[SACConfig, Policy]):
             self.target_entropy = float(config.target_entropy)
         initial = config.init_ent_coef if config.auto_alpha else float(config.ent_coef)
         self.log_alpha = torch.tensor(math.log(initial), requires_grad=config.auto_alpha)
-        self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=config.actor_lr or config.lr, fused=True)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.lr, fused=True)
+        self.actor_optimizer = FusedAdam(policy.parameters(), lr=config.actor_lr or config.lr)
+        self.critic_optimizer = FusedAdam(self.critic.parameters(), lr=config.lr)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.lr) if config.auto_alpha else None
 
     @staticmethod

@@ -19,6 +19,8 @@ from torch import nn
 from torch.distributions import TanhTransform
 
 from rlcore.algos.members import MemberSet
+from rlcore.algos.value_members import stack_batches
+from rlcore.data.replay import FIELDS
 from rlcore.nets.blocks import EnsembleLinear, TwinQ, polyak_update
 from rlcore.nets.distributions import masked_logits, sample_categorical
 from rlcore.nets.policies import CategoricalActor, SquashedGaussianActor, squashed_gaussian, squashed_sample
@@ -201,7 +203,8 @@ class StackedSAC(SACMembers):
             {"log_alpha": [algorithm.log_alpha for algorithm in self.algorithms]},
         )
         self.critic, self.target = self.stack.parts["critic"], self.stack.parts["target"]
-        self.batches: list[dict[str, torch.Tensor]] = []
+        self.fields: dict[str, torch.Tensor] = {}
+        """This step's batches, (M, B, ...) per field."""
         self.noise: torch.Tensor | None = None
         self.present = [True] * self.count
 
@@ -214,15 +217,17 @@ class StackedSAC(SACMembers):
 
     def load(
         self,
-        batches: Sequence[dict[str, torch.Tensor]],
+        batches: Sequence[dict[str, torch.Tensor]] | dict[str, torch.Tensor],
         noise: torch.Tensor | None,
         present: Sequence[bool] | None = None,
     ) -> None:
-        """The next gradient step's replay batches, one per member; ``noise``: Box actions' standard normal draws
+        """The next gradient step's replay batches, one per member or already stacked ((M, B, ...) per field:
+        ``rlcore.data.replay_stack``); ``noise``: Box actions' standard normal draws
         (M, 2, B, action_dim), [:, 0] for s' and [:, 1] for s, each member's from its own generator; None for
         discrete actions. ``present``: the members taking this step (None: every one); an absent member's batch is
         any batch of the right shapes, its losses masked out, its counters and targets untouched."""
-        self.batches, self.noise = list(batches), noise
+        self.fields = batches if isinstance(batches, dict) else stack_batches(batches, FIELDS)
+        self.noise = noise
         self.present = [True] * self.count if present is None else list(present)
 
     @property
@@ -230,7 +235,7 @@ class StackedSAC(SACMembers):
         return self.stack.tensors["log_alpha"]
 
     def field(self, key: str) -> torch.Tensor:
-        return torch.stack([batch[key] for batch in self.batches])
+        return self.fields[key]
 
     @torch.no_grad()
     def features(self, key: str, target: bool = False) -> torch.Tensor:  # the encoders and normalizers hold no weights
@@ -238,7 +243,7 @@ class StackedSAC(SACMembers):
             lambda x, a=a: (a.critic_target if target else a.critic).encode(a.policy.obs_normalizer(x))
             for a in self.algorithms
         ]
-        return each_member(functions, [batch[key] for batch in self.batches], self.stack.same_features)
+        return each_member(functions, self.fields[key], self.stack.same_features)
 
     def _twin(self, stacked: StackedPolicies[Any], x: torch.Tensor) -> torch.Tensor:
         """Every member's twin critics on its own inputs: ``x`` (M, B, in) -> (M, 2, B, out), each ensemble layer one
@@ -271,13 +276,13 @@ class StackedSAC(SACMembers):
         return self.q(features, policy.to_unit(actions))
 
     def logits(self, key: str) -> torch.Tensor:
-        logits = self.stack.head("actor", "logits", [batch[key] for batch in self.batches])
-        masks = [a.policy.action_mask(batch[key]) for a, batch in zip(self.algorithms, self.batches, strict=True)]
+        logits = self.stack.head("actor", "logits", self.fields[key])
+        masks = [a.policy.action_mask(self.fields[key][k]) for k, a in enumerate(self.algorithms)]
         return masked_logits(logits, None if masks[0] is None else torch.stack(masks))  # type: ignore[arg-type]
 
     def sample(self, key: str, draw: int) -> tuple[torch.Tensor, torch.Tensor]:
         assert self.noise is not None
-        trunk = self.stack.head("actor", "trunk", [batch[key] for batch in self.batches])
+        trunk = self.stack.head("actor", "trunk", self.fields[key])
         mean, log_std = SquashedGaussianActor.mean_log_std(trunk)
         return squashed_sample(squashed_gaussian(mean, log_std, [TanhTransform(cache_size=1)]), self.noise[:, draw])
 

@@ -74,7 +74,11 @@ class OneNetwork(Networks):
         return log_std
 
     def step(self, losses: torch.Tensor, max_grad_norm: float | None) -> None:
-        parameters = self.policy.parameters() if max_grad_norm is not None else None
+        # The optimizer's list is the policy's parameters (``dqn_optimizer``, ``bc_optimizer``), without walking the
+        # policy's modules at every step.
+        parameters = None
+        if max_grad_norm is not None:
+            parameters = [param for group in self.optimizer.param_groups for param in group["params"]]
         self.algorithm.optimizer_step(self.optimizer, losses, parameters, max_grad_norm)
         self.algorithm.gradient_steps += 1
 
@@ -103,6 +107,8 @@ class NetworkStack(StackedModules):
         super().__init__(parts, {"optimizer": (own, ["online"])})
         self.mlp_name = HEADS[type(self.policies[0])]
         self.online, self.target = self.parts["online"], self.parts.get("target")
+        self.batch_keys = ("obs", "actions", *(("next_obs", "rewards", "discounts") if self.targets else ()))
+        """The batch fields the members' update reads (DQN's; BC's)."""
 
     @staticmethod
     def stacks(policy: Policy) -> bool:
@@ -125,8 +131,9 @@ class NetworkStack(StackedModules):
             actions.append(policy.sample_of(masked_logits(scores[k], mask), mask, generators[k], epsilons[k]))
         return actions
 
-    def head_of(self, network: str, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
-        """The ``network``'s ("online", "target") head on each member's ``inputs[k]``: (N, B, n)."""
+    def head_of(self, network: str, inputs: Sequence[torch.Tensor] | torch.Tensor) -> torch.Tensor:
+        """The ``network``'s ("online", "target") head on each member's ``inputs[k]`` (B, ...; or all of them stacked,
+        (N, B, ...)): (N, B, n)."""
         return self.head(network, self.mlp_name, inputs)
 
     def write_back(self, k: int) -> None:
@@ -135,23 +142,31 @@ class NetworkStack(StackedModules):
         self.write_optimizers(k)
 
 
-class StackedNetworks(Networks):
-    """A :class:`NetworkStack` on this step's batches (one per member, stacked). ``present``: each member's taking
-    this step (None: every one); an absent member's batch is any batch of the right shapes (its loss is masked out,
-    its counters and target untouched)."""
+def stack_batches(batches: Sequence[Batch], keys: Sequence[str]) -> Batch:
+    """The members' batches (one per member, fields (B, ...)) as one batch of fields ``keys``, (M, B, ...) each."""
+    return {key: torch.stack([batch[key] for batch in batches]) for key in keys}
 
-    def __init__(self, stack: NetworkStack, batches: Sequence[Batch], present: Sequence[bool] | None = None) -> None:
-        keys = ("actions", "rewards", "discounts") if stack.target is not None else ("actions",)
-        super().__init__(stack.algorithms, {key: torch.stack([batch[key] for batch in batches]) for key in keys})
-        self.stack, self.batches = stack, list(batches)
+
+class StackedNetworks(Networks):
+    """A :class:`NetworkStack` on this step's batches: one per member, or already stacked ((M, B, ...) per field:
+    ``rlcore.data.replay_stack``). ``present``: each member's taking this step (None: every one); an absent member's
+    batch is any batch of the right shapes (its loss is masked out, its counters and target untouched)."""
+
+    def __init__(
+        self, stack: NetworkStack, batches: Sequence[Batch] | Batch, present: Sequence[bool] | None = None
+    ) -> None:
+        stacked = batches if isinstance(batches, dict) else stack_batches(batches, stack.batch_keys)
+        super().__init__(stack.algorithms, stacked)
+        self.stack = stack
         self.present = [True] * self.count if present is None else list(present)
 
     def scores(self, network: str, key: str) -> torch.Tensor:
         stack = self.stack
-        scores = stack.head_of(network, [batch[key] for batch in self.batches])
+        inputs = self.batch[key]
+        scores = stack.head_of(network, inputs)
         if stack.mlp_name == "mean":
             return scores
-        masks = [policy.action_mask(batch[key]) for policy, batch in zip(stack.policies, self.batches, strict=True)]
+        masks = [policy.action_mask(inputs[k]) for k, policy in enumerate(stack.policies)]
         # act_scores: illegal actions' scores at the lowest value (the masks of the observations)
         return scores if masks[0] is None else masked_logits(scores, torch.stack(masks))  # type: ignore[arg-type]
 

@@ -34,7 +34,8 @@ from rlcore.common.files import atomic_path
 
 FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
 """The fields of a sampled batch."""
-_TRANSITION_FIELDS = ("actions", "rewards", "discounts", "obs_write", "next_write")
+TRANSITION_FIELDS = ("actions", "rewards", "discounts", "obs_write", "next_write")
+"""The per-transition arrays of the ring (the observation ring is ``observations``)."""
 
 
 class OlderReplayFormatError(CheckpointError):
@@ -115,7 +116,7 @@ class ReplayBuffer:
     @property
     def nbytes(self) -> int:
         """Bytes of the preallocated storage."""
-        arrays = [self.observations, *(getattr(self, name) for name in _TRANSITION_FIELDS)]
+        arrays = [self.observations, *(getattr(self, name) for name in TRANSITION_FIELDS)]
         return sum(array.nbytes for array in arrays)
 
     # --- adding ----------------------------------------------------------------------------------------------
@@ -230,9 +231,7 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         """``batch_size`` transitions drawn uniformly with replacement, as torch tensors (batch first)."""
-        draws = rng.integers(0, self.size, size=batch_size)
-        # A full ring holds a transition in every slot: a draw is a slot. Otherwise count from the oldest.
-        slots = draws if self.size == self.capacity else (self.oldest + draws) % self.capacity
+        slots = self.draw_slots(batch_size, rng)
         return {
             "obs": torch.from_numpy(self.observation(self.obs_write[slots])),
             "actions": torch.from_numpy(self.actions[slots]),
@@ -241,12 +240,18 @@ class ReplayBuffer:
             "discounts": torch.from_numpy(self.discounts[slots]),
         }
 
+    def draw_slots(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+        """The slots of ``batch_size`` stored transitions drawn uniformly with replacement from ``rng``, (B,)."""
+        draws = rng.integers(0, self.size, size=batch_size)
+        # A full ring holds a transition in every slot: a draw is a slot. Otherwise count from the oldest.
+        return draws if self.size == self.capacity else (self.oldest + draws) % self.capacity
+
     # --- checkpoints -----------------------------------------------------------------------------------------
 
     def save(self, path: Path, env_steps: int) -> None:
         """Write the filled rows of both rings, as they lie, to ``path`` (.npz) atomically."""
         slots, rows = min(self.added, self.capacity), min(self.obs_writes, self.obs_capacity)
-        arrays = {name: getattr(self, name)[:slots] for name in _TRANSITION_FIELDS}
+        arrays = {name: getattr(self, name)[:slots] for name in TRANSITION_FIELDS}
         meta = np.array(
             [self.capacity, self.added, self.oldest, env_steps, self.n_step, self.obs_writes], dtype=np.int64
         )
@@ -263,7 +268,7 @@ class ReplayBuffer:
                         "this version cannot read it"
                     )
                 capacity, added, oldest, env_steps, n_step, obs_writes = (int(v) for v in data["meta"])
-                arrays = {name: data[name] for name in ("observations", *_TRANSITION_FIELDS)}
+                arrays = {name: data[name] for name in ("observations", *TRANSITION_FIELDS)}
         except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as exc:
             raise CheckpointError(f"{path}: not a readable replay buffer (truncated or corrupt?): {exc}") from None
         if capacity != self.capacity or n_step != self.n_step:
@@ -272,7 +277,7 @@ class ReplayBuffer:
                 f"algo.buffer_size {self.capacity} and algo.n_step {self.n_step}"
             )
         expected = {"observations": min(obs_writes, self.obs_capacity)}
-        expected.update({name: min(added, capacity) for name in _TRANSITION_FIELDS})
+        expected.update({name: min(added, capacity) for name in TRANSITION_FIELDS})
         for name, values in arrays.items():
             target = getattr(self, name)
             if values.shape[1:] != target.shape[1:] or values.dtype != target.dtype or len(values) != expected[name]:

@@ -157,7 +157,7 @@ class StackedModules:
         """The stacked parameters of part or tensor ``name``, (N, *shape) each."""
         return [self.tensors[name]] if name in self.tensors else self.parts[name].parameters()
 
-    def head(self, part: str, mlp: str, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+    def head(self, part: str, mlp: str, inputs: Sequence[torch.Tensor] | torch.Tensor) -> torch.Tensor:
         """Each member's MLP ``mlp`` of part ``part`` on its own module's ``features`` of ``inputs[k]`` (B, ...): (N,
         B, out). The features (encoders without weights, each member's normalizer statistics) carry no gradient."""
         with torch.no_grad():
@@ -213,13 +213,16 @@ class StackedModules:
 
 
 def each_member(
-    functions: Sequence[Callable[[torch.Tensor], torch.Tensor]], inputs: Sequence[torch.Tensor], same: bool
+    functions: Sequence[Callable[[torch.Tensor], torch.Tensor]],
+    inputs: Sequence[torch.Tensor] | torch.Tensor,
+    same: bool,
 ) -> torch.Tensor:
-    """Each member's ``functions[k]`` of its ``inputs[k]`` (B, ...), stacked: (M, B, ...). ``same``: every member's
-    function is one function (an encoder without weights or statistics), run once over every member's rows."""
+    """Each member's ``functions[k]`` of its ``inputs[k]`` (B, ...; or all of them stacked, (M, B, ...)), stacked:
+    (M, B, ...). ``same``: every member's function is one function (an encoder without weights or statistics), run
+    once over every member's rows."""
     if not same:
         return torch.stack([function(x) for function, x in zip(functions, inputs, strict=True)])
-    x = torch.stack(list(inputs))
+    x = inputs if isinstance(inputs, torch.Tensor) else torch.stack(list(inputs))
     out = functions[0](x.flatten(0, 1))
     return out.view(x.shape[0], x.shape[1], *out.shape[1:])
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
 import torch
@@ -35,13 +36,27 @@ from rlcore.algos.bc import BC
 from rlcore.algos.dqn import DQN
 from rlcore.algos.sac import SAC
 from rlcore.algos.sac_members import StackedSAC
-from rlcore.algos.value_members import NetworkStack, StackedNetworks
+from rlcore.algos.value_members import NetworkStack, StackedNetworks, stack_batches
+from rlcore.data.replay import FIELDS
 from rlcore.trainers.seed_sessions import SeedSession
 
 log = logging.getLogger("rlcore")
 
 Batch = dict[str, torch.Tensor]
 Metrics = dict[str, float]
+
+
+@dataclass
+class StackedBatch:
+    """Every live member's batch of one gradient step gathered at once (``rlcore.data.replay_stack``): ``fields``
+    (M, B, ...) per key, ``present`` (M,) the members taking the step (an absent member's rows are any finite ones)."""
+
+    fields: Batch
+    present: list[bool]
+
+
+MemberBatches = Sequence[Batch | None] | StackedBatch
+"""One gradient step's batches: one per member (None: absent), or (stacked forms only) all of them stacked."""
 
 
 class MemberSteps(ABC):
@@ -56,7 +71,7 @@ class MemberSteps(ABC):
         self.seeds = list(seeds)
 
     @abstractmethod
-    def step(self, batches: Sequence[Batch | None]) -> list[Metrics | None]:
+    def step(self, batches: MemberBatches) -> list[Metrics | None]:
         """One gradient step of each member given a batch (None: absent from this step); its update metrics."""
 
     def explore(self, obs: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
@@ -80,7 +95,8 @@ class EachOwn(MemberSteps):
     def write_back(self) -> None:
         pass
 
-    def step(self, batches: Sequence[Batch | None]) -> list[Metrics | None]:
+    def step(self, batches: MemberBatches) -> list[Metrics | None]:
+        assert not isinstance(batches, StackedBatch)  # given to the stacked forms only
         metrics: list[Metrics | None] = []
         for seed, batch in zip(self.seeds, batches, strict=True):
             if batch is None:
@@ -93,10 +109,14 @@ class EachOwn(MemberSteps):
         return metrics
 
 
-def _present(batches: Sequence[Batch | None]) -> tuple[list[Batch], list[bool]]:
-    """The batches with an absent member's filled by a present one's (masked out of the step), and who is present."""
+def _stacked(batches: MemberBatches, keys: Sequence[str]) -> StackedBatch:
+    """The members' batches stacked (fields ``keys``), an absent member's rows a present one's (masked out of the
+    step)."""
+    if isinstance(batches, StackedBatch):
+        return batches
     filler = next(batch for batch in batches if batch is not None)
-    return [filler if batch is None else batch for batch in batches], [batch is not None for batch in batches]
+    filled = [filler if batch is None else batch for batch in batches]
+    return StackedBatch(stack_batches(filled, keys), [batch is not None for batch in batches])
 
 
 class StackedValue(MemberSteps):
@@ -110,9 +130,10 @@ class StackedValue(MemberSteps):
         self.stack = NetworkStack(algorithms)
         self.update = type(algorithms[0]).update_members
 
-    def step(self, batches: Sequence[Batch | None]) -> list[Metrics | None]:
-        filled, present = _present(batches)
-        members = StackedNetworks(self.stack, filled, present)
+    def step(self, batches: MemberBatches) -> list[Metrics | None]:
+        stacked = _stacked(batches, self.stack.batch_keys)
+        present = stacked.present
+        members = StackedNetworks(self.stack, stacked.fields, present)
         metrics = self.update(members, [seed.session.progress_fraction for seed in self.seeds])
         return [member if taking else None for member, taking in zip(metrics, present, strict=True)]
 
@@ -137,18 +158,19 @@ class StackedSACSteps(MemberSteps):
         super().__init__(seeds)
         self.members = StackedSAC([cast(SAC, seed.session.algorithm) for seed in self.seeds])
 
-    def step(self, batches: Sequence[Batch | None]) -> list[Metrics | None]:
-        filled, present = _present(batches)
-        self.members.load(filled, self._noise(filled, present), present)
+    def step(self, batches: MemberBatches) -> list[Metrics | None]:
+        stacked = _stacked(batches, FIELDS)
+        present = stacked.present
+        self.members.load(stacked.fields, self._noise(int(stacked.fields["obs"].shape[1]), present), present)
         metrics = SAC.update_members(self.members)
         return [member if taking else None for member, taking in zip(metrics, present, strict=True)]
 
-    def _noise(self, batches: Sequence[Batch], present: Sequence[bool]) -> torch.Tensor | None:
+    def _noise(self, batch_size: int, present: Sequence[bool]) -> torch.Tensor | None:
         """Box actions: each present member's two standard normal draws of one ``SAC.update`` from its own generator,
         as ``Normal.rsample`` draws them ((M, 2, B, action_dim); zeros for an absent member); discrete: None."""
         if self.members.discrete:
             return None
-        shape = (len(batches[0]["obs"]), self.members.algorithms[0].policy.action_dim)
+        shape = (batch_size, self.members.algorithms[0].policy.action_dim)
         noise = torch.zeros(len(self.seeds), 2, *shape)
         for k, seed in enumerate(self.seeds):
             if present[k]:
@@ -192,7 +214,7 @@ class Lockstep:
             names = ", ".join(f"seed {seed.seed}" for seed in self.live)
             log.info("train.seeds: %d seeds trained as one program, %s (%s)", len(self.live), self.steps.form, names)
 
-    def step(self, batches: Sequence[Batch | None]) -> None:
+    def step(self, batches: MemberBatches) -> None:
         """One gradient step of each live member given a batch (None: absent), and its session's bookkeeping."""
         for seed, metrics in zip(self.live, self.steps.step(batches), strict=True):
             if metrics is not None:

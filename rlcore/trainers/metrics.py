@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +96,7 @@ class MetricsLog:
 
     def add(self, metrics: dict[str, float]) -> None:
         for key, value in metrics.items():
-            if np.isfinite(value):
+            if math.isfinite(value):  # a Python float: math's test costs ~1/10 of NumPy's, per metric per update
                 self.sums[key] = self.sums.get(key, 0.0) + float(value)
                 self.counts[key] = self.counts.get(key, 0) + 1
             else:

@@ -14,7 +14,9 @@ with its own exploration (:class:`Collector`); when an update phase is due, the 
 Where their networks' kind stacks (DQN's and SAC's MLPs on vector observations) both are stacked: one forward pass
 acts for every seed (``MemberSteps.explore``, each seed's epsilon-greedy or Gaussian draw from its own generator)
 and one update steps them; otherwise each seed's own network acts and steps in turn (CNN and Dict encoders, the
-dueling head). Seed k is the run with ``seed: k``: its envs, exploration draws, replay batches, evaluations,
+dueling head). Stacked seeds' replays share one storage (``rlcore.data.replay_stack``): each seed writes its own slice,
+and a gradient step draws each seed's slots from its own generator and gathers every seed's batch at once. Seed k is
+the run with ``seed: k``: its envs, exploration draws, replay batches, evaluations,
 checkpoints and stop conditions are its own, and its actions and gradient steps equal that run's up to the float32
 rounding of the stacked products (each its own network: bitwise).
 
@@ -38,10 +40,11 @@ import numpy as np
 import torch
 
 from rlcore.algos.base import OffPolicyAlgorithm, OffPolicyConfig
+from rlcore.data.replay_stack import ReplayStack
 from rlcore.envs.action_masks import legal_actions, random_legal_actions
 from rlcore.envs.actions import random_actions
 from rlcore.envs.observations import obs_tensor
-from rlcore.trainers.lockstep import Lockstep
+from rlcore.trainers.lockstep import Lockstep, StackedBatch
 from rlcore.trainers.seed_sessions import SeedSession
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import ReplaySource
@@ -52,6 +55,9 @@ def run_off_policy(seeds: Sequence[SeedSession[ReplaySource]]) -> None:
     checkpoints when due, until each one's stop condition."""
     members = Lockstep(seeds)
     collectors = {id(seed): Collector(seed.session) for seed in members.live}
+    # Stacked members' replays share one storage: one gather draws every seed's batch (each from its own generator).
+    stack = ReplayStack([c.session.source.replay for c in collectors.values()]) if members.steps.stacked else None
+    position = {id(seed): k for k, seed in enumerate(members.live)}
     while members.live:
         live = [collectors[id(seed)] for seed in members.live]
         # The stacked forms act for every seed at once; each its own network acts inside its Collector.step.
@@ -59,7 +65,13 @@ def run_off_policy(seeds: Sequence[SeedSession[ReplaySource]]) -> None:
         explored = members.steps.explore([c.observations() for c in live]) if stacked_acting else None
         due = [c.step(None if explored is None else explored[k]) for k, c in enumerate(live)]
         for step in range(max(due)):  # a seed due for fewer gradient steps sits out the rest
-            members.step([c.sample() if step < d else None for c, d in zip(live, due, strict=True)])
+            present = [step < d for d in due]
+            if stack is not None and members.steps.stacked:
+                rngs = [c.session.rng if taking else None for c, taking in zip(live, present, strict=True)]
+                seats = [position[id(seed)] for seed in members.live]
+                members.step(StackedBatch(stack.sample(seats, live[0].config.batch_size, rngs), present))
+            else:
+                members.step([c.sample() if taking else None for c, taking in zip(live, present, strict=True)])
         members.checkpoints()
 
 
