@@ -32,7 +32,7 @@ class FusedAdam(torch.optim.Adam):
         with torch.no_grad():
             for (params, grads, exp_avgs, exp_avg_sqs, steps), group in calls:
                 torch._foreach_add_(steps, 1)
-                kernel = torch._fused_adamw_ if group["decoupled_weight_decay"] else torch._fused_adam_
+                kernel = torch._fused_adamw_ if group.get("decoupled_weight_decay", False) else torch._fused_adam_
                 beta1, beta2 = group["betas"]
                 kernel(
                     params,
