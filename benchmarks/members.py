@@ -185,7 +185,6 @@ class Batched(Learner):
         else:
             pools = replay_batches(algo, count, cfg.batch_size)
             self.pool = [{key: torch.stack([p[i][key] for p in pools]) for key in pools[0][0]} for i in range(POOL)]
-            self.pool_lists = [[p[i] for p in pools] for i in range(POOL)]
         if form == "today":
             self._today(policies)
             return
@@ -234,7 +233,7 @@ class Batched(Learner):
         PPO.update_members(members, [PROGRESS] * self.count, self.generators)
 
     def _today_sac(self, batch: dict[str, torch.Tensor]) -> None:
-        self.stacked_sac.load(self.pool_lists[self.t % POOL], batch["noise"])
+        self.stacked_sac.load(self.pool[self.t % POOL], batch["noise"])
         SAC.update_members(self.stacked_sac)
 
     def _today_dqn(self, batch: dict[str, torch.Tensor]) -> None:  # off_policy_seeds._Phase._update's arithmetic

@@ -39,8 +39,9 @@ from rlcore.algos.ppo import PPO, PPOConfig
 from rlcore.algos.sac import SAC, SACConfig
 from rlcore.algos.sac_members import StackedSAC
 from rlcore.algos.td3bc import TD3BC, TD3BCConfig
-from rlcore.algos.value_members import NetworkStack, StackedNetworks
+from rlcore.algos.value_members import NetworkStack, StackedNetworks, stack_batches
 from rlcore.config.sections import PolicyConfig
+from rlcore.data.replay import FIELDS
 from rlcore.data.rollouts import RolloutBuffer
 from rlcore.envs.observations import PackedDict
 from rlcore.nets.stacked_actor_critic import StackedActorCritic
@@ -178,7 +179,7 @@ def sac(config: SACConfig, discrete: bool, poisoned_seed: int | None) -> Family:
         def update(data: list[Any], generators: list[torch.Generator]) -> list[dict[str, float]]:
             shape = None if discrete else (len(data[0]["obs"]), 1)
             noise = None if discrete else torch.stack([drawing(g, shape) for g in generators])
-            members.load(data, noise)
+            members.load(stack_batches(data, FIELDS), noise)
             metrics = SAC.update_members(members)
             members.write_back()
             return metrics
@@ -225,7 +226,9 @@ def value_family(kind: Any, config: Any, env_id: str, head: str, poisoned_seed: 
         stack = NetworkStack(algorithms)
 
         def update(data: list[Any], generators: list[torch.Generator]) -> list[dict[str, float]]:
-            metrics: list[dict[str, float]] = kind.update_members(StackedNetworks(stack, data), [0.5] * len(data))
+            metrics: list[dict[str, float]] = kind.update_members(
+                StackedNetworks(stack, stack_batches(data, stack.batch_keys)), [0.5] * len(data)
+            )
             for k in range(len(algorithms)):
                 stack.write_back(k)
             return metrics

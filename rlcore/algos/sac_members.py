@@ -19,8 +19,6 @@ from torch import nn
 from torch.distributions import TanhTransform
 
 from rlcore.algos.members import MemberSet
-from rlcore.algos.value_members import stack_batches
-from rlcore.data.replay import FIELDS
 from rlcore.nets.blocks import EnsembleLinear, TwinQ, polyak_update
 from rlcore.nets.distributions import masked_logits, sample_categorical
 from rlcore.nets.policies import CategoricalActor, SquashedGaussianActor, squashed_gaussian, squashed_sample
@@ -217,16 +215,17 @@ class StackedSAC(SACMembers):
 
     def load(
         self,
-        batches: Sequence[dict[str, torch.Tensor]] | dict[str, torch.Tensor],
+        batches: dict[str, torch.Tensor],
         noise: torch.Tensor | None,
         present: Sequence[bool] | None = None,
     ) -> None:
-        """The next gradient step's replay batches, one per member or already stacked ((M, B, ...) per field:
-        ``rlcore.data.replay_stack``); ``noise``: Box actions' standard normal draws
-        (M, 2, B, action_dim), [:, 0] for s' and [:, 1] for s, each member's from its own generator; None for
-        discrete actions. ``present``: the members taking this step (None: every one); an absent member's batch is
-        any batch of the right shapes, its losses masked out, its counters and targets untouched."""
-        self.fields = batches if isinstance(batches, dict) else stack_batches(batches, FIELDS)
+        """The next gradient step's replay batches, stacked: (M, B, ...) per field (``rlcore.data.replay_stack``
+        gathers them so; ``rlcore.algos.value_members.stack_batches`` stacks per-member ones); ``noise``: Box
+        actions' standard normal draws (M, 2, B, action_dim), [:, 0] for s' and [:, 1] for s, each member's from
+        its own generator; None for discrete actions. ``present``: the members taking this step (None: every one);
+        an absent member's batch is any batch of the right shapes, its losses masked out, its counters and targets
+        untouched."""
+        self.fields = batches
         self.noise = noise
         self.present = [True] * self.count if present is None else list(present)
 

@@ -148,15 +148,13 @@ def stack_batches(batches: Sequence[Batch], keys: Sequence[str]) -> Batch:
 
 
 class StackedNetworks(Networks):
-    """A :class:`NetworkStack` on this step's batches: one per member, or already stacked ((M, B, ...) per field:
-    ``rlcore.data.replay_stack``). ``present``: each member's taking this step (None: every one); an absent member's
-    batch is any batch of the right shapes (its loss is masked out, its counters and target untouched)."""
+    """A :class:`NetworkStack` on this step's batches, stacked: (M, B, ...) per field (``rlcore.data.replay_stack``
+    gathers them so; :func:`stack_batches` stacks per-member ones). ``present``: each member's taking this step
+    (None: every one); an absent member's batch is any batch of the right shapes (its loss is masked out, its
+    counters and target untouched)."""
 
-    def __init__(
-        self, stack: NetworkStack, batches: Sequence[Batch] | Batch, present: Sequence[bool] | None = None
-    ) -> None:
-        stacked = batches if isinstance(batches, dict) else stack_batches(batches, stack.batch_keys)
-        super().__init__(stack.algorithms, stacked)
+    def __init__(self, stack: NetworkStack, batches: Batch, present: Sequence[bool] | None = None) -> None:
+        super().__init__(stack.algorithms, batches)
         self.stack = stack
         self.present = [True] * self.count if present is None else list(present)
 
