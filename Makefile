@@ -13,14 +13,17 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# torch is installed first, pinned to the local CPU wheel, so nothing later pulls a CUDA build.
+# torch is installed first by pip, pinned to the local CPU wheel (pip's configuration here finds it), so nothing later
+# pulls a CUDA build; the rest by uv, which keeps that torch and installs the same versions pip resolves (compared
+# with `pip freeze`: identical) in ~30 s instead of pip's ~5 min on this machine. `pip` stays in the venv for users.
+UV := $(BIN)/uv pip install --quiet --python $(BIN)/python
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet "torch==2.13.0"
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet "torch==2.13.0" "uv>=0.5,<1"
+	$(UV) -e .
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(UV) -e ".[dev]"
 	touch $@
 
 setup: $(VENV)/.installed
