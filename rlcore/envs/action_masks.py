@@ -120,7 +120,7 @@ def check_mask(env_id: str, where: str, mask: Any, n: int, terminated: bool) -> 
         raise ConfigError(f"env.action_mask: {env_id} gave {where} of shape {values.shape}; {expected}")
     if values.dtype.kind not in "biu":
         raise ConfigError(f"env.action_mask: {env_id} gave {where} of dtype {values.dtype}; {expected}")
-    if not np.isin(values, (0, 1)).all():
+    if not ((values == 0) | (values == 1)).all():  # np.isin is ~7x slower, and this runs at every env step
         raise ConfigError(f"env.action_mask: {env_id} gave {where} = {values.tolist()}; {expected}")
     if not terminated and not values.any():
         raise ConfigError(

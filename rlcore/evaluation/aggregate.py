@@ -24,8 +24,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import scipy.stats
-from rliable import metrics
 
 from rlcore.common.errors import RLCoreError
 
@@ -56,6 +54,8 @@ def aggregate(scores: Mapping[int, RunScore], target: float | None = None) -> di
     is the mean), and with a ``target`` the ``optimality_gap`` (``target - mean(min(score, target))``, in the scores'
     units), each with its ``<name>_ci95`` ``[low, high]``; ``num_runs``, ``seeds`` (ascending, the runs' order in the
     bootstrap), ``target``, ``confidence`` and ``bootstrap`` (method, resamples, seed)."""
+    from rliable import metrics  # here, not at import: scipy and rliable take ~3 s to load
+
     if not isinstance(scores, Mapping):
         raise AggregateError(f"scores: expected a mapping of seed to score, got {type(scores).__name__}")
     seeds = _seed_keys(scores, "scores")
@@ -87,6 +87,8 @@ def aggregate(scores: Mapping[int, RunScore], target: float | None = None) -> di
 def iqm(scores: Sequence[RunScore]) -> float:
     """The interquartile mean of runs' scores: rliable's ``aggregate_iqm``, the mean of the middle 50% of runs (the
     25%-trimmed mean, ``scipy.stats.trim_mean``); with fewer than 4 runs nothing is trimmed (the mean)."""
+    from rliable import metrics  # here, not at import: scipy and rliable take ~3 s to load
+
     return float(metrics.aggregate_iqm(_run_scores(scores, "scores")[:, None]))
 
 
@@ -97,6 +99,8 @@ def probability_of_improvement(
     statistic over ``num_runs_x * num_runs_y``, ``rliable.metrics.probability_of_improvement``; exactly 0.5 when both
     hold the same scores), with its interval from resampling X's and Y's runs independently (rliable's
     ``StratifiedIndependentBootstrap``). A mapping's runs are taken in ascending seed order."""
+    from rliable import metrics  # here, not at import: scipy and rliable take ~3 s to load
+
     x = _run_scores(_in_seed_order(scores_x, "scores_x"), "scores_x")[:, None]
     y = _run_scores(_in_seed_order(scores_y, "scores_y"), "scores_y")[:, None]
     point = float(metrics.probability_of_improvement(x, y))
@@ -173,6 +177,8 @@ def iqm_band(curves: Mapping[int, tuple[Sequence[float], Sequence[float]]]) -> d
     the IQM at each step (``scipy.stats.trim_mean`` along the runs axis, what ``rliable.metrics.aggregate_iqm``
     computes for one step). A seed that stopped early ends the band at its last step. Returns ``steps``, ``iqm``,
     ``low``, ``high`` (lists) and ``seeds``."""
+    import scipy.stats  # here, not at import: scipy takes ~3 s to load
+
     if not curves:
         raise AggregateError("curves: expected at least one seed's learning curve, got none")
     seeds = _seed_keys(curves, "curves")
