@@ -171,8 +171,33 @@ def replay_arrays(run_dir: Path) -> dict[str, Any]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The files with the most learning tests first (:func:`heaviest_files_first`)."""
+    """The files with the most learning tests first (:func:`heaviest_files_first`); a collection holding a ``serial``
+    or ``server`` test that ``make test`` would never run is refused (:func:`marks_the_makefile_misses`)."""
+    missed = marks_the_makefile_misses(items)
+    if missed:
+        raise pytest.UsageError(f"{missed[0]}: marked in a way the Makefile does not find; mark it with pytest.mark.<name>")
     items[:] = heaviest_files_first(items)
+
+
+ALONE_MARKS = ("serial", "server")
+"""The marks whose tests ``make test`` runs apart, collecting only the files whose text holds ``mark.<name>``."""
+
+
+def marks_the_makefile_misses(items: list[pytest.Item]) -> list[str]:
+    """``<file>: <test> is <mark>`` for each test marked ``serial`` or ``server`` in a file whose text lacks
+    ``mark.serial`` / ``mark.server``: the Makefile's parts for those marks collect only the files grep finds (a
+    mark applied from another module, or by a hook, would leave the test out of every part)."""
+    texts: dict[Path, str] = {}
+    missed = []
+    for item in items:
+        for mark in ALONE_MARKS:
+            if item.get_closest_marker(mark) is None:
+                continue
+            if item.path not in texts:
+                texts[item.path] = item.path.read_text()
+            if f"mark.{mark}" not in texts[item.path]:
+                missed.append(f"{item.path}: {item.name} is {mark}")
+    return missed
 
 
 SLOW_TEST_WEIGHT = 100
