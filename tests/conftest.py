@@ -175,7 +175,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     or ``server`` test that ``make test`` would never run is refused (:func:`marks_the_makefile_misses`)."""
     missed = marks_the_makefile_misses(items)
     if missed:
-        raise pytest.UsageError(f"{missed[0]}: marked in a way the Makefile does not find; mark it with pytest.mark.<name>")
+        raise pytest.UsageError(f"{missed[0]}: a mark the Makefile cannot find; write pytest.mark.<name> in the file")
     items[:] = heaviest_files_first(items)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import marks_the_makefile_misses
 
 pytest_plugins = ["pytester"]
