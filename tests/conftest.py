@@ -134,7 +134,6 @@ def one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) ->
     return line
 
 
-@pytest.hookimpl(tryfirst=True)
 def assert_trees_match(mine: Any, theirs: Any, where: str, rtol: float | None = None, atol: float = 0.0) -> None:
     """Two checkpoints' trees (dicts, lists, tuples, tensors, plain values) alike: containers of one kind and keys,
     tensors of one dtype and shape, float tensors within ``rtol`` / ``atol`` (None: bitwise), every other tensor
@@ -170,6 +169,7 @@ def replay_arrays(run_dir: Path) -> dict[str, Any]:
     return arrays
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: the check needs the tests of every mark
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The files with the most learning tests first (:func:`heaviest_files_first`); a collection holding a ``serial``
     or ``server`` test that ``make test`` would never run is refused (:func:`marks_the_makefile_misses`)."""
