@@ -38,6 +38,17 @@ run: setup
 	echo "Report:          $(CURDIR)/reports/$$name/report.md  (scores.json, metrics.json, learning_curve.png)"; \
 	echo "Offline branch:  $(CURDIR)/export/bc-cartpole/policy.onnx, report: reports/bc-cartpole/report.md (dataset: data/dataset.parquet)"
 
+# The test files holding `serial` and `server` tests: the parts that run only those collect only these files (a
+# collection of every file imports every test module: ~12-20 CPU s per pytest process, three times over for the server
+# part's two workers and the serial part). tests/conftest.py refuses a test marked so in a file this misses.
+SERIAL_FILES = $(shell grep -rlE 'mark\.serial' tests --include='test_*.py')
+SERVER_FILES = $(shell grep -rlE 'mark\.server' tests --include='test_*.py')
+
+# The tests write bytecode even where the environment says not to: pytest's assertion rewriting of the test files is
+# cached only beside them (__pycache__/, ignored by git); without it every pytest process (each xdist worker too)
+# rewrites them again, ~8 CPU s each.
+test test-fast: export PYTHONDONTWRITEBYTECODE :=
+
 # Three parts, each after the other: the tests that may share the machine on two pytest-xdist workers (one per core
 # here; a module stays on one worker, so its fixtures are made once; the files with the most learning tests first, in
 # tests/conftest.py's order, not xdist's most-tests-first); then the `server` tests, two at a time (each server on its
@@ -46,8 +57,8 @@ run: setup
 # Each part ends with its slowest tests (--durations): where the suite's time goes, in every CI log.
 test: setup-dev
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=25 -m "not serial and not server"; parallel=$$?; \
-	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=10 -m "server and not serial"; server=$$?; \
-	$(BIN)/python -m pytest --durations=10 -m serial; serial=$$?; \
+	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=10 -m "server and not serial" $(SERVER_FILES); server=$$?; \
+	$(BIN)/python -m pytest --durations=10 -m serial $(SERIAL_FILES); serial=$$?; \
 	[ $$parallel -eq 0 ] && [ $$server -eq 0 ] && [ $$serial -eq 0 ]
 
 # The unit tests only: no learning runs, no whole-pipeline DVC runs, no Prefect/PostgreSQL/Dask servers. Split as
@@ -55,7 +66,7 @@ test: setup-dev
 # processes) alone; the target fails if either part did.
 test-fast: setup-dev
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not server and not serial"; parallel=$$?; \
-	$(BIN)/python -m pytest -m "serial and not slow and not server"; serial=$$?; \
+	$(BIN)/python -m pytest -m "serial and not slow and not server" $(SERIAL_FILES); serial=$$?; \
 	[ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 
 bench: setup

@@ -134,7 +134,6 @@ def one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) ->
     return line
 
 
-@pytest.hookimpl(tryfirst=True)
 def assert_trees_match(mine: Any, theirs: Any, where: str, rtol: float | None = None, atol: float = 0.0) -> None:
     """Two checkpoints' trees (dicts, lists, tuples, tensors, plain values) alike: containers of one kind and keys,
     tensors of one dtype and shape, float tensors within ``rtol`` / ``atol`` (None: bitwise), every other tensor
@@ -170,9 +169,35 @@ def replay_arrays(run_dir: Path) -> dict[str, Any]:
     return arrays
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: the check needs the tests of every mark
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The files with the most learning tests first (:func:`heaviest_files_first`)."""
+    """The files with the most learning tests first (:func:`heaviest_files_first`); a collection holding a ``serial``
+    or ``server`` test that ``make test`` would never run is refused (:func:`marks_the_makefile_misses`)."""
+    missed = marks_the_makefile_misses(items)
+    if missed:
+        raise pytest.UsageError(f"{missed[0]}: a mark the Makefile cannot find; write pytest.mark.<name> in the file")
     items[:] = heaviest_files_first(items)
+
+
+ALONE_MARKS = ("serial", "server")
+"""The marks whose tests ``make test`` runs apart, collecting only the files whose text holds ``mark.<name>``."""
+
+
+def marks_the_makefile_misses(items: list[pytest.Item]) -> list[str]:
+    """``<file>: <test> is <mark>`` for each test marked ``serial`` or ``server`` in a file whose text lacks
+    ``mark.serial`` / ``mark.server``: the Makefile's parts for those marks collect only the files grep finds (a
+    mark applied from another module, or by a hook, would leave the test out of every part)."""
+    texts: dict[Path, str] = {}
+    missed = []
+    for item in items:
+        for mark in ALONE_MARKS:
+            if item.get_closest_marker(mark) is None:
+                continue
+            if item.path not in texts:
+                texts[item.path] = item.path.read_text()
+            if f"mark.{mark}" not in texts[item.path]:
+                missed.append(f"{item.path}: {item.name} is {mark}")
+    return missed
 
 
 SLOW_TEST_WEIGHT = 100

@@ -5,11 +5,8 @@ from pathlib import Path
 
 import pytest
 from conftest import QUICK, outputs, rlcore, sets
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect_server import client_of
 
-from flows.pipeline import training_pipeline
 from rlcore.common.files import read_json
 
 pytestmark = pytest.mark.server
@@ -21,7 +18,18 @@ def prefect_server(shared_prefect_server):
         yield
 
 
+def training_pipeline(**arguments):
+    """``flows.pipeline.training_pipeline`` run with ``arguments``, imported when a test runs it: every collection of
+    the suite imports this module, and prefect's import costs ~2.5 s."""
+    from flows.pipeline import training_pipeline as flow
+
+    return flow(**arguments)
+
+
 async def _task_runs_and_artifacts(flow_run_id):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
     async with get_client() as client:
         flow_run = await client.read_flow_run(flow_run_id)
         task_runs = await client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
@@ -51,6 +59,9 @@ def test_training_pipeline_runs_each_stage_as_a_task_run_and_publishes_artifacts
 
 
 async def _latest_flow_run_task_names():
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
     async with get_client() as client:
         flow_runs = await client.read_flow_runs(sort="START_TIME_DESC", limit=1)
         task_runs = await client.read_task_runs(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,11 +29,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 import dict_obs_env  # noqa: E402
 
 SIDE_FLIP = f"dict_obs_env:{dict_obs_env.ENV_ID}"
-PIXEL_ENVS = {
-    "minatar-bool-frames": EnvConfig(id="MinAtar/Breakout-v1"),
-    "uint8-frames": EnvConfig(id=SIDE_FLIP, kwargs={"observation": "image"}),
-    "dict-with-a-uint8-image": EnvConfig(id=SIDE_FLIP, kwargs={"observation": "dict"}),
+PIXEL_ENVS: dict[str, dict[str, Any]] = {
+    "minatar-bool-frames": {"id": "MinAtar/Breakout-v1"},
+    "uint8-frames": {"id": SIDE_FLIP, "kwargs": {"observation": "image"}},
+    "dict-with-a-uint8-image": {"id": SIDE_FLIP, "kwargs": {"observation": "dict"}},
 }
+"""The ``EnvConfig`` keys of each env, made into one in the test: validating a MinAtar id imports minatar (with
+matplotlib, seaborn and pandas: 2.5 s), which a test collection need not pay."""
 
 
 def random_frames(env_config: EnvConfig, steps: int, envs: int = 8) -> tuple[torch.Tensor, ActorCritic]:
@@ -52,7 +55,7 @@ def random_frames(env_config: EnvConfig, steps: int, envs: int = 8) -> tuple[tor
 
 @pytest.mark.parametrize("name", list(PIXEL_ENVS))
 def test_rnd_normalizes_frames_per_pixel_to_zero_mean_and_unit_std_clipped_to_five(name: str):
-    frames, policy = random_frames(PIXEL_ENVS[name], steps=250)
+    frames, policy = random_frames(EnvConfig(**PIXEL_ENVS[name]), steps=250)
     config = PPOConfig(reward_signals={"rnd": {}}).reward_signals
     assert config is not None and config.rnd is not None
     rnd = RND(config.rnd, policy.observation_space, policy.new_encoder)

@@ -16,8 +16,6 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import PROJECT, rlcore, sets
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterId
 from prefect_server import client_of
 from test_sweep import SHORT, load_study
 
@@ -31,6 +29,10 @@ def api_url(shared_prefect_server: tuple[str, dict[str, str]]) -> Iterator[str]:
 
 
 async def _latest_sweep_run():
+    # Imported here, not at the top: every collection of the suite imports this module; prefect costs ~2.5 s.
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterId
+
     async with get_client() as client:
         (flow_run,) = await client.read_flow_runs(
             flow_filter=FlowFilter(name=FlowFilterName(any_=["sweep"])), sort="START_TIME_DESC", limit=1

@@ -1,11 +1,17 @@
 """Prefect task runners on a real server: checkpoint evaluations, collection shards and sweep trials on Dask
-worker processes (a LocalCluster of 2), the pipeline's Dask path through the CLI, and task retries."""
+worker processes (a LocalCluster of 2), the pipeline's Dask path through the CLI, and task retries.
+
+The flows run in this process share one LocalCluster (:func:`cluster`); the CLI tests (``rlcore collect-flow``,
+``rlcore pipeline`` with ``deploy.task_runner=dask``) check the flows making a LocalCluster of their own.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +34,22 @@ def server(shared_prefect_server):
         yield url
 
 
+@pytest.fixture(scope="module")
+def cluster(server) -> Iterator[tuple[str, set[int]]]:
+    """The scheduler address and worker process ids of one LocalCluster as ``deploy.dask_workers: 2`` makes it, for
+    the flows this module runs in process: its workers import torch and rlcore once (15 s or more on a loaded
+    machine), not once per test. Started after ``server``, so its workers report to that Prefect server."""
+    from distributed import Client, LocalCluster
+
+    from flows.task_runners import local_cluster_kwargs
+
+    with (
+        LocalCluster(**local_cluster_kwargs(DeployConfig(task_runner="dask", dask_workers=2))) as local,
+        Client(local) as client,
+    ):
+        yield local.scheduler_address, set(client.run(os.getpid).values())
+
+
 async def _task_runs_and_logs(flow_run_id, wait_for: str = "", timeout: float = 20):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterFlowRunId
@@ -43,7 +65,7 @@ async def _task_runs_and_logs(flow_run_id, wait_for: str = "", timeout: float = 
             await asyncio.sleep(1)
 
 
-def test_dask_local_cluster_evaluates_checkpoints_in_parallel_with_sequential_results(project: Path, server):
+def test_dask_local_cluster_evaluates_checkpoints_in_parallel_with_sequential_results(project: Path, cluster):
     from flows.evaluate import evaluate_checkpoints
     from flows.task_runners import dask_task_runner
 
@@ -56,8 +78,9 @@ def test_dask_local_cluster_evaluates_checkpoints_in_parallel_with_sequential_re
     assert len(sequential["candidates"]) == 4
     shutil.move(outputs(project).evaluations, project / "sequential.json")
 
-    runner = dask_task_runner(DeployConfig(task_runner="dask", dask_workers=2))
-    assert runner.cluster_kwargs["n_workers"] == 2 and runner.cluster_kwargs["processes"] is True
+    own = dask_task_runner(DeployConfig(task_runner="dask", dask_workers=2))
+    assert own.cluster_kwargs["n_workers"] == 2 and own.cluster_kwargs["processes"] is True
+    runner = dask_task_runner(DeployConfig(task_runner="dask", dask_address=cluster[0]))
     state = evaluate_checkpoints.with_options(task_runner=runner)(
         params_path=params_path, overrides=overrides, root=str(project), return_state=True
     )
@@ -131,14 +154,18 @@ def test_collection_shards_on_dask_workers_make_the_same_file_as_rlcore_collect(
     assert_some_overlap(shards)
 
 
-def test_sweep_trials_run_as_task_runs_on_dask_workers(project: Path, server):
-    import os
-
+def test_sweep_trials_run_as_task_runs_on_dask_workers(project: Path, cluster):
     from test_sweep import SHORT, load_study
 
     from flows.sweep.flow import sweep_flow
 
-    overrides = [*SHORT, "sweep.n_trials=4", "sweep.workers=2", "deploy.task_runner=dask"]
+    overrides = [
+        *SHORT,
+        "sweep.n_trials=4",
+        "sweep.workers=2",
+        "deploy.task_runner=dask",
+        f"deploy.dask_address={cluster[0]}",
+    ]
     state = sweep_flow(
         params_path=str(project / "params.yaml"), overrides=overrides, root=str(project), return_state=True
     )
@@ -146,7 +173,7 @@ def test_sweep_trials_run_as_task_runs_on_dask_workers(project: Path, server):
     trials = load_study(project).trials
     assert len(trials) == 4 and all(t.state.is_finished() for t in trials)
     workers = {t.user_attrs["worker_pid"] for t in trials}
-    assert len(workers) == 2 and os.getpid() not in workers, workers  # computed on the 2 Dask worker processes
+    assert workers == cluster[1], workers  # computed on the 2 Dask worker processes
     _, task_runs = asyncio.run(_subflow_task_runs(state.state_details.flow_run_id, "sweep_trials"))
     assert sorted(run.name for run in task_runs) == [f"trial-{n}" for n in range(4)]
     assert all(run.state.is_completed() for run in task_runs)
@@ -164,56 +191,46 @@ def test_rlcore_pipeline_evaluates_on_dask_through_the_cli(project: Path, server
     assert (outputs(project).export / "model_card.json").is_file()
 
 
-def test_an_existing_dask_cluster_named_in_params_runs_collection_shards_and_sweep_trials(project: Path, server):
-    """``deploy.dask_address``: the flows use a cluster that was already running (here a LocalCluster started
-    by the test, standing in for `dask scheduler` + `dask worker` on other machines)."""
-    import os
-
-    from distributed import Client, LocalCluster
+def test_an_existing_dask_cluster_named_in_params_runs_collection_shards_and_sweep_trials(project: Path, cluster):
+    """``deploy.dask_address``: the flows use a cluster that was already running (here the module's LocalCluster,
+    standing in for `dask scheduler` + `dask worker` on other machines)."""
     from test_sweep import SHORT, load_study
 
     from flows.collect import collect_flow
     from flows.sweep.flow import sweep_flow
 
-    with (
-        LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None) as cluster,
-        Client(cluster) as client,
-    ):
-        worker_pids = set(client.run(os.getpid).values())
-        on_cluster = ["deploy.task_runner=dask", f"deploy.dask_address={cluster.scheduler_address}"]
+    address, worker_pids = cluster
+    on_cluster = ["deploy.task_runner=dask", f"deploy.dask_address={address}"]
 
-        collect = ["collect.policy=random", "collect.steps=4000", "collect.shards=2", *on_cluster]
-        state = collect_flow(
-            params_path=str(project / "params.yaml"), overrides=collect, root=str(project), return_state=True
-        )
-        assert state.is_completed(), state
-        assert len(read_metadata(project / "data" / "dataset.parquet")["shards"]) == 2
+    collect = ["collect.policy=random", "collect.steps=4000", "collect.shards=2", *on_cluster]
+    state = collect_flow(
+        params_path=str(project / "params.yaml"), overrides=collect, root=str(project), return_state=True
+    )
+    assert state.is_completed(), state
+    assert len(read_metadata(project / "data" / "dataset.parquet")["shards"]) == 2
 
-        sweep = [*SHORT, "sweep.n_trials=2", "sweep.workers=2", *on_cluster]
-        params_path = str(project / "params.yaml")
-        state = sweep_flow(params_path=params_path, overrides=sweep, root=str(project), return_state=True)
-        assert state.is_completed(), state
-        trials = load_study(project).trials
-        assert len(trials) == 2 and {t.user_attrs["worker_pid"] for t in trials} <= worker_pids
-        _, logs = asyncio.run(_task_runs_and_logs(state.state_details.flow_run_id, wait_for="shared file system"))
-        assert "on a shared file system (or set sweep.storage to a PostgreSQL URL)" in logs
+    sweep = [*SHORT, "sweep.n_trials=2", "sweep.workers=2", *on_cluster]
+    params_path = str(project / "params.yaml")
+    state = sweep_flow(params_path=params_path, overrides=sweep, root=str(project), return_state=True)
+    assert state.is_completed(), state
+    trials = load_study(project).trials
+    assert len(trials) == 2 and {t.user_attrs["worker_pid"] for t in trials} <= worker_pids
+    _, logs = asyncio.run(_task_runs_and_logs(state.state_details.flow_run_id, wait_for="shared file system"))
+    assert "on a shared file system (or set sweep.storage to a PostgreSQL URL)" in logs
 
 
-def test_the_local_dask_cluster_listens_on_loopback_ephemeral_ports_only():
-    """No dashboard and nothing on 8787 or a public interface: only what the run needs, on 127.0.0.1."""
+def test_the_local_dask_cluster_listens_on_loopback_ephemeral_ports_only(cluster):
+    """No dashboard and nothing on 8787 or a public interface: only what the run needs, on 127.0.0.1 (the module's
+    cluster is made as the flows make theirs: ``local_cluster_kwargs``)."""
     import psutil
-    from distributed import LocalCluster
 
-    from flows.task_runners import local_cluster_kwargs
-
-    with LocalCluster(**local_cluster_kwargs(DeployConfig(dask_workers=2))):
-        processes = [psutil.Process(), *psutil.Process().children(recursive=True)]
-        listening = [
-            connection.laddr
-            for process in processes
-            for connection in process.net_connections(kind="inet")
-            if connection.status == psutil.CONN_LISTEN
-        ]
+    processes = [psutil.Process(), *psutil.Process().children(recursive=True)]
+    listening = [
+        connection.laddr
+        for process in processes
+        for connection in process.net_connections(kind="inet")
+        if connection.status == psutil.CONN_LISTEN
+    ]
     assert listening, "the cluster should listen somewhere (scheduler and workers)"
     assert {address.ip for address in listening} == {"127.0.0.1"}
     assert 8787 not in {address.port for address in listening}

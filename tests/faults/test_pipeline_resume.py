@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 from conftest import QUICK, RLCORE, outputs, rlcore, sets
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect_server import client_of
 
 from .run_support import kill, start, wait_until
@@ -35,6 +33,10 @@ def api_url(shared_prefect_server: tuple[str, dict[str, str]]) -> Iterator[str]:
 
 
 async def _latest_states() -> dict[str, str]:
+    # Imported here, not at the top: every collection of the suite imports this module; prefect costs ~2.5 s.
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
     async with get_client() as client:
         flow_run = (await client.read_flow_runs(sort="START_TIME_DESC", limit=1))[0]
         task_runs = await client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id])))
