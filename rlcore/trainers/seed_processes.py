@@ -174,7 +174,8 @@ def _wait_for(children: list[_Child]) -> None:
                 ) from None
             if kind == "log":
                 level, message = content
-                log.log(level, "%s: %s", child.words, message)
+                named = any(message.startswith(f"seed {seed}:") for seed in child.seeds)  # its seed's line
+                log.log(level, "%s", message if named else f"{child.words}: {message}")
             elif kind == "failed":
                 _raise_failure(child, content[0])
             else:  # "done"
