@@ -14,7 +14,12 @@ workers) the unbatched kernels run, and seed 1 is bitwise its one-seed run. A ne
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import shutil
+import signal
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +31,7 @@ from conftest import PROJECT, assert_trees_match, preset_text, replay_arrays, se
 from test_presets_pipeline import skip_without_extra
 
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
-from tests.cli_support import run_in_process
+from tests.cli_support import assert_refused, run_in_process
 
 RTOL, ATOL = 1e-4, 1e-6
 """Seed 1's float tensors against its one-seed run's after three updates: batched matrix products and masked sums
@@ -306,3 +311,97 @@ def test_every_preset_is_a_case() -> None:
     cased = {case.preset for case in CASES.values()}
     assert presets - cased == set(COVERED_BY)
     assert set(COVERED_BY.values()) <= set(CASES)
+
+
+@pytest.mark.parametrize("trained", ["ppo-mlp", "dqn-mlp"], indirect=True)
+def test_seeds_split_over_processes_are_the_seeds_trained_in_one(
+    trained: tuple[str, Path, str], tmp_path: Path, datasets: dict[str, Path]
+) -> None:
+    """``train.seeds: [0, 1, 2]`` with ``train.seed_processes: 2`` (seeds 0 and 1 stacked in one child process, seed 2
+    in the other): every seed's last checkpoint and first evaluation are the same seed's trained in one process
+    (``train.seed_processes: 1``) within RTOL / ATOL, and seed 1's are its one-seed run's."""
+    name, root, _ = trained
+    case = CASES[name]
+    logs = {}
+    for count in (1, 2):
+        folder = project(tmp_path / f"p{count}", case, datasets)
+        logs[count] = train(folder, case, "train.seeds=[0, 1, 2]", f"train.seed_processes={count}")
+    assert "train.seeds: 3 seeds in 2 processes (seeds 0-1; seed 2), each as one batched program" in logs[2], logs[2]
+    assert "seeds 0-1: train.seeds: training seeds [0, 1] as one program" in logs[2], logs[2]  # a child's, relayed
+    assert "processes" not in logs[1], logs[1]
+    for seed in (0, 1, 2):
+        split, one = (
+            last_checkpoint(tmp_path / f"p{count}" / "runs" / "contract" / f"seed_{seed}") for count in (2, 1)
+        )
+        assert split.meta["env_steps"] == one.meta["env_steps"] and split.meta["numpy_rng"] == one.meta["numpy_rng"]
+        assert_trees_match(split.tensors, one.tensors, f"{name} seed {seed}", rtol=RTOL, atol=ATOL)
+        assert untimed(split.meta["evaluations"])[0] == untimed(one.meta["evaluations"])[0]
+        if seed == 1:
+            alone = last_checkpoint(root / "alone" / "runs" / "contract")
+            assert_trees_match(split.tensors, alone.tensors, f"{name} seed 1 alone", rtol=RTOL, atol=ATOL)
+
+
+def kill_when_checkpointed(checkpoints: Path, process_name: str) -> threading.Thread:
+    """A thread that SIGKILLs this process's child named ``process_name`` once ``checkpoints`` holds a checkpoint
+    (gives up after 60 s)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if list(checkpoints.glob("step_*.pt")):
+                for child in multiprocessing.active_children():
+                    if child.name == process_name and child.pid is not None:
+                        os.kill(child.pid, signal.SIGKILL)
+                        return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_killed_seed_process_stops_the_run_naming_its_seeds_and_a_rerun_resumes(tmp_path: Path) -> None:
+    """``train.seeds: [0, 1]`` in two processes; the process of seed 1 is SIGKILLed after its first checkpoint: the
+    command fails in one error line naming seed 1's process, the other process is stopped, and the same command run
+    again resumes seed 1 from its checkpoint and trains both seeds to the budget."""
+    case = CASES["ppo-mlp"]
+    (tmp_path / case.preset).write_text(preset_text(case.preset))
+    budget = ["train.max_steps=20000", "train.eval_every=256", "train.log_every=256"]
+    args = ["train", "--params", case.preset, *sets([*QUICK, *case.overrides, *budget, "train.seeds=[0, 1]"])]
+    args += sets(["train.seed_processes=2"])
+    killer = kill_when_checkpointed(tmp_path / "runs" / "contract" / "seed_1" / "checkpoints", "rlcore-seeds-1")
+    outcome = run_in_process(args, tmp_path, limit=120)
+    killer.join(timeout=1)
+    assert outcome.returncode == 2, outcome
+    last = outcome.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: train.seeds: the process training seed 1 (pid "), outcome
+    assert "died (exit code -9)" in last and "re-run the same command" in last, last
+    assert not [child for child in multiprocessing.active_children() if child.name.startswith("rlcore-seeds")]
+    again = run_in_process(args, tmp_path, limit=120)
+    assert again.returncode == 0, again
+    assert f"resuming {tmp_path / 'runs' / 'contract' / 'seed_1'}" in again.stderr, again
+    for seed in (0, 1):
+        assert last_checkpoint(tmp_path / "runs" / "contract" / f"seed_{seed}").meta["env_steps"] >= 20000
+
+
+def test_seeds_and_processes_more_than_the_memory_holds_are_refused_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four seeds fit in memory in one process but not with the fixed cost of two more: ``train.seed_processes: 2``
+    is refused in one line naming the processes and the way out, and nothing is written."""
+    import gymnasium as gym
+
+    from rlcore.params import load_params
+    from rlcore.trainers import memory_estimate
+
+    case = CASES["ppo-mlp"]
+    params = load_params(PROJECT / case.preset, case.overrides)
+    env = gym.make(params.env.id)
+    one = sum(size for size, _ in memory_estimate.estimate(params, env.observation_space, env.action_space).values())
+    monkeypatch.setattr(memory_estimate, "available_memory", lambda: 4 * one + memory_estimate.PROCESS_BYTES)
+    (tmp_path / case.preset).write_text(preset_text(case.preset))
+    args = ["train", "--params", case.preset, *sets([*QUICK, *case.overrides, "train.seeds=[0, 1, 2, 3]"])]
+    line = assert_refused(run_in_process([*args, *sets(["train.seed_processes=2"])], tmp_path), "in 2 processes")
+    assert line.startswith("error: train.seeds: 4 seeds trained together in 2 processes need about"), line
+    assert "train.seed_processes: 1" in line, line
+    assert sorted(path.name for path in tmp_path.iterdir()) == [case.preset]

@@ -36,6 +36,9 @@ log = logging.getLogger("rlcore")
 PROCESS_NAME = "rlcore-seeds"
 """Children are named ``rlcore-seeds-<group>`` (tests and operators find them by it)."""
 
+SEEDS_PER_AUTO_PROCESS = 2
+"""``train.seed_processes: auto`` starts a process per core but no more than one per this many seeds to train."""
+
 EXIT_WAIT_SECONDS = 5.0
 """How long a child may take to exit once it is done, or after an interruption (Ctrl-C reaches it too), before it is
 killed."""
@@ -56,6 +59,7 @@ def seed_groups(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | Non
     """The seeds' runs in the groups that train in processes of their own (``train.seed_processes``), each in the
     list's order; one group (this process) for a family whose seeds share worker processes, with an
     ``on_evaluation`` callback (it reads every evaluation here: a sweep's pruner), or with one seed still to train.
+    ``auto``: the usable cores, at most one process per :data:`SEEDS_PER_AUTO_PROCESS` seeds still to train.
 
     The seeds still to train (no ``train_summary.json`` in their folder) are split into contiguous groups of sizes
     differing by one at most; seeds that look finished join the groups in turn (a child keeps a finished seed, or
@@ -65,7 +69,9 @@ def seed_groups(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | Non
     if on_evaluation is not None or not family_of(params).lockstep:
         return [list(runs)]
     pending = [run for run in runs if not (run.run_dir / "train_summary.json").is_file()]
-    wanted = usable_cores() if setting == "auto" else int(setting)
+    # auto: a process per core, each batching two seeds at least (a process's start, seconds of imports, and its
+    # memory are paid back by the seeds it batches; two seeds stay one program, as the contract tests train them)
+    wanted = min(usable_cores(), len(pending) // SEEDS_PER_AUTO_PROCESS) if setting == "auto" else int(setting)
     count = max(1, min(wanted, len(pending)))
     if count == 1:
         return [list(runs)]
