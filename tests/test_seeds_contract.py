@@ -327,7 +327,7 @@ def test_seeds_split_over_processes_are_the_seeds_trained_in_one(
         folder = project(tmp_path / f"p{count}", case, datasets)
         logs[count] = train(folder, case, "train.seeds=[0, 1, 2]", f"train.seed_processes={count}")
     assert "train.seeds: 3 seeds in 2 processes (seeds 0-1; seed 2), each as one batched program" in logs[2], logs[2]
-    assert "seeds 0-1: train.seeds: training seeds [0, 1] as one program" in logs[2], logs[2]  # a child's, relayed
+    assert "seeds 0-1: train.seeds: " in logs[2], logs[2]  # a child's line, relayed
     assert "processes" not in logs[1], logs[1]
     for seed in (0, 1, 2):
         split, one = (
@@ -366,7 +366,7 @@ def test_a_killed_seed_process_stops_the_run_naming_its_seeds_and_a_rerun_resume
     again resumes seed 1 from its checkpoint and trains both seeds to the budget."""
     case = CASES["ppo-mlp"]
     (tmp_path / case.preset).write_text(preset_text(case.preset))
-    budget = ["train.max_steps=20000", "train.eval_every=256", "train.log_every=256"]
+    budget = ["train.max_steps=1024", "train.eval_every=128", "train.log_every=128"]
     args = ["train", "--params", case.preset, *sets([*QUICK, *case.overrides, *budget, "train.seeds=[0, 1]"])]
     args += sets(["train.seed_processes=2"])
     killer = kill_when_checkpointed(tmp_path / "runs" / "contract" / "seed_1" / "checkpoints", "rlcore-seeds-1")
@@ -381,7 +381,7 @@ def test_a_killed_seed_process_stops_the_run_naming_its_seeds_and_a_rerun_resume
     assert again.returncode == 0, again
     assert f"resuming {tmp_path / 'runs' / 'contract' / 'seed_1'}" in again.stderr, again
     for seed in (0, 1):
-        assert last_checkpoint(tmp_path / "runs" / "contract" / f"seed_{seed}").meta["env_steps"] >= 20000
+        assert last_checkpoint(tmp_path / "runs" / "contract" / f"seed_{seed}").meta["env_steps"] >= 1024
 
 
 def test_seeds_and_processes_more_than_the_memory_holds_are_refused_before_anything_is_written(
