@@ -211,7 +211,10 @@ SEEDS_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "train.batch_seeds 2": (["--set", "train.batch_seeds=2"], ("train.batch_seeds:", "boolean", "got 2")),
     "train.batch_seeds a list": (["--set", "train.batch_seeds=[true]"], ("train.batch_seeds:", "boolean")),
     "train.batch_seeds null": (["--set", "train.batch_seeds=null"], ("train.batch_seeds:", "boolean", "None")),
-    "train.seed_processes 0": (["--set", "train.seed_processes=0"], ("train.seed_processes:", ">= 1 or 'auto'", "got 0")),
+    "train.seed_processes 0": (
+        ["--set", "train.seed_processes=0"],
+        ("train.seed_processes:", ">= 1 or 'auto'", "got 0"),
+    ),
     "train.seed_processes many": (
         ["--set", "train.seed_processes=many"],
         ("train.seed_processes:", "integer or 'auto'", "got 'many'"),
