@@ -153,8 +153,9 @@ def train_seed_groups(groups: Sequence[Sequence[SeedRun]]) -> None:
             theirs.close()  # the child holds the only other end: its death closes the pipe
             children.append(_Child([run.seed for run in group], process, conn))
         _wait_for(children)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as error:
         interrupted = True
+        error.add_note("every seed's checkpoints are kept; re-run the same command to resume each seed from its own")
         raise
     finally:
         _stop(children, grace_seconds=EXIT_WAIT_SECONDS if interrupted else 0.0)
