@@ -15,12 +15,13 @@ import logging
 import multiprocessing as mp
 import os
 import pickle
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rlcore.common.errors import ConfigError, RLCoreError, UserCodeError, worker_failure
 from rlcore.envs.vector import make_vector_env
@@ -227,7 +228,7 @@ class _PipeHandler(logging.Handler):
 def group_main(plain: list[tuple[int, dict[str, Any], str]], level: int, conn: Connection) -> None:
     """A child's work: the group's seeds (``(seed, params tree, run directory)``, from ``Params.to_dict``) as one
     batched program, its log lines sent to the parent, then ``("done",)`` or ``("failed", error)``. The seeds show
-    no progress bar (a log line per evaluation instead: the parent's terminal is shared)."""
+    no progress bar (a log line per evaluation instead: the parent's terminal is shared). Ends the process."""
     logger = logging.getLogger("rlcore")
     logger.handlers = [_PipeHandler(conn)]
     logger.setLevel(level)
@@ -240,6 +241,16 @@ def group_main(plain: list[tuple[int, dict[str, Any], str]], level: int, conn: C
             runs.append(SeedRun(seed, params, Path(run_dir)))
         train_seeds(runs, None)
     except BaseException as error:  # noqa: BLE001  (everything goes back to the parent, which raises it)
-        conn.send(("failed", worker_failure(error)))
-        return
-    conn.send(("done",))
+        _exit_with(conn, ("failed", worker_failure(error)))
+    _exit_with(conn, ("done",))
+
+
+def _exit_with(conn: Connection, message: tuple[Any, ...]) -> NoReturn:
+    """Send ``message`` and end this process now. Every session is closed by then (checkpoints, metrics and
+    summaries written); an interpreter's own exit spends seconds collecting the garbage of torch and the envs
+    (measured: ~5 s after a CartPole run), which the parent would wait for."""
+    conn.send(message)
+    conn.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
