@@ -10,7 +10,8 @@ other presets but MinAtar's <= 2.5). ``batched`` says whether the seeds trained 
 takes the imports. With ``--sequential`` the N = max run is repeated with ``train.batch_seeds: false``. With
 ``--seed-processes 1 2`` every N > 1 is timed with each ``train.seed_processes`` given (``seed_processes`` in its
 row; default 1: one batched program in this process), so the rows show what the second core adds; CPU seconds then
-include the child processes'. With ``--repeats R`` every run is timed R times, interleaved, and the medians
+include the child processes', and ``cpu_seconds_per_core`` (``cpu_per_core_ratio_to_one``) is one core's share of
+them: a loaded machine's wall hides what the second core gives, the share says what a quiet one would show. With ``--repeats R`` every run is timed R times, interleaved, and the medians
 reported.
 
 ``--peer`` (PPO CartPole only; needs the ``bench`` extra): 8 seeds to the first evaluation >= 475, rlcore's
@@ -95,19 +96,24 @@ def random_dataset(root: Path) -> None:
         collect_stage(params, root)
 
 
-def timed_train(params: Params, root: Path) -> tuple[float, float]:
-    """Wall and CPU seconds of the train stage (every seed's run, start to summary). CPU seconds (this process's and
-    its finished children's, 1 torch thread each) are the work itself: what a busy machine disturbs least."""
-    started, cpu_started = time.perf_counter(), cpu_seconds()
+def timed_train(params: Params, root: Path) -> tuple[float, float, float]:
+    """Wall and CPU seconds of the train stage (every seed's run, start to summary), and the CPU seconds of one core's
+    share. CPU seconds (this process's and its finished children's, 1 torch thread each) are the work itself: what a
+    busy machine disturbs least. One core's share: this process's and its children's divided by
+    ``train.seed_processes`` (the groups are equal), what a quiet machine's wall would be with a core per process."""
+    started, (mine, theirs) = time.perf_counter(), cpu_seconds()
     with stdout_to_stderr():
         train_stage(params, root)
-    return time.perf_counter() - started, cpu_seconds() - cpu_started
+    seconds, (mine_after, theirs_after) = time.perf_counter() - started, cpu_seconds()
+    processes = int(params.train.seed_processes) if isinstance(params.train.seed_processes, int) else 1
+    own, children = mine_after - mine, theirs_after - theirs
+    return seconds, own + children, own + children / processes
 
 
-def cpu_seconds() -> float:
-    """CPU seconds of this process and of its children that exited and were waited for (``train.seed_processes``)."""
+def cpu_seconds() -> tuple[float, float]:
+    """CPU seconds of this process, and of its children that exited and were waited for (``train.seed_processes``)."""
     times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
+    return times.user + times.system, times.children_user + times.children_system
 
 
 def family_row(family: str, counts: list[int], sequential: bool, repeats: int, processes: list[int]) -> dict[str, Any]:
@@ -120,7 +126,7 @@ def family_row(family: str, counts: list[int], sequential: bool, repeats: int, p
         timed_train(fixed_budget(preset, 10, [0, 1], True, base), base / "warm_up")  # imports, untimed
         batches = [(count, True, p) for count in counts for p in (processes if count > 1 else [1])]
         batches += [(max(counts), False, 1)] if sequential else []
-        times: dict[tuple[int, bool, int], list[tuple[float, float]]] = {run: [] for run in batches}
+        times: dict[tuple[int, bool, int], list[tuple[float, float, float]]] = {run: [] for run in batches}
         for repeat in range(repeats):  # interleaved: a change of the machine's load touches every run alike
             for count, batch, p in batches:
                 root = base / f"n{count}_{'batched' if batch else 'sequential'}_p{p}_{repeat}"
@@ -128,7 +134,7 @@ def family_row(family: str, counts: list[int], sequential: bool, repeats: int, p
                     timed_train(fixed_budget(preset, steps, list(range(count)), batch, base, p), root)
                 )
         for (count, batch, p), timed in times.items():
-            seconds, cpu = (float(statistics.median(column)) for column in zip(*timed, strict=True))
+            seconds, cpu, per_core = (float(statistics.median(column)) for column in zip(*timed, strict=True))
             rows.append(
                 {
                     "seeds": count,
@@ -136,6 +142,7 @@ def family_row(family: str, counts: list[int], sequential: bool, repeats: int, p
                     "seed_processes": p,
                     "wall_seconds": round(seconds, 2),
                     "cpu_seconds": round(cpu, 2),
+                    "cpu_seconds_per_core": round(per_core, 2),
                     "steps_per_second_summed": round(count * steps / seconds, 1),
                     "repeats": repeats,
                 }
@@ -144,6 +151,7 @@ def family_row(family: str, counts: list[int], sequential: bool, repeats: int, p
     for row in rows:
         row["ratio_to_one"] = round(row["wall_seconds"] / one["wall_seconds"], 2)
         row["cpu_ratio_to_one"] = round(row["cpu_seconds"] / one["cpu_seconds"], 2)
+        row["cpu_per_core_ratio_to_one"] = round(row["cpu_seconds_per_core"] / one["cpu_seconds"], 2)
     unit = "gradient_steps" if family == "bc" else "env_steps"
     return {"benchmark": "seeds", "family": family, "preset": preset, unit: steps, "torch_threads": 1, "runs": rows}
 
@@ -171,7 +179,7 @@ def peer_row() -> dict[str, Any]:
                 f"train.seeds={list(range(8))}",
             ],
         )
-        rlcore_seconds, _ = timed_train(params, Path(tmp))
+        rlcore_seconds, *_ = timed_train(params, Path(tmp))
     result: dict[str, Any] = {
         "benchmark": "seeds_vs_sb3",
         "target_return": TARGET,
