@@ -11,8 +11,8 @@ takes the imports. With ``--sequential`` the N = max run is repeated with ``trai
 ``--seed-processes 1 2`` every N > 1 is timed with each ``train.seed_processes`` given (``seed_processes`` in its
 row; default 1: one batched program in this process), so the rows show what the second core adds; CPU seconds then
 include the child processes', and ``cpu_seconds_per_core`` (``cpu_per_core_ratio_to_one``) is one core's share of
-them: a loaded machine's wall hides what the second core gives, the share says what a quiet one would show. With ``--repeats R`` every run is timed R times, interleaved, and the medians
-reported.
+them: a loaded machine's wall hides what the second core gives, the share says what a quiet one would show. With
+``--repeats R`` every run is timed R times, interleaved, and the medians reported.
 
 ``--peer`` (PPO CartPole only; needs the ``bench`` extra): 8 seeds to the first evaluation >= 475, rlcore's
 preset batched in one process against SB3's PPO with RL Zoo hyperparameters as two parallel processes of 4 seeds
