@@ -405,3 +405,34 @@ def test_seeds_and_processes_more_than_the_memory_holds_are_refused_before_anyth
     assert line.startswith("error: train.seeds: 4 seeds trained together in 2 processes need about"), line
     assert "train.seed_processes: 1" in line, line
     assert sorted(path.name for path in tmp_path.iterdir()) == [case.preset]
+
+
+def test_seed_processes_split_the_seeds_still_to_train_into_contiguous_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On 2 usable cores ``auto`` puts 8 seeds in two processes of 4 and keeps 3 seeds (one process would hold a
+    single seed) in one program; a seed whose folder holds a summary does not count, and joins a group in turn; a
+    sweep's evaluation callback keeps one process."""
+    from rlcore.params import load_params
+    from rlcore.stages.seeds import seed_params
+    from rlcore.trainers import SeedRun, seed_processes
+
+    monkeypatch.setattr(seed_processes, "usable_cores", lambda: 2)
+
+    def groups(seeds: list[int], setting: str = "auto", finished: tuple[int, ...] = ()) -> list[list[int]]:
+        params = load_params(PROJECT / "params.yaml", [f"train.seeds={seeds}", f"train.seed_processes={setting}"])
+        runs = [SeedRun(seed, seed_params(params, seed), tmp_path / setting / f"seed_{seed}") for seed in seeds]
+        for run in runs:
+            run.run_dir.mkdir(parents=True, exist_ok=True)
+            if run.seed in finished:
+                (run.run_dir / "train_summary.json").write_text("{}")
+        return [[run.seed for run in group] for group in seed_processes.seed_groups(runs, None)]
+
+    assert groups(list(range(8))) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert groups([0, 1, 2]) == [[0, 1, 2]]
+    assert groups([0, 1, 2, 3, 4], "2", finished=(0, 1)) == [[0, 2, 3], [1, 4]]
+    assert groups([5, 6, 7], "4") == [[5], [6], [7]]
+    assert groups([0, 1, 2, 3], "1") == [[0, 1, 2, 3]]
+    params = load_params(PROJECT / "params.yaml", ["train.seeds=[0, 1, 2, 3]"])
+    runs = [SeedRun(seed, seed_params(params, seed), tmp_path / f"seed_{seed}") for seed in range(4)]
+    assert len(seed_processes.seed_groups(runs, lambda step, result: False)) == 1
