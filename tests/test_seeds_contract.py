@@ -362,22 +362,22 @@ def kill_when_checkpointed(checkpoints: Path, process_name: str) -> threading.Th
 
 def test_a_killed_seed_process_stops_the_run_naming_its_seeds_and_a_rerun_resumes(tmp_path: Path) -> None:
     """``train.seeds: [0, 1]`` in two processes; the process of seed 1 is SIGKILLed after its first checkpoint: the
-    command fails in one error line naming seed 1's process, the other process is stopped, and the same command run
-    again resumes seed 1 from its checkpoint and trains both seeds to the budget."""
+    command fails in one error line naming seed 1's process, the other process is stopped, and a re-run (in one
+    process) resumes seed 1 from its checkpoint and trains both seeds to the budget."""
     case = CASES["ppo-mlp"]
     (tmp_path / case.preset).write_text(preset_text(case.preset))
     budget = ["train.max_steps=1024", "train.eval_every=128", "train.log_every=128"]
     args = ["train", "--params", case.preset, *sets([*QUICK, *case.overrides, *budget, "train.seeds=[0, 1]"])]
-    args += sets(["train.seed_processes=2"])
     killer = kill_when_checkpointed(tmp_path / "runs" / "contract" / "seed_1" / "checkpoints", "rlcore-seeds-1")
-    outcome = run_in_process(args, tmp_path, limit=120)
+    outcome = run_in_process([*args, *sets(["train.seed_processes=2"])], tmp_path, limit=120)
     killer.join(timeout=1)
     assert outcome.returncode == 2, outcome
     last = outcome.stderr.strip().splitlines()[-1]
     assert last.startswith("error: train.seeds: the process training seed 1 (pid "), outcome
     assert "died (exit code -9)" in last and "re-run the same command" in last, last
     assert not [child for child in multiprocessing.active_children() if child.name.startswith("rlcore-seeds")]
-    again = run_in_process(args, tmp_path, limit=120)
+    # A seed's checkpoints do not depend on the split: the re-run resumes both in this process (no process to start).
+    again = run_in_process([*args, *sets(["train.seed_processes=1"])], tmp_path, limit=120)
     assert again.returncode == 0, again
     assert f"resuming {tmp_path / 'runs' / 'contract' / 'seed_1'}" in again.stderr, again
     for seed in (0, 1):
