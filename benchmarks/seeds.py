@@ -8,6 +8,10 @@ runs (``rlcore train``): wall and CPU seconds, training steps per second summed 
 other presets but MinAtar's <= 2.5). ``batched`` says whether the seeds trained together
 (``train.batch_seeds``: through their family's loop, ``rlcore.trainers.train_seeds``). An untimed 10-step run first
 takes the imports. With ``--sequential`` the N = max run is repeated with ``train.batch_seeds: false``. With
+``--seed-processes 1 2`` every N > 1 is timed with each ``train.seed_processes`` given (``seed_processes`` in its
+row; default 1: one batched program in this process), so the rows show what the second core adds; CPU seconds then
+include the child processes', and ``cpu_seconds_per_core`` (``cpu_per_core_ratio_to_one``) is one core's share of
+them: a loaded machine's wall hides what the second core gives, the share says what a quiet one would show. With
 ``--repeats R`` every run is timed R times, interleaved, and the medians reported.
 
 ``--peer`` (PPO CartPole only; needs the ``bench`` extra): 8 seeds to the first evaluation >= 475, rlcore's
@@ -21,6 +25,7 @@ repeated lines of a family (``--results`` files, or this run) are drawn as point
 ``--results`` the figure is drawn from earlier runs' JSON lines and nothing is measured.
 
     python benchmarks/seeds.py [--families ppo dqn sac bc] [--counts 1 2 4 8] [--sequential] [--repeats 3] [--peer]
+        [--seed-processes 1 2]
     python benchmarks/seeds.py --results runs.jsonl [more.jsonl ...] --figure benchmarks/figures/seeds-cost.png
 
 Quiet machine only: the figures are wall times.
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -64,8 +70,8 @@ FAMILIES: dict[str, tuple[str, int]] = {
 TARGET = 475.0
 
 
-def fixed_budget(preset: str, steps: int, seeds: list[int], batch: bool, root: Path) -> Params:
-    """The preset on ``steps`` with no early stop, one evaluation at the end, for ``seeds``."""
+def fixed_budget(preset: str, steps: int, seeds: list[int], batch: bool, root: Path, processes: int = 1) -> Params:
+    """The preset on ``steps`` with no early stop, one evaluation at the end, for ``seeds`` (in ``processes``)."""
     overrides = [
         f"train.max_steps={steps}",
         f"train.eval_every={steps}",
@@ -75,6 +81,7 @@ def fixed_budget(preset: str, steps: int, seeds: list[int], batch: bool, root: P
         "train.progress_bar=off",
         f"train.seeds={seeds}",
         f"train.batch_seeds={str(batch).lower()}",
+        f"train.seed_processes={processes}",
     ]
     if preset == "offline.yaml":
         overrides.append(f"dataset.path={root / 'data' / 'dataset.parquet'}")
@@ -89,16 +96,27 @@ def random_dataset(root: Path) -> None:
         collect_stage(params, root)
 
 
-def timed_train(params: Params, root: Path) -> tuple[float, float]:
-    """Wall and CPU seconds of the train stage (every seed's run, start to summary). CPU seconds (this process's,
-    1 torch thread) are the work itself: what a busy machine disturbs least."""
-    started, cpu_started = time.perf_counter(), time.process_time()
+def timed_train(params: Params, root: Path) -> tuple[float, float, float]:
+    """Wall and CPU seconds of the train stage (every seed's run, start to summary), and the CPU seconds of one core's
+    share. CPU seconds (this process's and its finished children's, 1 torch thread each) are the work itself: what a
+    busy machine disturbs least. One core's share: this process's and its children's divided by
+    ``train.seed_processes`` (the groups are equal), what a quiet machine's wall would be with a core per process."""
+    started, (mine, theirs) = time.perf_counter(), cpu_seconds()
     with stdout_to_stderr():
         train_stage(params, root)
-    return time.perf_counter() - started, time.process_time() - cpu_started
+    seconds, (mine_after, theirs_after) = time.perf_counter() - started, cpu_seconds()
+    processes = int(params.train.seed_processes) if isinstance(params.train.seed_processes, int) else 1
+    own, children = mine_after - mine, theirs_after - theirs
+    return seconds, own + children, own + children / processes
 
 
-def family_row(family: str, counts: list[int], sequential: bool, repeats: int) -> dict[str, Any]:
+def cpu_seconds() -> tuple[float, float]:
+    """CPU seconds of this process, and of its children that exited and were waited for (``train.seed_processes``)."""
+    times = os.times()
+    return times.user + times.system, times.children_user + times.children_system
+
+
+def family_row(family: str, counts: list[int], sequential: bool, repeats: int, processes: list[int]) -> dict[str, Any]:
     preset, steps = FAMILIES[family]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -106,22 +124,25 @@ def family_row(family: str, counts: list[int], sequential: bool, repeats: int) -
         if family == "bc":
             random_dataset(base)
         timed_train(fixed_budget(preset, 10, [0, 1], True, base), base / "warm_up")  # imports, untimed
-        batches = [(count, True) for count in counts] + ([(max(counts), False)] if sequential else [])
-        times: dict[tuple[int, bool], list[tuple[float, float]]] = {run: [] for run in batches}
+        batches = [(count, True, p) for count in counts for p in (processes if count > 1 else [1])]
+        batches += [(max(counts), False, 1)] if sequential else []
+        times: dict[tuple[int, bool, int], list[tuple[float, float, float]]] = {run: [] for run in batches}
         for repeat in range(repeats):  # interleaved: a change of the machine's load touches every run alike
-            for count, batch in batches:
-                root = base / f"n{count}_{'batched' if batch else 'sequential'}_{repeat}"
-                times[count, batch].append(
-                    timed_train(fixed_budget(preset, steps, list(range(count)), batch, base), root)
+            for count, batch, p in batches:
+                root = base / f"n{count}_{'batched' if batch else 'sequential'}_p{p}_{repeat}"
+                times[count, batch, p].append(
+                    timed_train(fixed_budget(preset, steps, list(range(count)), batch, base, p), root)
                 )
-        for (count, batch), timed in times.items():
-            seconds, cpu_seconds = (float(statistics.median(column)) for column in zip(*timed, strict=True))
+        for (count, batch, p), timed in times.items():
+            seconds, cpu, per_core = (float(statistics.median(column)) for column in zip(*timed, strict=True))
             rows.append(
                 {
                     "seeds": count,
                     "batched": batch,
+                    "seed_processes": p,
                     "wall_seconds": round(seconds, 2),
-                    "cpu_seconds": round(cpu_seconds, 2),
+                    "cpu_seconds": round(cpu, 2),
+                    "cpu_seconds_per_core": round(per_core, 2),
                     "steps_per_second_summed": round(count * steps / seconds, 1),
                     "repeats": repeats,
                 }
@@ -130,6 +151,7 @@ def family_row(family: str, counts: list[int], sequential: bool, repeats: int) -
     for row in rows:
         row["ratio_to_one"] = round(row["wall_seconds"] / one["wall_seconds"], 2)
         row["cpu_ratio_to_one"] = round(row["cpu_seconds"] / one["cpu_seconds"], 2)
+        row["cpu_per_core_ratio_to_one"] = round(row["cpu_seconds_per_core"] / one["cpu_seconds"], 2)
     unit = "gradient_steps" if family == "bc" else "env_steps"
     return {"benchmark": "seeds", "family": family, "preset": preset, unit: steps, "torch_threads": 1, "runs": rows}
 
@@ -157,7 +179,7 @@ def peer_row() -> dict[str, Any]:
                 f"train.seeds={list(range(8))}",
             ],
         )
-        rlcore_seconds, _ = timed_train(params, Path(tmp))
+        rlcore_seconds, *_ = timed_train(params, Path(tmp))
     result: dict[str, Any] = {
         "benchmark": "seeds_vs_sb3",
         "target_return": TARGET,
@@ -184,7 +206,11 @@ def peer_row() -> dict[str, Any]:
 def cost_per_seed(row: dict[str, Any], metric: str) -> dict[int, float]:
     """One family's line of output -> {N: seconds of N seeds / N / one seed's seconds} (``metric``: cpu or wall)."""
     ratio = "cpu_ratio_to_one" if metric == "cpu" else "ratio_to_one"
-    return {run["seeds"]: run[ratio] / run["seeds"] for run in row["runs"] if run["batched"]}
+    return {
+        run["seeds"]: run[ratio] / run["seeds"]
+        for run in row["runs"]
+        if run["batched"] and run.get("seed_processes", 1) == 1
+    }
 
 
 def draw_figure(rows: list[dict[str, Any]], metric: str, path: Path) -> None:
@@ -246,6 +272,9 @@ def main() -> None:
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--sequential", action="store_true", help="also run the largest N one after another")
     parser.add_argument("--repeats", type=int, default=1, help="time every run this many times; report medians")
+    parser.add_argument(
+        "--seed-processes", type=int, nargs="+", default=[1], help="train.seed_processes of each N > 1 (default 1)"
+    )
     parser.add_argument("--peer", action="store_true", help="8 PPO CartPole seeds against SB3 in 2 processes")
     parser.add_argument("--figure", type=Path, help="draw the cost per seed against N to this PNG")
     parser.add_argument("--metric", choices=["cpu", "wall"], default="cpu", help="the figure's seconds")
@@ -264,7 +293,7 @@ def main() -> None:
         parser.error("--counts: must include 1 (the ratios are to one seed's wall time)")
     rows = []
     for family in args.families:
-        rows.append(family_row(family, sorted(args.counts), args.sequential, args.repeats))
+        rows.append(family_row(family, sorted(args.counts), args.sequential, args.repeats, args.seed_processes))
         emit(rows[-1])
     if args.figure is not None:
         draw_figure(rows, args.metric, args.figure)

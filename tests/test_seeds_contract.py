@@ -14,7 +14,12 @@ workers) the unbatched kernels run, and seed 1 is bitwise its one-seed run. A ne
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import shutil
+import signal
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +31,7 @@ from conftest import PROJECT, assert_trees_match, preset_text, replay_arrays, se
 from test_presets_pipeline import skip_without_extra
 
 from rlcore.common.checkpoints import list_checkpoints, load_checkpoint
-from tests.cli_support import run_in_process
+from tests.cli_support import assert_refused, run_in_process
 
 RTOL, ATOL = 1e-4, 1e-6
 """Seed 1's float tensors against its one-seed run's after three updates: batched matrix products and masked sums
@@ -306,3 +311,128 @@ def test_every_preset_is_a_case() -> None:
     cased = {case.preset for case in CASES.values()}
     assert presets - cased == set(COVERED_BY)
     assert set(COVERED_BY.values()) <= set(CASES)
+
+
+@pytest.mark.parametrize("trained", ["ppo-mlp", "dqn-mlp"], indirect=True)
+def test_seeds_split_over_processes_are_the_seeds_trained_in_one(
+    trained: tuple[str, Path, str], tmp_path: Path, datasets: dict[str, Path]
+) -> None:
+    """``train.seeds: [0, 1, 2]`` with ``train.seed_processes: 2`` (seeds 0 and 1 stacked in one child process, seed 2
+    in the other): every seed's last checkpoint and first evaluation are the same seed's trained in one process
+    (``train.seed_processes: 1``) within RTOL / ATOL, and seed 1's are its one-seed run's."""
+    name, root, _ = trained
+    case = CASES[name]
+    logs = {}
+    for count in (1, 2):
+        folder = project(tmp_path / f"p{count}", case, datasets)
+        logs[count] = train(folder, case, "train.seeds=[0, 1, 2]", f"train.seed_processes={count}")
+    assert "train.seeds: 3 seeds in 2 processes (seeds 0-1; seed 2), each as one batched program" in logs[2], logs[2]
+    assert "seeds 0-1: train.seeds: " in logs[2], logs[2]  # a child's line, relayed
+    assert "processes" not in logs[1], logs[1]
+    for seed in (0, 1, 2):
+        split, one = (
+            last_checkpoint(tmp_path / f"p{count}" / "runs" / "contract" / f"seed_{seed}") for count in (2, 1)
+        )
+        assert split.meta["env_steps"] == one.meta["env_steps"] and split.meta["numpy_rng"] == one.meta["numpy_rng"]
+        assert_trees_match(split.tensors, one.tensors, f"{name} seed {seed}", rtol=RTOL, atol=ATOL)
+        assert untimed(split.meta["evaluations"])[0] == untimed(one.meta["evaluations"])[0]
+        if seed == 1:
+            alone = last_checkpoint(root / "alone" / "runs" / "contract")
+            assert_trees_match(split.tensors, alone.tensors, f"{name} seed 1 alone", rtol=RTOL, atol=ATOL)
+
+
+def kill_when_checkpointed(checkpoints: Path, process_name: str) -> threading.Thread:
+    """A thread that SIGKILLs this process's child named ``process_name`` once ``checkpoints`` holds a checkpoint
+    (gives up after 60 s)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if list(checkpoints.glob("step_*.pt")):
+                for child in multiprocessing.active_children():
+                    if child.name == process_name and child.pid is not None:
+                        os.kill(child.pid, signal.SIGKILL)
+                        return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_killed_seed_process_stops_the_run_naming_its_seeds_and_a_rerun_resumes(tmp_path: Path) -> None:
+    """``train.seeds: [0, 1]`` in two processes; the process of seed 1 is SIGKILLed after its first checkpoint: the
+    command fails in one error line naming seed 1's process, the other process is stopped, and a re-run (in one
+    process) resumes seed 1 from its checkpoint and trains both seeds to the budget."""
+    case = CASES["ppo-mlp"]
+    (tmp_path / case.preset).write_text(preset_text(case.preset))
+    budget = ["train.max_steps=1024", "train.eval_every=128", "train.log_every=128"]
+    args = ["train", "--params", case.preset, *sets([*QUICK, *case.overrides, *budget, "train.seeds=[0, 1]"])]
+    killer = kill_when_checkpointed(tmp_path / "runs" / "contract" / "seed_1" / "checkpoints", "rlcore-seeds-1")
+    outcome = run_in_process([*args, *sets(["train.seed_processes=2"])], tmp_path, limit=120)
+    killer.join(timeout=1)
+    assert outcome.returncode == 2, outcome
+    last = outcome.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: train.seeds: the process training seed 1 (pid "), outcome
+    assert "died (exit code -9)" in last and "re-run the same command" in last, last
+    assert not [child for child in multiprocessing.active_children() if child.name.startswith("rlcore-seeds")]
+    # A seed's checkpoints do not depend on the split: the re-run resumes both in this process (no process to start).
+    again = run_in_process([*args, *sets(["train.seed_processes=1"])], tmp_path, limit=120)
+    assert again.returncode == 0, again
+    assert f"resuming {tmp_path / 'runs' / 'contract' / 'seed_1'}" in again.stderr, again
+    for seed in (0, 1):
+        assert last_checkpoint(tmp_path / "runs" / "contract" / f"seed_{seed}").meta["env_steps"] >= 1024
+
+
+def test_seeds_and_processes_more_than_the_memory_holds_are_refused_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four seeds fit in memory in one process but not with the fixed cost of two more: ``train.seed_processes: 2``
+    is refused in one line naming the processes and the way out, and nothing is written."""
+    import gymnasium as gym
+
+    from rlcore.params import load_params
+    from rlcore.trainers import memory_estimate
+
+    case = CASES["ppo-mlp"]
+    params = load_params(PROJECT / case.preset, case.overrides)
+    env = gym.make(params.env.id)
+    one = sum(size for size, _ in memory_estimate.estimate(params, env.observation_space, env.action_space).values())
+    monkeypatch.setattr(memory_estimate, "available_memory", lambda: 4 * one + memory_estimate.PROCESS_BYTES)
+    (tmp_path / case.preset).write_text(preset_text(case.preset))
+    args = ["train", "--params", case.preset, *sets([*QUICK, *case.overrides, "train.seeds=[0, 1, 2, 3]"])]
+    line = assert_refused(run_in_process([*args, *sets(["train.seed_processes=2"])], tmp_path), "in 2 processes")
+    assert line.startswith("error: train.seeds: 4 seeds trained together in 2 processes need about"), line
+    assert "train.seed_processes: 1" in line, line
+    assert sorted(path.name for path in tmp_path.iterdir()) == [case.preset]
+
+
+def test_seed_processes_split_the_seeds_still_to_train_into_contiguous_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On 2 usable cores ``auto`` puts 8 seeds in two processes of 4 and keeps 3 seeds (one process would hold a
+    single seed) in one program; a seed whose folder holds a summary does not count, and joins a group in turn; a
+    sweep's evaluation callback keeps one process."""
+    from rlcore.params import load_params
+    from rlcore.stages.seeds import seed_params
+    from rlcore.trainers import SeedRun, seed_processes
+
+    monkeypatch.setattr(seed_processes, "usable_cores", lambda: 2)
+
+    def groups(seeds: list[int], setting: str = "auto", finished: tuple[int, ...] = ()) -> list[list[int]]:
+        params = load_params(PROJECT / "params.yaml", [f"train.seeds={seeds}", f"train.seed_processes={setting}"])
+        runs = [SeedRun(seed, seed_params(params, seed), tmp_path / setting / f"seed_{seed}") for seed in seeds]
+        for run in runs:
+            run.run_dir.mkdir(parents=True, exist_ok=True)
+            if run.seed in finished:
+                (run.run_dir / "train_summary.json").write_text("{}")
+        return [[run.seed for run in group] for group in seed_processes.seed_groups(runs, None)]
+
+    assert groups(list(range(8))) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert groups([0, 1, 2]) == [[0, 1, 2]]
+    assert groups([0, 1, 2, 3, 4], "2", finished=(0, 1)) == [[0, 2, 3], [1, 4]]
+    assert groups([5, 6, 7], "4") == [[5], [6], [7]]
+    assert groups([0, 1, 2, 3], "1") == [[0, 1, 2, 3]]
+    params = load_params(PROJECT / "params.yaml", ["train.seeds=[0, 1, 2, 3]"])
+    runs = [SeedRun(seed, seed_params(params, seed), tmp_path / f"seed_{seed}") for seed in range(4)]
+    assert len(seed_processes.seed_groups(runs, lambda step, result: False)) == 1

@@ -12,7 +12,7 @@ names the key, says what was expected and shows what was given (``rlcore.common.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AliasChoices,
@@ -117,6 +117,19 @@ class TrainConfig(StrictModel):
     measured at most 6.5e-6, ppo-hopper's normalized rewards, and 7.5e-8 elsewhere). The memory estimate is then one
     run's times the number of seeds. The same choice batches a sweep trial's ``sweep.seeds``. Not part of a run's
     fingerprint."""
+    seed_processes: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
+    """With ``train.seeds`` batched (``batch_seeds``) for PPO, A2C, DQN, SAC, BC, TD3+BC and IQL: how many processes
+    share the seeds. The seeds still to train are split into that many contiguous groups, each trained as one batched
+    program in a child process of its own (spawned; each dies with its parent), so the seeds fill the machine's cores;
+    every seed writes the same ``seed_<k>/`` folder, and equals its one-seed run as above. ``auto``: the cores this
+    process may use (``os.sched_getaffinity``), at most one process per two seeds still to train (a process costs
+    seconds of imports and its memory: two seeds batch in one); a number: that many, at most one per seed still to
+    train; ``1``: one program in this process. Each process adds its fixed memory (an interpreter with torch) to the
+    memory estimate. Each child's log lines reach this process's log prefixed with its seeds; children show no
+    progress bar (a log line per evaluation instead). A child that fails stops the others; the error names its seeds,
+    and a re-run resumes every seed from its own checkpoint. One process for IMPALA, ES and SVPG (their seeds already
+    share their worker processes, one learner process) and for a sweep trial's seeds (Optuna's pruner reads every
+    evaluation in the trial's process). Not part of a run's fingerprint."""
 
     @field_validator("seeds")
     @classmethod

@@ -2,8 +2,9 @@
 
 Seed ``k`` of a run with ``train.seeds`` is the run with ``seed: k`` and ``train.seeds: null`` trained into
 ``runs/<name>/seed_<k>/`` (:class:`~rlcore.common.stage_paths.Layout` with ``seed``): its envs, exploration, minibatch
-order, periodic evaluation episodes, stop conditions and fingerprint are that run's. The seeds run one after another
-in one process today; a trainer that runs several seeds at once writes the same folders.
+order, periodic evaluation episodes, stop conditions and fingerprint are that run's. However the seeds train (as one
+batched program, in groups over child processes: ``train.seed_processes``, or one after another), they write the
+same folders.
 """
 
 from __future__ import annotations

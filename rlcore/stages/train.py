@@ -1,7 +1,7 @@
 """The train stage: train into ``runs/<name>/`` (with ``train.seeds``: each seed into ``runs/<name>/seed_<k>/``, as one
-batched program, on worker processes every seed shares, or one after another), with the params' file paths made
-relative to the project; and one-seed runs in projects of their own trained together (:func:`train_seed_roots`, a
-sweep trial's seeds)."""
+batched program or one per process of a group of seeds, on worker processes every seed shares, or one after
+another), with the params' file paths made relative to the project; and one-seed runs in projects of their own
+trained together (:func:`train_seed_roots`, a sweep trial's seeds)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from rlcore.stages.seeds import run_seeds, seed_layouts, seed_params
 from rlcore.trainers import SeedRun, is_offline, train, train_seeds
 from rlcore.trainers.fingerprint import changed_key, trained_params
 from rlcore.trainers.finished_runs import RunFinishedError
+from rlcore.trainers.seed_processes import seed_groups, train_seed_groups
 from rlcore.trainers.stopping import EvaluationCallback
 
 log = logging.getLogger("rlcore")
@@ -105,10 +106,14 @@ def not_batched_reason(params: Params) -> str | None:
 
 
 def _train_seed_runs(runs: list[SeedRun], on_evaluation: EvaluationCallback | None) -> None:
-    """The seeds' runs together (``rlcore.trainers.train_seeds``), or one after another (``train.batch_seeds``
-    false)."""
+    """The seeds' runs together (``rlcore.trainers.train_seeds``; ``train.seed_processes``: in groups, each in a
+    process of its own, ``rlcore.trainers.seed_processes``), or one after another (``train.batch_seeds`` false)."""
     if runs[0].params.train.batch_seeds:
-        train_seeds(runs, on_evaluation)
+        groups = seed_groups(runs, on_evaluation)
+        if len(groups) > 1:
+            train_seed_groups(groups)
+        else:
+            train_seeds(runs, on_evaluation)
         return
     log.info("train.seeds: the seeds train one after another, not batched: %s", not_batched_reason(runs[0].params))
     for run in runs:

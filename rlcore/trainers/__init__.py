@@ -1,6 +1,7 @@
 """Training: one loop per algorithm family and what the loops share (the session, experience sources, the run
 directory, metrics, stopping, warm starts, the memory estimate); :func:`train` runs one run through its family's loop,
-:func:`train_seeds` every seed of ``train.seeds`` through the same loop as one program.
+:func:`train_seeds` every seed of ``train.seeds`` through the same loop as one program (split over child processes,
+each one such program: ``rlcore.trainers.seed_processes``).
 
 May import: ``rlcore.workers`` and every layer below it; not ``rlcore.stages`` or ``rlcore.cli``."""
 
@@ -40,6 +41,9 @@ class Family:
     loop: SessionsLoop[Any]
     make_source: SourceFactory[Any]
     seeds_together: str
+    lockstep: bool = False
+    """Whether its loop steps every seed in this process (``train.seed_processes`` may split the seeds over child
+    processes, each its own batched program), not on worker processes every seed shares (one learner process)."""
 
 
 def _no_source(*_: Any) -> DataSource:
@@ -48,9 +52,11 @@ def _no_source(*_: Any) -> DataSource:
 
 # The keys are the abstract family classes: mypy refuses abstract classes as type[...] values (type-abstract).
 FAMILIES: dict[type[Algorithm[Any, Any]], Family] = {
-    OnPolicyAlgorithm: Family(run_on_policy, lambda params, *_: EnvSource(params), "as one batched program"),  # type: ignore[type-abstract]
-    OffPolicyAlgorithm: Family(run_off_policy, ReplaySource, "as one batched program"),  # type: ignore[type-abstract]
-    OfflineAlgorithm: Family(run_offline, DatasetSource, "as one batched program"),  # type: ignore[type-abstract]
+    OnPolicyAlgorithm: Family(  # type: ignore[type-abstract]
+        run_on_policy, lambda params, *_: EnvSource(params), "as one batched program", lockstep=True
+    ),
+    OffPolicyAlgorithm: Family(run_off_policy, ReplaySource, "as one batched program", lockstep=True),  # type: ignore[type-abstract]
+    OfflineAlgorithm: Family(run_offline, DatasetSource, "as one batched program", lockstep=True),  # type: ignore[type-abstract]
     ActorLearnerAlgorithm: Family(  # type: ignore[type-abstract]
         run_actor_learner, _no_source, "sharing their worker processes (one learner process)"
     ),

@@ -15,8 +15,9 @@ def trained_params(tree: dict[str, Any]) -> dict[str, Any]:
     """The params keys (of a params tree, ``Params.to_dict()``) that change what training computes."""
     relevant: dict[str, Any] = {key: tree[key] for key in ("seed", "env", "policy", "algo") if key in tree}
     # train.seeds: each seed's run is trained with it null and its own seed (rlcore.stages.seeds), so a seed's
-    # run has the fingerprint of the one-seed run with that seed.
-    relevant["train"] = {k: v for k, v in tree["train"].items() if k not in ("progress_bar", "seeds", "batch_seeds")}
+    # run has the fingerprint of the one-seed run with that seed, however its seeds share processes.
+    unhashed = ("progress_bar", "seeds", "batch_seeds", "seed_processes")
+    relevant["train"] = {k: v for k, v in tree["train"].items() if k not in unhashed}
     # Where it trains is not what it trains: a run started on a GPU machine resumes on a CPU one, and back (hashed
     # as the default, so runs from before train.device keep their fingerprint).
     relevant["train"]["device"] = "auto"

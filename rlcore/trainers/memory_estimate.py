@@ -1,7 +1,7 @@
 """Sizes that cannot be allocated, refused before training starts: an estimate of what a run keeps in memory
 (the networks with their gradients and Adam's moments, the rollout or replay buffer, a minibatch's activations,
-a streamed dataset's shuffle buffer, the actor or rollout worker processes it starts) against the memory this
-machine has available now.
+a streamed dataset's shuffle buffer, the actor, rollout worker or seed-group processes it starts) against the memory
+this machine has available now.
 
 The estimate is deliberately rough (float32 everywhere, a few copies where the code makes them) but never far
 below the truth, so a refused run would not have fit; a run that passes may still be refused by the OS if other
@@ -30,10 +30,12 @@ FLOAT = 4
 """Bytes per float32."""
 
 PROCESS_BYTES = 170 * 2**20
-"""Private memory of one actor or rollout worker process before its run's own data: an interpreter with torch,
-gymnasium and rlcore's runners imported. Measured with psutil (USS: what one more process takes; the shared
-libraries are mapped once for all) on CPU torch 2.13, Python 3.11: 146 MiB with torch alone, 165 MiB with rlcore's
-runners, 164 MiB for an IMPALA CartPole actor at work (RSS 268 MiB), 130 MiB for an ES CartPole rollout worker."""
+"""Private memory of one actor, rollout worker or seed-group process (``train.seed_processes``) before its run's
+own data: an interpreter with torch, gymnasium and rlcore's runners imported. Measured with psutil (USS: what one
+more process takes; the shared libraries are mapped once for all) on CPU torch 2.13, Python 3.11: 146 MiB with torch
+alone, 165 MiB with rlcore's runners, 164 MiB for an IMPALA CartPole actor at work (RSS 268 MiB), 130 MiB for an ES
+CartPole rollout worker, 169 MiB for an interpreter that imported ``rlcore.trainers`` (RSS 272 MiB): what a seed
+group's process holds before its seeds' own networks, buffers and envs."""
 
 DASK_PROCESS_BYTES = 200 * 2**20
 """The same for a Dask worker process of the LocalCluster a run starts: distributed's imports on top (measured: 193
@@ -180,23 +182,38 @@ def worker_processes(params: Any) -> tuple[str, int, str] | None:
 
 
 def check_resources(
-    params: Any, observation_space: spaces.Space, action_space: spaces.Space, seeds_in_memory: int = 1
+    params: Any,
+    observation_space: spaces.Space,
+    action_space: spaces.Space,
+    seeds_in_memory: int = 1,
+    seed_processes: int = 0,
 ) -> None:
     """Refuse, in one line naming the key and the estimate, a run whose buffers and networks cannot fit in the
     memory available (:func:`available_memory`); does nothing where that is unknown. ``seeds_in_memory``: runs
-    held at once (``train.seeds`` batched: each seed's networks, buffers and envs), the estimate times that."""
+    held at once (``train.seeds`` batched: each seed's networks, buffers and envs), the estimate times that;
+    ``seed_processes``: the child processes they are split over (``train.seed_processes``), each adding
+    :data:`PROCESS_BYTES` (0: they train in this process)."""
     available = available_memory()
     if available is None:
         return
     parts = estimate(params, observation_space, action_space)
-    total = sum(size for size, _ in parts.values()) * seeds_in_memory
+    each_seed = sum(size for size, _ in parts.values())
+    total = each_seed * seeds_in_memory + PROCESS_BYTES * seed_processes
     if total <= available:
         return
     key, (size, what) = max(parts.items(), key=lambda item: item[1][0])
+    if seed_processes > 1:
+        raise ConfigError(
+            f"train.seeds: {seeds_in_memory} seeds trained together in {seed_processes} processes need about "
+            f"{_bytes(total)} of memory (each seed about {_bytes(each_seed)}, most for {what}; each process about "
+            f"{_bytes(PROCESS_BYTES)} more), more than the {_bytes(available)} available; train fewer seeds, set "
+            "train.seed_processes: 1 to train them in one process, or train.batch_seeds: false to train them one "
+            "after another"
+        )
     if seeds_in_memory > 1:
         raise ConfigError(
             f"train.seeds: {seeds_in_memory} seeds trained together need about {_bytes(total)} of memory (each "
-            f"about {_bytes(total // seeds_in_memory)}, most for {what}), more than the {_bytes(available)} "
+            f"about {_bytes(each_seed)}, most for {what}), more than the {_bytes(available)} "
             "available; train fewer seeds, or set train.batch_seeds: false to train them one after another"
         )
     raise ConfigError(

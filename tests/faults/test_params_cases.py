@@ -211,9 +211,20 @@ SEEDS_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "train.batch_seeds 2": (["--set", "train.batch_seeds=2"], ("train.batch_seeds:", "boolean", "got 2")),
     "train.batch_seeds a list": (["--set", "train.batch_seeds=[true]"], ("train.batch_seeds:", "boolean")),
     "train.batch_seeds null": (["--set", "train.batch_seeds=null"], ("train.batch_seeds:", "boolean", "None")),
+    "train.seed_processes 0": (
+        ["--set", "train.seed_processes=0"],
+        ("train.seed_processes:", ">= 1 or 'auto'", "got 0"),
+    ),
+    "train.seed_processes many": (
+        ["--set", "train.seed_processes=many"],
+        ("train.seed_processes:", "integer or 'auto'", "got 'many'"),
+    ),
+    "train.seed_processes 1.5": (["--set", "train.seed_processes=1.5"], ("train.seed_processes:", "got 1.5")),
+    "train.seed_processes true": (["--set", "train.seed_processes=true"], ("train.seed_processes:", "boolean")),
 }
-"""``train.seeds`` and ``train.batch_seeds`` (issue 28): ``rlcore train ARGS``, refused before anything is written
-(seeds more than the memory allows: ``tests/test_seeds_batched.py``)."""
+"""``train.seeds``, ``train.batch_seeds`` (issue 28) and ``train.seed_processes``: ``rlcore train ARGS``, refused before
+anything is written (seeds more than the memory allows: ``tests/test_seeds_batched.py``, and with their processes:
+``tests/test_seeds_contract.py``)."""
 
 SIMPLE_SPREAD = ["--set", "env.id=pettingzoo:mpe2.simple_spread_v3", "--set", "env.kwargs={N: 3, max_cycles: 25}"]
 MULTIAGENT_CASES: dict[str, tuple[list[str], tuple[str, ...]]] = {
