@@ -35,15 +35,20 @@ from rlcore.trainers.stopping import EvaluationCallback
 @dataclass(frozen=True)
 class Family:
     """An algorithm family's training: its loop over open sessions (a run's alone, or every seed's of
-    ``train.seeds`` as one program), the source of its experience, and how its seeds share that program (for logs:
-    one batched loop, or the family's worker processes)."""
+    ``train.seeds`` as one program), the source of its experience, and whether its loop steps the seeds itself."""
 
     loop: SessionsLoop[Any]
     make_source: SourceFactory[Any]
-    seeds_together: str
-    lockstep: bool = False
+    lockstep: bool
     """Whether its loop steps every seed in this process (``train.seed_processes`` may split the seeds over child
     processes, each its own batched program), not on worker processes every seed shares (one learner process)."""
+
+    @property
+    def seeds_together(self) -> str:
+        """How its seeds share one program, for logs."""
+        if self.lockstep:
+            return "as one batched program"
+        return "sharing their worker processes (one learner process)"
 
 
 def _no_source(*_: Any) -> DataSource:
@@ -52,17 +57,11 @@ def _no_source(*_: Any) -> DataSource:
 
 # The keys are the abstract family classes: mypy refuses abstract classes as type[...] values (type-abstract).
 FAMILIES: dict[type[Algorithm[Any, Any]], Family] = {
-    OnPolicyAlgorithm: Family(  # type: ignore[type-abstract]
-        run_on_policy, lambda params, *_: EnvSource(params), "as one batched program", lockstep=True
-    ),
-    OffPolicyAlgorithm: Family(run_off_policy, ReplaySource, "as one batched program", lockstep=True),  # type: ignore[type-abstract]
-    OfflineAlgorithm: Family(run_offline, DatasetSource, "as one batched program", lockstep=True),  # type: ignore[type-abstract]
-    ActorLearnerAlgorithm: Family(  # type: ignore[type-abstract]
-        run_actor_learner, _no_source, "sharing their worker processes (one learner process)"
-    ),
-    PopulationAlgorithm: Family(  # type: ignore[type-abstract]
-        run_population, _no_source, "sharing their worker processes (one learner process)"
-    ),
+    OnPolicyAlgorithm: Family(run_on_policy, lambda params, *_: EnvSource(params), lockstep=True),  # type: ignore[type-abstract]
+    OffPolicyAlgorithm: Family(run_off_policy, ReplaySource, lockstep=True),  # type: ignore[type-abstract]
+    OfflineAlgorithm: Family(run_offline, DatasetSource, lockstep=True),  # type: ignore[type-abstract]
+    ActorLearnerAlgorithm: Family(run_actor_learner, _no_source, lockstep=False),  # type: ignore[type-abstract]
+    PopulationAlgorithm: Family(run_population, _no_source, lockstep=False),  # type: ignore[type-abstract]
 }
 """Family -> how it trains."""
 

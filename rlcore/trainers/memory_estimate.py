@@ -202,19 +202,16 @@ def check_resources(
     if total <= available:
         return
     key, (size, what) = max(parts.items(), key=lambda item: item[1][0])
-    if seed_processes > 1:
-        raise ConfigError(
-            f"train.seeds: {seeds_in_memory} seeds trained together in {seed_processes} processes need about "
-            f"{_bytes(total)} of memory (each seed about {_bytes(each_seed)}, most for {what}; each process about "
-            f"{_bytes(PROCESS_BYTES)} more), more than the {_bytes(available)} available; train fewer seeds, set "
-            "train.seed_processes: 1 to train them in one process, or train.batch_seeds: false to train them one "
-            "after another"
-        )
     if seeds_in_memory > 1:
+        split = seed_processes > 1
         raise ConfigError(
-            f"train.seeds: {seeds_in_memory} seeds trained together need about {_bytes(total)} of memory (each "
-            f"about {_bytes(each_seed)}, most for {what}), more than the {_bytes(available)} "
-            "available; train fewer seeds, or set train.batch_seeds: false to train them one after another"
+            f"train.seeds: {seeds_in_memory} seeds trained together"
+            + (f" in {seed_processes} processes" if split else "")
+            + f" need about {_bytes(total)} of memory (each seed about {_bytes(each_seed)}, most for {what}"
+            + (f"; each process about {_bytes(PROCESS_BYTES)} more" if split else "")
+            + f"), more than the {_bytes(available)} available; train fewer seeds, "
+            + ("set train.seed_processes: 1 to train them in one process, " if split else "")
+            + "or set train.batch_seeds: false to train them one after another"
         )
     raise ConfigError(
         f"{key}: about {_bytes(size)} of memory for {what} (the whole run: about {_bytes(total)}), more than the "
