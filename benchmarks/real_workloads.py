@@ -6,7 +6,8 @@ each seed's test mean return with its 95 % interval, the IQM over seeds with its
 (``rlcore.evaluation.aggregate``, rliable's estimators; three runs: nothing is trimmed, the IQM is the mean), the
 wall seconds for all seeds, and the CPU seconds of all processes.
 
-- ``rlcore``: one process, ``train.seeds=[0, 1, 2]`` (the seeds batched in one program) through the pipeline's
+- ``rlcore``: ``train.seeds=[0, 1, 2]`` (the seeds batched in one program; ``--seed-processes N`` splits them over
+  N processes, each one batched program: ``train.seed_processes``, default ``auto``) through the pipeline's
   stages train -> evaluate -> select, no early stop, a periodic evaluation (and checkpoint) every ``steps /
   --curve-points``; the test score is the select stage's (each seed's best checkpoint on validation episodes, then
   scored on test episodes, ``reports/<name>/metrics.json``'s ``per_seed``).
@@ -78,8 +79,9 @@ def cpu_seconds_of_children() -> float:
 # --- the sides, each run in its own process (``--worker``) ---
 
 
-def rlcore_worker(workload: Workload, seeds: list[int], steps: int, test_episodes: int, curve_points: int) -> dict:
-    """Every seed in one batched run through train -> evaluate -> select."""
+def rlcore_worker(workload: Workload, seeds: list[int], steps: int, args: argparse.Namespace) -> dict:
+    """Every seed in one batched run through train -> evaluate -> select (``train.seed_processes``: the seeds split
+    over that many processes, each one batched program; ``auto`` as a user gets it by default)."""
     import torch
 
     from rlcore.common.files import read_json
@@ -91,11 +93,12 @@ def rlcore_worker(workload: Workload, seeds: list[int], steps: int, test_episode
         [
             f"train.seeds={json.dumps(seeds)}",
             f"train.max_steps={steps}",
-            f"train.eval_every={max(steps // curve_points, 1)}",
+            f"train.eval_every={max(steps // args.curve_points, 1)}",
             "train.target_return=null",
             "train.max_wall_seconds=null",
             "train.progress_bar=off",
-            f"eval.test_episodes={test_episodes}",
+            f"eval.test_episodes={args.test_episodes}",
+            f"train.seed_processes={args.seed_processes}",
         ],
     )
     torch.set_num_threads(params.torch_threads)
@@ -233,6 +236,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     steps = args.steps or workload.steps
     common = [sys.executable, __file__, name, "--steps", str(steps), "--test-episodes", str(args.test_episodes)]
     common += ["--curve-points", str(args.curve_points), "--eval-episodes", str(args.eval_episodes)]
+    common += ["--seed-processes", args.seed_processes]
     os.environ["OMP_NUM_THREADS"] = "1"  # the workers inherit it: one torch thread each
     result: dict[str, Any] = {
         "benchmark": "real_workloads",
@@ -247,7 +251,11 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     if "rlcore" in args.sides:
         seeds = [str(seed) for seed in args.seeds]
         (run,), wall, cpu = run_workers([[*common, "--worker", "rlcore", "--seeds", *seeds]])
-        result["rlcore"] = {**side_summary(run["per_seed"], wall, cpu), "train_wall_seconds": run["train_wall_seconds"]}
+        result["rlcore"] = {
+            **side_summary(run["per_seed"], wall, cpu),
+            "train_wall_seconds": run["train_wall_seconds"],
+            "seed_processes": args.seed_processes,
+        }
     if "sb3" in args.sides:
         if not sb3_available() or (name == "ppo-simple-spread" and not sb3_available("supersuit")):
             result["sb3"] = SB3_MISSING
@@ -301,6 +309,9 @@ def main() -> None:
     parser.add_argument("--test-episodes", type=int, default=100)
     parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per periodic evaluation (SB3's)")
     parser.add_argument("--curve-points", type=int, default=10, help="periodic evaluations per run")
+    parser.add_argument(
+        "--seed-processes", default="auto", help="rlcore's train.seed_processes (default auto: what a user gets)"
+    )
     parser.add_argument("--results", type=Path, nargs="+", default=None, help="earlier JSON lines: draw only")
     parser.add_argument("--figure", type=Path, default=None, help="return against wall seconds (PNG)")
     parser.add_argument("--worker", choices=["rlcore", "sb3"], default=None, help=argparse.SUPPRESS)
@@ -312,7 +323,7 @@ def main() -> None:
         (name,) = args.workloads
         workload, steps = WORKLOADS[name], args.steps or WORKLOADS[name].steps
         if args.worker == "rlcore":
-            out = rlcore_worker(workload, args.seeds, steps, args.test_episodes, args.curve_points)
+            out = rlcore_worker(workload, args.seeds, steps, args)
         else:
             curve = {"every": max(steps // args.curve_points, 1), "episodes": args.eval_episodes}
             out = sb3_worker(workload, args.seeds[0], steps, args.test_episodes, curve)

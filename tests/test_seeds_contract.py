@@ -411,16 +411,20 @@ def test_seed_processes_split_the_seeds_still_to_train_into_contiguous_groups(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On 2 usable cores ``auto`` puts 8 seeds in two processes of 4 and keeps 3 seeds (one process would hold a
-    single seed) in one program; a seed whose folder holds a summary does not count, and joins a group in turn; a
-    sweep's evaluation callback keeps one process."""
+    single seed) in one program, unless each seed's run is long (2 and 3 seeds of 100,000 env steps: two processes);
+    a seed whose folder holds a summary does not count, and joins a group in turn; a sweep's evaluation callback keeps
+    one process."""
     from rlcore.params import load_params
     from rlcore.stages.seeds import seed_params
     from rlcore.trainers import SeedRun, seed_processes
 
     monkeypatch.setattr(seed_processes, "usable_cores", lambda: 2)
 
-    def groups(seeds: list[int], setting: str = "auto", finished: tuple[int, ...] = ()) -> list[list[int]]:
-        params = load_params(PROJECT / "params.yaml", [f"train.seeds={seeds}", f"train.seed_processes={setting}"])
+    def groups(
+        seeds: list[int], setting: str = "auto", finished: tuple[int, ...] = (), steps: int = 20_000
+    ) -> list[list[int]]:
+        overrides = [f"train.seeds={seeds}", f"train.seed_processes={setting}", f"train.max_steps={steps}"]
+        params = load_params(PROJECT / "params.yaml", overrides)
         runs = [SeedRun(seed, seed_params(params, seed), tmp_path / setting / f"seed_{seed}") for seed in seeds]
         for run in runs:
             run.run_dir.mkdir(parents=True, exist_ok=True)
@@ -430,6 +434,9 @@ def test_seed_processes_split_the_seeds_still_to_train_into_contiguous_groups(
 
     assert groups(list(range(8))) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert groups([0, 1, 2]) == [[0, 1, 2]]
+    assert groups([0, 1, 2], steps=seed_processes.LONG_RUN_STEPS) == [[0, 1], [2]]
+    assert groups([3, 4], steps=seed_processes.LONG_RUN_STEPS) == [[3], [4]]
+    assert groups(list(range(8)), steps=seed_processes.LONG_RUN_STEPS) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert groups([0, 1, 2, 3, 4], "2", finished=(0, 1)) == [[0, 2, 3], [1, 4]]
     assert groups([5, 6, 7], "4") == [[5], [6], [7]]
     assert groups([0, 1, 2, 3], "1") == [[0, 1, 2, 3]]

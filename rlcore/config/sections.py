@@ -123,9 +123,10 @@ class TrainConfig(StrictModel):
     program in a child process of its own (spawned; each dies with its parent), so the seeds fill the machine's cores;
     every seed writes the same ``seed_<k>/`` folder, and equals its one-seed run as above. ``auto``: the cores this
     process may use (``os.sched_getaffinity``), at most one process per two seeds still to train (a process costs
-    seconds of imports and its memory: two seeds batch in one); a number: that many, at most one per seed still to
-    train; ``1``: one program in this process. Each process adds its fixed memory (an interpreter with torch) to the
-    memory estimate. Each child's log lines reach this process's log prefixed with its seeds; children show no
+    seconds of imports and its memory: two seeds batch in one), or per seed when ``max_steps`` is 100,000 or more (a
+    long run: a seed alone on a core finishes sooner than two batched on one); a number: that many, at most one per seed
+    still to train; ``1``: one program in this process. Each process adds its fixed memory (an interpreter with torch)
+    to the memory estimate. Each child's log lines reach this process's log prefixed with its seeds; children show no
     progress bar (a log line per evaluation instead). A child that fails stops the others; the error names its seeds,
     and a re-run resumes every seed from its own checkpoint. One process for IMPALA, ES and SVPG (their seeds already
     share their worker processes, one learner process) and for a sweep trial's seeds (Optuna's pruner reads every

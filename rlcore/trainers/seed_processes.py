@@ -38,7 +38,14 @@ PROCESS_NAME = "rlcore-seeds"
 """Children are named ``rlcore-seeds-<group>`` (tests and operators find them by it)."""
 
 SEEDS_PER_AUTO_PROCESS = 2
-"""``train.seed_processes: auto`` starts a process per core but no more than one per this many seeds to train."""
+"""``train.seed_processes: auto`` starts a process per core but no more than one per this many seeds to train (unless
+each seed's run is long: :data:`LONG_RUN_STEPS`)."""
+
+LONG_RUN_STEPS = 100_000
+"""A seed's budget (``train.max_steps``) from which ``auto`` gives a process to every seed the cores allow: a process's
+start (~10 s of CPU) is then small against its run, and a seed alone on a core finishes sooner than batched with
+another (3 seeds of ``ppo-simple-spread`` at 150,000 agent steps: 147 s of training in two processes against 199 s in
+one, benchmarks/README.md)."""
 
 EXIT_WAIT_SECONDS = 5.0
 """How long a child may take to exit once it is done, or after an interruption (Ctrl-C reaches it too), before it is
@@ -60,7 +67,8 @@ def seed_groups(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | Non
     """The seeds' runs in the groups that train in processes of their own (``train.seed_processes``), each in the
     list's order; one group (this process) for a family whose seeds share worker processes, with an
     ``on_evaluation`` callback (it reads every evaluation here: a sweep's pruner), or with one seed still to train.
-    ``auto``: the usable cores, at most one process per :data:`SEEDS_PER_AUTO_PROCESS` seeds still to train.
+    ``auto``: the usable cores, at most one process per :data:`SEEDS_PER_AUTO_PROCESS` seeds still to train, or per
+    seed when ``train.max_steps`` is at least :data:`LONG_RUN_STEPS`.
 
     The seeds still to train (no ``train_summary.json`` in their folder) are split into contiguous groups of sizes
     differing by one at most; seeds that look finished join the groups in turn (a child keeps a finished seed, or
@@ -71,8 +79,13 @@ def seed_groups(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | Non
         return [list(runs)]
     pending = [run for run in runs if not (run.run_dir / "train_summary.json").is_file()]
     # auto: a process per core, each batching two seeds at least (a process's start, seconds of imports, and its
-    # memory are paid back by the seeds it batches; two seeds stay one program, as the contract tests train them)
-    wanted = min(usable_cores(), len(pending) // SEEDS_PER_AUTO_PROCESS) if setting == "auto" else int(setting)
+    # memory are paid back by the seeds it batches; two seeds stay one program, as the contract tests train them),
+    # or one seed at least when each seed's run is long against that start
+    if setting == "auto":
+        long_runs = params.train.max_steps >= LONG_RUN_STEPS
+        wanted = min(usable_cores(), len(pending) // (1 if long_runs else SEEDS_PER_AUTO_PROCESS))
+    else:
+        wanted = int(setting)
     count = max(1, min(wanted, len(pending)))
     if count == 1:
         return [list(runs)]
@@ -134,13 +147,11 @@ def train_seed_groups(groups: Sequence[Sequence[SeedRun]]) -> None:
     the user's code as it is, any other naming the child's seeds) is raised here. Seeds finished by then keep their
     folders; a re-run resumes the others from their own checkpoints."""
     check_memory(groups)
-    params = groups[0][0].params
     log.info(
-        "train.seeds: %d seeds in %d processes (%s), each %s",
+        "train.seeds: %d seeds in %d processes (%s), each as one batched program",
         sum(len(group) for group in groups),
         len(groups),
         "; ".join(seeds_words([run.seed for run in group]) for group in groups),
-        family_of(params).seeds_together,
     )
     context = mp.get_context("spawn")
     level = log.getEffectiveLevel()
