@@ -115,11 +115,14 @@ def sb3_learn(model: Any, steps: int) -> dict[str, Any]:
 def sb3_evaluate(
     model: Any, env_id: str, seed: int, episodes: int, normalized_like: Any = None, **make_kwargs: Any
 ) -> dict[str, Any]:
-    """``episodes`` deterministic test episodes from seed ``seed + 10_000``; ``normalized_like``: the training's
-    ``VecNormalize``, whose observation statistics the test env uses, frozen (rewards raw)."""
+    """``episodes`` deterministic test episodes from seed ``seed + 10_000``: their mean return with its 95 %
+    bootstrap interval (rlcore's, ``bootstrap_interval``); ``normalized_like``: the training's ``VecNormalize``, whose
+    observation statistics the test env uses, frozen (rewards raw)."""
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import VecNormalize
+
+    from rlcore.evaluation.evaluator import bootstrap_interval
 
     env = make_vec_env(env_id, n_envs=1, seed=seed + 10_000, **make_kwargs)
     if normalized_like is not None:
@@ -127,7 +130,12 @@ def sb3_evaluate(
         env.obs_rms = normalized_like.obs_rms
     returns, _ = evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=True, return_episode_rewards=True)
     env.close()
-    return {"test_mean_return": round(statistics.mean(returns), 2), "test_episodes": len(returns)}
+    low, high = bootstrap_interval(returns)
+    return {
+        "test_mean_return": round(statistics.mean(returns), 2),
+        "test_ci95": [round(low, 2), round(high, 2)],
+        "test_episodes": len(returns),
+    }
 
 
 def sb3_ppo_minatar(seed: int, steps: int, test_episodes: int) -> dict[str, Any]:
