@@ -411,7 +411,8 @@ def test_seed_processes_split_the_seeds_still_to_train_into_contiguous_groups(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On 2 usable cores ``auto`` puts 8 seeds in two processes of 4 and keeps 3 seeds (one process would hold a
-    single seed) in one program, unless each seed's run is long (2 and 3 seeds of 100,000 env steps: two processes);
+    single seed) in one program, unless each seed's run is long (100,000 env steps: 2 seeds in two processes, 3 in
+    three, 8 in two of 4);
     a seed whose folder holds a summary does not count, and joins a group in turn; a sweep's evaluation callback keeps
     one process."""
     from rlcore.params import load_params
@@ -434,7 +435,8 @@ def test_seed_processes_split_the_seeds_still_to_train_into_contiguous_groups(
 
     assert groups(list(range(8))) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert groups([0, 1, 2]) == [[0, 1, 2]]
-    assert groups([0, 1, 2], steps=seed_processes.LONG_RUN_STEPS) == [[0, 1], [2]]
+    assert groups([0, 1, 2], steps=seed_processes.LONG_RUN_STEPS) == [[0], [1], [2]]
+    assert groups([0, 1, 2, 3], steps=seed_processes.LONG_RUN_STEPS) == [[0, 1], [2, 3]]
     assert groups([3, 4], steps=seed_processes.LONG_RUN_STEPS) == [[3], [4]]
     assert groups(list(range(8)), steps=seed_processes.LONG_RUN_STEPS) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert groups([0, 1, 2, 3, 4], "2", finished=(0, 1)) == [[0, 2, 3], [1, 4]]

@@ -42,10 +42,12 @@ SEEDS_PER_AUTO_PROCESS = 2
 each seed's run is long: :data:`LONG_RUN_STEPS`)."""
 
 LONG_RUN_STEPS = 100_000
-"""A seed's budget (``train.max_steps``) from which ``auto`` gives a process to every seed the cores allow: a process's
-start (~10 s of CPU) is then small against its run, and a seed alone on a core finishes sooner than batched with
-another (3 seeds of ``ppo-simple-spread`` at 150,000 agent steps: 147 s of training in two processes against 199 s in
-one, benchmarks/README.md)."""
+"""A seed's budget (``train.max_steps``) from which ``auto`` gives seeds processes of their own: a process's start
+(~10 s of CPU) is then small against its run, and two seeds batched in one process cost 1.8-2.0x one seed's wall on
+the real workloads (``ppo-minatar-breakout``, ``ppo-simple-spread``, ``sac-halfcheetah``; benchmarks/README.md), so
+a seed alone on a core finishes sooner. Up to one process per core, or per seed when there is one seed more than
+cores (3 seeds on 2 cores: three processes sharing the cores finish at 1.5x one seed's wall, two processes of 2 and 1
+seeds at ~1.9x)."""
 
 EXIT_WAIT_SECONDS = 5.0
 """How long a child may take to exit once it is done, or after an interruption (Ctrl-C reaches it too), before it is
@@ -67,8 +69,9 @@ def seed_groups(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | Non
     """The seeds' runs in the groups that train in processes of their own (``train.seed_processes``), each in the
     list's order; one group (this process) for a family whose seeds share worker processes, with an
     ``on_evaluation`` callback (it reads every evaluation here: a sweep's pruner), or with one seed still to train.
-    ``auto``: the usable cores, at most one process per :data:`SEEDS_PER_AUTO_PROCESS` seeds still to train, or per
-    seed when ``train.max_steps`` is at least :data:`LONG_RUN_STEPS`.
+    ``auto``: the usable cores, at most one process per :data:`SEEDS_PER_AUTO_PROCESS` seeds still to train; when
+    ``train.max_steps`` is at least :data:`LONG_RUN_STEPS`, up to one per seed, and one per seed when the seeds still
+    to train are one more than the cores.
 
     The seeds still to train (no ``train_summary.json`` in their folder) are split into contiguous groups of sizes
     differing by one at most; seeds that look finished join the groups in turn (a child keeps a finished seed, or
@@ -80,10 +83,12 @@ def seed_groups(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | Non
     pending = [run for run in runs if not (run.run_dir / "train_summary.json").is_file()]
     # auto: a process per core, each batching two seeds at least (a process's start, seconds of imports, and its
     # memory are paid back by the seeds it batches; two seeds stay one program, as the contract tests train them),
-    # or one seed at least when each seed's run is long against that start
-    if setting == "auto":
-        long_runs = params.train.max_steps >= LONG_RUN_STEPS
-        wanted = min(usable_cores(), len(pending) // (1 if long_runs else SEEDS_PER_AUTO_PROCESS))
+    # or one seed at least when each seed's run is long against that start (LONG_RUN_STEPS)
+    if setting == "auto" and params.train.max_steps >= LONG_RUN_STEPS:
+        cores = usable_cores()
+        wanted = len(pending) if len(pending) == cores + 1 else min(cores, len(pending))
+    elif setting == "auto":
+        wanted = min(usable_cores(), len(pending) // SEEDS_PER_AUTO_PROCESS)
     else:
         wanted = int(setting)
     count = max(1, min(wanted, len(pending)))
