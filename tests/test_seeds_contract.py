@@ -411,8 +411,8 @@ def test_seed_processes_split_the_seeds_still_to_train_into_contiguous_groups(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On 2 usable cores ``auto`` puts 8 seeds in two processes of 4 and keeps 3 seeds (one process would hold a
-    single seed) in one program, unless each seed's run is long (100,000 env steps: 2 seeds in two processes, 3 in
-    three, 8 in two of 4);
+    single seed) in one program, unless each seed's run is long (100,000 env steps and no target return: 2 seeds in
+    two processes, 3 in three, 8 in two of 4);
     a seed whose folder holds a summary does not count, and joins a group in turn; a sweep's evaluation callback keeps
     one process."""
     from rlcore.params import load_params
@@ -422,9 +422,14 @@ def test_seed_processes_split_the_seeds_still_to_train_into_contiguous_groups(
     monkeypatch.setattr(seed_processes, "usable_cores", lambda: 2)
 
     def groups(
-        seeds: list[int], setting: str = "auto", finished: tuple[int, ...] = (), steps: int = 20_000
+        seeds: list[int],
+        setting: str = "auto",
+        finished: tuple[int, ...] = (),
+        steps: int = 20_000,
+        target: float | None = None,
     ) -> list[list[int]]:
         overrides = [f"train.seeds={seeds}", f"train.seed_processes={setting}", f"train.max_steps={steps}"]
+        overrides += [f"train.target_return={'null' if target is None else target}"]
         params = load_params(PROJECT / "params.yaml", overrides)
         runs = [SeedRun(seed, seed_params(params, seed), tmp_path / setting / f"seed_{seed}") for seed in seeds]
         for run in runs:
@@ -439,6 +444,7 @@ def test_seed_processes_split_the_seeds_still_to_train_into_contiguous_groups(
     assert groups([0, 1, 2, 3], steps=seed_processes.LONG_RUN_STEPS) == [[0, 1], [2, 3]]
     assert groups([3, 4], steps=seed_processes.LONG_RUN_STEPS) == [[3], [4]]
     assert groups(list(range(8)), steps=seed_processes.LONG_RUN_STEPS) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert groups([0, 1, 2], steps=seed_processes.LONG_RUN_STEPS, target=500.0) == [[0, 1, 2]]  # may stop soon
     assert groups([0, 1, 2, 3, 4], "2", finished=(0, 1)) == [[0, 2, 3], [1, 4]]
     assert groups([5, 6, 7], "4") == [[5], [6], [7]]
     assert groups([0, 1, 2, 3], "1") == [[0, 1, 2, 3]]

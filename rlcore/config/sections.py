@@ -123,15 +123,15 @@ class TrainConfig(StrictModel):
     program in a child process of its own (spawned; each dies with its parent), so the seeds fill the machine's cores;
     every seed writes the same ``seed_<k>/`` folder, and equals its one-seed run as above. ``auto``: the cores this
     process may use (``os.sched_getaffinity``), at most one process per two seeds still to train (a process costs
-    seconds of imports and its memory: two seeds batch in one), and when ``max_steps`` is 100,000 or more (a long run:
-    two seeds batched on one core cost about twice one seed's wall on the real workloads) up to one per core, or one per
-    seed when there is one seed more than cores (3 seeds on 2 cores: three processes); a number: that many, at most one
-    per seed still to train; ``1``: one program in this process. Each process adds its fixed memory (an interpreter with
-    torch) to the memory estimate. Each child's log lines reach this process's log prefixed with its seeds; children
-    show no progress bar (a log line per evaluation instead). A child that fails stops the others; the error names its
-    seeds, and a re-run resumes every seed from its own checkpoint. One process for IMPALA, ES and SVPG (their seeds
-    already share their worker processes, one learner process) and for a sweep trial's seeds (Optuna's pruner reads
-    every evaluation in the trial's process). Not part of a run's fingerprint."""
+    seconds of imports and its memory: two seeds batch in one), and when ``max_steps`` is 100,000 or more with no
+    ``target_return`` (a long run: two seeds batched on one core cost about twice one seed's wall on the real workloads)
+    up to one per core, or one per seed when there is one seed more than cores (3 seeds on 2 cores: three processes); a
+    number: that many, at most one per seed still to train; ``1``: one program in this process. Each process adds its
+    fixed memory (an interpreter with torch) to the memory estimate. Each child's log lines reach this process's log
+    prefixed with its seeds; children show no progress bar (a log line per evaluation instead). A child that fails stops
+    the others; the error names its seeds, and a re-run resumes every seed from its own checkpoint. One process for
+    IMPALA, ES and SVPG (their seeds already share their worker processes, one learner process) and for a sweep trial's
+    seeds (Optuna's pruner reads every evaluation in the trial's process). Not part of a run's fingerprint."""
 
     @field_validator("seeds")
     @classmethod

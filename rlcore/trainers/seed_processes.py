@@ -42,7 +42,8 @@ SEEDS_PER_AUTO_PROCESS = 2
 each seed's run is long: :data:`LONG_RUN_STEPS`)."""
 
 LONG_RUN_STEPS = 100_000
-"""A seed's budget (``train.max_steps``) from which ``auto`` gives seeds processes of their own: a process's start
+"""A seed's budget (``train.max_steps``, with no ``train.target_return`` to stop it sooner: ppo-cartpole's 200,000
+stop near 50,000, ~10 s) from which ``auto`` gives seeds processes of their own: a process's start
 (~10 s of CPU) is then small against its run, and two seeds batched in one process cost 1.8-2.0x one seed's wall on
 the real workloads (``ppo-minatar-breakout``, ``ppo-simple-spread``, ``sac-halfcheetah``; benchmarks/README.md), so
 a seed alone on a core finishes sooner. Up to one process per core, or per seed when there is one seed more than
@@ -69,9 +70,9 @@ def seed_groups(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | Non
     """The seeds' runs in the groups that train in processes of their own (``train.seed_processes``), each in the
     list's order; one group (this process) for a family whose seeds share worker processes, with an
     ``on_evaluation`` callback (it reads every evaluation here: a sweep's pruner), or with one seed still to train.
-    ``auto``: the usable cores, at most one process per :data:`SEEDS_PER_AUTO_PROCESS` seeds still to train; when
-    ``train.max_steps`` is at least :data:`LONG_RUN_STEPS`, up to one per seed, and one per seed when the seeds still
-    to train are one more than the cores.
+    ``auto``: the usable cores, at most one process per :data:`SEEDS_PER_AUTO_PROCESS` seeds still to train; for
+    long runs (:data:`LONG_RUN_STEPS`, no ``target_return``), up to one per seed, and one per seed when the seeds
+    still to train are one more than the cores.
 
     The seeds still to train (no ``train_summary.json`` in their folder) are split into contiguous groups of sizes
     differing by one at most; seeds that look finished join the groups in turn (a child keeps a finished seed, or
@@ -84,7 +85,8 @@ def seed_groups(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | Non
     # auto: a process per core, each batching two seeds at least (a process's start, seconds of imports, and its
     # memory are paid back by the seeds it batches; two seeds stay one program, as the contract tests train them),
     # or one seed at least when each seed's run is long against that start (LONG_RUN_STEPS)
-    if setting == "auto" and params.train.max_steps >= LONG_RUN_STEPS:
+    long_runs = params.train.max_steps >= LONG_RUN_STEPS and params.train.target_return is None
+    if setting == "auto" and long_runs:
         cores = usable_cores()
         wanted = len(pending) if len(pending) == cores + 1 else min(cores, len(pending))
     elif setting == "auto":
