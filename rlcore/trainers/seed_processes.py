@@ -155,10 +155,11 @@ def train_seed_groups(groups: Sequence[Sequence[SeedRun]]) -> None:
     folders; a re-run resumes the others from their own checkpoints."""
     check_memory(groups)
     log.info(
-        "train.seeds: %d seeds in %d processes (%s), each as one batched program",
+        "train.seeds: %d seeds in %d processes (%s), %s",
         sum(len(group) for group in groups),
         len(groups),
         "; ".join(seeds_words([run.seed for run in group]) for group in groups),
+        "each as one batched program" if any(len(group) > 1 for group in groups) else "one seed each",
     )
     context = mp.get_context("spawn")
     level = log.getEffectiveLevel()
