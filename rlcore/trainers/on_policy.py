@@ -110,7 +110,7 @@ def run_on_policy(seeds: Sequence[SeedSession[EnvSource]]) -> None:
     alone = seeds[0].one_seed_run
     runs = [Run(seed.session, None if alone else seed.torch_rng, None if alone else seed.seed) for seed in seeds]
     loop = OnPolicyLoop(runs)
-    if not alone:
+    if len(seeds) > 1:  # a seed process holding one seed trains it as its one-seed run would: nothing to say
         log.info("train.seeds: training seeds %s as one program (%s)", [s.seed for s in seeds], loop.acting.description)
     try:
         loop.run()
