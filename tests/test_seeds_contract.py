@@ -412,9 +412,8 @@ def test_seed_processes_split_the_seeds_still_to_train_into_contiguous_groups(
 ) -> None:
     """On 2 usable cores ``auto`` puts 8 seeds in two processes of 4 and keeps 3 seeds (one process would hold a
     single seed) in one program, unless each seed's run is long (100,000 env steps and no target return: 2 seeds in
-    two processes, 3 in three, 8 in two of 4);
-    a seed whose folder holds a summary does not count, and joins a group in turn; a sweep's evaluation callback keeps
-    one process."""
+    two processes, 3 in three, 8 in two of 4); a seed whose folder holds a summary does not count, and joins a group
+    in turn; a sweep's evaluation callback keeps one process."""
     from rlcore.params import load_params
     from rlcore.stages.seeds import seed_params
     from rlcore.trainers import SeedRun, seed_processes

@@ -204,14 +204,14 @@ def check_resources(
     key, (size, what) = max(parts.items(), key=lambda item: item[1][0])
     if seeds_in_memory > 1:
         split = seed_processes > 1
+        where = f" in {seed_processes} processes" if split else ""
+        per_process = f"; each process about {_bytes(PROCESS_BYTES)} more" if split else ""
+        one_process = "set train.seed_processes: 1 to train them in one process, " if split else ""
         raise ConfigError(
-            f"train.seeds: {seeds_in_memory} seeds trained together"
-            + (f" in {seed_processes} processes" if split else "")
-            + f" need about {_bytes(total)} of memory (each seed about {_bytes(each_seed)}, most for {what}"
-            + (f"; each process about {_bytes(PROCESS_BYTES)} more" if split else "")
-            + f"), more than the {_bytes(available)} available; train fewer seeds, "
-            + ("set train.seed_processes: 1 to train them in one process, " if split else "")
-            + "or set train.batch_seeds: false to train them one after another"
+            f"train.seeds: {seeds_in_memory} seeds trained together{where} need about {_bytes(total)} of memory "
+            f"(each seed about {_bytes(each_seed)}, most for {what}{per_process}), more than the "
+            f"{_bytes(available)} available; train fewer seeds, {one_process}"
+            "or set train.batch_seeds: false to train them one after another"
         )
     raise ConfigError(
         f"{key}: about {_bytes(size)} of memory for {what} (the whole run: about {_bytes(total)}), more than the "
