@@ -16,8 +16,8 @@ wall seconds for all seeds, and the CPU seconds of all processes.
   in the wall time, as rlcore's periodic evaluations are in rlcore's), then scores its final model on the test
   episodes (seeds from ``seed + 10_000``; ``ppo-simple-spread``: rlcore's Evaluator on the preset's test seeds, as
   ``benchmarks/simple_spread.py`` scores). Hyperparameters and networks: ``benchmarks/pixels.py``'s and
-  ``benchmarks/simple_spread.py``'s peers (RL Zoo's for HalfCheetah SAC at SB3's [256, 256] networks — rlcore's
-  preset differs, see the JSON's ``networks``; the preset's own settings and network for the PPO workloads).
+  ``benchmarks/simple_spread.py``'s peers (RL Zoo's for HalfCheetah SAC, whose [256, 256] ReLU networks and
+  settings the preset shares; the preset's own settings and network for the PPO workloads; the JSON's ``networks``).
 
 Workloads: ``sac-halfcheetah`` (100k env steps), ``ppo-hopper`` (1M), ``ppo-minatar`` (Breakout, 1M),
 ``ppo-simple-spread`` (the preset's budget, agent steps). ``--figure PNG`` draws return against wall seconds, every
@@ -61,7 +61,7 @@ class Workload:
 
 WORKLOADS = {
     "sac-halfcheetah": Workload(
-        "sac-halfcheetah", 100_000, "HalfCheetah-v5", "rlcore: the preset's; SB3: RL Zoo's [256, 256] relu"
+        "sac-halfcheetah", 100_000, "HalfCheetah-v5", "both [256, 256] relu (the preset's, RL Zoo's)"
     ),
     "ppo-hopper": Workload("ppo-hopper", 1_000_000, "Hopper-v5", "both [64, 64] tanh actor and critic"),
     "ppo-minatar": Workload(
