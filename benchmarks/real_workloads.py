@@ -10,7 +10,7 @@ wall seconds for all seeds, and the CPU seconds of all processes.
   N processes, each one batched program: ``train.seed_processes``, default ``auto``) through the pipeline's
   stages train -> evaluate -> select, no early stop, a periodic evaluation (and checkpoint) every ``steps /
   --curve-points``; the test score is the select stage's (each seed's best checkpoint on validation episodes, then
-  scored on test episodes, ``reports/<name>/metrics.json``'s ``per_seed``).
+  scored on test episodes, ``reports/<name>/metrics.json``'s ``per_seed``; ``selected_env_steps``: that checkpoint).
 - ``sb3``: the best a user can do with SB3 on these 2 cores: one process per seed, all started at once. Each
   evaluates ``--eval-episodes`` deterministic episodes every ``steps / --curve-points`` (``EvalCallback``; its time is
   in the wall time, as rlcore's periodic evaluations are in rlcore's), then scores its final model on the test
@@ -113,9 +113,11 @@ def rlcore_worker(workload: Workload, seeds: list[int], steps: int, args: argpar
         per_seed: dict[str, Any] = {}
         for seed in seeds:
             summary = read_json(root / "runs" / params.name / f"seed_{seed}" / "train_summary.json")
-            test = metrics["per_seed"][str(seed)]["test"]
+            record = metrics["per_seed"][str(seed)]
+            test = record["test"]
             per_seed[str(seed)] = {
                 "test_mean_return": round(test["mean_return"], 2),
+                "selected_env_steps": record["env_steps"],  # the checkpoint the select stage scored
                 "test_ci95": [round(test["ci95_low"], 2), round(test["ci95_high"], 2)],
                 "test_episodes": test["episodes"],
                 # [env steps, wall seconds since the run started, mean return of the periodic evaluation]
