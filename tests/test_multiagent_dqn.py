@@ -170,7 +170,7 @@ def test_train_seeds_batch_each_seeds_gradient_steps(tmp_path: Path, caplog: pyt
     seeds = {"seeds": [0, 1], "max_steps": 600, "eval_every": 600, "log_every": 600, "eval_episodes": 1}
     with caplog.at_level(logging.INFO, logger="rlcore"):
         train_stage(validate_params(spread(train=SPREAD["train"] | seeds)), tmp_path)
-    assert "2 seeds trained as one program, stacked" in caplog.text
+    assert "train.seeds: this program trains seeds 0-1 (stacked)" in caplog.text
     largest = 0.0
     for seed in (0, 1):
         alone = spread(train=SPREAD["train"] | seeds | {"seeds": None}, seed=seed, name=f"alone_{seed}")

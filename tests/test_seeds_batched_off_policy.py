@@ -102,7 +102,7 @@ def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(
     finished = {path: path.stat().st_mtime_ns for path in (run / "seed_0").rglob("*") if path.is_file()}
     with caplog.at_level(logging.INFO, logger="rlcore"):
         train(root, "train.seeds=[0, 1, 2]")
-    assert "seed 0: finished" in caplog.text and "2 seeds trained as one program, stacked" in caplog.text
+    assert "seed 0: finished" in caplog.text and "train.seeds: this program trains seeds 1-2 (stacked)" in caplog.text
     assert caplog.text.count("replay transitions from step_0000000600.npz") == 2
     assert {path: path.stat().st_mtime_ns for path in finished} == finished
     for seed in (1, 2):

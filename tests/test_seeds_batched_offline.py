@@ -125,7 +125,7 @@ def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(
     finished = snapshot(run / "seed_0")
     with caplog.at_level(logging.INFO, logger="rlcore"):
         train_stage(bc_params(case, train={"seeds": [0, 1, 2]}), root)
-    assert "seed 0: finished" in caplog.text and "2 seeds trained as one program, stacked" in caplog.text
+    assert "seed 0: finished" in caplog.text and "train.seeds: this program trains seeds 1-2 (stacked)" in caplog.text
     assert snapshot(run / "seed_0") == finished
     for seed in (1, 2):
         summary = read_json(run / f"seed_{seed}" / "train_summary.json")

@@ -132,7 +132,7 @@ def test_a_killed_batched_run_resumes_each_seed_from_its_own_checkpoint(
     finished = {path: path.stat().st_mtime_ns for path in (run / "seed_0").rglob("*") if path.is_file()}
     with caplog.at_level(logging.INFO, logger="rlcore"):
         train(root, "train.seeds=[0, 1]", *FEWER)
-    assert "seed 0: finished" in caplog.text and "1 seeds trained as one program" in caplog.text
+    assert "seed 0: finished" in caplog.text and "train.seeds: this program trains seed 1 (" in caplog.text
     assert caplog.text.count("replay transitions from step_0000000300.npz") == 1
     assert {path: path.stat().st_mtime_ns for path in finished} == finished
     summary: dict[str, Any] = read_json(run / "seed_1" / "train_summary.json")

@@ -153,18 +153,18 @@ CASES: dict[str, Case] = {
     "iql": Case("offline.yaml", 3, ["algo={name: iql, batch_size: 64}"], "each its own", dataset="cartpole"),
     # Shared workers (rlcore.trainers.actor_learner, rlcore.trainers.population) on the in-process runner (their
     # worker processes: tests/test_shared_workers.py).
-    "impala": Case("configs/impala-cartpole.yaml", 384, ["algo.runner=dev"], "share the dev runner's actors"),
+    "impala": Case("configs/impala-cartpole.yaml", 384, ["algo.runner=dev"], "sharing the dev runner's actors"),
     "es": Case(
         "configs/es-cartpole.yaml",
         240,
         ["algo.runner=dev", "algo.population_size=4", "algo.pairs_per_task=2", "algo.max_rollout_steps=20"],
-        "share the dev runner's rollout workers",
+        "sharing the dev runner's rollout workers",
     ),
     "svpg": Case(
         "configs/svpg-cartpole.yaml",
         96,
         ["algo.num_particles=2", "algo.n_steps=4", "env.num_envs=4"],
-        "share the dev runner's rollout workers",
+        "sharing the dev runner's rollout workers",
     ),
 }
 """Every algorithm family and member kind the contract covers, by name."""
@@ -326,7 +326,7 @@ def test_seeds_split_over_processes_are_the_seeds_trained_in_one(
     for count in (1, 2):
         folder = project(tmp_path / f"p{count}", case, datasets)
         logs[count] = train(folder, case, "train.seeds=[0, 1, 2]", f"train.seed_processes={count}")
-    assert "train.seeds: 3 seeds in 2 processes (seeds 0-1; seed 2), each as one batched program" in logs[2], logs[2]
+    assert "train.seeds: 3 seeds in 2 processes (seeds 0-1 batched; seed 2)" in logs[2], logs[2]
     assert "seeds 0-1: train.seeds: " in logs[2], logs[2]  # a child's line, relayed
     assert "processes" not in logs[1], logs[1]
     for seed in (0, 1, 2):

@@ -102,7 +102,7 @@ def test_es_seeds_on_shared_worker_processes_are_their_one_seed_runs_bitwise(
     es_shared: tuple[Path, str], tmp_path: Path
 ) -> None:
     root, log = es_shared
-    assert "train.seeds: seeds 0, 1 share the local runner's rollout workers" in log
+    assert "train.seeds: this program trains seeds 0-1 (sharing the local runner's rollout workers)" in log
     assert "one after another" not in log
     # The one-seed runs in-process: ES's parameters are the same whatever runs its tasks.
     _assert_seeds_are_their_one_seed_runs(root, _params("es-cartpole", ES, TWO_SEEDS, "algo.runner=dev"), tmp_path)

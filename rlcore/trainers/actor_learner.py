@@ -24,7 +24,6 @@ shared actors; ``learner_busy_fraction`` is the seed's own share of the wall tim
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -35,13 +34,11 @@ from rlcore.algos.base import ActorLearnerAlgorithm, ActorLearnerConfig
 from rlcore.common.seeds import training_seed
 from rlcore.config.sections import Params
 from rlcore.data.rollouts import TrajectoryBatch
-from rlcore.trainers.seed_sessions import SeedSession
+from rlcore.trainers.seed_sessions import SeedSession, log_program
 from rlcore.trainers.sources import DataSource
 from rlcore.workers.actors.actor import ActorSpec, Streams
 from rlcore.workers.actors.runners import DevRunner, LocalRunner, Runner, SpecFactory
 from rlcore.workers.weights import WeightsCodec
-
-log = logging.getLogger("rlcore")
 
 
 def spec_factory(lanes: Sequence[tuple[Params, int]]) -> SpecFactory:
@@ -138,13 +135,8 @@ class _Learner:
 def run_actor_learner(seeds: Sequence[SeedSession[DataSource]]) -> None:
     """The open sessions' runs (one run's, or every seed's of ``train.seeds``) on one runner, each a lane, until each
     stops."""
-    if not seeds[0].one_seed_run:
-        params = seeds[0].session.params
-        log.info(
-            "train.seeds: seeds %s share the %s runner's actors and one learner process",
-            ", ".join(str(seed.seed) for seed in seeds),
-            params.algo.runner,  # type: ignore[attr-defined]
-        )
+    runner = seeds[0].session.params.algo.runner  # type: ignore[attr-defined]
+    log_program(seeds, f"sharing the {runner} runner's actors and one learner process")
     learners = [_Learner(seed) for seed in seeds]
     lanes = [(learner.session.params, learner.session.state.env_steps) for learner in learners]
     streams = [learner.seed.own_rng for learner in learners]

@@ -23,7 +23,6 @@ checkpoint or the end.
 
 from __future__ import annotations
 
-import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,9 +37,7 @@ from rlcore.algos.sac import SAC
 from rlcore.algos.sac_members import StackedSAC
 from rlcore.algos.value_members import NetworkStack, StackedNetworks, stack_batches
 from rlcore.data.replay import FIELDS
-from rlcore.trainers.seed_sessions import SeedSession
-
-log = logging.getLogger("rlcore")
+from rlcore.trainers.seed_sessions import SeedSession, log_program
 
 Batch = dict[str, torch.Tensor]
 Metrics = dict[str, float]
@@ -210,9 +207,7 @@ class Lockstep:
                 seed.finish(reason)
         self.live = [seed for seed in seeds if not seed.finished]
         self.steps = member_steps(self.live)
-        if self.live and not all(seed.one_seed_run for seed in seeds):
-            names = ", ".join(f"seed {seed.seed}" for seed in self.live)
-            log.info("train.seeds: %d seeds trained as one program, %s (%s)", len(self.live), self.steps.form, names)
+        log_program(self.live, self.steps.form)
 
     def step(self, batches: MemberBatches) -> None:
         """One gradient step of each live member given a batch (None: absent), and its session's bookkeeping."""

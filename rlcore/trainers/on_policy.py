@@ -25,7 +25,7 @@ import torch
 from rlcore.data.sequences import SequenceRollout
 from rlcore.trainers.on_policy_acting import acting_form
 from rlcore.trainers.on_policy_runs import Run
-from rlcore.trainers.seed_sessions import SeedSession
+from rlcore.trainers.seed_sessions import SeedSession, log_program
 from rlcore.trainers.sources import EnvSource
 
 log = logging.getLogger("rlcore")
@@ -110,8 +110,7 @@ def run_on_policy(seeds: Sequence[SeedSession[EnvSource]]) -> None:
     alone = seeds[0].one_seed_run
     runs = [Run(seed.session, None if alone else seed.torch_rng, None if alone else seed.seed) for seed in seeds]
     loop = OnPolicyLoop(runs)
-    if len(seeds) > 1:  # a seed process holding one seed trains it as its one-seed run would: nothing to say
-        log.info("train.seeds: training seeds %s as one program (%s)", [s.seed for s in seeds], loop.acting.description)
+    log_program(seeds, loop.acting.description)
     try:
         loop.run()
     finally:  # what finished is kept; an error abandons the others' sessions (``run_together``)

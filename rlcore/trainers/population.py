@@ -22,7 +22,6 @@ wherever that one is reproducible; the timing metrics and the worker counts are 
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -33,13 +32,11 @@ from rlcore.algos.base import PopulationAlgorithm, PopulationConfig
 from rlcore.algos.population_tasks import RolloutResult, RolloutTask, SeedTask
 from rlcore.common.seeds import training_seed
 from rlcore.config.sections import Params
-from rlcore.trainers.seed_sessions import SeedSession
+from rlcore.trainers.seed_sessions import SeedSession, log_program
 from rlcore.trainers.session import TrainingSession
 from rlcore.trainers.sources import DataSource
 from rlcore.workers.population.runners import DevRunner, LocalRunner, PopulationRunner
 from rlcore.workers.weights import WeightsCodec
-
-log = logging.getLogger("rlcore")
 
 
 def make_runner(params: Params) -> PopulationRunner:
@@ -63,12 +60,8 @@ def iteration_seed(seed: int, iteration: int) -> int:
 
 def run_population(seeds: Sequence[SeedSession[DataSource]]) -> None:
     """The open sessions' runs (one run's, or every seed's of ``train.seeds``) on one runner until each stops."""
-    if not seeds[0].one_seed_run:
-        log.info(
-            "train.seeds: seeds %s share the %s runner's rollout workers",
-            ", ".join(str(seed.seed) for seed in seeds),
-            seeds[0].session.params.algo.runner,  # type: ignore[attr-defined]
-        )
+    runner = seeds[0].session.params.algo.runner  # type: ignore[attr-defined]
+    log_program(seeds, f"sharing the {runner} runner's rollout workers")
     algorithms: dict[int, PopulationAlgorithm[Any, Any]] = {}
     for seed in seeds:
         algorithm = seed.session.algorithm

@@ -28,7 +28,7 @@ from rlcore.envs.vector import make_vector_env
 from rlcore.params import params_model
 from rlcore.trainers import family_of, train_seeds
 from rlcore.trainers.memory_estimate import check_resources
-from rlcore.trainers.seed_sessions import SeedRun
+from rlcore.trainers.seed_sessions import SeedRun, named_seeds
 from rlcore.trainers.stopping import EvaluationCallback
 from rlcore.workers.parent_death import start_child
 
@@ -111,15 +111,6 @@ def seed_groups(runs: Sequence[SeedRun], on_evaluation: EvaluationCallback | Non
     return [sorted(group, key=lambda run: order[run.seed]) for group in groups]
 
 
-def seeds_words(seeds: Sequence[int]) -> str:
-    """``seeds 0-3`` for a contiguous run of seeds, ``seed 5`` for one, ``seeds 0, 2, 7`` otherwise."""
-    if len(seeds) == 1:
-        return f"seed {seeds[0]}"
-    if list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))):
-        return f"seeds {seeds[0]}-{seeds[-1]}"
-    return "seeds " + ", ".join(str(seed) for seed in seeds)
-
-
 def check_memory(groups: Sequence[Sequence[SeedRun]]) -> None:
     """Refuse, before anything is written, seeds whose networks, buffers and envs, and the processes they train in,
     need more memory than is available (``rlcore.trainers.memory_estimate``; each child checks its own group again
@@ -145,7 +136,7 @@ class _Child:
 
     @property
     def words(self) -> str:
-        return seeds_words(self.seeds)
+        return named_seeds(self.seeds)
 
 
 def train_seed_groups(groups: Sequence[Sequence[SeedRun]]) -> None:
@@ -155,11 +146,10 @@ def train_seed_groups(groups: Sequence[Sequence[SeedRun]]) -> None:
     folders; a re-run resumes the others from their own checkpoints."""
     check_memory(groups)
     log.info(
-        "train.seeds: %d seeds in %d processes (%s), %s",
+        "train.seeds: %d seeds in %d processes (%s)",
         sum(len(group) for group in groups),
         len(groups),
-        "; ".join(seeds_words([run.seed for run in group]) for group in groups),
-        "each as one batched program" if any(len(group) > 1 for group in groups) else "one seed each",
+        "; ".join(f"{named_seeds([run.seed for run in group])}{' batched' * (len(group) > 1)}" for group in groups),
     )
     context = mp.get_context("spawn")
     level = log.getEffectiveLevel()

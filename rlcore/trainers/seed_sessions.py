@@ -107,6 +107,23 @@ def open_seed_sessions(
     return seeds
 
 
+def named_seeds(seeds: Sequence[int]) -> str:
+    """``seeds 0-3`` for a contiguous run of seeds, ``seed 5`` for one, ``seeds 0, 2, 7`` otherwise."""
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    if list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"seeds {seeds[0]}-{seeds[-1]}"
+    return "seeds " + ", ".join(str(seed) for seed in seeds)
+
+
+def log_program(seeds: Sequence[SeedSession[Any]], how: str) -> None:
+    """The one log line of a loop that trains seeds of ``train.seeds``: which ones this program trains and ``how``
+    they share it (a family's words). A one-seed run's loop says nothing; a program left with one seed (the others
+    finished, or a seed process of its own) names that one."""
+    if seeds and not seeds[0].one_seed_run:
+        log.info("train.seeds: this program trains %s (%s)", named_seeds([seed.seed for seed in seeds]), how)
+
+
 SessionsLoop = Callable[[Sequence[SeedSession[SourceT]]], None]
 """A family's loop (``rlcore.trainers.FAMILIES``): runs open sessions (a run's alone, or every seed's), each to its
 end, setting each one's ``finished`` and ``summary``."""
