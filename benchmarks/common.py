@@ -191,3 +191,16 @@ def t_interval(values: list[float]) -> list[float] | None:
 def over_seeds(scores: list[float]) -> dict[str, Any]:
     """The mean of per-seed scores and its 95% t-interval (None for one seed), for a benchmark's JSON line."""
     return {"mean_over_seeds": round(statistics.fmean(scores), 1), "t95_over_seeds": t_interval(scores)}
+
+
+def tested_seed(record: dict[str, Any]) -> dict[str, Any]:
+    """One seed's test score from ``reports/<name>/metrics.json``'s ``per_seed`` record (a run with ``train.seeds``):
+    its test mean return with its 95 % interval over its test episodes, and the env steps of the checkpoint the select
+    stage chose and scored."""
+    test = record["test"]
+    return {
+        "test_mean_return": round(test["mean_return"], 2),
+        "test_ci95": [round(test["ci95_low"], 2), round(test["ci95_high"], 2)],
+        "test_episodes": test["episodes"],
+        "selected_env_steps": record["env_steps"],
+    }

@@ -60,7 +60,9 @@ def measure(env_id: str, copies: int, steps: int, repeats: int, with_envpool: bo
     if with_envpool:
         import envpool
 
-        pool = envpool.make_gymnasium(env_id, num_envs=copies, seed=0)
+        # One thread, as each rlcore process steps its envs (envpool would otherwise take a thread per copy up to
+        # the machine's cores).
+        pool = envpool.make_gymnasium(env_id, num_envs=copies, seed=0, num_threads=1)
         pool.reset()
         sides["envpool"] = pool.step
     blocks: dict[str, list[float]] = {side: [] for side in sides}

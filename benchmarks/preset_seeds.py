@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, emit  # noqa: E402
+from common import ROOT, emit, tested_seed  # noqa: E402
 
 from rlcore.common.files import read_json  # noqa: E402
 from rlcore.params import load_params  # noqa: E402
@@ -54,15 +54,11 @@ def seed_rows(folder: Path, name: str, metrics: dict[str, Any]) -> dict[str, Any
     rows = {}
     for seed, record in metrics["per_seed"].items():
         summary = read_json(folder / "runs" / name / f"seed_{seed}" / "train_summary.json")
-        test = record["test"]
         rows[seed] = {
-            "test_mean_return": round(test["mean_return"], 2),
-            "test_ci95": [round(test["ci95_low"], 2), round(test["ci95_high"], 2)],
-            "test_episodes": test["episodes"],
-            "selected_env_steps": record.get("env_steps"),
-            "trained_env_steps": summary.get("env_steps"),
-            "train_seconds": round(summary.get("wall_seconds", float("nan")), 1),
-            "stopped": summary.get("stop_reason"),
+            **tested_seed(record),
+            "trained_env_steps": summary["env_steps"],
+            "train_seconds": round(summary["wall_seconds"], 1),
+            "stopped": summary["stop_reason"],
         }
     return rows
 

@@ -45,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, SB3_MISSING, emit, sb3_available, stdout_to_stderr  # noqa: E402
+from common import ROOT, SB3_MISSING, emit, sb3_available, stdout_to_stderr, tested_seed  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -113,13 +113,8 @@ def rlcore_worker(workload: Workload, seeds: list[int], steps: int, args: argpar
         per_seed: dict[str, Any] = {}
         for seed in seeds:
             summary = read_json(root / "runs" / params.name / f"seed_{seed}" / "train_summary.json")
-            record = metrics["per_seed"][str(seed)]
-            test = record["test"]
             per_seed[str(seed)] = {
-                "test_mean_return": round(test["mean_return"], 2),
-                "selected_env_steps": record["env_steps"],  # the checkpoint the select stage scored
-                "test_ci95": [round(test["ci95_low"], 2), round(test["ci95_high"], 2)],
-                "test_episodes": test["episodes"],
+                **tested_seed(metrics["per_seed"][str(seed)]),
                 # [env steps, wall seconds since the run started, mean return of the periodic evaluation]
                 "curve": [
                     [row["env_steps"], round(row["wall_seconds"], 1), round(row["mean_return"], 2)]
