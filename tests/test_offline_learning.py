@@ -113,11 +113,12 @@ NO_STOPS = {"target_return": None, "max_wall_seconds": None}  # params.yaml's 60
 def medium_pendulum(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The medium Pendulum dataset and BC's score on it, made once for the comparisons below.
 
-    The behaviour policy: SAC (configs/sac-pendulum.yaml, seed 0) stopped part-way; its checkpoint whose periodic
-    evaluation lies in [-900, -400] is "medium". Since the warm-up fix (issue 11) SAC-Pendulum passes that range
-    between env steps 3000 (-986) and 3250 (-409): the checkpoint at 3125 scores -563. It is the only one evaluated:
-    its weights are bitwise those of a run evaluated every 125 steps (checked 2026-11-29). 50k transitions collected
-    from it (8 envs, collect seed 2000000) score -703 per episode.
+    The behaviour policy: SAC (configs/sac-pendulum.yaml, seed 0, with the preset's settings before its 2026-11-30
+    retune: lr 1e-3, 1-step returns, 1000 warm-up steps, which learn slowly enough to stop in the middle) stopped
+    part-way; its checkpoint whose periodic evaluation lies in [-900, -400] is "medium". Since the warm-up fix
+    (issue 11) SAC-Pendulum passes that range between env steps 3000 (-986) and 3250 (-409): the checkpoint at 3125
+    scores -563. It is the only one evaluated: its weights are bitwise those of a run evaluated every 125 steps
+    (checked 2026-11-29). 50k transitions collected from it (8 envs, collect seed 2000000) score -703 per episode.
 
     BC (MSE, lr 1e-3, seed 0): 6000 gradient steps of batch 256, a checkpoint every 1000, the best of the six on 10
     validation episodes scored on 100 test episodes: the strongest BC of the budget (its checkpoints swing between
@@ -127,6 +128,9 @@ def medium_pendulum(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         PROJECT / "configs" / "sac-pendulum.yaml",
         [
             "seed=0",
+            "algo.lr=0.001",
+            "algo.n_step=1",
+            "algo.learning_starts=1000",
             "train.max_steps=3125",
             "train.eval_every=3125",
             "train.target_return=null",
