@@ -5,6 +5,7 @@ action mask is applied to a categorical's logits (:func:`masked_logits`)."""
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import torch
@@ -37,6 +38,25 @@ def masked_categorical(logits: torch.Tensor, mask: torch.Tensor | None) -> Categ
 
 def sample_categorical(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+
+
+def categorical_draw(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(actions (B,) int64, their log-probabilities (B,)) drawn from torch's global generator for the categorical
+    over ``logits`` (B, n): the same arithmetic and the same draw as ``Categorical(logits=logits)``'s ``sample()``
+    and ``log_prob`` (bitwise), without building the distribution, whose construction and checks cost more than
+    the arithmetic at every step of acting on a few rows."""
+    log_pmf = logits - logits.logsumexp(dim=-1, keepdim=True)
+    actions = torch.multinomial(torch.softmax(log_pmf, dim=-1), 1, True)  # (B, 1)
+    return actions.squeeze(-1), log_pmf.gather(-1, actions).squeeze(-1)
+
+
+def gaussian_draw(mean: torch.Tensor, std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(actions (B, d), their log-probabilities (B,)) drawn from torch's global generator for the diagonal Gaussian
+    of ``mean`` (B, d) and ``std`` (B, d): the draw and arithmetic of ``Independent(Normal(mean, std), 1)``'s
+    ``sample()`` and ``log_prob`` (bitwise), without building the distribution (see :func:`categorical_draw`)."""
+    actions = torch.normal(mean, std)
+    log_density = -((actions - mean) ** 2) / (2 * std**2) - std.log() - math.log(math.sqrt(2 * math.pi))
+    return actions, log_density.sum(-1)
 
 
 _SampleShape = torch.Size | list[int] | tuple[int, ...]

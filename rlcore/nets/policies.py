@@ -23,7 +23,14 @@ from torch.distributions import (
 from rlcore.common.errors import ConfigError
 from rlcore.config.sections import PolicyConfig
 from rlcore.nets.blocks import mlp
-from rlcore.nets.distributions import masked_categorical, masked_logits, sample_categorical, sub_actions
+from rlcore.nets.distributions import (
+    categorical_draw,
+    gaussian_draw,
+    masked_categorical,
+    masked_logits,
+    sample_categorical,
+    sub_actions,
+)
 from rlcore.nets.policy import Policy
 from rlcore.nets.value_transforms import ValueHead, ValueHeadConfig
 
@@ -114,6 +121,20 @@ class ActorCritic(Policy):
             return masked_categorical(scores, mask)
         normal = Normal(scores, self.log_std.exp().expand_as(scores), validate_args=False)
         return Independent(normal, 1, validate_args=False)
+
+    def draw_of(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(actions, their log-probabilities (B,)) drawn from torch's global generator for :meth:`features` (B,
+        feature_dim) under ``mask``: ``distribution_of(features, mask)``'s ``sample()`` and ``log_prob`` (the same
+        draw and values), without building the distribution where it is a categorical or a Gaussian (acting's
+        hot path)."""
+        if self.sub_actions is None:
+            scores = self.actor(features)
+            if self.discrete:
+                return categorical_draw(masked_logits(scores, mask))
+            return gaussian_draw(scores, self.log_std.exp().expand_as(scores))
+        distribution = self.distribution_of(features, mask)
+        actions = distribution.sample()
+        return actions, distribution.log_prob(actions)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State values in reward units, (B,)."""

@@ -113,9 +113,9 @@ class EachMemberActing(Acting):
                 for member, obs in zip(run.members, run.observations(), strict=True):
                     policy = member.policy
                     features, member.next_state = policy.step_features(obs, member.state)  # once for both heads
-                    dist = policy.distribution_of(features, policy.action_mask(obs))
-                    actions.append(dist.sample())
-                    member.record(t, obs, actions[-1], dist.log_prob(actions[-1]), policy.value_of(features))
+                    action, log_prob = policy.draw_of(features, policy.action_mask(obs))
+                    actions.append(action)
+                    member.record(t, obs, action, log_prob, policy.value_of(features))
                 acted.append(actions)
         return acted
 
