@@ -116,7 +116,7 @@ def a2c_ways(compile_too: bool) -> dict[str, Way]:
     for name, compiled in (("eager", False), ("compiled", True)):
         if compiled and not compile_too:
             continue
-        optimizer = torch.optim.RMSprop(parameters, lr=cfg.lr, alpha=0.99, eps=cfg.optimizer_eps)
+        optimizer = torch.optim.RMSprop(parameters, lr=cfg.lr, alpha=0.99, eps=cfg.optimizer_eps, foreach=True)
         ways[name] = plain_way(loss, parameters, optimizer, cfg.max_grad_norm, compiled)
     return ways
 

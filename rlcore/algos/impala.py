@@ -73,8 +73,8 @@ class IMPALA(ActorLearnerAlgorithm[IMPALAConfig, ActorCritic]):
             self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, eps=config.optimizer_eps)
         else:
             self.optimizer = torch.optim.RMSprop(
-                policy.parameters(), lr=config.lr, alpha=0.99, eps=config.optimizer_eps
-            )
+                policy.parameters(), lr=config.lr, alpha=0.99, eps=config.optimizer_eps, foreach=True
+            )  # foreach: as A2C's (rlcore.algos.a2c.make_optimizer)
 
     @staticmethod
     def make_policy(

@@ -23,6 +23,7 @@ from gymnasium import spaces
 from pydantic import Field, model_validator
 
 from rlcore.algos.base import OnPolicyAlgorithm, OnPolicyConfig, accumulation_groups
+from rlcore.algos.fused_adam import FusedAdam
 from rlcore.algos.members import MemberBatch, Members, OneMember, padded_groups, shares
 from rlcore.config.sections import PolicyConfig
 from rlcore.data.rollouts import RolloutBuffer
@@ -90,7 +91,7 @@ class PPO(OnPolicyAlgorithm[PPOConfig, ActorCritic]):
 
     def __init__(self, policy: ActorCritic, config: PPOConfig) -> None:
         super().__init__(policy, config)
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, eps=config.adam_eps, fused=True)
+        self.optimizer = FusedAdam(policy.parameters(), lr=config.lr, eps=config.adam_eps)  # torch's fused Adam
         self.reward_scaler = RewardScaler(config.gamma, config.reward_clip) if config.normalize_rewards else None
         self.behavioral_cloning = BCRegularizer.of(policy, config)  # algo.behavioral_cloning, or None
 
