@@ -13,6 +13,7 @@ from torch import nn
 
 from rlcore.config.sections import PolicyConfig
 from rlcore.nets.blocks import mlp
+from rlcore.nets.central_critic import CentralizedActorCritic
 from rlcore.nets.recurrent import actor_critic
 
 BOX_OBS = spaces.Box(-np.inf, np.inf, (5,), np.float32)
@@ -55,6 +56,24 @@ def test_a_masked_draw_never_chooses_an_illegal_action_and_matches_the_masked_di
         assert torch.equal(actions, distribution.sample())
         assert torch.equal(log_probs, distribution.log_prob(actions))
     assert set(actions.tolist()) <= {0, 2}
+
+
+def test_a_centralized_critics_actor_draws_from_its_own_features_only() -> None:
+    """MAPPO's training rows carry the critic's inputs after the actor's features: the draw reads the actor's part, as
+    its distribution does."""
+    torch.manual_seed(0)
+    policy = CentralizedActorCritic(BOX_OBS, spaces.Discrete(3), PolicyConfig(hidden_sizes=[16]), critic_width=6)
+    with torch.no_grad():
+        features = policy.features(torch.randn(8, 5 + 6))  # a training row: actor observation, then critic input
+        assert features.shape == (8, policy.feature_dim + 6)
+        torch.manual_seed(5)
+        actions, log_probs = policy.draw_of(features)
+        torch.manual_seed(5)
+        distribution = policy.distribution_of(features)
+        assert torch.equal(actions, distribution.sample())
+        assert torch.equal(log_probs, distribution.log_prob(actions))
+        alone = policy.features(torch.randn(8, 5))  # acting rows: the actor's observation only
+        assert torch.equal(policy.actor_scores_of(alone), policy.actor(alone))
 
 
 def test_the_mlps_forward_and_gradients_are_nn_sequentials() -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import gymnasium as gym
 import torch
 from gymnasium import spaces
-from torch.distributions import Distribution
 
 from rlcore.config.sections import PolicyConfig
 from rlcore.nets.policies import ActorCritic
@@ -53,8 +52,8 @@ class CentralizedActorCritic(ActorCritic):
     def action_mask(self, obs: torch.Tensor) -> torch.Tensor | None:
         return super().action_mask(obs[..., : self.obs_width])
 
-    def distribution_of(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> Distribution:
-        return super().distribution_of(features[..., : self.feature_dim], mask)
+    def actor_scores_of(self, features: torch.Tensor) -> torch.Tensor:
+        return super().actor_scores_of(features[..., : self.feature_dim])
 
     def value_of(self, features: torch.Tensor) -> torch.Tensor:
         """Values (B,) from training-row features (B, feature_dim + critic_width)."""

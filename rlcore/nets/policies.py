@@ -110,11 +110,16 @@ class ActorCritic(Policy):
         scores = masked_logits(self.actor(features), self.action_mask(obs))
         return self.greedy_of(scores), scores, next_state
 
+    def actor_scores_of(self, features: torch.Tensor) -> torch.Tensor:
+        """The actor's scores (B, action_dim) for :meth:`features` (B, feature_dim): what :meth:`distribution_of`
+        and :meth:`draw_of` read."""
+        return self.actor(features)
+
     def distribution_of(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> Distribution:
         """The action distribution for :meth:`features` (B, feature_dim) under the legal actions ``mask`` (B, n)
         bool (:meth:`action_mask` of the same observations; None: no mask; a run with masks must pass them): a
         caller that also needs the critic (PPO's update, rollouts) encodes the observations once for both heads."""
-        scores = self.actor(features)
+        scores = self.actor_scores_of(features)
         if self.sub_actions is not None:
             return self.sub_actions.distribution(scores)
         if self.discrete:
@@ -128,7 +133,7 @@ class ActorCritic(Policy):
         draw and values), without building the distribution where it is a categorical or a Gaussian (acting's
         hot path)."""
         if self.sub_actions is None:
-            scores = self.actor(features)
+            scores = self.actor_scores_of(features)
             if self.discrete:
                 return categorical_draw(masked_logits(scores, mask))
             return gaussian_draw(scores, self.log_std.exp().expand_as(scores))

@@ -85,7 +85,11 @@ class MetricsLog:
     NON_FINITE = "train/non_finite_metrics"
 
     def __init__(self, directory: Path, resume: bool, every: int, next_row: int) -> None:
+        from dvclive.studio import get_dvc_studio_config
+
         self.live = _live(directory, resume)
+        self.studio = bool(get_dvc_studio_config(self.live))
+        """Whether DVC Studio is configured (dvclive then sends it every row's data); see :meth:`_end_row`."""
         self.every = every
         self.next_row = next_row
         self.sums: dict[str, float] = {}
@@ -140,7 +144,23 @@ class MetricsLog:
                 self.live.log_metric(key, float(value))
             elif key != self.NON_FINITE:
                 self._count_non_finite(key, value, step)
-        self.live.next_step()
+        self._end_row()
+
+    def _end_row(self) -> None:
+        """What dvclive's ``next_step()`` does after a row, without its Studio update where Studio is not configured.
+
+        ``next_step()`` builds that update on every call by re-reading every curve's whole TSV file, and only then
+        drops it when Studio is not configured (dvclive 3.49): a cost that grows with the rows written, quadratic over
+        a run (~19 ms a row by the 200th row of 8 curves here). Without Studio, the rest is what it does: the summary
+        (``metrics.json``), the DVC VS Code extension's step signal, the step count."""
+        if self.studio:
+            self.live.next_step()
+            return
+        from dvclive.vscode import mark_dvclive_step_completed
+
+        self.live.make_summary()
+        mark_dvclive_step_completed(self.live.step)
+        self.live.step += 1
 
     def close(self) -> None:
         self.live.end()
