@@ -132,6 +132,34 @@ def test_metrics_log_counts_non_finite_values_and_warns_once(tmp_path: Path, cap
     assert [float(line.split("\t")[1]) for line in loss.read_text().splitlines()[1:]] == [2.0, 1.0]
 
 
+def test_metrics_log_rows_are_dvclives_without_rereading_every_curve_at_each_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Without DVC Studio configured, a row ends without dvclive's Studio update, which re-reads every curve's whole
+    TSV file at every ``next_step()`` (quadratic over a run) and is then dropped; the curves and the summary written
+    are those of dvclive's own ``next_step()``."""
+    import dvclive.live
+    from dvclive import Live
+
+    parsed: list[object] = []  # which Live had all its curves re-read, once per call
+    parse_metrics = dvclive.live.parse_metrics
+    monkeypatch.setattr(dvclive.live, "parse_metrics", lambda live: parsed.append(live) or parse_metrics(live))
+    ours = MetricsLog(tmp_path / "ours", False, 10, 10)
+    assert not ours.studio
+    options = {"resume": False, "dvcyaml": None, "save_dvc_exp": False, "report": None}
+    theirs = Live(str(tmp_path / "theirs"), **options)
+    for step in (10, 20, 30):
+        row = {"train/loss": step / 7, "eval/mean_return": -1.5 * step}
+        ours.log(step, row)
+        theirs.step = step
+        for key, value in row.items():
+            theirs.log_metric(key, value)
+        theirs.next_step()
+    assert len(parsed) == 3 and all(live is theirs for live in parsed)  # dvclive's way: every row; ours: none
+    for name in ("plots/metrics/train/loss.tsv", "plots/metrics/eval/mean_return.tsv", "metrics.json"):
+        assert (tmp_path / "ours" / name).read_text() == (tmp_path / "theirs" / name).read_text(), name
+
+
 # --- SAC: entropy measured in the squashed [-1, 1] space ------------------------------------------------------
 
 
