@@ -9,15 +9,18 @@ and image observations.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import PROJECT
+from conftest import PROJECT, one_line_error, rlcore, sets, tool_env
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
@@ -406,3 +409,53 @@ def test_collection_on_box_actions_with_a_2d_shape_stores_flat_actions(tmp_path:
     data = load_dataset(path, MatrixActionEnv.observation_space, space, "rlcore-test/MatrixAction-v0")
     assert len(data) == 32 and data.actions.shape == (32, 6)
     assert (np.abs(data.actions) <= 1).all()  # what the env executed: clipped to the bounds
+
+
+RAISES_IN_STEP = """
+import gymnasium as gym
+
+
+class RaisesInStep(gym.Wrapper):
+    def __init__(self, env, after=200):
+        super().__init__(env)
+        self.after, self.steps = after, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps > self.after:
+            raise RuntimeError("the wrapper broke at step %d" % self.steps)
+        return self.env.step(action)
+"""
+
+
+@pytest.mark.slow  # git and dvc init, then the rlcore command in its own process
+def test_a_run_that_fails_in_a_dvc_project_prints_its_one_error_line_and_nothing_at_exit(tmp_path: Path):
+    """In a DVC project (``rlcore init``'s kind) the learning curves' log holds the project's git repository open; a
+    run that stops on an error mid-training still ends that log, so the process's exit prints nothing after the one
+    ``error:`` line (an unended log's repository objects were finalized during interpreter shutdown, and dulwich's
+    finalizers printed 'Exception ignored ... sys.meta_path is None' tracebacks)."""
+    env = tool_env()
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True, env=env)
+    subprocess.run(["dvc", "init", "-q"], cwd=tmp_path, check=True, env=env)
+    (tmp_path / "breaks.py").write_text(RAISES_IN_STEP)
+    subprocess.run(["git", "add", "-A"], cwd=tmp_path, check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "a project"], cwd=tmp_path, check=True, env=env)
+    subprocess.run(["git", "gc", "-q"], cwd=tmp_path, check=True, env=env)  # packed, as a clone's or an old repo's
+    overrides = [
+        "name=fails",
+        "train.progress_bar=off",
+        "train.log_every=64",
+        "env.wrappers=[{wrapper: breaks.RaisesInStep}]",
+    ]
+    result = rlcore("train", "--params", str(PROJECT / "params.yaml"), *sets(overrides), cwd=tmp_path, check=False)
+    one_line_error(result, "env.wrappers", "RuntimeError: the wrapper broke at step 201")
+    assert (tmp_path / "runs" / "fails" / "dvclive" / "metrics.json").exists()  # rows were logged before it broke
+    # A program of the user's own (the library, not the command) that stops without closing its log: ended at exit.
+    program = (
+        "import sys\nfrom pathlib import Path\nfrom rlcore.trainers.metrics import MetricsLog\n"
+        "log = MetricsLog(Path('curves'), False, 10, 10)\nlog.log(10, {'train/loss': 1.0})\n"
+        "sys.exit('error: the program stopped')\n"
+    )
+    stopped = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert stopped.returncode == 1 and stopped.stderr.strip() == "error: the program stopped", stopped.stderr
+    assert json.loads((tmp_path / "curves" / "metrics.json").read_text())["train"]["loss"] == 1.0
