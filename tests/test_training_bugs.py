@@ -23,6 +23,7 @@ import torch
 from conftest import PROJECT, one_line_error, rlcore, sets, tool_env
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
+from test_user_code_errors import HOSTILE
 
 from rlcore.algos.ppo import PPO, PPOConfig
 from rlcore.algos.sac import SAC, SACConfig
@@ -411,23 +412,6 @@ def test_collection_on_box_actions_with_a_2d_shape_stores_flat_actions(tmp_path:
     assert (np.abs(data.actions) <= 1).all()  # what the env executed: clipped to the bounds
 
 
-RAISES_IN_STEP = """
-import gymnasium as gym
-
-
-class RaisesInStep(gym.Wrapper):
-    def __init__(self, env, after=200):
-        super().__init__(env)
-        self.after, self.steps = after, 0
-
-    def step(self, action):
-        self.steps += 1
-        if self.steps > self.after:
-            raise RuntimeError("the wrapper broke at step %d" % self.steps)
-        return self.env.step(action)
-"""
-
-
 @pytest.mark.slow  # git and dvc init, then the rlcore command in its own process
 def test_a_run_that_fails_in_a_dvc_project_prints_its_one_error_line_and_nothing_at_exit(tmp_path: Path):
     """In a DVC project (``rlcore init``'s kind) the learning curves' log holds the project's git repository open; a
@@ -437,7 +421,7 @@ def test_a_run_that_fails_in_a_dvc_project_prints_its_one_error_line_and_nothing
     env = tool_env()
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True, env=env)
     subprocess.run(["dvc", "init", "-q"], cwd=tmp_path, check=True, env=env)
-    (tmp_path / "breaks.py").write_text(RAISES_IN_STEP)
+    (tmp_path / "hostile_wrappers.py").write_text(HOSTILE)  # RaisesInStep: after 20 steps
     subprocess.run(["git", "add", "-A"], cwd=tmp_path, check=True, env=env)
     subprocess.run(["git", "commit", "-qm", "a project"], cwd=tmp_path, check=True, env=env)
     subprocess.run(["git", "gc", "-q"], cwd=tmp_path, check=True, env=env)  # packed, as a clone's or an old repo's
@@ -445,10 +429,10 @@ def test_a_run_that_fails_in_a_dvc_project_prints_its_one_error_line_and_nothing
         "name=fails",
         "train.progress_bar=off",
         "train.log_every=64",
-        "env.wrappers=[{wrapper: breaks.RaisesInStep}]",
+        "env.wrappers=[{wrapper: hostile_wrappers.RaisesInStep}]",
     ]
     result = rlcore("train", "--params", str(PROJECT / "params.yaml"), *sets(overrides), cwd=tmp_path, check=False)
-    one_line_error(result, "env.wrappers", "RuntimeError: the wrapper broke at step 201")
+    one_line_error(result, "env.wrappers", "RuntimeError: the wrapper broke at step 21")
     assert (tmp_path / "runs" / "fails" / "dvclive" / "metrics.json").exists()  # rows were logged before it broke
     # A program of the user's own (the library, not the command) that stops without closing its log: ended at exit.
     program = (
