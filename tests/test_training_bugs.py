@@ -415,9 +415,9 @@ def test_collection_on_box_actions_with_a_2d_shape_stores_flat_actions(tmp_path:
 @pytest.mark.slow  # git and dvc init, then the rlcore command in its own process
 def test_a_run_that_fails_in_a_dvc_project_prints_its_one_error_line_and_nothing_at_exit(tmp_path: Path):
     """In a DVC project (``rlcore init``'s kind) the learning curves' log holds the project's git repository open; a
-    run that stops on an error mid-training still ends that log, so the process's exit prints nothing after the one
-    ``error:`` line (an unended log's repository objects were finalized during interpreter shutdown, and dulwich's
-    finalizers printed 'Exception ignored ... sys.meta_path is None' tracebacks)."""
+    run or a program that stops on an error without closing that log prints nothing after its error line (an unclosed
+    log's repository objects finalized during interpreter shutdown made dulwich print 'Exception ignored ...
+    sys.meta_path is None' tracebacks: the log is freed at exit while the interpreter still runs)."""
     env = tool_env()
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True, env=env)
     subprocess.run(["dvc", "init", "-q"], cwd=tmp_path, check=True, env=env)
@@ -434,7 +434,7 @@ def test_a_run_that_fails_in_a_dvc_project_prints_its_one_error_line_and_nothing
     result = rlcore("train", "--params", str(PROJECT / "params.yaml"), *sets(overrides), cwd=tmp_path, check=False)
     one_line_error(result, "env.wrappers", "RuntimeError: the wrapper broke at step 21")
     assert (tmp_path / "runs" / "fails" / "dvclive" / "metrics.json").exists()  # rows were logged before it broke
-    # A program of the user's own (the library, not the command) that stops without closing its log: ended at exit.
+    # A program of the user's own (the library, not the command) that stops without closing its log.
     program = (
         "import sys\nfrom pathlib import Path\nfrom rlcore.trainers.metrics import MetricsLog\n"
         "log = MetricsLog(Path('curves'), False, 10, 10)\nlog.log(10, {'train/loss': 1.0})\n"

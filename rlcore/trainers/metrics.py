@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import gc
 import logging
 import math
 from pathlib import Path
@@ -91,7 +92,7 @@ class MetricsLog:
         self.live = _live(directory, resume)
         self.studio = bool(get_dvc_studio_config(self.live))
         """Whether DVC Studio is configured (dvclive then sends it every row's data); see :meth:`_end_row`."""
-        atexit.register(self._end_at_exit)  # unregistered by close()
+        atexit.register(self._release_at_exit)  # unregistered by close()
         self.every = every
         self.next_row = next_row
         self.sums: dict[str, float] = {}
@@ -165,12 +166,13 @@ class MetricsLog:
         self.live.step += 1
 
     def close(self) -> None:
-        atexit.unregister(self._end_at_exit)
+        atexit.unregister(self._release_at_exit)
         self.live.end()
 
-    def _end_at_exit(self) -> None:
-        """End a log nobody closed (a program that stopped on an error, as dvclive's context manager ends its log on an
-        exception) while the interpreter still runs: in a DVC project the log holds the project's git repository
-        open, and finalized during the interpreter's shutdown its objects print tracebacks
-        (``Exception ignored ... sys.meta_path is None``)."""
-        self.live.end()
+    def _release_at_exit(self) -> None:
+        """Free a log nobody closed (a program that stopped on an error) while the interpreter still runs: in a DVC
+        project the log holds the project's git repository open, and objects of it finalized during the interpreter's
+        shutdown print tracebacks (``Exception ignored ... sys.meta_path is None``). Nothing is written: the rows
+        logged so far and their summary are on disk already."""
+        del self.live
+        gc.collect()  # the log's objects refer to each other: freed by a collection, not by their counts
