@@ -1,6 +1,8 @@
 """Action distributions torch lacks and the heads that read them: independent sub-actions of MultiDiscrete
 (:class:`MultiCategorical`) and MultiBinary (:class:`MultiBernoulli`) spaces, read from one score vector
-(:class:`SubActions`), the one way a categorical action is sampled with a given generator, and the one way an
+(:class:`SubActions`), the one way a categorical action is sampled with a given generator
+(:func:`sample_categorical`), acting's draws of an action with its log-probability from torch's global generator as
+torch's ``Categorical`` and ``Normal`` draw them (:func:`categorical_draw`, :func:`gaussian_draw`), and the one way an
 action mask is applied to a categorical's logits (:func:`masked_logits`)."""
 
 from __future__ import annotations
