@@ -171,20 +171,23 @@ def test_nothing_changed_nothing_reruns(repo: dict) -> None:
 @pytest.mark.slow
 def test_an_eval_key_reruns_evaluate_select_export_and_nothing_of_train_or_the_offline_branch(repo: dict) -> None:
     """Issue 38: re-selecting the same checkpoint wrote a policy.pt with a new md5 (torch.save named its records after
-    the temporary file), so collect and the whole offline branch re-ran."""
+    the temporary file), so collect and the whole offline branch re-ran. The key changed (the number of test
+    episodes) is one the evaluate stage reads but that leaves the validation as it was, so the same checkpoint is
+    selected again; a key that changes the selection (eval.episodes may) rightly re-runs collect and the offline
+    branch on the newly selected model."""
     root: Path = repo["root"]
     quick = outputs(root, "quick")
     checkpoints = {path.name: md5(path) for path in quick.checkpoints.glob("*.pt")}
     selected, selection = md5(quick.best_policy), read_json(quick.selection)["checkpoint"]
-    edit_params(root, eval={**TINY_EVAL, "episodes": 3})
+    edit_params(root, eval={**TINY_EVAL, "test_episodes": 6})
     result = dvc("repro", cwd=root)
     assert ran(result) == {"evaluate", "select", "export"}, result.stdout
     assert {path.name: md5(path) for path in quick.checkpoints.glob("*.pt")} == checkpoints
-    assert read_json(quick.evaluations)["episodes"] == 3
-    if read_json(quick.selection)["checkpoint"] == selection:  # the same checkpoint selected: the same bytes
-        assert md5(quick.best_policy) == selected
+    assert read_json(quick.metrics)["episodes"] == 6
+    assert read_json(quick.selection)["checkpoint"] == selection  # the same checkpoint selected: the same bytes
+    assert md5(quick.best_policy) == selected
     git("add", "-A", cwd=root)
-    git("commit", "-q", "-m", "eval.episodes 3", cwd=root)
+    git("commit", "-q", "-m", "eval.test_episodes 6", cwd=root)
 
 
 @pytest.mark.slow

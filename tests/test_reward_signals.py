@@ -362,7 +362,7 @@ def test_extrinsic_gamma_other_than_algo_gamma_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"algo\.reward_signals\.extrinsic\.gamma.*algo\.gamma") as error:
         load("algo.reward_signals={extrinsic: {gamma: 0.5}}")
     assert "\n" not in str(error.value)
-    assert load("algo.reward_signals={extrinsic: {gamma: 0.98}}").algo.reward_signals is not None  # = algo.gamma
+    assert load("algo.reward_signals={extrinsic: {gamma: 0.99}}").algo.reward_signals is not None  # = algo.gamma
 
 
 def test_every_strength_zero_is_refused():
