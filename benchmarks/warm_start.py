@@ -32,6 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import ROOT, emit, median, rlcore_time_to_target, stdout_to_stderr  # noqa: E402
 
+from rlcore.common.stage_paths import Layout  # noqa: E402
+from rlcore.params import load_params  # noqa: E402
+
 TARGET = 475.0
 EVAL_EVERY = 4096
 PRESET = ROOT / "configs" / "ppo-from-bc-cartpole.yaml"
@@ -41,7 +44,6 @@ ARMS = ("scratch", "warm_start", "bc_loss", "warm_start_bc_loss")
 def upstream(root: Path, seed: int) -> dict[str, Any]:
     """``make run``'s stages up to the offline branch's selected model, in ``root``; what they cost."""
     from rlcore.common.files import read_json
-    from rlcore.params import load_params
     from rlcore.stages import collect_stage, evaluate_stage, select_stage, train_stage
 
     quiet = [f"seed={seed}", "train.progress_bar=off", "train.max_wall_seconds=null"]
@@ -72,7 +74,7 @@ def one_seed(seed: int) -> dict[str, Any]:
         for name in ("params.yaml", "offline.yaml"):
             shutil.copy(ROOT / name, root / name)
         costs = upstream(root, seed)
-        init = f"train.init_from={root / 'models' / 'offline' / 'best' / 'policy.pt'}"
+        init = f"train.init_from={Layout(root, load_params(root / 'offline.yaml', []).name).best_policy}"
         loss = f"algo.behavioral_cloning={{dataset: {root / 'data' / 'dataset.parquet'}, strength: 0.5, steps: 50000}}"
         base = root / "params.yaml"
         arms = {
