@@ -124,8 +124,8 @@ def main() -> None:
         if sb3_available():
             peer = [sb3_run(seed, args.eval_every) for seed in args.seeds]
             add_peer(result, peer, {"median_env_steps_per_second": "env_steps_per_second"})
-            algo = load_params(ROOT / "params.yaml", []).algo
-            discount = (algo.gamma, algo.gae_lambda)
+            algo = load_params(ROOT / "params.yaml", []).algo.model_dump()
+            discount = (algo["gamma"], algo["gae_lambda"])
             if discount != ZOO_DISCOUNT:
                 same = {"median_seconds_to_target": result["median_seconds_to_target"]}
                 add_peer(same, [sb3_run(seed, args.eval_every, False, discount) for seed in args.seeds])
