@@ -6,7 +6,7 @@ annealed over), stopping at the first evaluation >= 475. With the optional ``ben
 (stable-baselines3) installed, SB3's DQN with the RL Zoo CartPole-v1 hyperparameters (n_timesteps
 50,000, which sets its exploration schedule too) runs in the same process for comparison.
 
-    python benchmarks/dqn_cartpole.py [--seeds 0 1 2] [--no-peer]
+    python benchmarks/dqn_cartpole.py [--seeds 0 1 2 ... 9] [--no-peer]
 
 Time to 475 counts everything a user waits for during training, periodic evaluations included
 (10 deterministic episodes every ``eval_every`` env steps, on a separate env).
@@ -69,7 +69,7 @@ def sb3_run(seed: int, eval_every: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))  # see ppo_cartpole.py
     parser.add_argument("--eval-every", type=int, default=2048)
     parser.add_argument("--no-peer", action="store_true", help="skip Stable-Baselines3 even if installed")
     args = parser.parse_args()

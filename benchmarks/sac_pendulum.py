@@ -6,7 +6,7 @@ extra (stable-baselines3) installed, SB3's SAC with the RL Zoo Pendulum-v1 hyper
 defaults, among them net_arch [256, 256], except learning_rate 1e-3; n_timesteps 20,000) runs in the
 same process for comparison.
 
-    python benchmarks/sac_pendulum.py [--seeds 0 1 2] [--updates 2000] [--no-peer]
+    python benchmarks/sac_pendulum.py [--seeds 0 1 2 ... 9] [--updates 2000] [--no-peer]
 
 Time to -200 counts everything a user waits for during training, periodic evaluations included
 (10 deterministic episodes every ``eval_every`` env steps, on a separate env).
@@ -120,7 +120,7 @@ def sb3_run(seed: int, eval_every: int, fill: int, warmup: int, updates: int) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))  # see ppo_cartpole.py
     parser.add_argument("--eval-every", type=int, default=1000)
     parser.add_argument("--fill", type=int, default=2000, help="real transitions in the replay buffer")
     parser.add_argument("--warmup", type=int, default=100, help="untimed updates before the timed ones")
