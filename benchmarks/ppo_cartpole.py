@@ -52,7 +52,6 @@ def sb3_run(
 ) -> dict[str, Any]:
     """SB3 PPO with RL Zoo's CartPole-v1 hyperparameters (``discount``: its gamma and gae_lambda instead of RL Zoo's):
     time to target, then (``throughput``) throughput on a fresh model."""
-    gamma, gae_lambda = discount
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
 
@@ -60,35 +59,14 @@ def sb3_run(
         return lambda progress_remaining: progress_remaining * initial
 
     env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
-    model = PPO(
-        "MlpPolicy",
-        env,
-        n_steps=32,
-        batch_size=256,
-        gae_lambda=gae_lambda,
-        gamma=gamma,
-        n_epochs=20,
-        ent_coef=0.0,
-        learning_rate=linear(0.001),
-        clip_range=linear(0.2),
-        seed=seed,
-        device="cpu",
-    )
+    gamma, gae_lambda = discount
+    zoo = {"n_steps": 32, "batch_size": 256, "gae_lambda": gae_lambda, "gamma": gamma, "n_epochs": 20, "ent_coef": 0.0}
+    model = PPO("MlpPolicy", env, **zoo, learning_rate=linear(0.001), clip_range=linear(0.2), seed=seed, device="cpu")
     result = sb3_time_to_target(model, "CartPole-v1", seed, eval_every, TARGET, total_timesteps=300_000)
     if not throughput:
         return result
     started = time.perf_counter()
-    throughput_model = PPO(
-        "MlpPolicy",
-        env,
-        n_steps=32,
-        batch_size=256,
-        gae_lambda=gae_lambda,
-        gamma=gamma,
-        n_epochs=20,
-        seed=seed,
-        device="cpu",
-    )
+    throughput_model = PPO("MlpPolicy", env, **zoo, seed=seed, device="cpu")
     throughput_model.learn(total_timesteps=20_000)
     result["env_steps_per_second"] = 20_000 / (time.perf_counter() - started)
     return result
