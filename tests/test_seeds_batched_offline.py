@@ -150,8 +150,10 @@ def test_a_step_where_some_seeds_loss_is_not_finite_is_skipped_by_those_seeds_on
         start(self, params, *spaces)
         self.poisoned_steps = poisoned_steps[params.seed]  # type: ignore[attr-defined]
 
-    def poisoned(self: DatasetSource, step: int, rng: Any, batch_size: int) -> dict[str, torch.Tensor]:
-        batch = draw(self, step, rng, batch_size)
+    def poisoned(
+        self: DatasetSource, step: int, rng: Any, batch_size: int, fields: Any = None
+    ) -> dict[str, torch.Tensor]:
+        batch = draw(self, step, rng, batch_size, fields)
         if step in self.poisoned_steps:  # type: ignore[attr-defined]
             batch["obs"][0, 0] = float("nan")
         return batch

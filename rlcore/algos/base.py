@@ -406,9 +406,12 @@ class OffPolicyAlgorithm(Algorithm[ConfigT, PolicyT]):
 class OfflineAlgorithm(Algorithm[ConfigT, PolicyT]):
     """Learns from a fixed dataset, never stepping an env (BC, TD3+BC, IQL)."""
 
+    batch_fields: tuple[str, ...] = ("obs", "actions", "rewards", "next_obs", "terminated")
+    """The dataset fields :meth:`update` reads: a minibatch gathers these only."""
+
     @abstractmethod
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
-        """One gradient step on a dataset batch (``obs``, ``actions``, ``rewards``, ``next_obs``, ``terminated``)."""
+        """One gradient step on a dataset batch (the fields :attr:`batch_fields`, (B, ...) each)."""
 
     @torch.no_grad()
     def validate(self, held_out: dict[str, torch.Tensor]) -> dict[str, float]:

@@ -68,6 +68,7 @@ class BC(OfflineAlgorithm[BCConfig, Policy]):
     capabilities = frozenset({"action_mask", "multiagent"})
     Config = BCConfig
     action_spaces = (spaces.Discrete, spaces.Box)
+    batch_fields = ("obs", "actions")
 
     def __init__(self, policy: Policy, config: BCConfig) -> None:
         super().__init__(policy, config)

@@ -16,6 +16,7 @@ without knowing the number of episodes up front) and held in memory up to ``vali
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,15 @@ def validation_mask(episode_id: np.ndarray, fraction: float, seed: int) -> np.nd
     return (x >> np.uint64(11)).astype(np.float64) / 2.0**53 < fraction
 
 
+def gather(
+    tensors: dict[str, torch.Tensor], index: torch.Tensor, fields: Sequence[str] | None
+) -> dict[str, torch.Tensor]:
+    """Rows ``index`` of ``fields`` of ``tensors`` (None: every field). ``index_select`` and only the fields an
+    algorithm reads: a minibatch's gather was ~55 us for BC's 256 rows of five fields, ~21 us so (the same rows)."""
+    names = tensors if fields is None else fields
+    return {name: torch.index_select(tensors[name], 0, index) for name in names}
+
+
 class InMemoryBatches:
     """Uniform minibatches by index from training data read whole (``rlcore.data.reader.load_dataset``)."""
 
@@ -47,9 +57,12 @@ class InMemoryBatches:
     def update_normalizer(self, normalizer: ObsNormalizer) -> None:
         normalizer.update(self._tensors["obs"])
 
-    def batch(self, step: int, rng: np.random.Generator, batch_size: int) -> dict[str, torch.Tensor]:
+    def batch(
+        self, step: int, rng: np.random.Generator, batch_size: int, fields: Sequence[str] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """A uniform minibatch of ``fields`` (None: every field), (batch_size, ...) each."""
         index = torch.from_numpy(rng.integers(0, self.rows, size=batch_size))
-        return {name: values[index] for name, values in self._tensors.items()}
+        return gather(self._tensors, index, fields)
 
 
 class RowGroupStream:
@@ -119,11 +132,13 @@ class RowGroupStream:
         for group in self.groups:
             normalizer.update(self._load(group)["obs"])
 
-    def batch(self, step: int, rng: np.random.Generator, batch_size: int) -> dict[str, torch.Tensor]:
-        """A uniform minibatch from the buffer as it is at gradient step ``step``."""
+    def batch(
+        self, step: int, rng: np.random.Generator, batch_size: int, fields: Sequence[str] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """A uniform minibatch of ``fields`` (None: every field) from the buffer as it is at gradient step ``step``."""
         self._refresh(self.groups_in_buffer + step // self.swap_every)
         index = torch.from_numpy(rng.integers(0, len(self._tensors["rewards"]), size=batch_size))
-        return {name: values[index] for name, values in self._tensors.items()}
+        return gather(self._tensors, index, fields)
 
     def _scheduled(self, k: int) -> int:
         """The row group loaded ``k``-th: pass ``k // n`` visits every group with rows once, in its own seeded

@@ -1,11 +1,11 @@
 """N members' networks of one architecture stacked along a leading member dimension, and their optimizers.
 
 :class:`StackedModules` is the one stacked form every family uses: named parts (each member's module, stacked
-parameters and buffers (M, *shape)), each ``nn.Linear`` of an MLP one ``torch.baddbmm`` (:meth:`StackedPolicies.mlp`:
-(M, B, in) -> (M, B, out)), the members' own optimizers as one each (``rlcore.nets.stacked_optimizers``), member k
-written back into its own modules and optimizers. :func:`unstackable` is the one rule of what stacks;
-:func:`masked_step` the members' optimizer step (a member absent, or whose loss or gradient norm is not finite, sits
-out while the others step).
+parameters and buffers (M, *shape)), each ``nn.Linear`` of an MLP one ``torch.baddbmm`` and each tanh
+:func:`stacked_tanh` (:meth:`StackedPolicies.mlp`: (M, B, in) -> (M, B, out)), the members' own optimizers as one each
+(``rlcore.nets.stacked_optimizers``), member k written back into its own modules and optimizers. :func:`unstackable`
+is the one rule of what stacks; :func:`masked_step` the members' optimizer step (a member absent, or whose loss or
+gradient norm is not finite, sits out while the others step).
 Why ``baddbmm`` and not ``torch.func.vmap``: ``docs/members-design.md``.
 """
 
@@ -62,6 +62,8 @@ class StackedPolicies(Generic[PolicyT]):
                 weight = self.params[f"{layer}.weight"]  # (N, out, in)
                 bias = self.params[f"{layer}.bias"]  # (N, out)
                 x = torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+            elif type(layer) is nn.Tanh:
+                x = stacked_tanh(x)
             else:
                 x = layer(x)  # an activation
         return x
@@ -98,6 +100,42 @@ class StackedPolicies(Generic[PolicyT]):
         for name, buffer in module.named_buffers():
             if name in self.buffers:
                 self.buffers[name][k].copy_(buffer)
+
+
+def stacked_tanh(x: torch.Tensor) -> torch.Tensor:
+    """tanh of the members' activations (M, B, width) as ``2 sigmoid(2x) - 1``; differentiable.
+
+    Why not ``torch.tanh``: on CPU it runs SLEEF's 1-ulp tanh, ~6x the cost of a sigmoid here (torch 2.13, AVX-512,
+    one thread: 337 us for 8 x 256 x 64 floats against 89 us this way, 438 against 207 us with the backward pass),
+    and the members' stacked activations are large enough for that to show (a fifth of 8 PPO CartPole seeds' CPU
+    time). The sigmoid form is within 1.8e-7 of tanh in absolute terms (tanh itself within 3e-8 of float64), well
+    inside the member contract's tolerance. One member's own modules keep ``torch.tanh``: on its rows (an acting
+    step's 16, a minibatch's 256) the two cost the same with the backward pass, and its results stay as they were."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return cast(torch.Tensor, _SigmoidTanh.apply(x))
+    return _sigmoid_tanh(x)
+
+
+def _sigmoid_tanh(x: torch.Tensor) -> torch.Tensor:
+    y = x.mul(2)  # in place from here: one buffer, three more passes over it
+    y.sigmoid_()
+    return y.mul_(2).sub_(1)
+
+
+class _SigmoidTanh(torch.autograd.Function):
+    """:func:`_sigmoid_tanh` with tanh's own backward, ``grad (1 - y^2)`` in one kernel (autograd through the four
+    ops would take four)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        y = _sigmoid_tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(grad, y)
 
 
 def unstackable(

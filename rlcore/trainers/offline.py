@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rlcore.algos.base import OfflineConfig
+from rlcore.algos.base import OfflineAlgorithm, OfflineConfig
 from rlcore.trainers.lockstep import Lockstep
 from rlcore.trainers.seed_sessions import SeedSession
 from rlcore.trainers.session import TrainingSession
@@ -37,6 +37,6 @@ def run_offline(seeds: Sequence[SeedSession[DatasetSource]]) -> None:
 
 def _batch(session: TrainingSession[DatasetSource]) -> dict[str, torch.Tensor]:
     """The session's next minibatch, drawn with its own generator."""
-    cfg = session.params.algo
-    assert isinstance(cfg, OfflineConfig)
-    return session.source.batch(session.state.gradient_steps, session.rng, cfg.batch_size)
+    cfg, algorithm = session.params.algo, session.algorithm
+    assert isinstance(cfg, OfflineConfig) and isinstance(algorithm, OfflineAlgorithm)
+    return session.source.batch(session.state.gradient_steps, session.rng, cfg.batch_size, algorithm.batch_fields)

@@ -13,6 +13,7 @@ dataset, never costs the previous run), and the session calls it at fixed points
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -203,8 +204,11 @@ class DatasetSource(DataSource):
         if fresh and normalizer.enabled:  # the dataset's statistics, fixed from here on
             self.batches.update_normalizer(normalizer)
 
-    def batch(self, gradient_step: int, rng: np.random.Generator, batch_size: int) -> dict[str, torch.Tensor]:
-        return self.batches.batch(gradient_step, rng, batch_size)
+    def batch(
+        self, gradient_step: int, rng: np.random.Generator, batch_size: int, fields: Sequence[str] | None = None
+    ) -> dict[str, torch.Tensor]:
+        """A minibatch of ``fields`` (None: every field) drawn with ``rng``, (batch_size, ...) each."""
+        return self.batches.batch(gradient_step, rng, batch_size, fields)
 
     def validate(self, algorithm: Algorithm[Any, Any]) -> dict[str, float]:
         if self.held_out is None or not isinstance(algorithm, OfflineAlgorithm):
