@@ -114,9 +114,9 @@ class TrainConfig(StrictModel):
     stop and stop conditions (a seed that stops finishes and closes its envs, the others go on). Seed ``k`` then
     equals the run with ``seed: k`` up to float32 rounding (bitwise where each seed's own network steps): the same
     evaluation returns for Discrete actions, weights within rtol 1e-4 / atol 1e-6 (``tests/test_seeds_contract.py``:
-    measured at most 6.5e-6, ppo-hopper's normalized rewards, and 7.5e-8 elsewhere). The memory estimate is then one
-    run's times the number of seeds. The same choice batches a sweep trial's ``sweep.seeds``. Not part of a run's
-    fingerprint."""
+    measured at most 2.2e-5 on ppo-hopper's reward-scaler return variance, 1.1e-6 on weights). The memory estimate
+    is then one run's times the number of seeds. The same choice batches a sweep trial's ``sweep.seeds``. Not part of
+    a run's fingerprint."""
     seed_processes: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
     """With ``train.seeds`` batched (``batch_seeds``) for PPO, A2C, DQN, SAC, BC, TD3+BC and IQL: how many processes
     share the seeds. The seeds still to train are split into that many contiguous groups, each trained as one batched
