@@ -39,6 +39,7 @@ class ReplayStack:
                 setattr(replay, name, stacked[k])  # the seed's buffer writes into its slice from here on
             setattr(self, name, stacked)
         self.obs_capacity = first.obs_capacity
+        self.capacity = first.capacity
 
     observations: np.ndarray
     actions: np.ndarray
@@ -59,12 +60,23 @@ class ReplayStack:
         for j, (k, rng) in enumerate(zip(seeds, rngs, strict=True)):
             if rng is not None:
                 slots[j] = self.replays[k].draw_slots(batch_size, rng)
-        rows = np.asarray(seeds, dtype=np.int64)[:, None]
+        # One flat index per (seed, draw) into the arrays seen as (N * rows, ...): np.take gathers a sample of 8
+        # seeds x 64 in ~120 us, indexing with (seed, slot) pairs took ~200.
+        members = np.asarray(seeds, dtype=np.int64)[:, None]
+        flat_slots = (members * self.capacity + slots).ravel()
+        obs_rows = members * self.obs_capacity + _take(self.obs_write, flat_slots, slots.shape) % self.obs_capacity
+        next_rows = members * self.obs_capacity + _take(self.next_write, flat_slots, slots.shape) % self.obs_capacity
         fields = {  # FIELDS' order
-            "obs": self.observations[rows, self.obs_write[rows, slots] % self.obs_capacity],
-            "actions": self.actions[rows, slots],
-            "rewards": self.rewards[rows, slots],
-            "next_obs": self.observations[rows, self.next_write[rows, slots] % self.obs_capacity],
-            "discounts": self.discounts[rows, slots],
+            "obs": _take(self.observations, obs_rows.ravel(), slots.shape),
+            "actions": _take(self.actions, flat_slots, slots.shape),
+            "rewards": _take(self.rewards, flat_slots, slots.shape),
+            "next_obs": _take(self.observations, next_rows.ravel(), slots.shape),
+            "discounts": _take(self.discounts, flat_slots, slots.shape),
         }
         return {key: torch.from_numpy(value) for key, value in fields.items()}
+
+
+def _take(stacked: np.ndarray, flat_index: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Rows ``flat_index`` of ``stacked`` (N, R, *rest) seen as (N * R, *rest), shaped (*shape, *rest)."""
+    rest = stacked.shape[2:]
+    return np.take(stacked.reshape(-1, *rest), flat_index, axis=0).reshape(*shape, *rest)
