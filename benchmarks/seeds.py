@@ -12,7 +12,8 @@ takes the imports. With ``--sequential`` the N = max run is repeated with ``trai
 row; default 1: one batched program in this process), so the rows show what the second core adds; CPU seconds then
 include the child processes', and ``cpu_seconds_per_core`` (``cpu_per_core_ratio_to_one``) is one core's share of
 them: a loaded machine's wall hides what the second core gives, the share says what a quiet one would show. With
-``--repeats R`` every run is timed R times, interleaved, and the medians reported.
+``--repeats R`` every run is timed R times, interleaved, and the medians reported. ``--steps S`` gives every family the
+budget S per seed (a process's start is seconds: longer runs show what the second core gives).
 
 ``--peer`` (PPO CartPole only; needs the ``bench`` extra): 8 seeds to the first evaluation >= 475, rlcore's
 preset batched in one process against SB3's PPO with RL Zoo hyperparameters as two parallel processes of 4 seeds
@@ -25,7 +26,7 @@ repeated lines of a family (``--results`` files, or this run) are drawn as point
 ``--results`` the figure is drawn from earlier runs' JSON lines and nothing is measured.
 
     python benchmarks/seeds.py [--families ppo dqn sac bc] [--counts 1 2 4 8] [--sequential] [--repeats 3] [--peer]
-        [--seed-processes 1 2]
+        [--seed-processes 1 2] [--steps 40960]
     python benchmarks/seeds.py --results runs.jsonl [more.jsonl ...] --figure benchmarks/figures/seeds-cost.png
 
 Quiet machine only: the figures are wall times.
@@ -116,8 +117,12 @@ def cpu_seconds() -> tuple[float, float]:
     return times.user + times.system, times.children_user + times.children_system
 
 
-def family_row(family: str, counts: list[int], sequential: bool, repeats: int, processes: list[int]) -> dict[str, Any]:
+def family_row(
+    family: str, counts: list[int], sequential: bool, repeats: int, processes: list[int], budget: int | None = None
+) -> dict[str, Any]:
+    """The family's runs (``budget``: its step count instead of :data:`FAMILIES`' own)."""
     preset, steps = FAMILIES[family]
+    steps = budget or steps
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
@@ -203,13 +208,14 @@ def peer_row() -> dict[str, Any]:
     return result
 
 
-def cost_per_seed(row: dict[str, Any], metric: str) -> dict[int, float]:
-    """One family's line of output -> {N: seconds of N seeds / N / one seed's seconds} (``metric``: cpu or wall)."""
+def cost_per_seed(row: dict[str, Any], metric: str, processes: int = 1) -> dict[int, float]:
+    """One family's line of output -> {N: seconds of N seeds / N / one seed's seconds} (``metric``: cpu or wall) for
+    the runs in ``processes`` processes (``train.seed_processes``; one seed: always one)."""
     ratio = "cpu_ratio_to_one" if metric == "cpu" else "ratio_to_one"
     return {
         run["seeds"]: run[ratio] / run["seeds"]
         for run in row["runs"]
-        if run["batched"] and run.get("seed_processes", 1) == 1
+        if run["batched"] and run.get("seed_processes", 1) == (1 if run["seeds"] == 1 else processes)
     }
 
 
@@ -221,24 +227,33 @@ def draw_figure(rows: list[dict[str, Any]], metric: str, path: Path) -> None:
 
     families: dict[str, list[dict[int, float]]] = {}
     for row in rows:
-        if row.get("benchmark") == "seeds":
-            families.setdefault(row["family"], []).append(cost_per_seed(row, metric))
+        if row.get("benchmark") != "seeds":
+            continue
+        families.setdefault(row["family"], []).append(cost_per_seed(row, metric))
+        split = cost_per_seed(row, metric, processes=2)
+        if metric == "wall" and len(split) > 1:  # CPU seconds of two processes are not the wait: wall only
+            families.setdefault(f"{row['family']}, 2 processes", []).append(split)
     if not families:
         raise SystemExit("--figure: no `seeds` rows to draw (give --results files of this script's output)")
-    with new_figure(path, figsize=(6, 3.8), dpi=100) as (_, axes):
+    with new_figure(path, figsize=(8.5, 4.2), dpi=100) as (_, axes):
         counts_seen: set[int] = set()
+        colors: dict[str, str] = {}  # a family's color, its runs in one process solid and in two dashed
         for family, repeats in sorted(families.items()):
             counts = sorted({count for repeat in repeats for count in repeat})
             counts_seen.update(counts)
             medians = [statistics.median(r[count] for r in repeats if count in r) for count in counts]
-            (line,) = axes.plot(
+            base = family.split(",")[0]
+            color = colors.setdefault(base, f"C{len(colors) % 10}")
+            axes.plot(
                 counts,
                 medians,
                 marker="o",
+                ls="--" if base != family else "-",
+                color=color,
                 label=family if len(repeats) == 1 else f"{family} ({len(repeats)} runs, median)",
             )
             for repeat in repeats:
-                axes.scatter(list(repeat), list(repeat.values()), s=10, alpha=0.4, color=line.get_color())
+                axes.scatter(list(repeat), list(repeat.values()), s=10, alpha=0.4, color=color)
         ticks = sorted(counts_seen)
         axes.plot(ticks, [1 / count for count in ticks], ls=":", color="grey", label="1/N (N seeds cost one)")
         axes.axhline(1.0, ls="--", color="grey", lw=0.8, label="1 (no gain: N runs)")
@@ -247,13 +262,13 @@ def draw_figure(rows: list[dict[str, Any]], metric: str, path: Path) -> None:
         axes.set_xticks(ticks, [str(tick) for tick in ticks])
         unit = "CPU seconds" if metric == "cpu" else "wall seconds"
         axes.set(
-            xlabel="seeds N (batched in one process)",
+            xlabel="seeds N (batched: one process solid, two dashed)" if metric == "wall" else "seeds N (one process)",
             ylabel=f"{unit} per seed / one seed's",
             title="Cost per seed of N batched seeds (benchmarks/seeds.py)",
         )
         axes.set_ylim(bottom=0)
         axes.grid(alpha=0.3)
-        axes.legend(fontsize=7)
+        axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the lines, not over them
 
 
 def read_rows(paths: list[Path]) -> list[dict[str, Any]]:
@@ -275,6 +290,7 @@ def main() -> None:
     parser.add_argument(
         "--seed-processes", type=int, nargs="+", default=[1], help="train.seed_processes of each N > 1 (default 1)"
     )
+    parser.add_argument("--steps", type=int, help="every family's budget per seed (default: each its own)")
     parser.add_argument("--peer", action="store_true", help="8 PPO CartPole seeds against SB3 in 2 processes")
     parser.add_argument("--figure", type=Path, help="draw the cost per seed against N to this PNG")
     parser.add_argument("--metric", choices=["cpu", "wall"], default="cpu", help="the figure's seconds")
@@ -293,7 +309,8 @@ def main() -> None:
         parser.error("--counts: must include 1 (the ratios are to one seed's wall time)")
     rows = []
     for family in args.families:
-        rows.append(family_row(family, sorted(args.counts), args.sequential, args.repeats, args.seed_processes))
+        counts = sorted(args.counts)
+        rows.append(family_row(family, counts, args.sequential, args.repeats, args.seed_processes, args.steps))
         emit(rows[-1])
     if args.figure is not None:
         draw_figure(rows, args.metric, args.figure)
