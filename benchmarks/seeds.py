@@ -13,7 +13,9 @@ row; default 1: one batched program in this process), so the rows show what the 
 include the child processes', and ``cpu_seconds_per_core`` (``cpu_per_core_ratio_to_one``) is one core's share of
 them: a loaded machine's wall hides what the second core gives, the share says what a quiet one would show. With
 ``--repeats R`` every run is timed R times, interleaved, and the medians reported. ``--steps S`` gives every family the
-budget S per seed (a process's start is seconds: longer runs show what the second core gives).
+budget S per seed (a process's start is seconds: longer runs show what the second core gives). With ``--torch-threads
+1 2`` every run in one process (one seed too) is timed at each ``torch_threads`` (the second core as a second torch
+thread instead of a second process); ratios are to one seed at one thread.
 
 ``--peer`` (PPO CartPole only; needs the ``bench`` extra): 8 seeds to the first evaluation >= 475, rlcore's
 preset batched in one process against SB3's PPO with RL Zoo hyperparameters as two parallel processes of 4 seeds
@@ -26,7 +28,7 @@ repeated lines of a family (``--results`` files, or this run) are drawn as point
 ``--results`` the figure is drawn from earlier runs' JSON lines and nothing is measured.
 
     python benchmarks/seeds.py [--families ppo dqn sac bc] [--counts 1 2 4 8] [--sequential] [--repeats 3] [--peer]
-        [--seed-processes 1 2] [--steps 40960]
+        [--seed-processes 1 2] [--torch-threads 1 2] [--steps 40960]
     python benchmarks/seeds.py --results runs.jsonl [more.jsonl ...] --figure benchmarks/figures/seeds-cost.png
 
 Quiet machine only: the figures are wall times.
@@ -42,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -117,48 +120,70 @@ def cpu_seconds() -> tuple[float, float]:
     return times.user + times.system, times.children_user + times.children_system
 
 
-def family_row(
-    family: str, counts: list[int], sequential: bool, repeats: int, processes: list[int], budget: int | None = None
-) -> dict[str, Any]:
-    """The family's runs (``budget``: its step count instead of :data:`FAMILIES`' own)."""
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`family_row` runs: the seed counts N (1 among them), the largest one again one seed after another
+    (``sequential``), interleaved repeats, the ``train.seed_processes`` and ``torch_threads`` each N > 1 runs with
+    (threads only in one process; one seed runs at every thread count), and the budget per seed (None: the family's
+    own in :data:`FAMILIES`)."""
+
+    counts: list[int]
+    sequential: bool = False
+    repeats: int = 1
+    processes: list[int] = field(default_factory=lambda: [1])
+    threads: list[int] = field(default_factory=lambda: [1])
+    budget: int | None = None
+
+    def runs(self) -> list[tuple[int, bool, int, int]]:
+        """(seeds, batched, processes, threads) of every run."""
+        runs = [
+            (count, True, processes, threads)
+            for count in self.counts
+            for processes in (self.processes if count > 1 else [1])
+            for threads in (self.threads if processes == 1 else [1])
+        ]
+        return runs + ([(max(self.counts), False, 1, 1)] if self.sequential else [])
+
+
+def family_row(family: str, plan: Plan) -> dict[str, Any]:
     preset, steps = FAMILIES[family]
-    steps = budget or steps
+    steps = plan.budget or steps
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         if family == "bc":
             random_dataset(base)
         timed_train(fixed_budget(preset, 10, [0, 1], True, base), base / "warm_up")  # imports, untimed
-        batches = [(count, True, p) for count in counts for p in (processes if count > 1 else [1])]
-        batches += [(max(counts), False, 1)] if sequential else []
-        times: dict[tuple[int, bool, int], list[tuple[float, float, float]]] = {run: [] for run in batches}
-        for repeat in range(repeats):  # interleaved: a change of the machine's load touches every run alike
-            for count, batch, p in batches:
-                root = base / f"n{count}_{'batched' if batch else 'sequential'}_p{p}_{repeat}"
-                times[count, batch, p].append(
-                    timed_train(fixed_budget(preset, steps, list(range(count)), batch, base, p), root)
+        times: dict[tuple[int, bool, int, int], list[tuple[float, float, float]]] = {run: [] for run in plan.runs()}
+        for repeat in range(plan.repeats):  # interleaved: a change of the machine's load touches every run alike
+            for count, batch, p, threads in times:
+                root = base / f"n{count}_{'batched' if batch else 'sequential'}_p{p}_t{threads}_{repeat}"
+                params = fixed_budget(preset, steps, list(range(count)), batch, base, p)
+                times[count, batch, p, threads].append(
+                    timed_train(params.model_copy(update={"torch_threads": threads}), root)
                 )
-        for (count, batch, p), timed in times.items():
+        for (count, batch, p, threads), timed in times.items():
             seconds, cpu, per_core = (float(statistics.median(column)) for column in zip(*timed, strict=True))
             rows.append(
                 {
                     "seeds": count,
                     "batched": batch,
                     "seed_processes": p,
+                    "torch_threads": threads,
                     "wall_seconds": round(seconds, 2),
                     "cpu_seconds": round(cpu, 2),
                     "cpu_seconds_per_core": round(per_core, 2),
                     "steps_per_second_summed": round(count * steps / seconds, 1),
-                    "repeats": repeats,
+                    "repeats": plan.repeats,
                 }
             )
-    one = next(row for row in rows if row["seeds"] == 1)
+    one = next(row for row in rows if row["seeds"] == 1 and row["torch_threads"] == 1)
     for row in rows:
         row["ratio_to_one"] = round(row["wall_seconds"] / one["wall_seconds"], 2)
         row["cpu_ratio_to_one"] = round(row["cpu_seconds"] / one["cpu_seconds"], 2)
         row["cpu_per_core_ratio_to_one"] = round(row["cpu_seconds_per_core"] / one["cpu_seconds"], 2)
     unit = "gradient_steps" if family == "bc" else "env_steps"
-    return {"benchmark": "seeds", "family": family, "preset": preset, unit: steps, "torch_threads": 1, "runs": rows}
+    return {"benchmark": "seeds", "family": family, "preset": preset, unit: steps, "runs": rows}
 
 
 def sb3_seeds(seeds: list[int]) -> None:
@@ -215,7 +240,9 @@ def cost_per_seed(row: dict[str, Any], metric: str, processes: int = 1) -> dict[
     return {
         run["seeds"]: run[ratio] / run["seeds"]
         for run in row["runs"]
-        if run["batched"] and run.get("seed_processes", 1) == (1 if run["seeds"] == 1 else processes)
+        if run["batched"]
+        and run.get("seed_processes", 1) == (1 if run["seeds"] == 1 else processes)
+        and run.get("torch_threads", 1) == 1
     }
 
 
@@ -291,6 +318,9 @@ def main() -> None:
         "--seed-processes", type=int, nargs="+", default=[1], help="train.seed_processes of each N > 1 (default 1)"
     )
     parser.add_argument("--steps", type=int, help="every family's budget per seed (default: each its own)")
+    parser.add_argument(
+        "--torch-threads", type=int, nargs="+", default=[1], help="torch_threads of every run in one process"
+    )
     parser.add_argument("--peer", action="store_true", help="8 PPO CartPole seeds against SB3 in 2 processes")
     parser.add_argument("--figure", type=Path, help="draw the cost per seed against N to this PNG")
     parser.add_argument("--metric", choices=["cpu", "wall"], default="cpu", help="the figure's seconds")
@@ -309,8 +339,10 @@ def main() -> None:
         parser.error("--counts: must include 1 (the ratios are to one seed's wall time)")
     rows = []
     for family in args.families:
-        counts = sorted(args.counts)
-        rows.append(family_row(family, counts, args.sequential, args.repeats, args.seed_processes, args.steps))
+        plan = Plan(
+            sorted(args.counts), args.sequential, args.repeats, args.seed_processes, args.torch_threads, args.steps
+        )
+        rows.append(family_row(family, plan))
         emit(rows[-1])
     if args.figure is not None:
         draw_figure(rows, args.metric, args.figure)
