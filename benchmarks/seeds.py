@@ -74,9 +74,13 @@ FAMILIES: dict[str, tuple[str, int]] = {
 TARGET = 475.0
 
 
-def fixed_budget(preset: str, steps: int, seeds: list[int], batch: bool, root: Path, processes: int = 1) -> Params:
-    """The preset on ``steps`` with no early stop, one evaluation at the end, for ``seeds`` (in ``processes``)."""
+def fixed_budget(
+    preset: str, steps: int, seeds: list[int], batch: bool, root: Path, processes: int = 1, threads: int = 1
+) -> Params:
+    """The preset on ``steps`` with no early stop, one evaluation at the end, for ``seeds`` (in ``processes``, each
+    computing with ``threads`` torch threads)."""
     overrides = [
+        f"torch_threads={threads}",
         f"train.max_steps={steps}",
         f"train.eval_every={steps}",
         "train.eval_episodes=1",
@@ -135,12 +139,12 @@ class Plan:
     budget: int | None = None
 
     def runs(self) -> list[tuple[int, bool, int, int]]:
-        """(seeds, batched, processes, threads) of every run."""
+        """(seeds, batched, processes, threads) of every run; one seed runs at one thread too (the ratios' base)."""
         runs = [
             (count, True, processes, threads)
             for count in self.counts
             for processes in (self.processes if count > 1 else [1])
-            for threads in (self.threads if processes == 1 else [1])
+            for threads in (self.threads if processes == 1 and count > 1 else sorted({1, *self.threads}))
         ]
         return runs + ([(max(self.counts), False, 1, 1)] if self.sequential else [])
 
@@ -158,10 +162,8 @@ def family_row(family: str, plan: Plan) -> dict[str, Any]:
         for repeat in range(plan.repeats):  # interleaved: a change of the machine's load touches every run alike
             for count, batch, p, threads in times:
                 root = base / f"n{count}_{'batched' if batch else 'sequential'}_p{p}_t{threads}_{repeat}"
-                params = fixed_budget(preset, steps, list(range(count)), batch, base, p)
-                times[count, batch, p, threads].append(
-                    timed_train(params.model_copy(update={"torch_threads": threads}), root)
-                )
+                params = fixed_budget(preset, steps, list(range(count)), batch, base, p, threads)
+                times[count, batch, p, threads].append(timed_train(params, root))
         for (count, batch, p, threads), timed in times.items():
             seconds, cpu, per_core = (float(statistics.median(column)) for column in zip(*timed, strict=True))
             rows.append(
@@ -252,32 +254,32 @@ def draw_figure(rows: list[dict[str, Any]], metric: str, path: Path) -> None:
 
     from rlcore.evaluation.plots import new_figure
 
-    families: dict[str, list[dict[int, float]]] = {}
+    families: dict[tuple[str, int], list[dict[int, float]]] = {}  # (family, processes) -> each run's costs
     for row in rows:
         if row.get("benchmark") != "seeds":
             continue
-        families.setdefault(row["family"], []).append(cost_per_seed(row, metric))
+        families.setdefault((row["family"], 1), []).append(cost_per_seed(row, metric))
         split = cost_per_seed(row, metric, processes=2)
         if metric == "wall" and len(split) > 1:  # CPU seconds of two processes are not the wait: wall only
-            families.setdefault(f"{row['family']}, 2 processes", []).append(split)
+            families.setdefault((row["family"], 2), []).append(split)
     if not families:
         raise SystemExit("--figure: no `seeds` rows to draw (give --results files of this script's output)")
     with new_figure(path, figsize=(8.5, 4.2), dpi=100) as (_, axes):
         counts_seen: set[int] = set()
         colors: dict[str, str] = {}  # a family's color, its runs in one process solid and in two dashed
-        for family, repeats in sorted(families.items()):
+        for (family, processes), repeats in sorted(families.items()):
             counts = sorted({count for repeat in repeats for count in repeat})
             counts_seen.update(counts)
             medians = [statistics.median(r[count] for r in repeats if count in r) for count in counts]
-            base = family.split(",")[0]
-            color = colors.setdefault(base, f"C{len(colors) % 10}")
+            color = colors.setdefault(family, f"C{len(colors) % 10}")
+            label = family if processes == 1 else f"{family}, {processes} processes"
             axes.plot(
                 counts,
                 medians,
                 marker="o",
-                ls="--" if base != family else "-",
+                ls="-" if processes == 1 else "--",
                 color=color,
-                label=family if len(repeats) == 1 else f"{family} ({len(repeats)} runs, median)",
+                label=label if len(repeats) == 1 else f"{label} ({len(repeats)} runs, median)",
             )
             for repeat in repeats:
                 axes.scatter(list(repeat), list(repeat.values()), s=10, alpha=0.4, color=color)
