@@ -1,11 +1,12 @@
-"""Benchmark: the cost of one gradient update of A2C, DQN and SAC against its limit here.
+"""Benchmark: the cost of one update of A2C, PPO, DQN and SAC against its limit here.
 
-Prints one JSON line per algorithm. For each shipped preset (``configs/a2c-cartpole.yaml``,
+Prints one JSON line per algorithm. For each shipped preset (``configs/a2c-cartpole.yaml``, ``params.yaml``'s PPO,
 ``configs/dqn-cartpole.yaml``, ``configs/sac-pendulum.yaml``) three ways of doing the same update on the same
 shapes, median microseconds per update over ``--repeats`` interleaved blocks of ``--updates`` updates:
 
-- ``rlcore``: the algorithm's own ``update`` as the trainers call it (A2C on a filled ``RolloutBuffer`` of the
-  preset's ``n_steps x num_envs``, DQN and SAC on a replay batch of the preset's ``batch_size``), metrics included;
+- ``rlcore``: the algorithm's own ``update`` as the trainers call it (A2C and PPO on a filled ``RolloutBuffer`` of
+  the preset's ``n_steps x num_envs``: one A2C gradient step, PPO's ``n_epochs`` epochs of minibatches of
+  ``batch_size``; DQN and SAC on a replay batch of the preset's ``batch_size``), metrics included;
 - ``eager``: the same arithmetic written as plainly as PyTorch allows — the same layer sizes, losses, gradient
   clipping, optimizer and target update, nothing else (no metrics read back, no checks, no member dimension);
 - ``compiled``: ``eager``'s loss under ``torch.compile`` (inductor, C++ on this CPU) and the optimizer's step
@@ -15,7 +16,7 @@ shapes, median microseconds per update over ``--repeats`` interleaved blocks of 
 update could win. The batches are random tensors of the right shapes: the time of an update does not depend on
 their values here (no data-dependent branches in these updates).
 
-    python benchmarks/update_limits.py [--algos a2c dqn sac] [--updates 300] [--repeats 5] [--no-compile]
+    python benchmarks/update_limits.py [--algos a2c ppo dqn sac] [--updates 300] [--repeats 5] [--no-compile]
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from rlcore.registry import algorithm_class  # noqa: E402
 
 PRESETS = {
     "a2c": ROOT / "configs" / "a2c-cartpole.yaml",
+    "ppo": ROOT / "params.yaml",
     "dqn": ROOT / "configs" / "dqn-cartpole.yaml",
     "sac": ROOT / "configs" / "sac-pendulum.yaml",
 }
@@ -83,20 +85,34 @@ def preset_algorithm(algo: str) -> tuple[Any, Any, Any]:
 # --- A2C: one step on n_steps x num_envs CartPole samples, separate [64, 64] tanh actor and critic, RMSprop ---
 
 
-def a2c_ways(compile_too: bool) -> dict[str, Way]:
+def random_rollout(params: Any, env: Any) -> Any:
+    """A ``RolloutBuffer`` of the preset's ``n_steps x num_envs`` CartPole samples, random but of the right kinds."""
     from rlcore.data.rollouts import RolloutBuffer
 
-    params, env, algorithm = preset_algorithm("a2c")
-    cfg, steps, envs = params.algo, params.algo.n_steps, params.env.num_envs
     obs_dim, n_actions = env.observation_space.shape[0], int(env.action_space.n)
-    rollout = RolloutBuffer(steps, envs, (obs_dim,), (), torch.int64)
+    rollout = RolloutBuffer(params.algo.n_steps, params.env.num_envs, (obs_dim,), (), torch.int64)
     rollout.obs.normal_()
     rollout.actions.random_(0, n_actions)
     rollout.advantages.normal_()
     rollout.returns.normal_()
     rollout.values.normal_()
+    rollout.log_probs.fill_(-0.7)  # about log(1/2): ratios near 1, as on a rollout the policy just collected
+    return rollout
+
+
+def on_policy_start(algo: str) -> tuple[Any, int, int, Any, dict[str, Way]]:
+    """(params, obs_dim, n_actions, a random rollout, {"rlcore": the algorithm's own update on it}) of an on-policy
+    preset."""
+    params, env, algorithm = preset_algorithm(algo)
+    rollout = random_rollout(params, env)
     generator = torch.Generator().manual_seed(0)
     ways = {"rlcore": Way(lambda: algorithm.update(rollout, 0.5, generator))}
+    return params, env.observation_space.shape[0], int(env.action_space.n), rollout, ways
+
+
+def a2c_ways(compile_too: bool) -> dict[str, Way]:
+    params, obs_dim, n_actions, rollout, ways = on_policy_start("a2c")
+    cfg = params.algo
 
     hidden = list(params.policy.hidden_sizes)
     actor, critic = mlp([obs_dim, *hidden, n_actions], nn.Tanh), mlp([obs_dim, *hidden, 1], nn.Tanh)
@@ -119,6 +135,67 @@ def a2c_ways(compile_too: bool) -> dict[str, Way]:
         optimizer = torch.optim.RMSprop(parameters, lr=cfg.lr, alpha=0.99, eps=cfg.optimizer_eps, foreach=True)
         ways[name] = plain_way(loss, parameters, optimizer, cfg.max_grad_norm, compiled)
     return ways
+
+
+# --- PPO: n_epochs epochs of minibatches on n_steps x num_envs CartPole samples, [64, 64] tanh actor and critic ---
+
+
+def ppo_ways(compile_too: bool) -> dict[str, Way]:
+    params, obs_dim, n_actions, rollout, ways = on_policy_start("ppo")
+    cfg = params.algo
+
+    hidden = list(params.policy.hidden_sizes)
+    samples = rollout.obs.shape[0] * rollout.obs.shape[1]
+    obs, actions = rollout.obs.reshape(-1, obs_dim), rollout.actions.reshape(-1)
+    advantages, returns = rollout.advantages.reshape(-1), rollout.returns.reshape(-1)
+    old_log_probs = rollout.log_probs.reshape(-1)
+    for name, compiled in (("eager", False), ("compiled", True)):
+        if compiled and not compile_too:
+            continue
+        actor, critic = mlp([obs_dim, *hidden, n_actions], nn.Tanh), mlp([obs_dim, *hidden, 1], nn.Tanh)
+        parameters = [*actor.parameters(), *critic.parameters()]
+        optimizer = torch.optim.Adam(parameters, lr=cfg.lr, eps=cfg.adam_eps, fused=True)
+
+        def loss(index: torch.Tensor, actor: nn.Module = actor, critic: nn.Module = critic) -> torch.Tensor:
+            log_probs = actor(obs[index]).log_softmax(-1)
+            log_prob = log_probs.gather(-1, actions[index].unsqueeze(-1)).squeeze(-1)
+            entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
+            adv = advantages[index]
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            ratio = (log_prob - old_log_probs[index]).exp()
+            clipped = ratio.clamp(1 - cfg.clip_range, 1 + cfg.clip_range)
+            policy_loss = -torch.min(ratio * adv, clipped * adv).mean()
+            value_loss = F.mse_loss(critic(obs[index]).squeeze(-1), returns[index])
+            return policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
+
+        ways[name] = ppo_plain_way(loss, parameters, optimizer, cfg, samples, compiled)
+    return ways
+
+
+def ppo_plain_way(
+    loss: Callable[[torch.Tensor], torch.Tensor],
+    parameters: list[nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    cfg: Any,
+    samples: int,
+    compiled: bool,
+) -> Way:
+    loss_of = torch.compile(loss) if compiled else loss
+    optimizer_step = make_optimizer_step(optimizer, compiled)
+    generator = torch.Generator().manual_seed(0)
+
+    def step() -> None:
+        for _ in range(cfg.n_epochs):
+            for index in torch.randperm(samples, generator=generator).split(cfg.batch_size):
+                optimizer.zero_grad(set_to_none=True)
+                loss_of(index).backward()
+                nn.utils.clip_grad_norm_(parameters, cfg.max_grad_norm, foreach=True)
+                optimizer_step()
+
+    started = time.perf_counter()
+    if compiled:
+        step()
+    return Way(step, time.perf_counter() - started if compiled else 0.0)
 
 
 def plain_way(
@@ -285,7 +362,7 @@ def sac_plain_way(
     return Way(step, time.perf_counter() - started if compiled else 0.0)
 
 
-MAKERS = {"a2c": a2c_ways, "dqn": dqn_ways, "sac": sac_ways}
+MAKERS = {"a2c": a2c_ways, "ppo": ppo_ways, "dqn": dqn_ways, "sac": sac_ways}
 
 
 def time_ways(ways: dict[str, Way], updates: int, repeats: int) -> dict[str, float]:
