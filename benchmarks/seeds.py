@@ -144,12 +144,21 @@ class Plan:
             (count, True, processes, threads)
             for count in self.counts
             for processes in (self.processes if count > 1 else [1])
-            for threads in (self.threads if processes == 1 and count > 1 else sorted({1, *self.threads}))
+            for threads in self.thread_counts(count, processes)
         ]
         return runs + ([(max(self.counts), False, 1, 1)] if self.sequential else [])
 
+    def thread_counts(self, seeds: int, processes: int) -> list[int]:
+        """The ``torch_threads`` a run of ``seeds`` in ``processes`` is timed at: one seed at one thread and every
+        asked count, N seeds in one process at every asked count, N seeds in several processes at one thread."""
+        if seeds == 1:
+            return sorted({1, *self.threads})
+        return self.threads if processes == 1 else [1]
+
 
 def family_row(family: str, plan: Plan) -> dict[str, Any]:
+    """The family's runs as ``plan`` says, timed in a temporary folder, with each run's ratios to one seed at one
+    thread."""
     preset, steps = FAMILIES[family]
     steps = plan.budget or steps
     rows: list[dict[str, Any]] = []

@@ -25,7 +25,7 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,55 +168,41 @@ def ppo_ways(compile_too: bool) -> dict[str, Way]:
             value_loss = F.mse_loss(critic(obs[index]).squeeze(-1), returns[index])
             return policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy
 
-        ways[name] = ppo_plain_way(loss, parameters, optimizer, cfg, samples, compiled)
+        generator = torch.Generator().manual_seed(0)
+
+        def minibatches(generator: torch.Generator = generator) -> Iterator[tuple[torch.Tensor]]:
+            for _ in range(cfg.n_epochs):
+                for index in torch.randperm(samples, generator=generator).split(cfg.batch_size):
+                    yield (index,)
+
+        ways[name] = plain_way(loss, parameters, optimizer, cfg.max_grad_norm, compiled, minibatches=minibatches)
     return ways
 
 
-def ppo_plain_way(
-    loss: Callable[[torch.Tensor], torch.Tensor],
-    parameters: list[nn.Parameter],
-    optimizer: torch.optim.Optimizer,
-    cfg: Any,
-    samples: int,
-    compiled: bool,
-) -> Way:
-    loss_of = torch.compile(loss) if compiled else loss
-    optimizer_step = make_optimizer_step(optimizer, compiled)
-    generator = torch.Generator().manual_seed(0)
-
-    def step() -> None:
-        for _ in range(cfg.n_epochs):
-            for index in torch.randperm(samples, generator=generator).split(cfg.batch_size):
-                optimizer.zero_grad(set_to_none=True)
-                loss_of(index).backward()
-                nn.utils.clip_grad_norm_(parameters, cfg.max_grad_norm, foreach=True)
-                optimizer_step()
-
-    started = time.perf_counter()
-    if compiled:
-        step()
-    return Way(step, time.perf_counter() - started if compiled else 0.0)
-
-
 def plain_way(
-    loss: Callable[[], torch.Tensor],
+    loss: Callable[..., torch.Tensor],
     parameters: list[nn.Parameter],
     optimizer: torch.optim.Optimizer,
     max_grad_norm: float | None,
     compiled: bool,
     after: Callable[[], None] | None = None,
+    minibatches: Callable[[], Iterable[tuple[torch.Tensor, ...]]] = lambda: [()],
 ) -> Way:
+    """One update: a gradient step on ``loss(*args)`` for each ``args`` of ``minibatches()`` (default: one step on
+    ``loss()``; PPO: its epochs of minibatch indices), clipping the gradient norm, then ``after()`` (a target
+    update)."""
     loss_of = torch.compile(loss) if compiled else loss
     optimizer_step = make_optimizer_step(optimizer, compiled)
 
     def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        loss_of().backward()
-        if max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
-        optimizer_step()
-        if after is not None:
-            after()
+        for args in minibatches():
+            optimizer.zero_grad(set_to_none=True)
+            loss_of(*args).backward()
+            if max_grad_norm is not None:
+                nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
+            optimizer_step()
+            if after is not None:
+                after()
 
     started = time.perf_counter()
     if compiled:
