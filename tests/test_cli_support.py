@@ -55,6 +55,7 @@ def process_state() -> tuple[Any, ...]:
     return logger.level, list(logger.handlers), torch.get_num_threads(), Path.cwd(), dict(os.environ), list(sys.argv)
 
 
+@pytest.mark.slow
 def test_a_run_stopped_by_the_time_limit_leaves_the_process_as_it_was(project: Path) -> None:
     before = process_state()
     rng = (torch.random.get_rng_state(), np.random.get_state(), random.getstate())

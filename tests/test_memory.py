@@ -219,6 +219,7 @@ def test_an_interrupted_recurrent_run_resumes_from_its_checkpoint_reproducibly(t
     assert str(finals[0]["algorithm"]["optimizer"]) == str(finals[1]["algorithm"]["optimizer"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_onnx_and_torch_export_carry_the_state_along_a_200_step_episode_sequence(tmp_path: Path, kind: str):
     """The exported graphs take (obs, state) and return (action, scores, next_state); fed their own next_state for

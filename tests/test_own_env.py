@@ -219,6 +219,7 @@ ES_TINY = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.serial  # ES's workers are processes
 def test_es_worker_processes_build_the_own_env_of_the_project_folder(tmp_path: Path) -> None:
     root = own_project(tmp_path, [])

@@ -320,6 +320,7 @@ def test_every_preset_is_a_case() -> None:
     assert set(COVERED_BY.values()) <= set(CASES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trained", ["ppo-mlp", "dqn-mlp"], indirect=True)
 def test_seeds_split_over_processes_are_the_seeds_trained_in_one(
     trained: tuple[str, Path, str], tmp_path: Path, datasets: dict[str, Path]
@@ -367,6 +368,7 @@ def kill_when_checkpointed(checkpoints: Path, process_name: str) -> threading.Th
     return thread
 
 
+@pytest.mark.slow
 def test_a_killed_seed_process_stops_the_run_naming_its_seeds_and_a_rerun_resumes(tmp_path: Path) -> None:
     """``train.seeds: [0, 1]`` in two processes; the process of seed 1 is SIGKILLed after its first checkpoint: the
     command fails in one error line naming seed 1's process, the other process is stopped, and a re-run (in one

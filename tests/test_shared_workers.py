@@ -108,6 +108,7 @@ def test_es_seeds_on_shared_worker_processes_are_their_one_seed_runs_bitwise(
     _assert_seeds_are_their_one_seed_runs(root, _params("es-cartpole", ES, TWO_SEEDS, "algo.runner=dev"), tmp_path)
 
 
+@pytest.mark.slow
 def test_a_killed_shared_es_run_resumes_every_seed_from_its_own_checkpoint(
     es_shared: tuple[Path, str], tmp_path: Path
 ) -> None:

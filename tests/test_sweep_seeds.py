@@ -46,6 +46,7 @@ SEEDS = [
 BATCHED_LINE = "sweep.seeds: a trial trains its 2 seeds together (train.batch_seeds): as one batched program"
 
 
+@pytest.mark.slow
 def test_batched_trials_score_each_seed_as_the_trials_one_after_another_do(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
