@@ -98,6 +98,7 @@ class _Captured(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+@pytest.mark.slow
 def test_es_seeds_on_shared_worker_processes_are_their_one_seed_runs_bitwise(
     es_shared: tuple[Path, str], tmp_path: Path
 ) -> None:
@@ -130,6 +131,7 @@ def test_a_killed_shared_es_run_resumes_every_seed_from_its_own_checkpoint(
         assert_trees_match(resumed[1], uninterrupted[1], f"seed {seed}")
 
 
+@pytest.mark.slow
 def test_an_actor_process_serving_two_seeds_rolls_out_each_as_its_own_actor_would() -> None:
     """One actor process, two lanes: the first trajectory of each lane (asked for in the other order than they
     arrive: lane 0's waits while the learner collects lane 1's) is the one a one-seed actor process of that seed
