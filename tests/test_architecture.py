@@ -91,7 +91,7 @@ def _source_files() -> dict[str, int]:
         # pruned as the walk goes: .venv alone holds tens of thousands of files
         subfolders[:] = [name for name in subfolders if not name.startswith(".") and Path(folder, name) != TESTS]
         for name in files:
-            if name.endswith(".py"):
+            if name.endswith(".py") and not name.startswith("."):
                 path = Path(folder, name)
                 counts[path.relative_to(PROJECT).as_posix()] = len(path.read_text(encoding="utf-8").splitlines())
     return dict(sorted(counts.items()))

@@ -115,8 +115,9 @@ def _es_algorithm(params) -> ES:
     import gymnasium as gym
 
     env = gym.make("CartPole-v1")
-    torch.manual_seed(0)  # the policy's initial weights, whatever tests ran before in this process
-    policy = ES.make_policy(env.observation_space, env.action_space, params.policy, params.algo)
+    with torch.random.fork_rng():  # seeded initial weights, whatever ran before; the caller's generator untouched
+        torch.manual_seed(0)
+        policy = ES.make_policy(env.observation_space, env.action_space, params.policy, params.algo)
     return ES(policy, params.algo)
 
 

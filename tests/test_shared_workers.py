@@ -28,6 +28,8 @@ from rlcore.stages import train_stage
 from rlcore.trainers.actor_learner import make_runner, spec_factory
 from rlcore.workers.actors.actor import SeedActors
 
+pytestmark = pytest.mark.slow  # every test here starts worker or actor processes (4-7 s each)
+
 QUICK = ["train.progress_bar=off", "train.target_return=null"]
 TWO_SEEDS = "train.seeds=[0, 1]"
 ES = [
@@ -98,7 +100,6 @@ class _Captured(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-@pytest.mark.slow
 def test_es_seeds_on_shared_worker_processes_are_their_one_seed_runs_bitwise(
     es_shared: tuple[Path, str], tmp_path: Path
 ) -> None:
@@ -109,7 +110,6 @@ def test_es_seeds_on_shared_worker_processes_are_their_one_seed_runs_bitwise(
     _assert_seeds_are_their_one_seed_runs(root, _params("es-cartpole", ES, TWO_SEEDS, "algo.runner=dev"), tmp_path)
 
 
-@pytest.mark.slow
 def test_a_killed_shared_es_run_resumes_every_seed_from_its_own_checkpoint(
     es_shared: tuple[Path, str], tmp_path: Path
 ) -> None:
@@ -131,7 +131,6 @@ def test_a_killed_shared_es_run_resumes_every_seed_from_its_own_checkpoint(
         assert_trees_match(resumed[1], uninterrupted[1], f"seed {seed}")
 
 
-@pytest.mark.slow
 def test_an_actor_process_serving_two_seeds_rolls_out_each_as_its_own_actor_would() -> None:
     """One actor process, two lanes: the first trajectory of each lane (asked for in the other order than they
     arrive: lane 0's waits while the learner collects lane 1's) is the one a one-seed actor process of that seed
